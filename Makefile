@@ -1,0 +1,95 @@
+# attnd - one plain Makefile.
+#
+#   make                 build build/attnd
+#   make run             install missing Debian packages, build, run on :8000
+#   make test            unit tests (check) + integration tests (real attnd)
+#   make valgrind        the unit and integration tests under valgrind
+#   make deps            install (as root) or list the Debian packages needed
+#   make SANITIZE=address,undefined test
+#
+# Knobs: OPTIMIZATION, SANITIZE, CC, PORT, V=1 for loud compile lines.
+
+CC ?= cc
+OPTIMIZATION ?= -O2
+PORT ?= 8000
+BUILD := build
+
+PKGS := libmicrohttpd libcjson libuv openblas
+STD := -std=c11 -D_GNU_SOURCE
+WARN := -Wall -Wextra -Wno-missing-field-initializers -Wstrict-prototypes \
+        -Wshadow -Wpointer-arith -Werror=implicit-function-declaration
+DEBUG := -g
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
+
+ifneq ($(SANITIZE),)
+SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+OPTIMIZATION := -O1
+endif
+
+FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
+               $(PKG_CFLAGS) -I. $(CFLAGS) -MMD -MP
+FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
+FINAL_LIBS = $(PKG_LIBS) -lpthread -lm $(LIBS)
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+CORE_SRC := $(wildcard core/*.c)
+PROTO_SRC := $(wildcard proto/*.c)
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC))
+MAIN_OBJ := $(BUILD)/obj/server/main.o
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+TEST_SUPPORT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/unit/support_*.c))
+
+all: $(BUILD)/attnd
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@[ "$(V)" = 1 ] || echo "  CC    $<"
+	$(Q)$(CC) $(FINAL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libattnd.a: $(LIB_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/attnd: $(MAIN_OBJ) $(BUILD)/libattnd.a
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libattnd.a
+	@mkdir -p $(dir $@)
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS) $(CHECK_LIBS)
+
+unit: $(UNIT_BIN)
+
+# Installs the Debian packages attnd needs to build, run and test when we are
+# root; otherwise prints the apt-get line to run.
+deps:
+	@sh tests/deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	./$(BUILD)/attnd --port $(PORT)
+
+test: deps-check all unit
+	@sh tests/run.sh
+
+valgrind: deps-check all unit
+	@ATTND_VALGRIND=1 sh tests/run.sh
+
+deps-check:
+	@sh tests/deps.sh --check
+
+clean:
+	rm -rf $(BUILD)
+
+.PHONY: all unit deps run test valgrind deps-check clean
+
+-include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

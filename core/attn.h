@@ -1,0 +1,143 @@
+/* attn.h - masked scaled dot-product (and additive) attention on the CPU.
+ *
+ * core/ is pure computation: no I/O, no globals, no threads of its own.
+ * Tensors in, tensors out, an error code.  proto/ has validated every
+ * client-supplied value before a problem reaches this header; core/ checks
+ * only what a programmer could get wrong (attn_check) and never asserts on
+ * values that came from a client.
+ *
+ * Shapes (row-major, contiguous, float32):
+ *
+ *   q        (B, H,   Lq, D)
+ *   k        (B, Hkv, Lk, Dk)     Dk == D for dot-product scoring
+ *   v        (B, Hkv, Lk, Dv)
+ *   out      (B, H,   Lq, Dv)
+ *   weights  (B, H,   Lq, Lk)     optional
+ *
+ * A rank-3 problem (B, L, D) is H = Hkv = 1.  Grouped heads: H is a multiple
+ * of Hkv and query head h reads kv head h / (H / Hkv).
+ *
+ * Which keys a query (b, h, i) may attend to: key j is allowed when ALL of
+ *   - valid_lens:  j < valid_lens[b]            (per-item lengths, shape (B,))
+ *                  j < valid_lens[b * Lq + i]   (per-query lengths, (B, Lq))
+ *   - causal:      UPPER_LEFT  j <= i;  LOWER_RIGHT  j <= i + Lk - Lq
+ *   - window:      i - left <= j <= i + right   (a side < 0 is unbounded)
+ *   - mask:        mask[b*ms[0] + h*ms[1] + i*ms[2] + j*ms[3]] != 0
+ * hold.  The mask and bias are addressed through element strides so that a
+ * broadcast axis simply has stride 0 (proto/ turns the client's trailing-axis
+ * broadcast into these strides).
+ *
+ * Scores: dot       s = (q . k) * scale + bias
+ *         additive  s = w_v . tanh(W_q q + W_k k) + bias     (no scale)
+ * A disallowed score is the most negative finite float, so its weight is
+ * exactly 0.  A row with no allowed key has all-zero weights and an all-zero
+ * output row.  Softmax subtracts the row maximum: no finite input yields
+ * NaN or Inf.
+ *
+ * Dropout (dropout_p > 0): each weight is kept with probability 1 - p and
+ * survivors are scaled by 1 / (1 - p); the decision for (b, h, i, j) is a
+ * pure function of (seed, b, h, i, j), so the answer does not depend on how
+ * the work is split.  Returned weights are the pre-dropout weights; the
+ * output is computed from the dropped and rescaled ones.
+ *
+ * Without weights (weights == NULL) the core never materialises an (Lq, Lk)
+ * matrix: an online-softmax blocked pass keeps O(block * (Lk_block + Dv))
+ * scratch per task, skips disallowed key blocks instead of filling them, and
+ * returns 0 for a row whose running sum stays 0.
+ *
+ * Work is split into tasks, one per (b, h, query block), so that callers can
+ * run disjoint task ranges on different threads into the same out/weights
+ * buffers (each task writes only its own rows).  Each thread needs its own
+ * scratch of attn_scratch_bytes() bytes.
+ *
+ * All matrix products go through cblas_sgemm; the caller chooses the BLAS
+ * thread count (attnd runs one BLAS thread per worker).
+ */
+#ifndef ATTN_H
+#define ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd_err.h"
+
+enum attn_causal {
+  ATTN_CAUSAL_NONE = 0,
+  ATTN_CAUSAL_UPPER_LEFT = 1,  /* query i sees keys j <= i */
+  ATTN_CAUSAL_LOWER_RIGHT = 2  /* query i sees keys j <= i + Lk - Lq */
+};
+
+enum attn_scoring {
+  ATTN_SCORING_DOT = 0,
+  ATTN_SCORING_ADDITIVE = 1
+};
+
+/* A problem describes one request.  It points at tensors it does not own:
+ * whoever fills it in (proto/) owns and frees every buffer. */
+typedef struct attn_problem {
+  int scoring;              /* enum attn_scoring */
+  int B, H, Hkv;            /* batch items, query heads, key/value heads */
+  int Lq, Lk;               /* query and key lengths, >= 1 */
+  int D, Dk, Dv;            /* query, key and value widths, >= 1 */
+
+  const float *q, *k, *v;   /* shapes above, contiguous */
+
+  float scale;              /* dot scoring: finite, non-zero (may be < 0) */
+  int causal;               /* enum attn_causal */
+
+  /* valid_lens: NULL, (B,) when valid_lens_per_query == 0, else (B, Lq).
+   * Every value lies in [0, Lk]. */
+  const int32_t *valid_lens;
+  int valid_lens_per_query;
+
+  /* Sliding window: has_window != 0 turns it on; a negative side is
+   * unbounded on that side. */
+  int has_window;
+  int window_left, window_right;
+
+  /* Boolean mask and additive float bias, NULL when absent.  Element
+   * strides over (b, h, i, j); 0 broadcasts that axis. */
+  const uint8_t *mask;
+  int64_t mask_stride[4];
+  const float *bias;
+  int64_t bias_stride[4];
+
+  /* Additive scoring: W_q (Hd, D), W_k (Hd, Dk), w_v (Hd). */
+  int Hd;
+  const float *w_q, *w_k, *w_v;
+
+  /* Dropout on the weights: 0 <= dropout_p < 1; 0 turns it off. */
+  float dropout_p;
+  uint64_t seed;
+} attn_problem;
+
+/* Zero-initialises a problem: no mask, no bias, no dropout, dot scoring,
+ * causal off, H = Hkv = 1.  The caller then sets shapes and tensors. */
+void attn_problem_init(attn_problem *p);
+
+/* Checks a problem for programmer errors (inconsistent shapes, missing
+ * tensors, scale 0 or not finite, H not a multiple of Hkv, dropout_p out of
+ * [0, 1)).  Returns 0 or ATTND_EINVAL.  Never reads tensor contents. */
+int attn_check(const attn_problem *p);
+
+/* Number of independent tasks (b, h, query block) the problem splits into.
+ * with_weights selects the weights path (1) or the online path (0). */
+size_t attn_task_count(const attn_problem *p, int with_weights);
+
+/* Bytes of scratch one thread needs to run any task of this problem. */
+size_t attn_scratch_bytes(const attn_problem *p, int with_weights);
+
+/* Runs tasks [t0, t1) of the problem.  out (B, H, Lq, Dv) is required;
+ * weights (B, H, Lq, Lk) may be NULL, which selects the online path.
+ * scratch must hold attn_scratch_bytes(p, weights != NULL) bytes, 64-byte
+ * aligned, owned by the calling thread for the duration of the call.
+ * Returns 0 or ATTND_EINVAL (t1 beyond the task count). */
+int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1,
+                   float *out, float *weights, void *scratch);
+
+/* Convenience: checks the problem, allocates scratch, runs every task on
+ * the calling thread, frees the scratch.  Returns 0, ATTND_EINVAL or
+ * ATTND_ENOMEM; on error out and weights are unspecified. */
+int attn_forward(const attn_problem *p, float *out, float *weights);
+
+#endif /* ATTN_H */

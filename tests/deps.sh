@@ -1,0 +1,32 @@
+#!/bin/sh
+# Installs the Debian 12 packages attnd needs to build, run and test.
+#   sh tests/deps.sh          install what is missing (as root), else print
+#                             the apt-get line to run
+#   sh tests/deps.sh --check  exit 1 with the apt-get line if any is missing
+set -eu
+
+PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcjson-dev
+libopenblas-dev libuv1-dev check python3 curl valgrind"
+
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+if [ "${1:-}" = "--check" ]; then
+  echo "missing Debian packages:$missing" >&2
+  echo "run: make deps   (or: apt-get install -y$missing)" >&2
+  exit 1
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "attnd needs:$missing" >&2
+  echo "run as root: apt-get install -y$missing" >&2
+  exit 1
+fi
+echo "installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing
