@@ -38,7 +38,14 @@
  * survivors are scaled by 1 / (1 - p); the decision for (b, h, i, j) is a
  * pure function of (seed, b, h, i, j), so the answer does not depend on how
  * the work is split.  Returned weights are the pre-dropout weights; the
- * output is computed from the dropped and rescaled ones.
+ * output is computed from the dropped and rescaled ones.  Exactly, so that
+ * a client can reproduce it:
+ *   mix(x):  x += 0x9E3779B97F4A7C15;
+ *            x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9;
+ *            x = (x ^ (x >> 27)) * 0x94D049BB133111EB;  return x ^ (x >> 31)
+ *   n = ((b * H + h) * Lq + i) * Lk + j                  (uint64 arithmetic)
+ *   u = (mix(seed ^ mix(n)) >> 40) * 2^-24               (in [0, 1))
+ *   keep when u >= p; a kept weight becomes w * (1 / (1 - p)) in float.
  *
  * Without weights (weights == NULL) the core never materialises an (Lq, Lk)
  * matrix: an online-softmax blocked pass keeps O(block * (Lk_block + Dv))

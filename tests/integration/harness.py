@@ -1,0 +1,156 @@
+"""Starts the real build/attnd on an ephemeral port and talks HTTP to it.
+
+Every integration suite imports this module.  Standard library only, so the
+tests run on a fresh Debian 12 machine with nothing but python3.
+
+    srv = Attnd(["--workers", "2"])      # starts build/attnd --port 0
+    status, headers, body = srv.request("POST", "/v1/attention", b"{...}")
+    status, obj = srv.post_json("/v1/attention", {...})
+    code = srv.stop()                     # SIGTERM, returns the exit code
+
+attnd prints "attnd: listening on HOST:PORT" on stderr once it accepts
+connections; that is how the harness learns the port.  With
+ATTND_VALGRIND=1 the daemon runs under valgrind and a valgrind error makes
+stop() return 99.
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BINARY = os.path.join(ROOT, "build", "attnd")
+VALGRIND = os.environ.get("ATTND_VALGRIND") == "1"
+START_TIMEOUT = 120 if VALGRIND else 20
+LISTEN_RE = re.compile(r"listening on ([0-9.]+|\[[0-9a-f:]+\]):(\d+)")
+
+
+class Attnd:
+    """One running attnd process; the caller stops it (or uses `with`)."""
+
+    def __init__(self, args=(), env=None):
+        cmd = [BINARY, "--host", "127.0.0.1", "--port", "0"] + list(args)
+        if VALGRIND:
+            cmd = ["valgrind", "-q", "--error-exitcode=99", "--leak-check=full",
+                   "--show-leak-kinds=definite,indirect",
+                   "--errors-for-leak-kinds=definite,indirect"] + cmd
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=full_env)
+        self.log = []
+        self.port = None
+        self._ready = threading.Event()
+        self._threads = [threading.Thread(target=self._pump, args=(s,), daemon=True)
+                         for s in (self.proc.stderr, self.proc.stdout)]
+        for t in self._threads:
+            t.start()
+        if not self._ready.wait(START_TIMEOUT) or self.port is None:
+            self.proc.kill()
+            raise RuntimeError("attnd did not start:\n" + "".join(self.log))
+        self.host = "127.0.0.1"
+
+    def _pump(self, stream):
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace")
+            self.log.append(line)
+            m = LISTEN_RE.search(line)
+            if m and self.port is None:
+                self.port = int(m.group(2))
+                self._ready.set()
+        self._ready.set()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.stop()
+
+    def connection(self, timeout=60):
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        """Returns (status, headers as a dict with lower-case names, body bytes)."""
+        conn = self.connection(timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            data = resp.read()
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            return resp.status, hdrs, data
+        finally:
+            conn.close()
+
+    def post_json(self, path, obj, headers=None):
+        """POSTs obj (or raw bytes/str) and returns (status, decoded JSON)."""
+        if isinstance(obj, (bytes, bytearray)):
+            body = bytes(obj)
+        elif isinstance(obj, str):
+            body = obj.encode()
+        else:
+            body = json.dumps(obj).encode()
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        status, _, data = self.request("POST", path, body, h)
+        try:
+            return status, json.loads(data)
+        except ValueError:
+            raise AssertionError("response is not JSON (%d): %r" % (status, data[:200]))
+
+    def get(self, path):
+        status, hdrs, data = self.request("GET", path)
+        return status, hdrs, data
+
+    def stop(self, sig=signal.SIGTERM, timeout=None):
+        """Sends sig and waits; returns the exit code."""
+        if timeout is None:
+            timeout = 120 if VALGRIND else 30
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("attnd did not exit within %ss" % timeout)
+        for t in self._threads:
+            t.join(5)
+        if code != 0:
+            sys.stderr.write("".join(self.log[-50:]))
+        return code
+
+
+class ServerTestCase(unittest.TestCase):
+    """A test class sharing one attnd for all its tests; the server must
+    exit 0 (and, under valgrind, cleanly) when the class is done."""
+
+    server_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Attnd(cls.server_args)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.srv.stop()
+        if code != 0:
+            raise AssertionError("attnd exited %d" % code)
+
+
+def main():
+    """Runs the calling module's tests and prints "N passed, N failed"."""
+    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])
+    result = unittest.TextTestRunner(verbosity=1 if not os.environ.get("V") else 2).run(suite)
+    failed = len(result.failures) + len(result.errors)
+    passed = result.testsRun - failed - len(result.skipped)
+    print("%s: %d passed, %d failed" % (os.path.basename(sys.argv[0]).split(".")[0], passed, failed))
+    sys.exit(0 if failed == 0 and result.testsRun > 0 else 1)
