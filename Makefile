@@ -5,6 +5,8 @@
 #   make test            unit tests (check) + integration tests (real attnd)
 #   make valgrind        the unit and integration tests under valgrind
 #   make deps            install (as root) or list the Debian packages needed
+#   make docker-test     build the image, run it, probe it, stop it (dockerd)
+#   make deploy-test     validate deploy/ offline and run it with podman
 #   make SANITIZE=address,undefined test
 #
 # Knobs: OPTIMIZATION, SANITIZE, CC, PORT, V=1 for loud compile lines.
@@ -93,9 +95,17 @@ valgrind: deps-check all unit
 deps-check:
 	@sh tests/deps.sh --check
 
+# Container and deployment checks (installs docker.io, podman, prometheus,
+# node packages as needed; see tests/deploy/).
+docker-test: all
+	@sh tests/deploy/docker_test.sh
+
+deploy-test: all
+	@sh tests/deploy/manifests_test.sh
+
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))
