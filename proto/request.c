@@ -1,0 +1,27 @@
+/* request.c - the memory a proto_request owns.
+ *
+ * Every buffer a decoded request needs (input tensors, outputs, the echoed
+ * id) is one entry of req->owned, so that freeing a request, whether its
+ * decode finished or stopped half way, is one loop. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto_impl.h"
+
+void *proto__own(proto_request *req, size_t n) {
+  int cap = (int)(sizeof req->owned / sizeof req->owned[0]);
+  if (req->n_owned >= cap)
+    return NULL; /* more buffers than a v1 request can have: a bug */
+  void *p = calloc(1, n ? n : 1);
+  if (p)
+    req->owned[req->n_owned++] = p;
+  return p;
+}
+
+void proto_request_free(proto_request *req) {
+  if (!req)
+    return;
+  for (int i = 0; i < req->n_owned; i++)
+    free(req->owned[i]);
+  memset(req, 0, sizeof *req);
+}

@@ -1,0 +1,314 @@
+/* tensor.c - one JSON tensor field to a typed, contiguous buffer.
+ *
+ * A tensor arrives either as nested arrays ([[1, 2], [3, 4]]) or flat
+ * ({"shape": [2, 2], "data": [1, 2, 3, 4]}).  Both forms give the same
+ * messages: an element is named by its multi-index, "query: expected a
+ * number at [0][1][2], got true", whichever form it came in. */
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proto_impl.h"
+
+#define ERR(...) (snprintf(err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
+
+void proto__describe(const cJSON *v, char *s, size_t cap) {
+  if (cJSON_IsTrue(v))
+    snprintf(s, cap, "true");
+  else if (cJSON_IsFalse(v))
+    snprintf(s, cap, "false");
+  else if (cJSON_IsNull(v))
+    snprintf(s, cap, "null");
+  else if (cJSON_IsString(v))
+    snprintf(s, cap, "a string");
+  else if (cJSON_IsArray(v))
+    snprintf(s, cap, "an array");
+  else if (cJSON_IsObject(v))
+    snprintf(s, cap, "an object");
+  else if (cJSON_IsNumber(v))
+    snprintf(s, cap, "%g", v->valuedouble);
+  else
+    snprintf(s, cap, "an unknown value");
+}
+
+void proto__quote_name(const char *name, char *s, size_t cap) {
+  size_t i = 0, max = 40;
+  if (cap < 4)
+    max = 0;
+  else if (max > cap - 4)
+    max = cap - 4;
+  for (; name[i] && i < max; i++) {
+    unsigned char c = (unsigned char)name[i];
+    s[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+  }
+  if (name[i] && cap >= 4)
+    memcpy(s + i, "...", 3), i += 3;
+  if (cap)
+    s[i] = '\0';
+}
+
+void proto__shape_str(const int *shape, int rank, char *s, size_t cap) {
+  size_t n = (size_t)snprintf(s, cap, "[");
+  for (int i = 0; i < rank && n < cap; i++)
+    n += (size_t)snprintf(s + n, cap - n, i ? ",%d" : "%d", shape[i]);
+  if (n < cap)
+    snprintf(s + n, cap - n, "]");
+}
+
+static void index_str(const int *idx, int rank, char *s, size_t cap) {
+  size_t n = 0;
+  s[0] = '\0';
+  for (int i = 0; i < rank && n < cap; i++)
+    n += (size_t)snprintf(s + n, cap - n, "[%d]", idx[i]);
+}
+
+/* Multiplies the shape out; returns 0 or -1 when the count overflows. */
+static int shape_count(const proto__tensor *t, size_t *n) {
+  size_t c = 1;
+  for (int i = 0; i < t->rank; i++)
+    if (__builtin_mul_overflow(c, (size_t)t->shape[i], &c))
+      return -1;
+  *n = c;
+  return 0;
+}
+
+static int nested_shape(const cJSON *j, proto__tensor *t, char *err) {
+  const cJSON *node = j;
+  int d = 0;
+  while (cJSON_IsArray(node)) {
+    size_t len = 0;
+    for (const cJSON *c = node->child; c; c = c->next)
+      len++;
+    if (len == 0)
+      return ERR("%s: axis %d is empty", t->name, d);
+    if (len > INT_MAX)
+      return ERR("%s: axis %d is too long", t->name, d);
+    if (d < PROTO__MAX_RANK)
+      t->shape[d] = (int)len;
+    node = node->child;
+    d++;
+  }
+  t->rank = d;
+  t->data = j;
+  if (d > PROTO__MAX_RANK)
+    return 0; /* the caller names the rank it wanted */
+  if (shape_count(t, &t->n))
+    return ERR("%s: too many elements", t->name);
+  return 0;
+}
+
+/* Reads the "shape" array of the flat form. */
+static int flat_dims(const cJSON *shape, proto__tensor *t, char *err) {
+  char what[48];
+  if (!cJSON_IsArray(shape)) {
+    proto__describe(shape, what, sizeof what);
+    return ERR("%s: \"shape\" must be an array of integers, got %s", t->name,
+               what);
+  }
+  int d = 0;
+  for (const cJSON *c = shape->child; c; c = c->next, d++) {
+    if (!cJSON_IsNumber(c) || c->valuedouble != floor(c->valuedouble)) {
+      proto__describe(c, what, sizeof what);
+      return ERR("%s: shape[%d] must be an integer, got %s", t->name, d,
+                 what);
+    }
+    double v = c->valuedouble;
+    if (v < 0)
+      return ERR("%s: shape[%d]=%g is negative", t->name, d, v);
+    if (v == 0)
+      return ERR("%s: axis %d is empty", t->name, d);
+    if (v > INT_MAX)
+      return ERR("%s: shape[%d]=%g is too large", t->name, d, v);
+    if (d < PROTO__MAX_RANK)
+      t->shape[d] = (int)v;
+  }
+  t->rank = d;
+  return 0;
+}
+
+static int flat_shape(const cJSON *j, proto__tensor *t, char *err) {
+  const cJSON *shape = NULL, *data = NULL;
+  char name[48];
+  for (const cJSON *c = j->child; c; c = c->next) {
+    const cJSON **slot = !strcmp(c->string, "shape")  ? &shape
+                         : !strcmp(c->string, "data") ? &data
+                                                      : NULL;
+    proto__quote_name(c->string, name, sizeof name);
+    if (!slot)
+      return ERR("%s: unknown field '%s' (a tensor object has \"shape\" "
+                 "and \"data\")", t->name, name);
+    if (*slot)
+      return ERR("%s: duplicate field '%s'", t->name, name);
+    *slot = c;
+  }
+  if (!shape || !data)
+    return ERR("%s: tensor object needs both \"shape\" and \"data\"",
+               t->name);
+  int rc = flat_dims(shape, t, err);
+  if (rc)
+    return rc;
+  t->flat = 1;
+  t->data = data;
+  if (t->rank > PROTO__MAX_RANK)
+    return 0;
+  if (!cJSON_IsArray(data)) {
+    proto__describe(data, name, sizeof name);
+    return ERR("%s: \"data\" must be an array of numbers, got %s", t->name,
+               name);
+  }
+  if (shape_count(t, &t->n))
+    return ERR("%s: too many elements", t->name);
+  size_t len = 0;
+  for (const cJSON *c = data->child; c; c = c->next)
+    len++;
+  if (len != t->n) {
+    proto__shape_str(t->shape, t->rank, name, sizeof name);
+    return ERR("%s: \"data\" has %zu elements, shape %s needs %zu", t->name,
+               len, name, t->n);
+  }
+  return 0;
+}
+
+int proto__tensor_shape(const cJSON *j, const char *name, proto__tensor *t,
+                        char err[PROTO_ERR_MAX]) {
+  memset(t, 0, sizeof *t);
+  t->name = name;
+  t->json = j;
+  if (cJSON_IsArray(j))
+    return nested_shape(j, t, err);
+  if (cJSON_IsObject(j))
+    return flat_shape(j, t, err);
+  char what[48];
+  proto__describe(j, what, sizeof what);
+  return ERR("%s: expected a tensor (nested arrays or {\"shape\": [..], "
+             "\"data\": [..]}), got %s", name, what);
+}
+
+/* ---- element conversion ------------------------------------------------ */
+
+typedef struct fill_ctx {
+  const proto__tensor *t;
+  int kind;
+  long long hi;
+  const char *what;
+  void *dst;
+  size_t pos;
+  int idx[PROTO__MAX_RANK];
+  char *err;
+} fill_ctx;
+
+static int put_f32(fill_ctx *f, const cJSON *e) {
+  char *err = f->err, at[64], what[48];
+  if (!cJSON_IsNumber(e)) {
+    index_str(f->idx, f->t->rank, at, sizeof at);
+    proto__describe(e, what, sizeof what);
+    return ERR("%s: expected a number at %s, got %s", f->t->name, at, what);
+  }
+  double x = e->valuedouble;
+  if (!(fabs(x) <= FLT_MAX)) {
+    index_str(f->idx, f->t->rank, at, sizeof at);
+    return ERR("%s%s: %g is out of float32 range", f->t->name, at, x);
+  }
+  ((float *)f->dst)[f->pos++] = (float)x;
+  return 0;
+}
+
+static int put_len(fill_ctx *f, const cJSON *e) {
+  char *err = f->err, at[64], what[48];
+  index_str(f->idx, f->t->rank, at, sizeof at);
+  if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble)) {
+    proto__describe(e, what, sizeof what);
+    return ERR("%s: expected an integer at %s, got %s", f->t->name, at, what);
+  }
+  double x = e->valuedouble;
+  if (x < 0)
+    return ERR("%s%s=%g is negative", f->t->name, at, x);
+  if (x > (double)f->hi)
+    return ERR("%s%s=%.17g exceeds %s %lld", f->t->name, at, x, f->what,
+               f->hi);
+  ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
+  return 0;
+}
+
+static int put_bool(fill_ctx *f, const cJSON *e) {
+  uint8_t v;
+  if (cJSON_IsTrue(e) || (cJSON_IsNumber(e) && e->valuedouble == 1)) {
+    v = 1;
+  } else if (cJSON_IsFalse(e) || (cJSON_IsNumber(e) && e->valuedouble == 0)) {
+    v = 0;
+  } else {
+    char *err = f->err, at[64], what[48];
+    index_str(f->idx, f->t->rank, at, sizeof at);
+    proto__describe(e, what, sizeof what);
+    return ERR("%s: expected true, false, 0 or 1 at %s, got %s", f->t->name,
+               at, what);
+  }
+  ((uint8_t *)f->dst)[f->pos++] = v;
+  return 0;
+}
+
+static int put_elem(fill_ctx *f, const cJSON *e) {
+  switch (f->kind) {
+  case PROTO__KIND_F32: return put_f32(f, e);
+  case PROTO__KIND_LEN: return put_len(f, e);
+  default: return put_bool(f, e);
+  }
+}
+
+/* An array at depth d (path f->idx[0..d)) whose length or type is wrong. */
+static int ragged(fill_ctx *f, int d, const cJSON *got) {
+  char *err = f->err, at[64], what[48];
+  index_str(f->idx, d, at, sizeof at);
+  if (!cJSON_IsArray(got)) {
+    proto__describe(got, what, sizeof what);
+    return ERR("%s: ragged array at %s (expected an array of %d, got %s)",
+               f->t->name, at, f->t->shape[d], what);
+  }
+  size_t len = 0;
+  for (const cJSON *c = got->child; c; c = c->next)
+    len++;
+  return ERR("%s: ragged array at %s (length %zu, expected %d)", f->t->name,
+             at, len, f->t->shape[d]);
+}
+
+static int fill_nested(fill_ctx *f, const cJSON *arr, int d) {
+  if (!cJSON_IsArray(arr))
+    return ragged(f, d, arr);
+  int i = 0, last = d == f->t->rank - 1;
+  for (const cJSON *c = arr->child; c; c = c->next, i++) {
+    if (i >= f->t->shape[d])
+      return ragged(f, d, arr);
+    f->idx[d] = i;
+    int rc = last ? put_elem(f, c) : fill_nested(f, c, d + 1);
+    if (rc)
+      return rc;
+  }
+  if (i != f->t->shape[d])
+    return ragged(f, d, arr);
+  return 0;
+}
+
+static int fill_flat(fill_ctx *f) {
+  int r = f->t->rank;
+  memset(f->idx, 0, sizeof f->idx);
+  for (const cJSON *c = f->t->data->child; c; c = c->next) {
+    int rc = put_elem(f, c);
+    if (rc)
+      return rc;
+    for (int d = r - 1; d >= 0; d--) { /* odometer over the multi-index */
+      if (++f->idx[d] < f->t->shape[d])
+        break;
+      f->idx[d] = 0;
+    }
+  }
+  return 0;
+}
+
+int proto__tensor_fill(const proto__tensor *t, int kind, long long hi,
+                       const char *what, void *dst, char err[PROTO_ERR_MAX]) {
+  fill_ctx f = {.t = t, .kind = kind, .hi = hi, .what = what, .dst = dst,
+                .err = err};
+  return t->flat ? fill_flat(&f) : fill_nested(&f, t->data, 0);
+}
