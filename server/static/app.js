@@ -1,0 +1,769 @@
+/* attnd playground: builds a POST /v1/attention request, sends it to the
+ * server that served this page, and draws the returned attention weights.
+ * Plain browser JavaScript, no dependencies.
+ *
+ * For automated checks the last drawing is exposed as
+ * window.attndLastRender (see publishRender below) and as data-* attributes
+ * on the heatmap canvas; window.attndLastResponse holds the parsed response.
+ */
+'use strict';
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+
+  // ---------------------------------------------------------------- random
+
+  // mulberry32: a small seeded 32-bit generator, same sequence everywhere.
+  function mulberry32(seed) {
+    let a = seed >>> 0;
+    return function () {
+      a = (a + 0x6d2b79f5) >>> 0;
+      let t = a;
+      t = Math.imul(t ^ (t >>> 15), t | 1);
+      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+  }
+
+  // Standard normal values by the Box-Muller transform.
+  function gaussianSource(seed) {
+    const u = mulberry32(seed);
+    let spare = null;
+    return function () {
+      if (spare !== null) { const s = spare; spare = null; return s; }
+      let u1 = 0;
+      while (u1 === 0) u1 = u();
+      const r = Math.sqrt(-2 * Math.log(u1));
+      const th = 2 * Math.PI * u();
+      spare = r * Math.sin(th);
+      return r * Math.cos(th);
+    };
+  }
+
+  function randomNested(next, shape) {
+    if (shape.length === 0) return Math.round(next() * 1e4) / 1e4;
+    const out = new Array(shape[0]);
+    for (let i = 0; i < shape[0]; i++) out[i] = randomNested(next, shape.slice(1));
+    return out;
+  }
+
+  // ---------------------------------------------------------------- tensors
+
+  // A tensor in either wire form (nested arrays or {"shape","data"}) as
+  // {shape, data} with data flat and row-major.  Throws on ragged input.
+  function toFlat(x, name) {
+    if (x && typeof x === 'object' && !Array.isArray(x)) {
+      if (!Array.isArray(x.shape) || !Array.isArray(x.data)) {
+        throw new Error(name + ': expected nested arrays or {"shape", "data"}');
+      }
+      return { shape: x.shape.slice(), data: x.data };
+    }
+    const shape = [];
+    let probe = x;
+    while (Array.isArray(probe)) { shape.push(probe.length); probe = probe[0]; }
+    const data = [];
+    (function walk(v, depth, path) {
+      if (depth === shape.length) {
+        if (Array.isArray(v)) throw new Error(name + ': ragged array at ' + path);
+        data.push(v);
+        return;
+      }
+      if (!Array.isArray(v) || v.length !== shape[depth]) {
+        throw new Error(name + ': ragged array at ' + path);
+      }
+      for (let i = 0; i < v.length; i++) walk(v[i], depth + 1, path + '[' + i + ']');
+    })(x, 0, '');
+    return { shape, data };
+  }
+
+  function shapeText(shape) { return '(' + shape.join(', ') + ')'; }
+
+  // JSON with one innermost row per line: readable and still valid JSON.
+  function formatNested(x) {
+    if (!Array.isArray(x)) return JSON.stringify(x);
+    if (x.length === 0 || !Array.isArray(x[0])) return '[' + x.map((v) => JSON.stringify(v)).join(', ') + ']';
+    return '[' + x.map(formatNested).join(',\n ') + ']';
+  }
+
+  function fmt(v) {
+    if (typeof v !== 'number') return String(v);
+    if (v === 0) return '0';
+    if (!Number.isFinite(v)) return String(v);
+    const a = Math.abs(v);
+    if (a >= 1e4 || a < 1e-3) return v.toExponential(2);
+    return String(Number(v.toPrecision(4)));
+  }
+
+  // ---------------------------------------------------------------- colours
+
+  // viridis, 9 stops: dark blue-violet (small) to yellow (large).  No stop
+  // is close to the empty-cell background, so a tiny but non-zero weight
+  // stays distinguishable from an exact zero.
+  const VIRIDIS = [
+    [68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
+    [39, 173, 129], [92, 200, 99], [170, 220, 50], [253, 231, 37],
+  ];
+  function colour(t) {
+    if (!(t > 0)) t = 0;
+    if (t > 1) t = 1;
+    const x = t * (VIRIDIS.length - 1);
+    const k = Math.min(Math.floor(x), VIRIDIS.length - 2);
+    const f = x - k;
+    const a = VIRIDIS[k], b = VIRIDIS[k + 1];
+    return [0, 1, 2].map((c) => Math.round(a[c] + (b[c] - a[c]) * f));
+  }
+  const EMPTY_BG = [246, 247, 249];   // grid area: cells with weight exactly 0
+  const CANVAS_BG = [255, 255, 255];  // margins
+  const rgb = (c) => 'rgb(' + c[0] + ',' + c[1] + ',' + c[2] + ')';
+
+  // ---------------------------------------------------------------- state
+
+  const state = {
+    response: null,   // parsed JSON of the last successful response
+    weights: null,    // {B, H, Lq, Lk, data}
+    output: null,     // {B, H, Lq, Dv, data}
+    diag: null,       // {name: {data}} per diagnostics field, or null
+    geom: null,       // heatmap geometry of the last drawing
+    focus: null,      // [i, j] cell chosen with the keyboard
+    runs: 0,
+  };
+
+  // Views a (B, [H,] L, X) tensor as 4-D.
+  function as4d(t, what) {
+    const s = t.shape;
+    if (s.length === 4) return { B: s[0], H: s[1], L: s[2], X: s[3], data: t.data };
+    if (s.length === 3) return { B: s[0], H: 1, L: s[1], X: s[2], data: t.data };
+    if (s.length === 2) return { B: 1, H: 1, L: s[0], X: s[1], data: t.data };
+    throw new Error(what + ': unexpected shape ' + shapeText(s));
+  }
+
+  // ---------------------------------------------------------------- request
+
+  function readJson(id, label, optional) {
+    const text = $(id).value.trim();
+    if (text === '') {
+      if (optional) return undefined;
+      throw new Error(label + ': empty (paste JSON or press "Generate random")');
+    }
+    try {
+      return JSON.parse(text);
+    } catch (e) {
+      throw new Error(label + ': not valid JSON (' + e.message + ')');
+    }
+  }
+
+  function readValidLens() {
+    const text = $('valid_lens').value.trim();
+    if (text === '') return undefined;
+    if (text[0] === '[' || text[0] === '{') {
+      try { return JSON.parse(text); } catch (e) {
+        throw new Error('valid_lens: not valid JSON (' + e.message + ')');
+      }
+    }
+    return text.split(/[\s,]+/).filter((s) => s !== '').map((s) => {
+      const n = Number(s);
+      if (!Number.isFinite(n)) throw new Error('valid_lens: "' + s + '" is not a number');
+      return n;
+    });
+  }
+
+  function readWindowSide(id) {
+    const text = $(id).value.trim();
+    if (text === '') return null;
+    const n = Number(text);
+    if (!Number.isFinite(n)) throw new Error('window ' + id.replace('window_', '') + ': "' + text + '" is not a number');
+    return n;
+  }
+
+  // The request body exactly as design.md names the fields.
+  function buildRequest() {
+    const req = {
+      query: readJson('query', 'query'),
+      key: readJson('key', 'key'),
+      value: readJson('value', 'value'),
+    };
+    const vl = readValidLens();
+    if (vl !== undefined) req.valid_lens = vl;
+    const causal = $('causal').value;
+    if (causal === 'upper_left') req.causal = true;
+    else if (causal === 'lower_right') req.causal = 'lower_right';
+    const left = readWindowSide('window_left');
+    const right = readWindowSide('window_right');
+    if (left !== null || right !== null) req.window = [left, right];
+    const scaleText = $('scale').value.trim();
+    if (scaleText !== '') {
+      const s = Number(scaleText);
+      if (!Number.isFinite(s)) throw new Error('scale: "' + scaleText + '" is not a number');
+      req.scale = s;
+    }
+    const mask = readJson('mask', 'mask', true);
+    if (mask !== undefined) req.mask = mask;
+    req.return_weights = true;
+    if ($('diagnostics').checked) req.diagnostics = true;
+    req.id = 'playground-' + (state.runs + 1);
+    return req;
+  }
+
+  // ---------------------------------------------------------------- ui bits
+
+  function showError(msg) {
+    const box = $('error');
+    box.textContent = msg;
+    box.hidden = false;
+  }
+  function clearError() {
+    const box = $('error');
+    box.textContent = '';
+    box.hidden = true;
+  }
+  function setStatus(msg) { $('status').textContent = msg; }
+
+  function intField(id, lo, hi) {
+    const v = Number($(id).value);
+    if (!Number.isInteger(v) || v < lo || v > hi) {
+      throw new Error(id + ': must be an integer in [' + lo + ', ' + hi + ']');
+    }
+    return v;
+  }
+
+  function updateShapeLabels() {
+    for (const id of ['query', 'key', 'value']) {
+      const el = $(id + '-shape');
+      const text = $(id).value.trim();
+      if (text === '') { el.textContent = ''; continue; }
+      try {
+        el.textContent = shapeText(toFlat(JSON.parse(text), id).shape);
+      } catch (e) {
+        el.textContent = '(not valid yet)';
+      }
+    }
+  }
+
+  function generate() {
+    const B = intField('B', 1, 64), H = intField('H', 1, 64);
+    const Lq = intField('Lq', 1, 4096), Lk = intField('Lk', 1, 4096);
+    const D = intField('D', 1, 4096), Dv = intField('Dv', 1, 4096);
+    const seed = Number($('seed').value) || 0;
+    const next = gaussianSource(seed);
+    const lead = H > 1 ? [B, H] : [B];
+    $('query').value = formatNested(randomNested(next, lead.concat([Lq, D])));
+    $('key').value = formatNested(randomNested(next, lead.concat([Lk, D])));
+    $('value').value = formatNested(randomNested(next, lead.concat([Lk, Dv])));
+    updateShapeLabels();
+  }
+
+  // ---------------------------------------------------------------- presets
+
+  function setShape(B, H, Lq, Lk, D, Dv) {
+    $('B').value = B; $('H').value = H; $('Lq').value = Lq;
+    $('Lk').value = Lk; $('D').value = D; $('Dv').value = Dv;
+  }
+  function setMasking(o) {
+    $('valid_lens').value = o.valid_lens || '';
+    $('causal').value = o.causal || 'off';
+    $('window_left').value = o.left === undefined ? '' : o.left;
+    $('window_right').value = o.right === undefined ? '' : o.right;
+    $('scale').value = o.scale === undefined ? '' : o.scale;
+    $('mask').value = o.mask || '';
+    $('diagnostics').checked = !!o.diagnostics;
+  }
+
+  const PRESETS = {
+    d2l() {
+      setShape(1, 1, 2, 3, 2, 2);
+      setMasking({});
+      $('query').value = formatNested([[[1, 0], [0, 2]]]);
+      $('key').value = formatNested([[[1, 1], [2, 0], [0, 3]]]);
+      $('value').value = formatNested([[[1, 0], [0, 1], [1, 1]]]);
+      updateShapeLabels();
+    },
+    causal8() { setShape(1, 1, 8, 8, 16, 8); setMasking({ causal: 'upper_left' }); generate(); },
+    padding() { setShape(2, 1, 4, 6, 8, 4); setMasking({ valid_lens: '3, 5' }); generate(); },
+    perquery() { setShape(2, 1, 2, 4, 8, 4); setMasking({ valid_lens: '[[1, 3], [2, 4]]' }); generate(); },
+    kvcache() { setShape(1, 1, 3, 8, 8, 4); setMasking({ causal: 'lower_right' }); generate(); },
+    window() { setShape(1, 1, 12, 12, 8, 4); setMasking({ causal: 'upper_left', left: 3 }); generate(); },
+    mask() {
+      setShape(1, 1, 4, 6, 8, 4);
+      setMasking({
+        diagnostics: true,
+        mask: formatNested([
+          [true, true, false, true, false, true],
+          [false, true, true, true, true, false],
+          [false, false, false, false, false, false],
+          [true, false, false, false, false, true],
+        ]),
+      });
+      generate();
+    },
+    heads() { setShape(2, 4, 6, 6, 8, 4); setMasking({ causal: 'upper_left' }); generate(); },
+    saturation() { setShape(1, 1, 4, 64, 256, 4); setMasking({ scale: '1', diagnostics: true }); generate(); },
+  };
+
+  // ---------------------------------------------------------------- heatmap
+
+  function selected() {
+    return { b: Number($('sel-batch').value) || 0, h: Number($('sel-head').value) || 0 };
+  }
+
+  function fillSelect(sel, n) {
+    const keep = Number(sel.value) || 0;
+    sel.textContent = '';
+    for (let i = 0; i < n; i++) {
+      const o = document.createElement('option');
+      o.value = String(i);
+      o.textContent = String(i);
+      sel.appendChild(o);
+    }
+    sel.value = String(keep < n ? keep : 0);
+    sel.disabled = n <= 1;
+  }
+
+  function sliceOffset(t, b, h, rowLen) { return ((b * t.H) + h) * t.L * rowLen; }
+
+  function drawHeatmap() {
+    const canvas = $('heatmap');
+    const w = state.weights;
+    if (!w) return;
+    const { b, h } = selected();
+    const Lq = w.L, Lk = w.X;
+    const off = sliceOffset(w, b, h, Lk);
+
+    let max = 0;
+    for (let k = 0; k < Lq * Lk; k++) if (w.data[off + k] > max) max = w.data[off + k];
+    const scaleMax = max > 0 ? max : 1;
+
+    // Geometry: margins for the tick labels and axis titles.
+    const ctx0 = canvas.getContext('2d');
+    ctx0.font = '12px system-ui, sans-serif';
+    const labelW = Math.ceil(ctx0.measureText(String(Lq - 1)).width);
+    const left = 22 + labelW + 6, top = 6, right = 6, bottom = 36;
+    const avail = Math.max(60, $('heatmap-wrap').clientWidth - left - right);
+    const maxH = Math.max(160, Math.min(560, window.innerHeight * 0.7));
+    let cell = Math.min(avail / Lk, maxH / Lq, 44);
+    if (cell >= 2) cell = Math.floor(cell);
+    const gap = cell >= 10 ? 1 : 0;
+    const cssW = Math.ceil(left + Lk * cell + right);
+    const cssH = Math.ceil(top + Lq * cell + bottom);
+    const dpr = window.devicePixelRatio || 1;
+    canvas.style.width = cssW + 'px';
+    canvas.style.height = cssH + 'px';
+    canvas.width = Math.round(cssW * dpr);
+    canvas.height = Math.round(cssH * dpr);
+
+    const ctx = canvas.getContext('2d');
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.fillStyle = rgb(CANVAS_BG);
+    ctx.fillRect(0, 0, cssW, cssH);
+    ctx.fillStyle = rgb(EMPTY_BG);
+    ctx.fillRect(left, top, Lk * cell, Lq * cell);
+
+    const drawn = new Uint8Array(Lq * Lk);
+    const drawnCells = [];
+    const rows = [];
+    for (let i = 0; i < Lq; i++) {
+      const row = new Array(Lk);
+      for (let j = 0; j < Lk; j++) {
+        const v = w.data[off + i * Lk + j];
+        row[j] = v;
+        if (v === 0) continue;          // exactly 0: masked, left blank
+        ctx.fillStyle = rgb(colour(v / scaleMax));
+        ctx.fillRect(left + j * cell, top + i * cell, cell - gap, cell - gap);
+        drawn[i * Lk + j] = 1;
+        drawnCells.push([i, j]);
+      }
+      rows.push(row);
+    }
+
+    // Frame, tick labels and axis titles.
+    ctx.strokeStyle = '#c9ced6';
+    ctx.lineWidth = 1;
+    ctx.strokeRect(left - 0.5, top - 0.5, Lk * cell + 1 - gap, Lq * cell + 1 - gap);
+    ctx.fillStyle = '#3b4350';
+    ctx.font = '12px system-ui, sans-serif';
+    const rowStep = Math.max(1, Math.ceil(14 / cell));
+    ctx.textAlign = 'right';
+    ctx.textBaseline = 'middle';
+    for (let i = 0; i < Lq; i += rowStep) {
+      ctx.fillText(String(i), left - 5, top + (i + 0.5) * cell);
+    }
+    const colStep = Math.max(1, Math.ceil((ctx.measureText(String(Lk - 1)).width + 8) / cell));
+    ctx.textAlign = 'center';
+    ctx.textBaseline = 'top';
+    for (let j = 0; j < Lk; j += colStep) {
+      ctx.fillText(String(j), left + (j + 0.5) * cell, top + Lq * cell + 3);
+    }
+    ctx.font = '600 12px system-ui, sans-serif';
+    ctx.fillText('keys j', left + (Lk * cell) / 2, top + Lq * cell + 19);
+    ctx.save();
+    ctx.translate(10, top + (Lq * cell) / 2);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textBaseline = 'middle';
+    ctx.fillText('queries i', 0, 0);
+    ctx.restore();
+
+    state.geom = { left, top, cell, gap, dpr, Lq, Lk, off, max };
+    drawLegend(max);
+    placeFocus();
+    publishRender(b, h, rows, drawn, drawnCells, max);
+    canvas.setAttribute('aria-label', 'Attention weights of batch item ' + b + ', head ' + h +
+      ': ' + Lq + ' queries by ' + Lk + ' keys, ' + drawnCells.length + ' non-zero cells, max ' + fmt(max));
+  }
+
+  // What the page drew, for tests and for anyone curious in the console.
+  function publishRender(b, h, rows, drawn, drawnCells, max) {
+    const g = state.geom;
+    const canvas = $('heatmap');
+    window.attndLastRender = {
+      run: state.runs,
+      batch: b,
+      head: h,
+      Lq: g.Lq,
+      Lk: g.Lk,
+      max,
+      weights: rows,                 // [Lq][Lk] of this (batch, head)
+      drawnCells,                    // [[i, j], ...] cells filled with a colour
+      isDrawn: (i, j) => drawn[i * g.Lk + j] === 1,
+      // Cell (i, j) covers CSS pixels [left + j*cell, +cell) x [top + i*cell, +cell)
+      // of the canvas; the canvas backing store is dpr times larger.
+      geometry: { left: g.left, top: g.top, cell: g.cell, gap: g.gap, dpr: g.dpr },
+      emptyColour: EMPTY_BG.slice(),
+      colourOf: (v) => colour(v / (max > 0 ? max : 1)),
+    };
+    canvas.dataset.run = String(state.runs);
+    canvas.dataset.batch = String(b);
+    canvas.dataset.head = String(h);
+    canvas.dataset.lq = String(g.Lq);
+    canvas.dataset.lk = String(g.Lk);
+    canvas.dataset.drawnCount = String(drawnCells.length);
+  }
+
+  function drawLegend(max) {
+    const c = $('legend');
+    const ctx = c.getContext('2d');
+    for (let x = 0; x < c.width; x++) {
+      ctx.fillStyle = rgb(colour(x / (c.width - 1)));
+      ctx.fillRect(x, 0, 1, c.height);
+    }
+    $('legend-min').textContent = '0';
+    $('legend-max').textContent = fmt(max);
+  }
+
+  function cellAt(clientX, clientY) {
+    const g = state.geom;
+    if (!g) return null;
+    const r = $('heatmap').getBoundingClientRect();
+    const x = clientX - r.left - g.left, y = clientY - r.top - g.top;
+    if (x < 0 || y < 0) return null;
+    const i = Math.floor(y / g.cell), j = Math.floor(x / g.cell);
+    if (i >= g.Lq || j >= g.Lk) return null;
+    return [i, j];
+  }
+
+  function showTooltip(i, j) {
+    const g = state.geom;
+    const v = state.weights.data[g.off + i * g.Lk + j];
+    const tip = $('tooltip');
+    tip.textContent = '(i, j) = (' + i + ', ' + j + ')  weight ' + (v === 0 ? '0 (blank)' : fmt(v));
+    tip.dataset.i = String(i);
+    tip.dataset.j = String(j);
+    tip.dataset.weight = String(v);
+    tip.hidden = false;
+    const wrap = $('heatmap-wrap');
+    const canvas = $('heatmap');
+    let x = canvas.offsetLeft + g.left + (j + 1) * g.cell + 6;
+    let y = canvas.offsetTop + g.top + i * g.cell - 4;
+    const tw = tip.offsetWidth;
+    if (x + tw > wrap.clientWidth + wrap.scrollLeft) x = canvas.offsetLeft + g.left + j * g.cell - tw - 6;
+    if (x < wrap.scrollLeft) x = wrap.scrollLeft + 2;
+    if (y < 0) y = 0;
+    tip.style.left = x + 'px';
+    tip.style.top = y + 'px';
+  }
+  function hideTooltip() { $('tooltip').hidden = true; }
+
+  function placeFocus() {
+    const hl = $('cell-focus');
+    const g = state.geom;
+    if (!state.focus || !g || state.focus[0] >= g.Lq || state.focus[1] >= g.Lk) {
+      hl.hidden = true;
+      return;
+    }
+    const [i, j] = state.focus;
+    const canvas = $('heatmap');
+    hl.style.left = (canvas.offsetLeft + g.left + j * g.cell - 2) + 'px';
+    hl.style.top = (canvas.offsetTop + g.top + i * g.cell - 2) + 'px';
+    hl.style.width = (g.cell + 3 - g.gap) + 'px';
+    hl.style.height = (g.cell + 3 - g.gap) + 'px';
+    hl.hidden = false;
+    showTooltip(i, j);
+  }
+
+  // ---------------------------------------------------------------- tables
+
+  function table(headers, rows, caption) {
+    const t = document.createElement('table');
+    if (caption) {
+      const c = document.createElement('caption');
+      c.textContent = caption;
+      t.appendChild(c);
+    }
+    const thead = document.createElement('thead');
+    const tr = document.createElement('tr');
+    for (const h of headers) {
+      const th = document.createElement('th');
+      th.scope = 'col';
+      th.textContent = h;
+      tr.appendChild(th);
+    }
+    thead.appendChild(tr);
+    t.appendChild(thead);
+    const tbody = document.createElement('tbody');
+    for (const row of rows) {
+      const r = document.createElement('tr');
+      row.forEach((cell, k) => {
+        const td = document.createElement(k === 0 ? 'th' : 'td');
+        if (k === 0) td.scope = 'row';
+        if (cell && typeof cell === 'object') {
+          td.textContent = cell.text;
+          if (cell.style) td.setAttribute('style', cell.style);
+        } else {
+          td.textContent = cell;
+        }
+        r.appendChild(td);
+      });
+      tbody.appendChild(r);
+    }
+    t.appendChild(tbody);
+    return t;
+  }
+
+  const MAX_ROWS = 128, MAX_COLS = 24;
+
+  function drawOutput() {
+    const wrap = $('output-wrap');
+    wrap.textContent = '';
+    const o = state.output;
+    if (!o) return;
+    const { b, h } = selected();
+    const off = sliceOffset(o, b, h, o.X);
+    const rows = Math.min(o.L, MAX_ROWS), cols = Math.min(o.X, MAX_COLS);
+    let maxAbs = 0;
+    for (let k = 0; k < o.L * o.X; k++) maxAbs = Math.max(maxAbs, Math.abs(o.data[off + k]));
+    const headers = ['i \\ v'];
+    for (let c = 0; c < cols; c++) headers.push(String(c));
+    const body = [];
+    for (let i = 0; i < rows; i++) {
+      const r = [String(i)];
+      for (let c = 0; c < cols; c++) {
+        const v = o.data[off + i * o.X + c];
+        const a = maxAbs > 0 ? (0.45 * Math.abs(v)) / maxAbs : 0;
+        const tint = v >= 0 ? 'rgba(33,144,141,' + a.toFixed(3) + ')' : 'rgba(214,96,77,' + a.toFixed(3) + ')';
+        r.push({ text: fmt(v), style: 'background:' + tint });
+      }
+      body.push(r);
+    }
+    let caption = 'output[' + b + (o.H > 1 || state.weights && state.weights.H > 1 ? ', ' + h : '') +
+      '] — ' + o.L + ' queries x ' + o.X + ' value dims';
+    if (rows < o.L || cols < o.X) caption += ' (first ' + rows + ' x ' + cols + ' shown)';
+    wrap.appendChild(table(headers, body, caption));
+  }
+
+  const DIAG_FIELDS = [
+    ['allowed_keys', 'allowed keys'],
+    ['entropy', 'entropy (nats)'],
+    ['max_weight', 'max weight'],
+    ['jacobian_norm', 'Jacobian norm'],
+  ];
+
+  function drawDiagnostics() {
+    const sec = $('diag-section');
+    const wrap = $('diag-wrap');
+    wrap.textContent = '';
+    const d = state.diag;
+    if (!d) { sec.hidden = true; return; }
+    const { b, h } = selected();
+    const names = DIAG_FIELDS.filter(([f]) => d[f]);
+    const any = d[names[0][0]];
+    const n = Math.min(any.L * any.X, MAX_ROWS * 4);
+    const body = [];
+    for (let i = 0; i < n; i++) {
+      const r = [String(i)];
+      for (const [f] of names) {
+        const t = d[f];
+        r.push(fmt(t.data[((b * t.H) + h) * t.L * t.X + i]));
+      }
+      body.push(r);
+    }
+    wrap.appendChild(table(['query i'].concat(names.map(([, label]) => label)), body,
+      'per query row of batch item ' + b + ', head ' + h));
+    sec.hidden = false;
+  }
+
+  // Diagnostics fields are shaped like the output without its last axis:
+  // (B, [H,] Lq).  View each as (B, H, 1, Lq) through as4d's rank rules.
+  function readDiagnostics(resp, qrank) {
+    const src = resp.diagnostics;
+    if (!src || typeof src !== 'object') return null;
+    const out = {};
+    let found = false;
+    for (const [f] of DIAG_FIELDS) {
+      if (src[f] === undefined) continue;
+      const t = toFlat(src[f], 'diagnostics.' + f);
+      const s = t.shape;
+      if (qrank === 4 && s.length === 3) out[f] = { B: s[0], H: s[1], L: 1, X: s[2], data: t.data };
+      else if (s.length === 2) out[f] = { B: s[0], H: 1, L: 1, X: s[1], data: t.data };
+      else if (s.length === 1) out[f] = { B: 1, H: 1, L: 1, X: s[0], data: t.data };
+      else throw new Error('diagnostics.' + f + ': unexpected shape ' + shapeText(s));
+      found = true;
+    }
+    return found ? out : null;
+  }
+
+  function redraw() {
+    hideTooltip();
+    drawHeatmap();
+    drawOutput();
+    drawDiagnostics();
+  }
+
+  // ---------------------------------------------------------------- run
+
+  async function run() {
+    clearError();
+    let req;
+    try {
+      req = buildRequest();
+    } catch (e) {
+      showError('Not sent: ' + e.message);
+      setStatus('');
+      return;
+    }
+    const body = JSON.stringify(req);
+    $('request-json').textContent = body.length > 20000 ? body.slice(0, 20000) + ' …' : body;
+    const btn = $('run');
+    btn.disabled = true;
+    setStatus('running…');
+    const t0 = performance.now();
+    let res, text;
+    try {
+      const headers = { 'Content-Type': 'application/json' };
+      const token = $('token').value.trim();
+      if (token) headers.Authorization = 'Bearer ' + token;
+      res = await fetch('/v1/attention', { method: 'POST', headers, body });
+      text = await res.text();
+    } catch (e) {
+      btn.disabled = false;
+      setStatus('');
+      showError('Request failed: ' + e.message + ' (is attnd running?)');
+      return;
+    }
+    btn.disabled = false;
+    const ms = performance.now() - t0;
+    $('response-json').textContent = text.length > 20000 ? text.slice(0, 20000) + ' …' : text;
+    let json = null;
+    try { json = JSON.parse(text); } catch (e) { /* shown below */ }
+    if (!res.ok) {
+      setStatus('');
+      const msg = json && typeof json.error === 'string' ? json.error : text.slice(0, 500);
+      showError('HTTP ' + res.status + (res.statusText ? ' ' + res.statusText : '') + ': ' + msg);
+      return;
+    }
+    if (!json) {
+      showError('HTTP ' + res.status + ' but the body is not JSON: ' + text.slice(0, 200));
+      setStatus('');
+      return;
+    }
+    try {
+      if (json.weights === undefined) throw new Error('the response has no "weights"');
+      const q = toFlat(req.query, 'query');
+      const wt = as4d(toFlat(json.weights, 'weights'), 'weights');
+      const ot = as4d(toFlat(json.output, 'output'), 'output');
+      state.response = json;
+      state.weights = wt;
+      state.output = ot;
+      state.diag = readDiagnostics(json, q.shape.length);
+    } catch (e) {
+      showError('Unexpected response: ' + e.message);
+      setStatus('');
+      return;
+    }
+    state.runs += 1;
+    window.attndLastResponse = json;
+    fillSelect($('sel-batch'), state.weights.B);
+    fillSelect($('sel-head'), state.weights.H);
+    $('shape-info').textContent = 'weights ' + shapeText(toFlat(json.weights, 'weights').shape);
+    const diagNote = req.diagnostics && !state.diag ? ' (no diagnostics in the response)' : '';
+    setStatus('HTTP ' + res.status + ' in ' + ms.toFixed(0) + ' ms' + diagNote);
+    redraw();
+  }
+
+  // ---------------------------------------------------------------- wiring
+
+  function init() {
+    const focusBox = document.createElement('div');
+    focusBox.id = 'cell-focus';
+    focusBox.className = 'cell-focus';
+    focusBox.hidden = true;
+    $('heatmap-wrap').appendChild(focusBox);
+
+    $('form').addEventListener('submit', (ev) => { ev.preventDefault(); run(); });
+    $('generate').addEventListener('click', () => {
+      clearError();
+      try { generate(); } catch (e) { showError(e.message); }
+    });
+    $('preset').addEventListener('change', () => {
+      const p = PRESETS[$('preset').value];
+      if (!p) return;
+      clearError();
+      p();
+      run();
+    });
+    for (const id of ['query', 'key', 'value']) $(id).addEventListener('change', updateShapeLabels);
+    $('sel-batch').addEventListener('change', redraw);
+    $('sel-head').addEventListener('change', redraw);
+
+    const canvas = $('heatmap');
+    canvas.addEventListener('pointermove', (ev) => {
+      const c = cellAt(ev.clientX, ev.clientY);
+      if (c) showTooltip(c[0], c[1]); else hideTooltip();
+    });
+    canvas.addEventListener('pointerdown', (ev) => {
+      const c = cellAt(ev.clientX, ev.clientY);
+      if (c) showTooltip(c[0], c[1]);
+    });
+    canvas.addEventListener('pointerleave', () => { if (!state.focus) hideTooltip(); else placeFocus(); });
+    canvas.addEventListener('keydown', (ev) => {
+      const g = state.geom;
+      if (!g) return;
+      const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+      const m = moves[ev.key];
+      if (!m) {
+        if (ev.key === 'Escape') { state.focus = null; placeFocus(); hideTooltip(); }
+        return;
+      }
+      ev.preventDefault();
+      const f = state.focus || [0, 0];
+      const i = Math.min(g.Lq - 1, Math.max(0, f[0] + (state.focus ? m[0] : 0)));
+      const j = Math.min(g.Lk - 1, Math.max(0, f[1] + (state.focus ? m[1] : 0)));
+      state.focus = [i, j];
+      placeFocus();
+    });
+    canvas.addEventListener('blur', () => { state.focus = null; placeFocus(); hideTooltip(); });
+
+    let pending = 0;
+    window.addEventListener('resize', () => {
+      clearTimeout(pending);
+      pending = setTimeout(() => { if (state.weights) { hideTooltip(); drawHeatmap(); } }, 120);
+    });
+
+    // Start with something on screen: the causal example the docs talk about.
+    setShape(1, 1, 6, 6, 8, 4);
+    setMasking({ causal: 'upper_left' });
+    generate();
+    drawLegend(1);
+    $('legend-max').textContent = 'max';
+  }
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', init);
+  else init();
+})();
