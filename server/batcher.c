@@ -1,0 +1,545 @@
+/* batcher.c - shape-keyed queues on a libuv loop thread (see batcher.h).
+ *
+ * DESIGN
+ *
+ * Threads and what they own:
+ * - Producers (MHD threads) call batcher_reserve/batcher_submit.  They
+ *   touch only the fields under b->mu, then call uv_async_send.
+ * - The loop thread (uv_run on b->loop) owns the per-key queues, the
+ *   round-robin cursor, the batch slots and the idle-worker count.  It is
+ *   the only thread that calls libuv functions other than uv_async_send.
+ * - Workers (pool.c) run one batch at a time, complete its jobs (calling
+ *   job->done), then hand the batch slot back on b->done_batches under
+ *   b->mu and uv_async_send.
+ *
+ * Queues:
+ * - b->in_head/in_tail: submitted jobs not yet seen by the loop (b->mu).
+ * - b->done_batches: batch slots workers have finished (b->mu).
+ * - b->queues[]: one FIFO per shape key (loop thread only).  An empty
+ *   queue is removed, so the array holds only keys with waiting work.
+ *
+ * The async callback drains both b->mu lists in one step (uv_async_send
+ * coalesces), re-queues, then dispatches while a worker is idle: there
+ * are exactly `workers` batch slots, so a batch leaves as soon as a
+ * worker is free and batches grow while all workers are busy.
+ *
+ * Locks: b->mu is a leaf lock; nothing is called with it held (no
+ * uv_async_send, no done()).  pool.c's lock is never held with it.
+ *
+ * Accounting (b->mu): `queued` counts reserved jobs that no worker has
+ * taken (admission against max_queue), `outstanding` counts reserved jobs
+ * whose done() has not returned, `bytes` sums their costs.
+ */
+#include "batcher.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "clock.h"
+#include "log.h"
+#include "pool.h"
+
+/* One in-flight batch; exactly cfg.workers of them exist. */
+struct batcher_batch {
+  struct pool_item item;    /* first: the pool hands us this pointer */
+  struct batcher *b;
+  struct batcher_job *jobs; /* linked through job->next */
+  int n;
+  struct batcher_batch *next;
+};
+
+struct batcher_queue {
+  struct batcher_key key;
+  struct batcher_job *head, *tail;
+  int n;
+};
+
+struct batcher {
+  struct batcher_config cfg;
+  struct metrics *m;
+  struct pool *pool;
+
+  uv_loop_t loop;
+  uv_async_t async;
+  uv_timer_t timer;
+  uv_thread_t thread;
+
+  pthread_mutex_t mu;       /* guards the fields up to the next comment */
+  struct batcher_job *in_head, *in_tail;
+  struct batcher_batch *done_batches;
+  size_t queued, outstanding, bytes;
+  int closed, aborting, stopping;
+
+  /* Loop thread only. */
+  struct batcher_queue *queues;
+  size_t nq, capq, rr;
+  struct batcher_batch *slots, *free_slots;
+  int idle;
+};
+
+/* ---- keys and queues (loop thread) ---------------------------------- */
+
+static void batcher_key_of(const proto_request *r, struct batcher_key *k) {
+  const attn_problem *p = &r->prob;
+  int i = 0, j;
+  memset(k, 0, sizeof *k);
+  k->dims[i++] = p->scoring;
+  k->dims[i++] = p->B;
+  k->dims[i++] = p->H;
+  k->dims[i++] = p->Hkv;
+  k->dims[i++] = p->Lq;
+  k->dims[i++] = p->Lk;
+  k->dims[i++] = p->D;
+  k->dims[i++] = p->Dk;
+  k->dims[i++] = p->Dv;
+  k->dims[i++] = p->Hd;
+  k->dims[i++] = p->causal;
+  k->dims[i++] = p->valid_lens ? 1 + p->valid_lens_per_query : 0;
+  k->dims[i++] = p->has_window;
+  k->dims[i++] = p->mask != NULL;
+  k->dims[i++] = p->bias != NULL;
+  k->dims[i++] = r->return_weights;
+  k->dims[i++] = p->dropout_p > 0;
+  for (j = 0; j < 4; j++) {
+    k->strides[j] = p->mask ? p->mask_stride[j] : 0;
+    k->strides[4 + j] = p->bias ? p->bias_stride[j] : 0;
+  }
+}
+
+/* Returns the queue for key, creating it; NULL when out of memory. */
+static struct batcher_queue *batcher_queue_for(struct batcher *b,
+                                               const struct batcher_key *k) {
+  size_t i;
+  for (i = 0; i < b->nq; i++)
+    if (memcmp(&b->queues[i].key, k, sizeof *k) == 0)
+      return &b->queues[i];
+  if (b->nq == b->capq) {
+    size_t cap = b->capq ? b->capq * 2 : 8;
+    struct batcher_queue *nqs = realloc(b->queues, cap * sizeof *nqs);
+    if (!nqs)
+      return NULL;
+    b->queues = nqs;
+    b->capq = cap;
+  }
+  memset(&b->queues[b->nq], 0, sizeof b->queues[0]);
+  b->queues[b->nq].key = *k;
+  return &b->queues[b->nq++];
+}
+
+static void batcher_queue_remove(struct batcher *b, size_t i) {
+  b->queues[i] = b->queues[--b->nq];
+  if (b->rr > b->nq)
+    b->rr = 0;
+}
+
+/* ---- completion (any thread) ------------------------------------------ */
+
+/* Completes a job: the last time the batcher touches it. */
+static void batcher_finish(struct batcher *b, struct batcher_job *job,
+                           int err) {
+  size_t cost = job->cost;
+  job->err = err;
+  job->finished_ns = clock_now_ns();
+  proto_request_free(&job->req);
+  job->done(job);
+  pthread_mutex_lock(&b->mu);
+  b->outstanding--;
+  b->bytes -= cost;
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* Completes every job of a queue list that never reached a worker. */
+static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
+                              int err) {
+  size_t n = 0;
+  while (job) {
+    struct batcher_job *next = job->next;
+    batcher_finish(b, job, err);
+    job = next;
+    n++;
+  }
+  if (n) {
+    pthread_mutex_lock(&b->mu);
+    b->queued -= n;
+    pthread_mutex_unlock(&b->mu);
+    metrics_add_queue_depth(b->m, -(int)n);
+  }
+}
+
+/* ---- workers ---------------------------------------------------------- */
+
+/* Runs one request on this worker: core, then encode.  0 or ATTND_E*. */
+static int batcher_compute(struct batcher_job *job, struct pool_worker *w) {
+  const attn_problem *p = &job->req.prob;
+  float *weights = job->req.return_weights ? job->req.weights : NULL;
+  size_t tasks, bytes;
+  void *scratch;
+
+  /* proto/ validated the request; a failure here is our bug, not the
+   * client's, hence 500 rather than 400. */
+  if (attn_check(p) != 0) {
+    log_error("batcher: decoded request failed attn_check");
+    return ATTND_EINTERNAL;
+  }
+  tasks = attn_task_count(p, weights != NULL);
+  bytes = attn_scratch_bytes(p, weights != NULL);
+  scratch = pool_scratch(w, bytes ? bytes : 64);
+  if (!scratch)
+    return ATTND_ENOMEM;
+  if (attn_run_tasks(p, 0, tasks, job->req.out, weights, scratch) != 0)
+    return ATTND_EINTERNAL;
+  if (proto_v1_encode(&job->req, &job->body, &job->body_len) != 0)
+    return ATTND_ENOMEM;
+  return 0;
+}
+
+static void batcher_run(struct pool_item *item, struct pool_worker *w,
+                        void *arg) {
+  struct batcher_batch *batch = (struct batcher_batch *)item;
+  struct batcher *b = arg;
+  struct batcher_job *job = batch->jobs, *next;
+  int n = batch->n;
+
+  for (; job; job = next) {
+    int err;
+    next = job->next;
+    job->batch_size = n;
+    job->started_ns = clock_now_ns();
+    if (job->deadline_ns && job->started_ns > job->deadline_ns)
+      err = ATTND_ETIMEDOUT;
+    else
+      err = batcher_compute(job, w);
+    metrics_record_job(b->m, job->started_ns - job->enqueued_ns,
+                       clock_now_ns() - job->started_ns);
+    batcher_finish(b, job, err);
+  }
+  pthread_mutex_lock(&b->mu);
+  batch->next = b->done_batches;
+  b->done_batches = batch;
+  pthread_mutex_unlock(&b->mu);
+  uv_async_send(&b->async);
+}
+
+/* ---- dispatch (loop thread) ------------------------------------------ */
+
+/* Completes queued jobs whose deadline has passed with ATTND_ETIMEDOUT. */
+static void batcher_expire(struct batcher *b, uint64_t now) {
+  size_t i;
+  for (i = 0; i < b->nq; i++) {
+    struct batcher_queue *q = &b->queues[i];
+    struct batcher_job **pp = &q->head, *expired = NULL, **ep = &expired;
+    q->tail = NULL;
+    while (*pp) {
+      struct batcher_job *job = *pp;
+      if (job->deadline_ns && now > job->deadline_ns) {
+        *pp = job->next;
+        job->next = NULL;
+        *ep = job;
+        ep = &job->next;
+        q->n--;
+      } else {
+        q->tail = job;
+        pp = &job->next;
+      }
+    }
+    batcher_fail_list(b, expired, ATTND_ETIMEDOUT);
+  }
+}
+
+/* May queue q leave now?  If not, lowers *due to when it may. */
+static int batcher_ready(struct batcher *b, struct batcher_queue *q,
+                         uint64_t now, int closed, uint64_t *due) {
+  uint64_t at;
+  if (q->n == 0)
+    return 0;
+  if (b->cfg.max_delay_us == 0 || q->n >= b->cfg.max_batch || closed)
+    return 1;
+  at = q->head->enqueued_ns + (uint64_t)b->cfg.max_delay_us * 1000u;
+  if (now >= at)
+    return 1;
+  if (*due == 0 || at < *due)
+    *due = at;
+  return 0;
+}
+
+/* Takes up to max_batch jobs from queue i into a free slot and submits. */
+static void batcher_launch(struct batcher *b, size_t i) {
+  struct batcher_queue *q = &b->queues[i];
+  struct batcher_batch *batch = b->free_slots;
+  struct batcher_job **tail = &batch->jobs;
+  int n = 0;
+
+  b->free_slots = batch->next;
+  b->idle--;
+  while (q->head && n < b->cfg.max_batch) {
+    *tail = q->head;
+    q->head = q->head->next;
+    tail = &(*tail)->next;
+    n++;
+  }
+  *tail = NULL;
+  q->n -= n;
+  if (!q->head)
+    q->tail = NULL;
+  batch->n = n;
+  pthread_mutex_lock(&b->mu);
+  b->queued -= (size_t)n;
+  pthread_mutex_unlock(&b->mu);
+  metrics_add_queue_depth(b->m, -n);
+  metrics_record_batch(b->m, n);
+  pool_submit(b->pool, &batch->item);
+}
+
+static void batcher_on_timer(uv_timer_t *t);
+
+/* Hands batches to idle workers, round-robin over keys with work. */
+static void batcher_dispatch(struct batcher *b, int closed) {
+  uint64_t now = clock_now_ns(), due = 0;
+  size_t scanned, i;
+
+  batcher_expire(b, now);
+  for (scanned = 0; b->idle > 0 && scanned < b->nq;) {
+    i = (b->rr + scanned) % b->nq;
+    if (!batcher_ready(b, &b->queues[i], now, closed, &due)) {
+      scanned++;
+      continue;
+    }
+    batcher_launch(b, i);
+    b->rr = i + 1;
+    scanned = 0;
+    if (b->queues[i].n == 0)
+      batcher_queue_remove(b, i);
+    if (b->nq)
+      b->rr %= b->nq;
+  }
+  for (i = 0; i < b->nq;)  /* drop keys left empty by expiry */
+    if (b->queues[i].n == 0)
+      batcher_queue_remove(b, i);
+    else
+      i++;
+  if (due) {
+    uint64_t ms = (due - now + 999999u) / 1000000u;
+    uv_timer_start(&b->timer, batcher_on_timer, ms ? ms : 1, 0);
+  }
+}
+
+static void batcher_on_timer(uv_timer_t *t) {
+  struct batcher *b = t->data;
+  int closed;
+  pthread_mutex_lock(&b->mu);
+  closed = b->closed;
+  pthread_mutex_unlock(&b->mu);
+  batcher_dispatch(b, closed);
+}
+
+/* Appends a newly submitted job to its key's queue. */
+static void batcher_enqueue(struct batcher *b, struct batcher_job *job) {
+  struct batcher_queue *q;
+  job->next = NULL;
+  batcher_key_of(&job->req, &job->key);
+  q = batcher_queue_for(b, &job->key);
+  if (!q) {
+    batcher_fail_list(b, job, ATTND_ENOMEM);
+    return;
+  }
+  if (q->tail)
+    q->tail->next = job;
+  else
+    q->head = job;
+  q->tail = job;
+  q->n++;
+}
+
+/* Completes every queued job with err and empties the queues. */
+static void batcher_fail_queued(struct batcher *b, int err) {
+  size_t i;
+  for (i = 0; i < b->nq; i++)
+    batcher_fail_list(b, b->queues[i].head, err);
+  b->nq = 0;
+  b->rr = 0;
+}
+
+static void batcher_shutdown(struct batcher *b) {
+  batcher_fail_queued(b, ATTND_EDRAINING);
+  /* Join the workers here, on the loop thread, so that their final
+   * uv_async_send calls land on a handle that is still open. */
+  pool_stop(b->pool);
+  b->pool = NULL;
+  uv_timer_stop(&b->timer);
+  uv_close((uv_handle_t *)&b->timer, NULL);
+  uv_close((uv_handle_t *)&b->async, NULL);
+}
+
+static void batcher_on_async(uv_async_t *a) {
+  struct batcher *b = a->data;
+  struct batcher_job *in;
+  struct batcher_batch *done;
+  int closed, aborting, stopping;
+
+  pthread_mutex_lock(&b->mu);
+  in = b->in_head;
+  b->in_head = b->in_tail = NULL;
+  done = b->done_batches;
+  b->done_batches = NULL;
+  closed = b->closed;
+  aborting = b->aborting;
+  stopping = b->stopping;
+  pthread_mutex_unlock(&b->mu);
+
+  while (done) {
+    struct batcher_batch *next = done->next;
+    done->next = b->free_slots;
+    b->free_slots = done;
+    b->idle++;
+    done = next;
+  }
+  while (in) {
+    struct batcher_job *next = in->next;
+    batcher_enqueue(b, in);
+    in = next;
+  }
+  if (stopping) {
+    if (b->pool)
+      batcher_shutdown(b);
+    return;
+  }
+  if (aborting)
+    batcher_fail_queued(b, ATTND_EDRAINING);
+  batcher_dispatch(b, closed);
+}
+
+/* ---- public API ----------------------------------------------------- */
+
+static void batcher_loop_main(void *arg) {
+  struct batcher *b = arg;
+  uv_run(&b->loop, UV_RUN_DEFAULT);
+}
+
+/* The libuv half of batcher_start; 0 or a libuv error. */
+static int batcher_start_loop(struct batcher *b) {
+  int rc = uv_loop_init(&b->loop);
+  if (rc)
+    return rc;
+  b->async.data = b;
+  b->timer.data = b;
+  if ((rc = uv_async_init(&b->loop, &b->async, batcher_on_async)) != 0)
+    goto err_loop;
+  uv_timer_init(&b->loop, &b->timer);
+  /* Handles are initialised before the thread exists, so the loop thread
+   * sees them fully formed (thread creation orders memory). */
+  if ((rc = uv_thread_create(&b->thread, batcher_loop_main, b)) != 0)
+    goto err_handles;
+  return 0;
+err_handles:
+  uv_close((uv_handle_t *)&b->async, NULL);
+  uv_close((uv_handle_t *)&b->timer, NULL);
+  uv_run(&b->loop, UV_RUN_DEFAULT);
+err_loop:
+  uv_loop_close(&b->loop);
+  return rc;
+}
+
+struct batcher *batcher_start(const struct batcher_config *cfg,
+                              struct metrics *m) {
+  struct batcher *b = calloc(1, sizeof *b);
+  int i;
+  if (!b)
+    return NULL;
+  b->cfg = *cfg;
+  b->m = m;
+  pthread_mutex_init(&b->mu, NULL);
+  b->slots = calloc((size_t)cfg->workers, sizeof *b->slots);
+  if (!b->slots)
+    goto err;
+  for (i = 0; i < cfg->workers; i++) {
+    b->slots[i].b = b;
+    b->slots[i].next = i + 1 < cfg->workers ? &b->slots[i + 1] : NULL;
+  }
+  b->free_slots = &b->slots[0];
+  b->idle = cfg->workers;
+  b->pool = pool_start(cfg->workers, batcher_run, b);
+  if (!b->pool)
+    goto err;
+  if (batcher_start_loop(b) != 0)
+    goto err_pool;
+  return b;
+err_pool:
+  pool_stop(b->pool);
+err:
+  pthread_mutex_destroy(&b->mu);
+  free(b->slots);
+  free(b);
+  return NULL;
+}
+
+int batcher_reserve(struct batcher *b, size_t cost) {
+  int rc = 0;
+  pthread_mutex_lock(&b->mu);
+  if (b->closed)
+    rc = ATTND_EDRAINING;
+  else if (b->queued >= b->cfg.max_queue ||
+           cost > b->cfg.max_bytes - b->bytes)
+    rc = ATTND_EBUSY;
+  else {
+    b->queued++;
+    b->outstanding++;
+    b->bytes += cost;
+  }
+  pthread_mutex_unlock(&b->mu);
+  if (rc == 0)
+    metrics_add_queue_depth(b->m, 1);
+  return rc;
+}
+
+void batcher_submit(struct batcher *b, struct batcher_job *job) {
+  job->next = NULL;
+  job->err = 0;
+  job->body = NULL;
+  job->body_len = 0;
+  job->batch_size = 0;
+  job->enqueued_ns = clock_now_ns();
+  job->started_ns = job->finished_ns = 0;
+  pthread_mutex_lock(&b->mu);
+  if (b->in_tail)
+    b->in_tail->next = job;
+  else
+    b->in_head = job;
+  b->in_tail = job;
+  pthread_mutex_unlock(&b->mu);
+  uv_async_send(&b->async);
+}
+
+/* Sets one of the flags under b->mu and wakes the loop thread. */
+static void batcher_flag(struct batcher *b, int *flag) {
+  pthread_mutex_lock(&b->mu);
+  *flag = 1;
+  pthread_mutex_unlock(&b->mu);
+  uv_async_send(&b->async);
+}
+
+void batcher_close(struct batcher *b) { batcher_flag(b, &b->closed); }
+
+void batcher_abort_queued(struct batcher *b) { batcher_flag(b, &b->aborting); }
+
+size_t batcher_outstanding(struct batcher *b) {
+  size_t n;
+  pthread_mutex_lock(&b->mu);
+  n = b->outstanding;
+  pthread_mutex_unlock(&b->mu);
+  return n;
+}
+
+void batcher_stop(struct batcher *b) {
+  int rc;
+  batcher_flag(b, &b->stopping);
+  uv_thread_join(&b->thread);
+  rc = uv_loop_close(&b->loop);
+  if (rc != 0)
+    log_error("batcher: uv_loop_close: %s", uv_strerror(rc));
+  pthread_mutex_destroy(&b->mu);
+  free(b->queues);
+  free(b->slots);
+  free(b);
+}

@@ -1,0 +1,101 @@
+/* batcher.h - groups decoded requests by shape and feeds them to workers.
+ *
+ * A submitter (an MHD thread) owns a struct batcher_job, usually embedded
+ * in its per-request context, and:
+ *   1. batcher_reserve(b, cost): admission control.  0, or ATTND_EBUSY
+ *      (queue full or tensor budget spent), or ATTND_EDRAINING (closed).
+ *   2. fills job->req, job->deadline_ns, job->cost, job->done, job->arg;
+ *   3. batcher_submit(b, job): cannot fail.
+ * Exactly once per submitted job, done(job) is called on a worker or on
+ * the batcher's loop thread with job->err set (0: job->body holds the
+ * encoded response, which the submitter then owns and frees with free()).
+ * After done() returns the batcher never touches the job again, and
+ * job->req has been released (proto_request_free).
+ *
+ * Jobs are queued by shape key; a batch is up to max_batch jobs of one key
+ * and is handed to a worker without copying tensors.  Keys are served
+ * round-robin.  With max_delay_us 0 a batch leaves as soon as a worker is
+ * free; otherwise it waits until it is full or its oldest job has waited
+ * max_delay_us (millisecond timer granularity).  A job whose deadline has
+ * passed before it runs is completed with ATTND_ETIMEDOUT, uncomputed.
+ *
+ * Threads: batcher_start/batcher_stop from the controlling thread;
+ * everything else from any thread.
+ */
+#ifndef ATTND_BATCHER_H
+#define ATTND_BATCHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../proto/proto.h"
+#include "metrics.h"
+
+struct batcher_config {
+  int workers;              /* compute threads, >= 1 */
+  int max_batch;            /* >= 1 */
+  long max_delay_us;        /* 0 = greedy */
+  size_t max_queue;         /* jobs reserved but not yet running */
+  size_t max_bytes;         /* budget of reserved job costs */
+};
+
+/* Private to the batcher: the shape a job is grouped by. */
+struct batcher_key {
+  int dims[24];
+  int64_t strides[8];
+};
+
+struct batcher_job {
+  /* Set by the submitter before batcher_submit. */
+  proto_request req;        /* decoded request; released by the batcher */
+  uint64_t deadline_ns;     /* clock_now_ns() deadline, 0 = none */
+  size_t cost;              /* exactly what was passed to batcher_reserve */
+  void (*done)(struct batcher_job *job);
+  void *arg;                /* for the submitter; the batcher ignores it */
+
+  /* Set by the batcher before done(). */
+  int err;                  /* 0 or ATTND_E* */
+  char *body;               /* on success: the encoded response (malloc) */
+  size_t body_len;
+  int batch_size;           /* jobs in its batch, 0 if it never ran */
+  uint64_t enqueued_ns, started_ns, finished_ns;
+
+  /* Private to the batcher. */
+  struct batcher_job *next;
+  struct batcher_key key;
+};
+
+struct batcher;
+
+/* Starts the loop thread and cfg->workers compute threads.  m must outlive
+ * the batcher.  Returns NULL on failure (nothing left running). */
+struct batcher *batcher_start(const struct batcher_config *cfg,
+                              struct metrics *m);
+
+/* Admission control; see the top of this file.  A successful reserve must
+ * be followed by exactly one batcher_submit of a job with job->cost ==
+ * cost. */
+int batcher_reserve(struct batcher *b, size_t cost);
+
+/* Queues a reserved job; see the top of this file. */
+void batcher_submit(struct batcher *b, struct batcher_job *job);
+
+/* Refuses every later reservation with ATTND_EDRAINING and flushes
+ * waiting batches without their delay.  Queued jobs still run. */
+void batcher_close(struct batcher *b);
+
+/* Completes every job that has not started yet with ATTND_EDRAINING
+ * (running jobs finish normally).  For the end of a drain that ran out of
+ * time. */
+void batcher_abort_queued(struct batcher *b);
+
+/* Jobs reserved and not yet completed (done() not yet returned). */
+size_t batcher_outstanding(struct batcher *b);
+
+/* Stops the workers and the loop thread and frees everything.  Queued jobs
+ * are completed with ATTND_EDRAINING first; running ones finish.  Nobody
+ * may call into b concurrently or afterwards, and every done() must be
+ * safe to run until batcher_stop returns. */
+void batcher_stop(struct batcher *b);
+
+#endif /* ATTND_BATCHER_H */

@@ -1,0 +1,205 @@
+/* config.c - flags, ATTND_* variables and defaults (see config.h).
+ *
+ * One table describes every option; defaults, the environment, argv and
+ * --help are all driven from it, so they cannot drift apart. */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/attnd_err.h"
+
+enum config_kind { KIND_INT, KIND_LONG, KIND_HOST, KIND_LOG };
+
+struct config_opt {
+  const char *name;         /* flag without the dashes */
+  const char *env;          /* environment variable */
+  enum config_kind kind;
+  size_t off;               /* field offset in struct config */
+  long min, max;            /* accepted range for numbers */
+  const char *def;          /* default, as it would be typed */
+  const char *help;
+};
+
+#define OFF(f) offsetof(struct config, f)
+
+static const struct config_opt config_opts[] = {
+  {"host", "ATTND_HOST", KIND_HOST, OFF(host), 0, 0, "127.0.0.1",
+   "numeric IPv4/IPv6 address to listen on"},
+  {"port", "ATTND_PORT", KIND_INT, OFF(port), 0, 65535, "8000",
+   "TCP port (0 = any free port)"},
+  {"workers", "ATTND_WORKERS", KIND_INT, OFF(workers), 1, 1024, "cores",
+   "compute worker threads"},
+  {"max-batch", "ATTND_MAX_BATCH", KIND_INT, OFF(max_batch), 1, 4096, "32",
+   "most requests of one shape per batch"},
+  {"max-delay-us", "ATTND_MAX_DELAY_US", KIND_LONG, OFF(max_delay_us), 0,
+   10000000, "0", "wait up to this long for a batch to fill (0 = greedy)"},
+  {"max-queue", "ATTND_MAX_QUEUE", KIND_INT, OFF(max_queue), 1, 1000000,
+   "1024", "queued requests beyond which attnd answers 503"},
+  {"max-inflight-mb", "ATTND_MAX_INFLIGHT_MB", KIND_LONG, OFF(max_inflight_mb),
+   1, 1048576, "1024", "tensor memory budget of queued requests, MiB"},
+  {"max-body-mb", "ATTND_MAX_BODY_MB", KIND_LONG, OFF(max_body_mb), 1, 4096,
+   "64", "request bodies above this get 413, MiB"},
+  {"timeout-ms", "ATTND_TIMEOUT_MS", KIND_LONG, OFF(timeout_ms), 0,
+   86400000, "0", "answer 504 if a request has not run by then (0 = none)"},
+  {"drain-delay-ms", "ATTND_DRAIN_DELAY_MS", KIND_LONG, OFF(drain_delay_ms),
+   0, 3600000, "0", "on SIGTERM, keep accepting this long after /readyz 503"},
+  {"drain-s", "ATTND_DRAIN_S", KIND_LONG, OFF(drain_s), 1, 86400, "30",
+   "on SIGTERM, finish queued work within this many seconds"},
+  {"max-conns", "ATTND_MAX_CONNS", KIND_INT, OFF(max_conns), 1, 1000000,
+   "1000", "simultaneous connections"},
+  {"conn-timeout-s", "ATTND_CONN_TIMEOUT_S", KIND_INT, OFF(conn_timeout_s), 0,
+   86400, "60", "close idle connections after this many seconds (0 = never)"},
+  {"http-threads", "ATTND_HTTP_THREADS", KIND_INT, OFF(http_threads), 1, 256,
+   "2", "HTTP (libmicrohttpd) threads"},
+  {"log", "ATTND_LOG", KIND_LOG, OFF(log_json), 0, 0, "text",
+   "log format: text or json"},
+};
+
+#define N_OPTS (sizeof config_opts / sizeof config_opts[0])
+
+/* Parses a whole decimal number in [min, max]; 0 or ATTND_EINVAL. */
+static int config_number(const char *s, long min, long max, long *out) {
+  char *end;
+  long v;
+  errno = 0;
+  v = strtol(s, &end, 10);
+  if (errno || end == s || *end != '\0' || v < min || v > max)
+    return ATTND_EINVAL;
+  *out = v;
+  return 0;
+}
+
+static long config_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 1024 ? 1024 : n;
+}
+
+/* Stores one value into cfg; on error writes a message naming `who`. */
+static int config_set(struct config *cfg, const struct config_opt *o,
+                      const char *val, const char *who, FILE *err) {
+  char *field = (char *)cfg + o->off;
+  unsigned char addr[16];
+  long v;
+
+  switch (o->kind) {
+  case KIND_HOST:
+    if (strlen(val) >= sizeof cfg->host ||
+        (inet_pton(AF_INET, val, addr) != 1 &&
+         inet_pton(AF_INET6, val, addr) != 1))
+      goto bad;
+    strcpy(field, val);
+    return 0;
+  case KIND_LOG:
+    if (strcmp(val, "text") && strcmp(val, "json"))
+      goto bad;
+    *(int *)field = strcmp(val, "json") == 0;
+    return 0;
+  case KIND_INT:
+  case KIND_LONG:
+    if (strcmp(o->name, "workers") == 0 && strcmp(val, "cores") == 0)
+      v = config_cores();
+    else if (config_number(val, o->min, o->max, &v))
+      goto bad;
+    if (o->kind == KIND_INT)
+      *(int *)field = (int)v;
+    else
+      *(long *)field = v;
+    return 0;
+  }
+bad:
+  if (o->kind == KIND_INT || o->kind == KIND_LONG)
+    fprintf(err, "attnd: %s: invalid value '%s' (expected an integer in "
+            "[%ld, %ld])\n", who, val, o->min, o->max);
+  else if (o->kind == KIND_LOG)
+    fprintf(err, "attnd: %s: invalid value '%s' (expected text or json)\n",
+            who, val);
+  else
+    fprintf(err, "attnd: %s: invalid value '%s' (expected a numeric IPv4 or "
+            "IPv6 address)\n", who, val);
+  return ATTND_EINVAL;
+}
+
+static int config_defaults_and_env(struct config *cfg, FILE *err) {
+  char who[64];
+  size_t i;
+  for (i = 0; i < N_OPTS; i++) {
+    const char *env = getenv(config_opts[i].env);
+    snprintf(who, sizeof who, "default of --%s", config_opts[i].name);
+    if (config_set(cfg, &config_opts[i], config_opts[i].def, who, err))
+      return ATTND_EINVAL;
+    if (env && config_set(cfg, &config_opts[i], env, config_opts[i].env, err))
+      return ATTND_EINVAL;
+  }
+  return 0;
+}
+
+void config_usage(FILE *out) {
+  size_t i;
+  fprintf(out,
+          "usage: attnd [options]\n"
+          "attnd serves masked scaled-dot-product attention over HTTP.\n"
+          "Every option can also be set by its environment variable; the\n"
+          "flag wins.\n\n");
+  for (i = 0; i < N_OPTS; i++) {
+    char flag[48];
+    snprintf(flag, sizeof flag, "--%s N", config_opts[i].name);
+    if (config_opts[i].kind == KIND_HOST)
+      snprintf(flag, sizeof flag, "--%s ADDR", config_opts[i].name);
+    else if (config_opts[i].kind == KIND_LOG)
+      snprintf(flag, sizeof flag, "--%s FMT", config_opts[i].name);
+    fprintf(out, "  %-22s %s\n  %-22s default %s, env %s\n", flag,
+            config_opts[i].help, "", config_opts[i].def, config_opts[i].env);
+  }
+  fprintf(out, "  %-22s %s\n  %-22s %s\n", "--help", "print this and exit",
+          "--version", "print the version and exit");
+}
+
+int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
+                 FILE *err) {
+  struct option longopts[N_OPTS + 3];
+  char who[64];
+  size_t i;
+  int c, idx;
+
+  memset(cfg, 0, sizeof *cfg);
+  if (config_defaults_and_env(cfg, err))
+    return ATTND_EINVAL;
+  for (i = 0; i < N_OPTS; i++)
+    longopts[i] = (struct option){config_opts[i].name, required_argument,
+                                  NULL, (int)i};
+  longopts[N_OPTS] = (struct option){"help", no_argument, NULL, 'h'};
+  longopts[N_OPTS + 1] = (struct option){"version", no_argument, NULL, 'V'};
+  longopts[N_OPTS + 2] = (struct option){NULL, 0, NULL, 0};
+  opterr = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "hV", longopts, &idx)) != -1) {
+    if (c == 'h') {
+      config_usage(out);
+      return CONFIG_EXIT;
+    }
+    if (c == 'V') {
+      fprintf(out, "attnd %s\n", ATTND_VERSION);
+      return CONFIG_EXIT;
+    }
+    if (c < 0 || (size_t)c >= N_OPTS) {
+      fprintf(err, "attnd: unknown option or missing value: '%s' (see "
+              "--help)\n", argv[optind - 1]);
+      return ATTND_EINVAL;
+    }
+    snprintf(who, sizeof who, "--%s", config_opts[c].name);
+    if (config_set(cfg, &config_opts[c], optarg, who, err))
+      return ATTND_EINVAL;
+  }
+  if (optind < argc) {
+    fprintf(err, "attnd: unexpected argument '%s' (see --help)\n",
+            argv[optind]);
+    return ATTND_EINVAL;
+  }
+  return CONFIG_RUN;
+}

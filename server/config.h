@@ -1,0 +1,50 @@
+/* config.h - attnd's command line and ATTND_* environment configuration.
+ *
+ * Every flag has an environment variable (--max-batch <-> ATTND_MAX_BATCH);
+ * a flag wins over its variable, a variable over the default.  Values are
+ * range-checked here so that the rest of the server may trust them.
+ * Not thread-safe: parse once in main() before any thread starts; the
+ * result is read-only afterwards.
+ */
+#ifndef ATTND_CONFIG_H
+#define ATTND_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define ATTND_VERSION "0.1.0"
+
+struct config {
+  char host[64];            /* numeric IPv4 or IPv6 address to bind */
+  int port;                 /* 0 = ephemeral */
+  int workers;              /* compute threads */
+  int max_batch;            /* requests per batch */
+  long max_delay_us;        /* wait this long for a batch to fill */
+  int max_queue;            /* queued requests beyond which 503 */
+  long max_inflight_mb;     /* budget of queued tensor bytes */
+  long max_body_mb;         /* request bodies beyond this get 413 */
+  long timeout_ms;          /* request deadline, 0 = none */
+  long drain_delay_ms;      /* readiness 503 -> stop accepting */
+  long drain_s;             /* bound on the whole drain */
+  int max_conns;            /* simultaneous connections */
+  int conn_timeout_s;       /* idle connection timeout */
+  int log_json;             /* 0 text, 1 json */
+  int http_threads;         /* MHD thread pool size */
+};
+
+enum config_result {
+  CONFIG_RUN = 0,           /* configuration complete: start the server */
+  CONFIG_EXIT = 1           /* --help or --version printed: exit 0 */
+};
+
+/* Fills cfg from defaults, the environment and argv.  Returns CONFIG_RUN,
+ * CONFIG_EXIT (help or version was written to out), or ATTND_EINVAL after
+ * writing a one-line message naming the flag or variable and the problem
+ * to err.  Never exits the process itself. */
+int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
+                 FILE *err);
+
+/* Writes the usage text, every option with its default and variable. */
+void config_usage(FILE *out);
+
+#endif /* ATTND_CONFIG_H */

@@ -1,0 +1,470 @@
+/* http.c - routes, body accumulation and the suspend/resume hand-off.
+ *
+ * DESIGN
+ *
+ * Threads: MHD runs an epoll thread pool (MHD_USE_EPOLL_INTERNAL_THREAD +
+ * MHD_OPTION_THREAD_POOL_SIZE).  A connection belongs to one MHD thread;
+ * its access handler calls and its completion callback all run there.
+ * Workers (and the batcher loop thread) touch a request only through
+ * http_on_job_done, which stores the outcome and resumes the connection.
+ *
+ * One struct http_req per request, allocated on the first handler call,
+ * stored in *con_cls and freed in the completion callback.  Its life:
+ *   RECEIVING  body chunks are copied into r->body (bounded by max_body;
+ *              beyond it they are counted and dropped, too_big is set)
+ *   QUEUED     final call: decoded, admitted (batcher_reserve), the
+ *              connection suspended, THEN the job submitted.  Suspending
+ *              first matters: MHD 0.9.75 cancels a resume that arrives
+ *              before the suspend, which would strand the request.
+ *   JOB_DONE   set by http_on_job_done just before MHD_resume_connection;
+ *              the handler, called again on the MHD thread, queues the
+ *              stored response.  Nothing but MHD touches r after resume.
+ *   ANSWERED   a response is queued; MHD sends it, then completes.
+ * A suspended connection never times out and its completion cannot run,
+ * so r always outlives its job.
+ *
+ * Shared state: h->state (readiness) and h->quiesced are atomics written
+ * by the controlling thread; h->active counts started-not-completed
+ * requests for the drain.  No locks of our own.
+ */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+#include "status.h"
+
+enum http_req_state { REQ_RECEIVING, REQ_QUEUED, REQ_JOB_DONE, REQ_ANSWERED };
+
+struct http {
+  struct http_config cfg;
+  struct batcher *b;
+  struct metrics *m;
+  struct MHD_Daemon *d;
+  MHD_socket quiesced_fd;   /* listen socket after quiesce, else invalid */
+  int port;
+  _Atomic int state;        /* enum http_state */
+  _Atomic int quiesced;
+  _Atomic size_t active;
+};
+
+struct http_req {
+  struct http *h;
+  struct MHD_Connection *conn;
+  const char *method, *url; /* MHD keeps them valid until completion */
+  enum metrics_route route;
+  enum http_req_state state;
+  char *body;               /* accumulated request body */
+  size_t len, cap;
+  size_t bytes_in;          /* every body byte received, kept or not */
+  int too_big;
+  uint64_t start_ns;
+  unsigned int status;      /* what we queued; 0 if nothing was */
+  size_t bytes_out;
+  struct batcher_job job;
+};
+
+static const char http_json[] = "application/json";
+
+/* ---- responses --------------------------------------------------------- */
+
+/* Queues body (len bytes) with status.  own != 0 hands body to MHD, which
+ * frees it; own == 0 means body is static.  Adds Content-Type, and
+ * Retry-After / Allow / Connection: close where they apply. */
+static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
+                                   char *body, size_t len, int own,
+                                   const char *ctype, const char *allow) {
+  struct MHD_Response *resp;
+  enum MHD_Result ret;
+
+  resp = MHD_create_response_from_buffer(
+      len, body, own ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+  if (!resp) {
+    if (own)
+      free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+  if (status_wants_retry_after(status))
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  if (allow)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+  if (atomic_load(&r->h->quiesced))
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  ret = MHD_queue_response(r->conn, status, resp);
+  MHD_destroy_response(resp);
+  r->state = REQ_ANSWERED;
+  r->status = status;
+  r->bytes_out = len;
+  return ret;
+}
+
+/* Queues {"error": msg} with the HTTP status for err. */
+static enum MHD_Result http_fail(struct http_req *r, int err, const char *msg,
+                                 const char *allow) {
+  static char oom[] = "{\"error\": \"out of memory\"}";
+  char *body;
+  size_t len;
+  if (proto_error_body(msg ? msg : attnd_strerror(err), &body, &len) != 0)
+    return http_answer(r, 503, oom, sizeof oom - 1, 0, http_json, NULL);
+  return http_answer(r, status_from_err(err), body, len, 1, http_json, allow);
+}
+
+/* ---- synchronous routes ------------------------------------------------ */
+
+static enum MHD_Result http_get_healthz(struct http_req *r) {
+  static char ok[] = "{\"status\": \"ok\"}";
+  return http_answer(r, 200, ok, sizeof ok - 1, 0, http_json, NULL);
+}
+
+static enum MHD_Result http_get_readyz(struct http_req *r) {
+  static char ready[] = "{\"status\": \"ready\"}";
+  int s = atomic_load(&r->h->state);
+  if (s == HTTP_READY)
+    return http_answer(r, 200, ready, sizeof ready - 1, 0, http_json, NULL);
+  return http_fail(r, s == HTTP_DRAINING ? ATTND_EDRAINING : ATTND_ENOTREADY,
+                   NULL, NULL);
+}
+
+static enum MHD_Result http_get_metrics(struct http_req *r) {
+  char *body;
+  size_t len;
+  if (metrics_render(r->h->m, &body, &len) != 0)
+    return http_fail(r, ATTND_ENOMEM, NULL, NULL);
+  return http_answer(r, 200, body, len, 1, METRICS_CONTENT_TYPE, NULL);
+}
+
+/* ---- routing ---------------------------------------------------------- */
+
+struct http_route {
+  const char *path;
+  enum metrics_route metric;
+  const char *allow;        /* the Allow header for a 405 */
+  enum MHD_Result (*get)(struct http_req *r);  /* NULL for POST routes */
+};
+
+static const struct http_route http_routes[] = {
+  {"/v1/attention", METRICS_ROUTE_ATTENTION, "POST", NULL},
+  {"/healthz", METRICS_ROUTE_HEALTHZ, "GET, HEAD", http_get_healthz},
+  {"/readyz", METRICS_ROUTE_READYZ, "GET, HEAD", http_get_readyz},
+  {"/metrics", METRICS_ROUTE_METRICS, "GET, HEAD", http_get_metrics},
+};
+
+static const struct http_route *http_find_route(const char *url) {
+  size_t i;
+  for (i = 0; i < sizeof http_routes / sizeof http_routes[0]; i++)
+    if (strcmp(url, http_routes[i].path) == 0)
+      return &http_routes[i];
+  return NULL;
+}
+
+/* ---- POST /v1/attention --------------------------------------------- */
+
+/* First call of a POST: refuse early what we already know we will refuse,
+ * otherwise get ready to receive the body. */
+static enum MHD_Result http_post_begin(struct http_req *r) {
+  const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                               MHD_HTTP_HEADER_CONTENT_LENGTH);
+  char msg[96];
+
+  if (atomic_load(&r->h->quiesced))
+    return http_fail(r, ATTND_EDRAINING, NULL, NULL);
+  if (cl) {
+    unsigned long long n = strtoull(cl, NULL, 10);
+    if (n > r->h->cfg.max_body) {
+      snprintf(msg, sizeof msg, "request body of %llu bytes exceeds the "
+               "limit of %zu bytes", n, r->h->cfg.max_body);
+      return http_fail(r, ATTND_ETOOBIG, msg, NULL);
+    }
+    /* Reserve once; a wrong Content-Length only costs a realloc. */
+    r->body = malloc(n ? (size_t)n : 1);
+    r->cap = r->body ? (size_t)n : 0;
+  }
+  r->state = REQ_RECEIVING;
+  return MHD_YES;
+}
+
+/* Copies one body chunk; beyond max_body the rest is counted and dropped
+ * (MHD cannot answer until the final call). */
+static void http_post_chunk(struct http_req *r, const char *data, size_t n) {
+  r->bytes_in += n;
+  if (r->too_big)
+    return;
+  if (n > r->h->cfg.max_body - r->len) {
+    r->too_big = 1;
+    free(r->body);
+    r->body = NULL;
+    r->len = r->cap = 0;
+    return;
+  }
+  if (r->len + n > r->cap) {
+    size_t cap = r->cap * 2 > r->len + n ? r->cap * 2 : r->len + n + 4096;
+    char *nb = realloc(r->body, cap);
+    if (!nb) {
+      r->too_big = -1;  /* out of memory: answered on the final call */
+      return;
+    }
+    r->body = nb;
+    r->cap = cap;
+  }
+  memcpy(r->body + r->len, data, n);
+  r->len += n;
+}
+
+/* Runs on a worker or the loop thread: store the outcome, then resume.
+ * After MHD_resume_connection this thread must not touch r. */
+static void http_on_job_done(struct batcher_job *job) {
+  struct http_req *r = job->arg;
+  r->state = REQ_JOB_DONE;
+  MHD_resume_connection(r->conn);
+}
+
+/* Final call: decode, admit, suspend, submit. */
+static enum MHD_Result http_post_end(struct http_req *r) {
+  struct http *h = r->h;
+  char err[PROTO_ERR_MAX], msg[96];
+  int rc;
+
+  if (r->too_big > 0) {
+    snprintf(msg, sizeof msg, "request body exceeds the limit of %zu bytes",
+             h->cfg.max_body);
+    return http_fail(r, ATTND_ETOOBIG, msg, NULL);
+  }
+  if (r->too_big < 0)
+    return http_fail(r, ATTND_ENOMEM, NULL, NULL);
+  err[0] = '\0';
+  rc = proto_v1_decode(r->body ? r->body : "", r->len, &r->job.req,
+                       h->cfg.max_elems, err);
+  free(r->body);
+  r->body = NULL;
+  if (rc != 0)
+    return http_fail(r, rc, err[0] ? err : NULL, NULL);
+  r->job.cost = r->job.req.in_bytes + r->job.req.out_bytes;
+  rc = batcher_reserve(h->b, r->job.cost);
+  if (rc != 0) {
+    proto_request_free(&r->job.req);
+    return http_fail(r, rc, NULL, NULL);
+  }
+  r->job.deadline_ns =
+      h->cfg.timeout_ms ? r->start_ns + (uint64_t)h->cfg.timeout_ms * 1000000u
+                        : 0;
+  r->job.done = http_on_job_done;
+  r->job.arg = r;
+  r->state = REQ_QUEUED;
+  MHD_suspend_connection(r->conn);
+  batcher_submit(h->b, &r->job);
+  return MHD_YES;
+}
+
+/* Called again after the resume: queue what the worker produced. */
+static enum MHD_Result http_post_answer(struct http_req *r) {
+  if (r->job.err == 0) {
+    char *body = r->job.body;
+    r->job.body = NULL;
+    return http_answer(r, 200, body, r->job.body_len, 1, http_json, NULL);
+  }
+  return http_fail(r, r->job.err, NULL, NULL);
+}
+
+/* ---- MHD callbacks ---------------------------------------------------- */
+
+/* First call of any request: allocate the context and route. */
+static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  void **con_cls) {
+  const struct http_route *route = http_find_route(url);
+  struct http_req *r = calloc(1, sizeof *r);
+  char msg[160];
+
+  if (!r)
+    return MHD_NO;
+  r->h = h;
+  r->conn = c;
+  r->url = url;
+  r->method = method;
+  r->start_ns = clock_now_ns();
+  r->route = route ? route->metric : METRICS_ROUTE_OTHER;
+  *con_cls = r;
+  atomic_fetch_add(&h->active, 1);
+  metrics_add_inflight(h->m, 1);
+  if (!route) {
+    snprintf(msg, sizeof msg, "no route for %.120s", url);
+    return http_fail(r, ATTND_ENOTFOUND, msg, NULL);
+  }
+  if (route->get && (!strcmp(method, "GET") || !strcmp(method, "HEAD")))
+    return route->get(r);
+  if (!route->get && !strcmp(method, "POST"))
+    return http_post_begin(r);
+  snprintf(msg, sizeof msg, "method %.16s not allowed on %s (allowed: %s)",
+           method, route->path, route->allow);
+  return http_fail(r, ATTND_EMETHOD, msg, route->allow);
+}
+
+static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c,
+                                       const char *url, const char *method,
+                                       const char *version,
+                                       const char *upload_data,
+                                       size_t *upload_data_size,
+                                       void **con_cls) {
+  struct http_req *r = *con_cls;
+  (void)version;
+  if (!r)
+    return http_begin(cls, c, url, method, con_cls);
+  switch (r->state) {
+  case REQ_RECEIVING:
+    if (*upload_data_size) {
+      http_post_chunk(r, upload_data, *upload_data_size);
+      *upload_data_size = 0;
+      return MHD_YES;
+    }
+    return http_post_end(r);
+  case REQ_JOB_DONE:
+    return http_post_answer(r);
+  case REQ_QUEUED:    /* not called while suspended; be safe anyway */
+  case REQ_ANSWERED:  /* MHD may call again with leftover body bytes */
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  return MHD_NO;
+}
+
+static void http_on_completed(void *cls, struct MHD_Connection *c,
+                              void **con_cls,
+                              enum MHD_RequestTerminationCode toe) {
+  struct http *h = cls;
+  struct http_req *r = *con_cls;
+  struct log_access a;
+  (void)c;
+  (void)toe;
+  if (!r)
+    return;
+  a.method = r->method;
+  a.path = r->url;
+  a.status = r->status;
+  a.bytes_in = r->bytes_in;
+  a.bytes_out = r->bytes_out;
+  a.total_ns = clock_now_ns() - r->start_ns;
+  a.batch_size = r->job.batch_size;
+  a.queue_ns = r->job.started_ns ? r->job.started_ns - r->job.enqueued_ns : 0;
+  a.compute_ns = r->job.started_ns ? r->job.finished_ns - r->job.started_ns
+                                   : 0;
+  log_access(&a);
+  metrics_record_request(h->m, r->route, r->status, r->bytes_in,
+                         r->bytes_out, a.total_ns);
+  free(r->body);
+  free(r->job.body);
+  proto_request_free(&r->job.req);
+  free(r);
+  *con_cls = NULL;
+  metrics_add_inflight(h->m, -1);
+  atomic_fetch_sub(&h->active, 1);
+}
+
+static void http_on_mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  log_verror(fmt, ap);
+}
+
+/* ---- lifecycle ------------------------------------------------------- */
+
+/* Fills ss with host:port; returns its length or 0 for a bad address. */
+static socklen_t http_sockaddr(const char *host, int port,
+                               struct sockaddr_storage *ss, int *ipv6) {
+  struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+  memset(ss, 0, sizeof *ss);
+  *ipv6 = 0;
+  if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+    in4->sin_family = AF_INET;
+    in4->sin_port = htons((uint16_t)port);
+    return sizeof *in4;
+  }
+  if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons((uint16_t)port);
+    *ipv6 = 1;
+    return sizeof *in6;
+  }
+  return 0;
+}
+
+static struct MHD_Daemon *http_start_daemon(struct http *h,
+                                            struct sockaddr_storage *ss,
+                                            int ipv6) {
+  unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD |
+                       MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  if (ipv6)
+    flags |= MHD_USE_IPv6;
+  return MHD_start_daemon(
+      flags, (uint16_t)h->cfg.port, NULL, NULL, http_on_request, h,
+      /* First, so that MHD reports even option errors through it. */
+      MHD_OPTION_EXTERNAL_LOGGER, http_on_mhd_log, h,
+      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss,
+      MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)h->cfg.threads,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned int)h->cfg.max_conns,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)h->cfg.conn_timeout_s,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
+      MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
+      MHD_OPTION_END);
+}
+
+struct http *http_start(const struct http_config *cfg, struct batcher *b,
+                        struct metrics *m) {
+  struct http *h = calloc(1, sizeof *h);
+  struct sockaddr_storage ss;
+  const union MHD_DaemonInfo *info;
+  int ipv6;
+
+  if (!h) {
+    log_error("http: out of memory");
+    return NULL;
+  }
+  h->cfg = *cfg;
+  h->b = b;
+  h->m = m;
+  h->quiesced_fd = MHD_INVALID_SOCKET;
+  if (!http_sockaddr(cfg->host, cfg->port, &ss, &ipv6)) {
+    log_error("http: bad listen address '%s'", cfg->host);
+    goto err;
+  }
+  h->d = http_start_daemon(h, &ss, ipv6);
+  if (!h->d) {
+    log_error("http: cannot listen on %s:%d", cfg->host, cfg->port);
+    goto err;
+  }
+  info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+  h->port = info ? info->port : cfg->port;
+  return h;
+err:
+  free(h);
+  return NULL;
+}
+
+int http_port(struct http *h) { return h->port; }
+
+void http_set_state(struct http *h, enum http_state s) {
+  atomic_store(&h->state, (int)s);
+}
+
+void http_quiesce(struct http *h) {
+  if (atomic_exchange(&h->quiesced, 1))
+    return;
+  h->quiesced_fd = MHD_quiesce_daemon(h->d);
+}
+
+size_t http_active(struct http *h) { return atomic_load(&h->active); }
+
+void http_stop(struct http *h) {
+  MHD_stop_daemon(h->d);
+  /* The quiesced listen socket must outlive MHD_stop_daemon. */
+  if (h->quiesced_fd != MHD_INVALID_SOCKET)
+    close(h->quiesced_fd);
+  free(h);
+}

@@ -1,0 +1,68 @@
+/* http.h - attnd's HTTP front end (libmicrohttpd).
+ *
+ * Routes:
+ *   POST /v1/attention   decode (proto/), batch (batcher), answer
+ *   GET  /healthz        200 {"status":"ok"} while the process serves
+ *   GET  /readyz         200 when accepting work, 503 starting/draining
+ *   GET  /metrics        Prometheus text exposition
+ * An unknown path is 404, a known path with another method 405 + Allow.
+ * Every error body is {"error": "..."}; every request gets one access-log
+ * line and is counted in the metrics.
+ *
+ * Threads: http_start/http_quiesce/http_stop from the controlling thread;
+ * http_set_state and http_active from any thread.  The access handler runs
+ * on MHD's own threads (see the DESIGN note in http.c).
+ */
+#ifndef ATTND_HTTP_H
+#define ATTND_HTTP_H
+
+#include <stddef.h>
+
+#include "batcher.h"
+#include "metrics.h"
+
+struct http_config {
+  const char *host;         /* numeric IPv4 or IPv6 address */
+  int port;                 /* 0 = ephemeral, see http_port */
+  int threads;              /* MHD thread pool size */
+  int max_conns;
+  int conn_timeout_s;       /* 0 = never */
+  size_t max_body;          /* bytes; larger bodies get 413 */
+  long timeout_ms;          /* request deadline from arrival, 0 = none */
+  size_t max_elems;         /* tensor element bound passed to proto/ */
+};
+
+enum http_state {
+  HTTP_STARTING = 0,        /* /readyz 503 */
+  HTTP_READY = 1,           /* /readyz 200 */
+  HTTP_DRAINING = 2         /* /readyz 503; inference still accepted */
+};
+
+struct http;
+
+/* Starts listening.  b and m must outlive the server.  The state starts at
+ * HTTP_STARTING.  Returns NULL after logging why (bad address, port in
+ * use, out of memory). */
+struct http *http_start(const struct http_config *cfg, struct batcher *b,
+                        struct metrics *m);
+
+/* The port actually bound (useful with port 0). */
+int http_port(struct http *h);
+
+/* Sets what /readyz reports. */
+void http_set_state(struct http *h, enum http_state s);
+
+/* Stops accepting new connections (the listen socket stays open, unused,
+ * until http_stop) and answers any further request on an existing
+ * connection with 503 and Connection: close.  Idempotent. */
+void http_quiesce(struct http *h);
+
+/* Requests that have started and not yet completed (including suspended
+ * ones waiting for the batcher). */
+size_t http_active(struct http *h);
+
+/* Stops the daemon and frees everything.  Precondition: no connection is
+ * suspended, i.e. every job submitted to the batcher has completed. */
+void http_stop(struct http *h);
+
+#endif /* ATTND_HTTP_H */

@@ -1,0 +1,220 @@
+/* main.c - attnd: configuration, signals, start and stop order.
+ *
+ * DESIGN
+ * - Start: parse the configuration (exit 2 on a bad value), pin OpenBLAS
+ *   to one thread per caller, start the batcher (loop thread + workers),
+ *   then HTTP; only then mark ready and print "listening on", which is what
+ *   supervisors and the test harness wait for.
+ * - Signals: SIGTERM/SIGINT handlers only write a byte to a self-pipe
+ *   (async-signal-safe, and correct whichever thread - MHD, libuv,
+ *   OpenBLAS - the kernel picks to run the handler).  The main thread
+ *   sleeps in poll() on that pipe.  A second signal _exits at once.
+ * - Drain: /readyz 503; after --drain-delay-ms stop accepting connections
+ *   and close the batcher to new work; wait until every started request
+ *   has been answered, bounded by --drain-s; then stop MHD (no connection
+ *   is suspended by then), then the batcher, and free everything.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "batcher.h"
+#include "clock.h"
+#include "config.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+
+/* The self-pipe: written by the signal handler, read by main.  These two
+ * are the only file-scope state, because a signal handler has no other
+ * way to reach main. */
+static int main_sig_pipe[2] = {-1, -1};
+static volatile sig_atomic_t main_sig_count;
+
+static void main_on_signal(int sig) {
+  int saved = errno;
+  char c = (char)sig;
+  if (main_sig_count++ > 0)
+    _exit(1);  /* second signal: the operator wants out now */
+  if (write(main_sig_pipe[1], &c, 1) < 0) {
+    /* Nothing to do: the pipe is non-blocking and one byte suffices. */
+  }
+  errno = saved;
+}
+
+static int main_signals(void) {
+  struct sigaction sa;
+  int i;
+  if (pipe(main_sig_pipe) != 0)
+    return -1;
+  for (i = 0; i < 2; i++) {
+    fcntl(main_sig_pipe[i], F_SETFL, O_NONBLOCK);
+    fcntl(main_sig_pipe[i], F_SETFD, FD_CLOEXEC);
+  }
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = main_on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  /* MHD sends with MSG_NOSIGNAL on Linux, but nothing else guarantees it. */
+  signal(SIGPIPE, SIG_IGN);
+  return 0;
+}
+
+/* Sleeps up to ms milliseconds (-1: forever); returns 1 if a signal
+ * arrived meanwhile. */
+static int main_wait_signal(int ms) {
+  struct pollfd p = {main_sig_pipe[0], POLLIN, 0};
+  char buf[16];
+  int n = poll(&p, 1, ms);
+  if (n > 0 && (p.revents & POLLIN)) {
+    while (read(main_sig_pipe[0], buf, sizeof buf) > 0) {
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* Enough descriptors for --max-conns plus our own. */
+static void main_raise_nofile(int max_conns) {
+  struct rlimit rl;
+  rlim_t want = (rlim_t)max_conns + 64;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+    return;
+  rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
+    log_info("only %llu file descriptors; --max-conns %d may not be reached",
+             (unsigned long long)rl.rlim_cur, max_conns);
+}
+
+/* Waits until cond(h, b) is false or the deadline passes; 1 if it held. */
+static int main_wait_while(int (*cond)(struct http *, struct batcher *),
+                           struct http *h, struct batcher *b,
+                           uint64_t deadline_ns) {
+  while (cond(h, b)) {
+    if (clock_now_ns() >= deadline_ns)
+      return 0;
+    main_wait_signal(10);
+  }
+  return 1;
+}
+
+static int main_busy(struct http *h, struct batcher *b) {
+  return http_active(h) > 0 || batcher_outstanding(b) > 0;
+}
+
+static int main_jobs_left(struct http *h, struct batcher *b) {
+  (void)h;
+  return batcher_outstanding(b) > 0;
+}
+
+/* The graceful part of SIGTERM; returns 0, or -1 when a job could not
+ * be finished in time (MHD cannot then be stopped safely). */
+static int main_drain(struct http *h, struct batcher *b,
+                      const struct config *cfg) {
+  uint64_t start = clock_now_ns();
+  uint64_t deadline = start + (uint64_t)cfg->drain_s * 1000000000u;
+  http_set_state(h, HTTP_DRAINING);
+  log_info("draining: readiness is 503; accepting for %ld ms more",
+           cfg->drain_delay_ms);
+  main_wait_signal((int)cfg->drain_delay_ms);
+  http_quiesce(h);
+  batcher_close(b);
+  if (main_wait_while(main_busy, h, b, deadline))
+    return 0;
+  log_error("drain: %zu requests unfinished after %ld s; abandoning the "
+            "queued ones", http_active(h), cfg->drain_s);
+  batcher_abort_queued(b);
+  /* Running jobs cannot be interrupted; give them a short grace, then
+   * let their answers go out. */
+  if (!main_wait_while(main_jobs_left, h, b, clock_now_ns() + 2000000000u))
+    return -1;
+  main_wait_while(main_busy, h, b, clock_now_ns() + 500000000u);
+  return 0;
+}
+
+static void main_config_parts(const struct config *cfg,
+                              struct batcher_config *bc,
+                              struct http_config *hc) {
+  size_t budget = (size_t)cfg->max_inflight_mb << 20;
+  memset(bc, 0, sizeof *bc);
+  bc->workers = cfg->workers;
+  bc->max_batch = cfg->max_batch;
+  bc->max_delay_us = cfg->max_delay_us;
+  bc->max_queue = (size_t)cfg->max_queue;
+  bc->max_bytes = budget;
+  memset(hc, 0, sizeof *hc);
+  hc->host = cfg->host;
+  hc->port = cfg->port;
+  hc->threads = cfg->http_threads;
+  hc->max_conns = cfg->max_conns;
+  hc->conn_timeout_s = cfg->conn_timeout_s;
+  hc->max_body = (size_t)cfg->max_body_mb << 20;
+  hc->timeout_ms = cfg->timeout_ms;
+  /* One request may never decode into more floats than the whole
+   * in-flight budget could hold. */
+  hc->max_elems = budget / sizeof(float);
+}
+
+int main(int argc, char **argv) {
+  struct config cfg;
+  struct batcher_config bc;
+  struct http_config hc;
+  struct metrics *m = NULL;
+  struct batcher *b = NULL;
+  struct http *h = NULL;
+  int rc = config_parse(&cfg, argc, argv, stdout, stderr);
+
+  if (rc == CONFIG_EXIT)
+    return 0;
+  if (rc != CONFIG_RUN)
+    return 2;
+  log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
+  main_config_parts(&cfg, &bc, &hc);
+  main_raise_nofile(cfg.max_conns);
+  /* One BLAS thread per worker: the workers are the parallelism. */
+  openblas_set_num_threads(1);
+  if (main_signals() != 0 || !(m = metrics_new()) ||
+      !(b = batcher_start(&bc, m))) {
+    log_error("cannot start: out of memory or threads");
+    rc = 1;
+    goto out;
+  }
+  if (!(h = http_start(&hc, b, m))) {
+    rc = 1;
+    goto out;
+  }
+  http_set_state(h, HTTP_READY);
+  log_info(strchr(cfg.host, ':') ? "listening on [%s]:%d (%d workers)"
+                                  : "listening on %s:%d (%d workers)",
+           cfg.host, http_port(h), cfg.workers);
+  while (!main_wait_signal(-1)) {
+  }
+  if (main_drain(h, b, &cfg) != 0) {
+    log_error("drain: jobs still running; exiting without cleanup");
+    _exit(1);
+  }
+  log_info("stopped");
+  rc = 0;
+out:
+  if (h)
+    http_stop(h);
+  if (b)
+    batcher_stop(b);
+  metrics_free(m);
+  if (main_sig_pipe[0] >= 0) {
+    close(main_sig_pipe[0]);
+    close(main_sig_pipe[1]);
+  }
+  uv_library_shutdown();
+  return rc;
+}

@@ -1,0 +1,57 @@
+/* metrics.h - attnd's Prometheus counters, gauges and histograms.
+ *
+ * One struct metrics per process, created by main() and handed to the
+ * modules that record into it.  Every recording function is lock-free
+ * (C11 relaxed atomics) and safe from any thread; metrics_render() reads a
+ * consistent-enough snapshot (each value is read atomically, the set is
+ * not) for the text exposition format, version 0.0.4.
+ */
+#ifndef ATTND_METRICS_H
+#define ATTND_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The routes metrics are labelled with; anything else counts as OTHER. */
+enum metrics_route {
+  METRICS_ROUTE_ATTENTION = 0,  /* /v1/attention */
+  METRICS_ROUTE_HEALTHZ,
+  METRICS_ROUTE_READYZ,
+  METRICS_ROUTE_METRICS,
+  METRICS_ROUTE_OTHER,
+  METRICS_ROUTE_COUNT
+};
+
+struct metrics;
+
+/* Returns a zeroed metrics set, or NULL when out of memory. */
+struct metrics *metrics_new(void);
+
+/* Frees the set; NULL is fine.  No thread may still record into it. */
+void metrics_free(struct metrics *m);
+
+/* One finished request: its route, HTTP status, body sizes and duration. */
+void metrics_record_request(struct metrics *m, enum metrics_route route,
+                            unsigned int status, size_t bytes_in,
+                            size_t bytes_out, uint64_t duration_ns);
+
+/* One request that ran in a batch: time waiting and time computing. */
+void metrics_record_job(struct metrics *m, uint64_t queue_ns,
+                        uint64_t compute_ns);
+
+/* One batch handed to a worker. */
+void metrics_record_batch(struct metrics *m, int size);
+
+/* Gauges: requests being handled (first handler call to completion) and
+ * requests waiting for a worker. */
+void metrics_add_inflight(struct metrics *m, int delta);
+void metrics_add_queue_depth(struct metrics *m, int delta);
+
+/* Renders the exposition text.  *body is malloc'd (caller frees), *len
+ * excludes the NUL.  Returns 0 or ATTND_ENOMEM. */
+int metrics_render(struct metrics *m, char **body, size_t *len);
+
+/* The Content-Type of metrics_render()'s output. */
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+#endif /* ATTND_METRICS_H */
