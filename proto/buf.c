@@ -101,6 +101,10 @@ void proto__buf_put_json_string(proto__buf *b, const char *str) {
       char esc[2] = {'\\', (char)*s};
       proto__buf_put(b, esc, 2);
       s++;
+    } else if (*s == '\n' || *s == '\t' || *s == '\r') {
+      char esc[2] = {'\\', *s == '\n' ? 'n' : *s == '\t' ? 't' : 'r'};
+      proto__buf_put(b, esc, 2);
+      s++;
     } else if (*s < 0x20) {
       char esc[8];
       int n = snprintf(esc, sizeof esc, "\\u%04x", *s);

@@ -335,6 +335,20 @@ static int budget(v1_ctx *c) {
 
 /* ---- options ------------------------------------------------------------- */
 
+/* An option given a value outside its closed set. */
+static int bad_choice(v1_ctx *c, const cJSON *j, const char *fld,
+                      const char *allowed) {
+  char what[48];
+  if (cJSON_IsString(j)) {
+    char name[44];
+    proto__quote_name(j->valuestring, name, sizeof name);
+    snprintf(what, sizeof what, "\"%s\"", name);
+  } else {
+    proto__describe(j, what, sizeof what);
+  }
+  return ERR("%s: unknown value %s (allowed: %s)", fld, what, allowed);
+}
+
 static int opt_scoring(v1_ctx *c) {
   const cJSON *j = c->f[F_SCORING];
   if (!j)
@@ -344,7 +358,7 @@ static int opt_scoring(v1_ctx *c) {
   else if (cJSON_IsString(j) && !strcmp(j->valuestring, "additive"))
     c->p->scoring = ATTN_SCORING_ADDITIVE;
   else
-    return ERR("scoring: unknown value (allowed: \"dot\", \"additive\")");
+    return bad_choice(c, j, "scoring", "\"dot\", \"additive\"");
   return 0;
 }
 
@@ -359,8 +373,8 @@ static int opt_causal(v1_ctx *c) {
   else if (cJSON_IsString(j) && !strcmp(j->valuestring, "lower_right"))
     c->p->causal = ATTN_CAUSAL_LOWER_RIGHT;
   else
-    return ERR("causal: unknown value (allowed: false, true, \"upper_left\", "
-               "\"lower_right\")");
+    return bad_choice(c, j, "causal",
+                      "false, true, \"upper_left\", \"lower_right\"");
   return 0;
 }
 
