@@ -227,16 +227,21 @@
   }
 
   function updateShapeLabels() {
+    const parts = [];
     for (const id of ['query', 'key', 'value']) {
       const el = $(id + '-shape');
       const text = $(id).value.trim();
-      if (text === '') { el.textContent = ''; continue; }
-      try {
-        el.textContent = shapeText(toFlat(JSON.parse(text), id).shape);
-      } catch (e) {
-        el.textContent = '(not valid yet)';
+      if (text === '') el.textContent = '(empty)';
+      else {
+        try {
+          el.textContent = shapeText(toFlat(JSON.parse(text), id).shape);
+        } catch (e) {
+          el.textContent = '(not valid JSON)';
+        }
       }
+      parts.push(id + ' ' + el.textContent);
     }
+    $('tensor-summary').textContent = parts.join(' · ');
   }
 
   function generate() {
@@ -339,7 +344,7 @@
     const left = 22 + labelW + 6, top = 6, right = 6, bottom = 36;
     const avail = Math.max(60, $('heatmap-wrap').clientWidth - left - right);
     const maxH = Math.max(160, Math.min(560, window.innerHeight * 0.7));
-    let cell = Math.min(avail / Lk, maxH / Lq, 44);
+    let cell = Math.min(avail / Lk, maxH / Lq, 56);
     if (cell >= 2) cell = Math.floor(cell);
     const gap = cell >= 10 ? 1 : 0;
     const cssW = Math.ceil(left + Lk * cell + right);
@@ -695,6 +700,11 @@
     const diagNote = req.diagnostics && !state.diag ? ' (no diagnostics in the response)' : '';
     setStatus('HTTP ' + res.status + ' in ' + ms.toFixed(0) + ' ms' + diagNote);
     redraw();
+    // One column (phones): bring the result into view.
+    const top = $('results-title').getBoundingClientRect().top;
+    if (window.matchMedia('(max-width: 860px)').matches && (top < 0 || top > window.innerHeight * 0.8)) {
+      $('results-title').scrollIntoView({ block: 'start' });
+    }
   }
 
   // ---------------------------------------------------------------- wiring
@@ -731,7 +741,10 @@
       const c = cellAt(ev.clientX, ev.clientY);
       if (c) showTooltip(c[0], c[1]);
     });
-    canvas.addEventListener('pointerleave', () => { if (!state.focus) hideTooltip(); else placeFocus(); });
+    canvas.addEventListener('pointerleave', (ev) => {
+      if (ev.pointerType === 'touch') return;   // a tapped cell keeps its tooltip
+      if (!state.focus) hideTooltip(); else placeFocus();
+    });
     canvas.addEventListener('keydown', (ev) => {
       const g = state.geom;
       if (!g) return;
