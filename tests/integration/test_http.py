@@ -1,0 +1,417 @@
+"""attnd's HTTP surface, exercised against the real build/attnd.
+
+Routes and their bodies, error statuses (400/404/405/413/503/504) with
+{"error": ...} bodies, batching under concurrent clients, and the
+Prometheus exposition.  Tolerant of a loaded 2-core machine and of
+valgrind: no tight timing assertions, modest request counts.
+"""
+
+import http.client
+import json
+import math
+import random
+import re
+import threading
+import time
+
+import harness
+
+
+# -- a small float64 reference: rank-3, optional per-item valid_lens ------
+def reference(q, k, v, valid_lens=None, scale=None):
+    """Returns (output, weights) as nested lists for (B, L, D) inputs."""
+    out, weights = [], []
+    for b in range(len(q)):
+        d = len(q[b][0])
+        s = 1.0 / math.sqrt(d) if scale is None else scale
+        limit = len(k[b]) if valid_lens is None else valid_lens[b]
+        ob, wb = [], []
+        for qi in q[b]:
+            scores = [sum(x * y for x, y in zip(qi, kj)) * s for kj in k[b][:limit]]
+            if scores:
+                m = max(scores)
+                e = [math.exp(x - m) for x in scores]
+                w = [x / sum(e) for x in e] + [0.0] * (len(k[b]) - limit)
+            else:
+                w = [0.0] * len(k[b])
+            ob.append([sum(w[j] * v[b][j][c] for j in range(len(k[b])))
+                       for c in range(len(v[b][0]))])
+            wb.append(w)
+        out.append(ob)
+        weights.append(wb)
+    return out, weights
+
+
+def flat(t):
+    if isinstance(t, list):
+        return [x for e in t for x in flat(e)]
+    return [t]
+
+
+def rand3(rng, B, L, D):
+    return [[[rng.uniform(-1, 1) for _ in range(D)] for _ in range(L)] for _ in range(B)]
+
+
+def make_request(seed, B=1, Lq=4, Lk=6, D=8, Dv=4, weights=True):
+    rng = random.Random(seed)
+    return {"query": rand3(rng, B, Lq, D), "key": rand3(rng, B, Lk, D),
+            "value": rand3(rng, B, Lk, Dv), "return_weights": weights}
+
+
+def parse_metrics(text):
+    """{(name, frozenset(labels)): value} for every sample line."""
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$', line)
+        assert m, "bad exposition line: %r" % line
+        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""))
+        samples[(m.group(1), labels)] = float(m.group(4))
+    return samples
+
+
+def counter(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+class CheckMixin:
+    def assert_close(self, got, ref, what):
+        g, r = flat(got), flat(ref)
+        self.assertEqual(len(g), len(r), what + " size")
+        for n, (x, y) in enumerate(zip(g, r)):
+            self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y),
+                                 "%s[%d]: got %r, want %r" % (what, n, x, y))
+
+    def assert_error(self, status, hdrs, body, want_status):
+        self.assertEqual(status, want_status, body[:200])
+        self.assertTrue(hdrs.get("content-type", "").startswith("application/json"))
+        obj = json.loads(body)
+        self.assertIsInstance(obj.get("error"), str)
+        self.assertTrue(obj["error"])
+        return obj
+
+    def metrics(self):
+        status, hdrs, body = self.srv.get("/metrics")
+        self.assertEqual(status, 200)
+        return parse_metrics(body.decode())
+
+
+class RoutesTest(CheckMixin, harness.ServerTestCase):
+    server_args = ("--workers", "2", "--max-body-mb", "1")
+
+    def test_healthz_reports_ok(self):
+        status, hdrs, body = self.srv.get("/healthz")
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body), {"status": "ok"})
+        self.assertTrue(hdrs["content-type"].startswith("application/json"))
+
+    def test_readyz_is_200_once_listening(self):
+        status, _, body = self.srv.get("/readyz")
+        self.assertEqual(status, 200, body)
+
+    def test_design_example_returns_reference_numbers(self):
+        req = {"query": [[[1, 0], [0, 2]]], "key": [[[1, 1], [2, 0], [0, 3]]],
+               "value": [[[1, 0], [0, 1], [1, 1]]], "valid_lens": [2],
+               "causal": False, "scale": 0.7071, "mask": None, "bias": None,
+               "return_weights": True, "id": "optional"}
+        out, w = reference(req["query"], req["key"], req["value"], [2], 0.7071)
+        status, resp = self.srv.post_json("/v1/attention", req)
+        self.assertEqual(status, 200, resp)
+        self.assertEqual(resp["id"], "optional")
+        self.assert_close(resp["output"], out, "output")
+        self.assert_close(resp["weights"], w, "weights")
+        self.assertEqual(resp["weights"][0][0][2], 0.0)  # masked: exactly 0
+        self.assertEqual(resp["weights"][0][1][2], 0.0)
+
+    def test_without_weights_omits_them(self):
+        req = make_request(7, weights=False)
+        out, _ = reference(req["query"], req["key"], req["value"])
+        status, resp = self.srv.post_json("/v1/attention", req)
+        self.assertEqual(status, 200, resp)
+        self.assertNotIn("weights", resp)
+        self.assert_close(resp["output"], out, "output")
+
+    def test_bad_json_is_400_with_error(self):
+        status, hdrs, body = self.srv.request("POST", "/v1/attention", b'{"query": [[[1,',
+                                              {"Content-Type": "application/json"})
+        self.assert_error(status, hdrs, body, 400)
+
+    def test_invalid_shapes_are_400_and_server_keeps_serving(self):
+        req = make_request(3)
+        req["key"] = rand3(random.Random(1), 1, 6, 5)  # width 5 != query width 8
+        status, hdrs, body = self.srv.request("POST", "/v1/attention", json.dumps(req).encode())
+        obj = self.assert_error(status, hdrs, body, 400)
+        self.assertIn("key", obj["error"])
+        self.assertEqual(self.srv.get("/healthz")[0], 200)
+
+    def test_unknown_path_is_404_naming_it(self):
+        status, hdrs, body = self.srv.get("/foo")
+        obj = self.assert_error(status, hdrs, body, 404)
+        self.assertIn("/foo", obj["error"])
+
+    def test_wrong_method_is_405_with_allow(self):
+        status, hdrs, body = self.srv.get("/v1/attention")
+        self.assert_error(status, hdrs, body, 405)
+        self.assertIn("POST", hdrs.get("allow", ""))
+        status, hdrs, body = self.srv.request("POST", "/healthz", b"{}")
+        self.assert_error(status, hdrs, body, 405)
+        self.assertIn("GET", hdrs.get("allow", ""))
+
+    def test_content_length_over_limit_is_413(self):
+        body = b" " * (1024 * 1024 + 1)
+        status, hdrs, data = self.srv.request("POST", "/v1/attention", body)
+        self.assert_error(status, hdrs, data, 413)
+
+    def test_chunked_body_over_limit_is_413(self):
+        chunk = b" " * 65536
+
+        def chunks():
+            for _ in range(20):  # 1.25 MiB > 1 MiB, no Content-Length
+                yield chunk
+        conn = self.srv.connection()
+        try:
+            conn.request("POST", "/v1/attention", body=chunks(), encode_chunked=True,
+                         headers={"Transfer-Encoding": "chunked"})
+            resp = conn.getresponse()
+            data = resp.read()
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            self.assert_error(resp.status, hdrs, data, 413)
+        finally:
+            conn.close()
+
+    def test_chunked_body_under_limit_is_decoded(self):
+        req = make_request(11)
+        raw = json.dumps(req).encode()
+        pieces = [raw[i:i + 100] for i in range(0, len(raw), 100)]
+        conn = self.srv.connection()
+        try:
+            conn.request("POST", "/v1/attention", body=iter(pieces), encode_chunked=True,
+                         headers={"Transfer-Encoding": "chunked"})
+            resp = conn.getresponse()
+            obj = json.loads(resp.read())
+            self.assertEqual(resp.status, 200, obj)
+        finally:
+            conn.close()
+        out, w = reference(req["query"], req["key"], req["value"])
+        self.assert_close(obj["output"], out, "output")
+        self.assert_close(obj["weights"], w, "weights")
+
+    def test_metrics_is_valid_exposition(self):
+        self.srv.get("/healthz")
+        status, hdrs, body = self.srv.get("/metrics")
+        self.assertEqual(status, 200)
+        ctype = hdrs["content-type"]
+        self.assertTrue(ctype.startswith("text/plain"), ctype)
+        self.assertIn("version=0.0.4", ctype)
+        text = body.decode()
+        self.assertTrue(text.endswith("\n"))
+        typed = {}
+        for line in text.splitlines():
+            m = re.match(r"# TYPE (\S+) (counter|gauge|histogram)$", line)
+            if m:
+                self.assertNotIn(m.group(1), typed, "TYPE repeated")
+                typed[m.group(1)] = m.group(2)
+            elif line.startswith("# HELP "):
+                continue
+            else:
+                name = re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", line).group(0)
+                base = re.sub(r"_(bucket|sum|count)$", "", name)
+                self.assertTrue(name in typed or base in typed, "no TYPE before " + line)
+        for name, kind in [("attnd_requests_total", "counter"),
+                           ("attnd_inflight_requests", "gauge"),
+                           ("attnd_queue_depth", "gauge"),
+                           ("attnd_request_bytes_total", "counter"),
+                           ("attnd_response_bytes_total", "counter"),
+                           ("attnd_build_info", "gauge"),
+                           ("attnd_batch_size", "histogram"),
+                           ("attnd_request_duration_seconds", "histogram"),
+                           ("attnd_queue_duration_seconds", "histogram"),
+                           ("attnd_compute_duration_seconds", "histogram")]:
+            self.assertEqual(typed.get(name), kind, name)
+            self.assertIn("# HELP %s " % name, text)
+        samples = parse_metrics(text)
+        self.assertTrue(any(n == "attnd_build_info" and dict(l).get("version") and v == 1
+                            for (n, l), v in samples.items()))
+        # Histogram buckets are cumulative and end in +Inf == _count.
+        buckets = [(float("inf") if dict(l)["le"] == "+Inf" else float(dict(l)["le"]), v)
+                   for (n, l), v in samples.items() if n == "attnd_batch_size_bucket"]
+        buckets.sort()
+        self.assertEqual([v for _, v in buckets], sorted(v for _, v in buckets))
+        self.assertEqual(buckets[-1][1], counter(samples, "attnd_batch_size_count"))
+
+    def test_metrics_count_by_route_and_code(self):
+        before = self.metrics()
+        self.srv.get("/healthz")
+        self.srv.get("/nowhere")
+        self.srv.post_json("/v1/attention", make_request(5))
+        self.srv.post_json("/v1/attention", "not json")
+        after = self.metrics()
+        for route, code in [("/healthz", "200"), ("other", "404"),
+                            ("/v1/attention", "200"), ("/v1/attention", "400")]:
+            self.assertEqual(counter(after, "attnd_requests_total", route=route, code=code),
+                             counter(before, "attnd_requests_total", route=route, code=code) + 1,
+                             (route, code))
+        self.assertGreater(counter(after, "attnd_request_bytes_total"),
+                           counter(before, "attnd_request_bytes_total"))
+        self.assertGreater(counter(after, "attnd_response_bytes_total"),
+                           counter(before, "attnd_response_bytes_total"))
+
+    def test_access_log_has_one_line_per_request(self):
+        self.srv.get("/healthz")
+        # The line is written when MHD reports the request complete, just
+        # after the client has its answer, so give it a moment to appear.
+        pattern = re.compile(r"GET /healthz 200 in=0 out=\d+ ms=[0-9.]+")
+        for _ in range(200):
+            if pattern.search("".join(self.srv.log)):
+                break
+            time.sleep(0.05)
+        self.assertRegex("".join(self.srv.log), pattern)
+
+
+class ConcurrencyTest(CheckMixin, harness.ServerTestCase):
+    # One worker, so that requests arriving while it computes queue up and
+    # leave together in the next greedy batch.
+    server_args = ("--workers", "1", "--max-batch", "16")
+
+    def test_concurrent_clients_same_shape_all_correct(self):
+        n_threads, per_thread = 8, 3
+        inputs = [make_request(100 + i, B=2, Lq=16, Lk=24, D=16, Dv=8) for i in range(4)]
+        refs = [reference(r["query"], r["key"], r["value"]) for r in inputs]
+        before = self.metrics()
+        failures, barrier = [], threading.Barrier(n_threads)
+
+        def client(t):
+            barrier.wait()
+            for i in range(per_thread):
+                which = (t + i) % len(inputs)
+                req = dict(inputs[which], id="%d-%d" % (t, i))
+                try:
+                    status, resp = self.srv.post_json("/v1/attention", req)
+                    if status != 200:
+                        failures.append((status, resp))
+                        continue
+                    self.assertEqual(resp["id"], req["id"])
+                    self.assert_close(resp["output"], refs[which][0], "output")
+                    self.assert_close(resp["weights"], refs[which][1], "weights")
+                except Exception as e:  # collected and reported below
+                    failures.append(repr(e))
+        threads = [threading.Thread(target=client, args=(t,)) for t in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        self.assertEqual(failures, [])
+        after = self.metrics()
+        total = n_threads * per_thread
+        self.assertEqual(counter(after, "attnd_requests_total", route="/v1/attention", code="200")
+                         - counter(before, "attnd_requests_total", route="/v1/attention", code="200"),
+                         total)
+        # Every request ran in exactly one batch.
+        self.assertEqual(counter(after, "attnd_batch_size_sum")
+                         - counter(before, "attnd_batch_size_sum"), total)
+        batches = (counter(after, "attnd_batch_size_count")
+                   - counter(before, "attnd_batch_size_count"))
+        self.assertGreaterEqual(batches, 1)
+        self.assertLessEqual(batches, total)
+
+    def test_different_shapes_interleaved_all_correct(self):
+        shapes = [dict(Lq=3, Lk=5, D=4, Dv=2), dict(Lq=7, Lk=2, D=6, Dv=5),
+                  dict(Lq=1, Lk=9, D=2, Dv=3)]
+        reqs = [make_request(200 + i, **shapes[i % 3]) for i in range(9)]
+        results = [None] * len(reqs)
+
+        def client(i):
+            results[i] = self.srv.post_json("/v1/attention", reqs[i])
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(reqs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        for req, (status, resp) in zip(reqs, results):
+            self.assertEqual(status, 200, resp)
+            out, w = reference(req["query"], req["key"], req["value"])
+            self.assert_close(resp["output"], out, "output")
+            self.assert_close(resp["weights"], w, "weights")
+
+
+class DelayedBatchTest(CheckMixin, harness.ServerTestCase):
+    # A generous --max-delay-us makes a batch wait for company, so that
+    # simultaneous same-shape requests must share one.
+    server_args = ("--workers", "1", "--max-batch", "4", "--max-delay-us", "300000")
+
+    def test_simultaneous_requests_share_a_batch(self):
+        req = make_request(42)
+        out, w = reference(req["query"], req["key"], req["value"])
+        results, barrier = [], threading.Barrier(4)
+
+        def client():
+            barrier.wait()
+            results.append(self.srv.post_json("/v1/attention", req))
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        self.assertEqual(len(results), 4)
+        for status, resp in results:
+            self.assertEqual(status, 200, resp)
+            self.assert_close(resp["output"], out, "output")
+        samples = self.metrics()
+        # Some batch held more than one request: fewer batches than requests.
+        self.assertLess(counter(samples, "attnd_batch_size_count"),
+                        counter(samples, "attnd_batch_size_sum"))
+
+
+def heavy_request(seed):
+    """A request whose weights (Lq x Lk) make the worker's encode slow
+    compared with decoding it."""
+    return make_request(seed, B=2, Lq=192, Lk=192, D=4, Dv=4)
+
+
+class QueueFullTest(CheckMixin, harness.ServerTestCase):
+    server_args = ("--workers", "1", "--max-batch", "1", "--max-queue", "1")
+
+    def test_flood_gets_503_with_retry_after(self):
+        body = json.dumps(heavy_request(1)).encode()
+        results, barrier = [], threading.Barrier(12)
+
+        def client():
+            barrier.wait()
+            status, hdrs, data = self.srv.request("POST", "/v1/attention", body)
+            results.append((status, hdrs, data))
+        threads = [threading.Thread(target=client) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        codes = sorted(s for s, _, _ in results)
+        self.assertEqual(len(codes), 12)
+        self.assertTrue(set(codes) <= {200, 503}, codes)
+        self.assertIn(503, codes)
+        self.assertIn(200, codes)
+        for status, hdrs, data in results:
+            if status == 503:
+                self.assert_error(status, hdrs, data, 503)
+                self.assertGreaterEqual(int(hdrs["retry-after"]), 1)
+        self.assertEqual(self.srv.get("/healthz")[0], 200)
+
+
+class DeadlineTest(CheckMixin, harness.ServerTestCase):
+    # 1 ms from the request's arrival: decoding a few hundred kilobytes of
+    # JSON alone takes longer, so the request expires before it runs.
+    server_args = ("--workers", "1", "--timeout-ms", "1")
+
+    def test_request_past_deadline_gets_504(self):
+        req = make_request(9, B=4, Lq=128, Lk=128, D=32, Dv=32)
+        status, hdrs, data = self.srv.request("POST", "/v1/attention", json.dumps(req).encode())
+        obj = self.assert_error(status, hdrs, data, 504)
+        self.assertIn("deadline", obj["error"])
+        self.assertEqual(self.srv.get("/healthz")[0], 200)
+        samples = self.metrics()
+        self.assertGreaterEqual(counter(samples, "attnd_requests_total",
+                                        route="/v1/attention", code="504"), 1)
+
+
+if __name__ == "__main__":
+    harness.main()

@@ -1,0 +1,187 @@
+"""attnd's process lifecycle: configuration, startup, drain and exit.
+
+Runs the real build/attnd.  SIGTERM while requests are in flight must
+answer every started request (200, or 503 once draining) and exit 0;
+readiness turns 503 at once; a second signal exits at once; bad
+configuration exits 2 with a message naming the flag or variable.
+"""
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+import harness
+
+VALGRIND = harness.VALGRIND
+
+
+def run_attnd(args, env=None, timeout=60):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    p = subprocess.run([harness.BINARY] + list(args), capture_output=True,
+                       env=full_env, timeout=timeout)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def heavy_body(seed, L=128):
+    rng = random.Random(seed)
+
+    def t(B, L_, D):
+        return [[[rng.uniform(-1, 1) for _ in range(D)] for _ in range(L_)] for _ in range(B)]
+    return json.dumps({"query": t(2, L, 4), "key": t(2, L, 4), "value": t(2, L, 4),
+                       "return_weights": True}).encode()
+
+
+def metric(srv, name):
+    _, _, body = srv.get("/metrics")
+    m = re.search(r"^%s (\S+)$" % re.escape(name), body.decode(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def wait_for(pred, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+class ConfigTest(unittest.TestCase):
+    def test_help_lists_every_flag_with_default_and_env(self):
+        code, out, _ = run_attnd(["--help"])
+        self.assertEqual(code, 0)
+        for flag, env in [("--host", "ATTND_HOST"), ("--port", "ATTND_PORT"),
+                          ("--workers", "ATTND_WORKERS"), ("--max-batch", "ATTND_MAX_BATCH"),
+                          ("--max-delay-us", "ATTND_MAX_DELAY_US"),
+                          ("--max-queue", "ATTND_MAX_QUEUE"),
+                          ("--max-inflight-mb", "ATTND_MAX_INFLIGHT_MB"),
+                          ("--max-body-mb", "ATTND_MAX_BODY_MB"),
+                          ("--timeout-ms", "ATTND_TIMEOUT_MS"),
+                          ("--drain-delay-ms", "ATTND_DRAIN_DELAY_MS"),
+                          ("--drain-s", "ATTND_DRAIN_S"), ("--max-conns", "ATTND_MAX_CONNS"),
+                          ("--conn-timeout-s", "ATTND_CONN_TIMEOUT_S"), ("--log", "ATTND_LOG")]:
+            self.assertIn(flag, out)
+            self.assertIn(env, out)
+        self.assertIn("default 8000", out)
+
+    def test_version_prints_and_exits_0(self):
+        code, out, _ = run_attnd(["--version"])
+        self.assertEqual(code, 0)
+        self.assertRegex(out, r"^attnd \d+\.\d+")
+
+    def test_bad_flag_value_exits_2_naming_the_flag(self):
+        for args, name in [(["--workers", "0"], "--workers"),
+                           (["--port", "70000"], "--port"),
+                           (["--max-batch", "12x"], "--max-batch"),
+                           (["--log", "xml"], "--log"),
+                           (["--host", "not-an-address"], "--host"),
+                           (["--no-such-flag"], "--no-such-flag")]:
+            code, _, err = run_attnd(args)
+            self.assertEqual(code, 2, args)
+            self.assertIn(name, err)
+
+    def test_bad_env_value_exits_2_naming_the_variable(self):
+        code, _, err = run_attnd([], env={"ATTND_MAX_QUEUE": "lots"})
+        self.assertEqual(code, 2)
+        self.assertIn("ATTND_MAX_QUEUE", err)
+
+
+class EnvTest(unittest.TestCase):
+    def test_env_sets_a_limit_and_the_flag_wins(self):
+        body = b" " * (1024 * 1024 + 100)  # not JSON: 413 if over, else 400
+        with harness.Attnd([], env={"ATTND_MAX_BODY_MB": "1"}) as srv:
+            self.assertEqual(srv.request("POST", "/v1/attention", body)[0], 413)
+            self.assertEqual(srv.stop(), 0)
+        with harness.Attnd(["--max-body-mb", "2"], env={"ATTND_MAX_BODY_MB": "1"}) as srv:
+            self.assertEqual(srv.request("POST", "/v1/attention", body)[0], 400)
+            self.assertEqual(srv.stop(), 0)
+
+    def test_json_log_lines_are_json_objects(self):
+        with harness.Attnd(["--log", "json"]) as srv:
+            srv.get("/healthz")
+            self.assertEqual(srv.stop(), 0)
+        access = [json.loads(l) for l in srv.log if l.startswith("{") and '"path"' in l]
+        self.assertTrue(any(a["path"] == "/healthz" and a["status"] == 200 for a in access),
+                        srv.log)
+        for a in access:
+            for key in ("method", "bytes_in", "bytes_out", "queue_ms", "compute_ms", "batch"):
+                self.assertIn(key, a)
+
+
+class DrainTest(unittest.TestCase):
+    def test_sigterm_with_requests_in_flight_answers_all_and_exits_0(self):
+        n = 8
+        # The drain delay keeps accepting briefly after the signal, so that
+        # a client thread that had not connected yet is not refused.
+        srv = harness.Attnd(["--workers", "1", "--max-batch", "1",
+                             "--drain-delay-ms", "5000" if VALGRIND else "1000"])
+        try:
+            body = heavy_body(1)
+            results = []
+
+            def client():
+                try:
+                    results.append(srv.request("POST", "/v1/attention", body)[0])
+                except Exception as e:  # a refused or cut request is a failure
+                    results.append(repr(e))
+            threads = [threading.Thread(target=client) for _ in range(n)]
+            for t in threads:
+                t.start()
+            # Signal once at least half of them are inside the server.
+            self.assertTrue(wait_for(lambda: metric(srv, "attnd_inflight_requests") >= n // 2
+                                     or len(results) == n, 120))
+            srv.proc.send_signal(signal.SIGTERM)
+            for t in threads:
+                t.join(300)
+            code = srv.proc.wait(120)  # no second signal: that would exit at once
+        finally:
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+        self.assertEqual(code, 0)
+        self.assertEqual(len(results), n)
+        self.assertTrue(all(r in (200, 503) for r in results), results)
+        self.assertIn(200, results)
+
+    def test_readiness_503_at_once_while_work_is_still_served(self):
+        with harness.Attnd(["--drain-delay-ms", "3000" if not VALGRIND else "15000"]) as srv:
+            self.assertEqual(srv.get("/readyz")[0], 200)
+            srv.proc.send_signal(signal.SIGTERM)
+            self.assertTrue(wait_for(lambda: srv.get("/readyz")[0] == 503, 30))
+            status, _, body = srv.get("/readyz")
+            self.assertIn("error", json.loads(body))
+            self.assertEqual(srv.get("/healthz")[0], 200)
+            status, obj = srv.post_json("/v1/attention", {
+                "query": [[[1, 0]]], "key": [[[1, 0]]], "value": [[[2, 3]]]})
+            self.assertEqual(status, 200, obj)
+            self.assertEqual(obj["output"], [[[2, 3]]])
+            self.assertEqual(srv.proc.wait(120), 0)
+
+    def test_second_signal_exits_at_once(self):
+        srv = harness.Attnd(["--drain-delay-ms", "600000"])
+        try:
+            srv.proc.send_signal(signal.SIGTERM)
+            self.assertTrue(wait_for(lambda: srv.get("/readyz")[0] == 503, 30))
+            srv.proc.send_signal(signal.SIGINT)
+            code = srv.proc.wait(60)
+        finally:
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+        self.assertNotEqual(code, 0)
+
+    def test_idle_server_exits_0_promptly(self):
+        with harness.Attnd([]) as srv:
+            srv.get("/healthz")
+            start = time.time()
+            self.assertEqual(srv.stop(signal.SIGINT), 0)
+            self.assertLess(time.time() - start, 60)
+
+
+if __name__ == "__main__":
+    harness.main()
