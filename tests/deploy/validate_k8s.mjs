@@ -1,6 +1,6 @@
 // Offline validation of the Kubernetes manifests in deploy/k8s/.
 //
-//   node tests/deploy/validate_k8s.mjs --modules DIR file.yaml...
+//   node tests/deploy/validate_k8s.mjs --modules DIR [--attnd build/attnd] file.yaml...
 //
 // DIR holds node_modules with kubernetes-models@5.1.0 (Kubernetes 1.27
 // OpenAPI schemas compiled to ajv validators) and yaml@2; manifests_test.sh
@@ -17,12 +17,15 @@
 import { readFileSync, existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { execFileSync } from "node:child_process";
 
 const args = process.argv.slice(2);
 let modules = process.env.ATTND_NODE_MODULES || "/var/cache/attnd-ci/node/node_modules";
 const files = [];
+let attnd = null;
 for (let i = 0; i < args.length; i++) {
   if (args[i] === "--modules") modules = join(args[++i], "node_modules");
+  else if (args[i] === "--attnd") attnd = args[++i];
   else files.push(args[i]);
 }
 const { parseAllDocuments } = await import(pathToFileURL(join(modules, "yaml/dist/index.js")).href);
@@ -138,9 +141,17 @@ for (const file of files) {
 }
 
 // ------------------------------------------------------- 3. project rules
-const KNOWN_ENV = new Set(["HOST", "PORT", "WORKERS", "MAX_BATCH", "MAX_DELAY_US", "MAX_QUEUE",
+// The ATTND_* variables: from `attnd --help` when a built attnd is given,
+// else the list in docs/design.md.
+let KNOWN_ENV = new Set(["HOST", "PORT", "WORKERS", "MAX_BATCH", "MAX_DELAY_US", "MAX_QUEUE",
   "MAX_INFLIGHT_MB", "MAX_BODY_MB", "TIMEOUT_MS", "DRAIN_DELAY_MS", "DRAIN_S", "MAX_CONNS",
   "CONN_TIMEOUT_S", "LOG", "TOKEN", "TOKEN_FILE", "TLS_CERT", "TLS_KEY"].map((s) => "ATTND_" + s));
+if (attnd) {
+  const help = execFileSync(attnd, ["--help"], { encoding: "utf8" });
+  const names = [...help.matchAll(/\benv (ATTND_[A-Z0-9_]+)/g)].map((m) => m[1]);
+  if (names.length === 0) bad(`${attnd} --help names no ATTND_* variables`);
+  else KNOWN_ENV = new Set(names);
+}
 
 function cpuCores(q) {
   if (q === undefined) return undefined;
@@ -190,7 +201,7 @@ for (const { obj, what } of deployments) {
 
     const env = Object.fromEntries((c.env || []).map((e) => [e.name, e.value]));
     const unknownEnv = Object.keys(env).filter((k) => k.startsWith("ATTND_") && !KNOWN_ENV.has(k));
-    rule(unknownEnv.length === 0, cw, `ATTND_* variables are attnd's own${unknownEnv.length ? " (unknown: " + unknownEnv.join(", ") + ")" : ""}`);
+    rule(unknownEnv.length === 0, cw, `ATTND_* variables are attnd's own${attnd ? " (attnd --help)" : ""}${unknownEnv.length ? " (unknown: " + unknownEnv.join(", ") + ")" : ""}`);
     const port = Number(env.ATTND_PORT ?? 8000);
     rule(ports.some((p) => p.containerPort === port), cw, `containerPort matches ATTND_PORT (${port})`);
     const workers = env.ATTND_WORKERS;

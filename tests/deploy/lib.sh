@@ -1,0 +1,143 @@
+# Shared helpers for tests/deploy/*.sh (POSIX sh; sourced, not run).
+#
+# Everything these tests install comes from Debian's mirror (apt-get) or the
+# npm registry; everything they cache lives under $ATTND_CI_CACHE
+# (default /var/cache/attnd-ci) so a second run is fast:
+#   bookworm-minbase.tar   debootstrap --variant=minbase bookworm rootfs
+#   node/                  kubernetes-models + yaml for validate_k8s.mjs
+#   dockerd-data/          data root of the dockerd docker_test.sh starts
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CACHE=${ATTND_CI_CACHE:-/var/cache/attnd-ci}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+PASSED=0
+FAILED=0
+FAILED_NAMES=""
+
+log() { printf '%s  %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+pass() { PASSED=$((PASSED + 1)); printf 'ok   - %s\n' "$*"; }
+
+fail() {
+  FAILED=$((FAILED + 1)); FAILED_NAMES="$FAILED_NAMES
+  $*"
+  printf 'FAIL - %s\n' "$*"
+}
+
+# check NAME CMD...: runs CMD, pass when it exits 0.  Output is shown on failure.
+check() {
+  _name=$1; shift
+  if _out=$("$@" 2>&1); then pass "$_name"; else
+    fail "$_name"; printf '%s\n' "$_out" | tail -n 30 | sed 's/^/    | /'
+  fi
+}
+
+# check_fails NAME CMD...: pass when CMD exits non-zero (negative tests:
+# the checker must reject a broken input).
+check_fails() {
+  _name=$1; shift
+  if _out=$("$@" 2>&1); then
+    fail "$_name (was accepted)"; printf '%s\n' "$_out" | tail -n 10 | sed 's/^/    | /'
+  else pass "$_name"; fi
+}
+
+# py_checks CMD...: runs a python checker that prints "ok - x" / "FAIL - x"
+# lines and adds its counts to ours.
+py_checks() {
+  _out=$("$@" 2>&1)
+  _rc=$?
+  printf '%s\n' "$_out"
+  _p=$(printf '%s\n' "$_out" | grep -c '^ok   - ')
+  _f=$(printf '%s\n' "$_out" | grep -c '^FAIL - ')
+  PASSED=$((PASSED + _p)); FAILED=$((FAILED + _f))
+  [ "$_f" -gt 0 ] && FAILED_NAMES="$FAILED_NAMES
+$(printf '%s\n' "$_out" | grep '^FAIL - ' | sed 's/^FAIL - /  /')"
+  if [ "$_rc" -ne 0 ] && [ "$_f" -eq 0 ]; then fail "$1 exited $_rc"; fi
+  return 0
+}
+
+# finish NAME: the closing line; exit status 1 on any failure.
+finish() {
+  [ -n "$FAILED_NAMES" ] && printf 'failed:%s\n' "$FAILED_NAMES"
+  echo "$1: $PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ] && [ "$PASSED" -gt 0 ]
+}
+
+is_installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+
+# need_pkgs PKG...: apt-get install whatever is missing (root only).
+need_pkgs() {
+  _missing=""
+  for _p in "$@"; do is_installed "$_p" || _missing="$_missing $_p"; done
+  [ -z "$_missing" ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "need Debian packages:$_missing (run as root: apt-get install -y$_missing)" >&2
+    return 1
+  fi
+  log "apt-get install$_missing"
+  export DEBIAN_FRONTEND=noninteractive
+  # apt's lock is shared with the other deploy test when both run at once.
+  _try=0
+  until { apt-get update -qq && apt-get install -y -qq --no-install-recommends $_missing; } >"$SCRATCH/apt.log" 2>&1; do
+    _try=$((_try + 1))
+    if [ "$_try" -ge 5 ]; then tail -n 20 "$SCRATCH/apt.log" >&2; return 1; fi
+    sleep 5
+  done
+}
+
+# The Debian mirror apt already uses (deb822 or one-line format).
+debian_mirror() {
+  _m=""
+  if [ -r /etc/apt/sources.list.d/debian.sources ]; then
+    _m=$(awk '
+      /^[[:space:]]*$/ { if (uri != "" && suite ~ /(^| )bookworm( |$)/) { print uri; exit } uri=""; suite=""; next }
+      /^URIs:/ { uri=$2 }
+      /^Suites:/ { $1=""; suite=$0 " " }
+      END { if (uri != "" && suite ~ /(^| )bookworm( |$)/) print uri }' \
+      /etc/apt/sources.list.d/debian.sources | head -n 1)
+  fi
+  if [ -z "$_m" ] && [ -r /etc/apt/sources.list ]; then
+    _m=$(awk '$1 == "deb" && $3 == "bookworm" { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|ftp):/) { print $i; exit } }' \
+      /etc/apt/sources.list | head -n 1)
+  fi
+  echo "${_m:-http://deb.debian.org/debian}"
+}
+
+# base_tarball: prints the path of a debootstrapped bookworm minbase rootfs
+# tarball, building and caching it on first use (about a minute).
+base_tarball() {
+  _tar="$CACHE/bookworm-minbase.tar"
+  mkdir -p "$CACHE"
+  (
+    flock 9
+    [ -s "$_tar" ] && exit 0
+    need_pkgs debootstrap || exit 1
+    _mirror=$(debian_mirror)
+    _rootfs="$SCRATCH/rootfs"
+    log "debootstrap --variant=minbase bookworm from $_mirror (cached afterwards)" >&2
+    debootstrap --variant=minbase bookworm "$_rootfs" "$_mirror" >"$SCRATCH/debootstrap.log" 2>&1 ||
+      { tail -n 20 "$SCRATCH/debootstrap.log" >&2; exit 1; }
+    rm -f "$_rootfs"/var/cache/apt/archives/*.deb
+    rm -rf "$_rootfs"/var/lib/apt/lists/*
+    tar -C "$_rootfs" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar"
+    rm -rf "$_rootfs"
+  ) 9>"$CACHE/.base.lock" >&2 || return 1
+  echo "$_tar"
+}
+
+# The image config a `docker import`ed rootfs lacks compared with Docker
+# Hub's debian:bookworm-slim.
+IMPORT_CHANGES_ENV='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+IMPORT_CHANGES_CMD='CMD ["bash"]'
+
+free_port() {
+  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# build/attnd exists and runs (the daemon may still be in progress).
+attnd_binary_ok() {
+  [ -x "$ROOT/build/attnd" ] && "$ROOT/build/attnd" --help >/dev/null 2>&1
+}

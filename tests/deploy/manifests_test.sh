@@ -1,0 +1,229 @@
+#!/bin/sh
+# make deploy-test: check deploy/ offline, then run it for real.
+#
+#   1. Kubernetes manifests: schemas (npm kubernetes-models@5.1.0), unknown
+#      fields and project rules (tests/deploy/validate_k8s.mjs); broken
+#      copies must be rejected.
+#   2. Prometheus configs: promtool check config (Debian prometheus).
+#   3. deploy/compose.yaml: docker-compose config -q (Debian docker-compose).
+#   4. The Deployment, run with `podman kube play` (Debian podman + runc)
+#      from an image built from the Dockerfile; /healthz, /readyz, /metrics
+#      and /v1/attention over loopback; `podman kube down`.
+#   5. With a working build/attnd: a real Prometheus scrapes it using a copy of
+#      deploy/prometheus/prometheus.yml retargeted at it.
+# Closing line: "deploy-test: N passed, N failed".
+#
+# Knobs: ATTND_CI_CACHE (default /var/cache/attnd-ci), SKIP_PODMAN=1,
+# KEEP=1 (leave the pod and scratch dir for a look).
+set -u
+. "$(dirname "$0")/lib.sh"
+
+SCRATCH=$(mktemp -d /tmp/attnd-deploy.XXXXXX)
+T0=$(date +%s)
+PODMAN_IMAGE=localhost/attnd:latest
+KUBE_FILE=""
+ATTND_PID=""
+PROM_PID=""
+
+cleanup() {
+  [ -n "$PROM_PID" ] && kill "$PROM_PID" 2>/dev/null && wait "$PROM_PID" 2>/dev/null
+  [ -n "$ATTND_PID" ] && kill "$ATTND_PID" 2>/dev/null && wait "$ATTND_PID" 2>/dev/null
+  if [ "${KEEP:-0}" = 1 ]; then echo "KEEP=1: scratch $SCRATCH"; return; fi
+  [ -n "$KUBE_FILE" ] && podman kube down "$KUBE_FILE" >/dev/null 2>&1
+  rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+cd "$ROOT" || exit 1
+
+HAVE_ATTND=""
+if attnd_binary_ok; then HAVE_ATTND=1; else
+  log "build/attnd missing or not working: the live Prometheus scrape is skipped"
+fi
+
+# ------------------------------------------------- 1. Kubernetes manifests
+log "Kubernetes manifests"
+command -v node >/dev/null 2>&1 || need_pkgs nodejs npm || fail "install nodejs npm"
+command -v npm >/dev/null 2>&1 || need_pkgs npm || fail "install npm"
+NODE_DIR="$CACHE/node"
+mkdir -p "$NODE_DIR"
+(
+  flock 9
+  [ -f "$NODE_DIR/node_modules/kubernetes-models/package.json" ] &&
+    [ -f "$NODE_DIR/node_modules/yaml/package.json" ] && exit 0
+  cd "$NODE_DIR" && npm install --no-audit --no-fund --loglevel=error \
+    kubernetes-models@5.1.0 yaml@2 >"$SCRATCH/npm.log" 2>&1 ||
+    { tail -n 20 "$SCRATCH/npm.log"; exit 1; }
+) 9>"$CACHE/.node.lock" || fail "npm install kubernetes-models@5.1.0 yaml@2"
+
+ATTND_ARG=""
+[ -n "$HAVE_ATTND" ] && ATTND_ARG="--attnd $ROOT/build/attnd"
+validate() { node tests/deploy/validate_k8s.mjs --modules "$NODE_DIR" $ATTND_ARG "$@"; }
+if validate deploy/k8s/*.yaml >"$SCRATCH/validate.out" 2>&1; then
+  pass "deploy/k8s/*.yaml: $(tail -n 1 "$SCRATCH/validate.out")"
+else
+  fail "deploy/k8s/*.yaml: $(tail -n 1 "$SCRATCH/validate.out")"
+  grep -v '^ok ' "$SCRATCH/validate.out" | sed 's/^/    | /'
+fi
+
+# The validator must reject each of these broken copies.
+# mutate NAME FILE FROM TO: copy deploy/k8s to a scratch dir, replace the
+# first FROM (a python regex) in FILE by TO, validate, expect a failure.
+mutate() {
+  _d="$SCRATCH/mut"; rm -rf "$_d"; mkdir -p "$_d"; cp deploy/k8s/*.yaml "$_d/"
+  if ! "$PY" - "$_d/$2" "$3" "$4" <<'EOF'
+import re, sys
+path, old, new = sys.argv[1:4]
+text = open(path).read()
+out, n = re.subn(old, new, text, count=1, flags=re.M)
+if n != 1:
+    sys.exit("pattern %r not in %s" % (old, path))
+open(path, "w").write(out)
+EOF
+  then fail "rejects $1 (mutation did not apply)"; return; fi
+  check_fails "validator rejects $1" validate "$_d"/*.yaml
+}
+mutate "a string replica count" deployment.yaml '^  replicas: 2$' '  replicas: two'
+mutate "an unknown container field (portz)" deployment.yaml '^          ports:$' '          portz:'
+mutate "an HPA typo (averageUtilisation)" hpa.yaml 'averageUtilization: 70' 'averageUtilisation: 70'
+mutate "a selector that misses the pod labels" deployment.yaml '^      app.kubernetes.io/name: attnd$' '      app.kubernetes.io/name: attnd-v2'
+mutate "a Service targetPort no container has" service.yaml 'targetPort: http' 'targetPort: 9000'
+mutate "a port out of range" service.yaml 'port: 8000' 'port: 80000'
+mutate "a readiness probe on /healthz" deployment.yaml 'path: /readyz' 'path: /healthz'
+mutate "an HPA aimed at another Deployment" hpa.yaml '    name: attnd$' '    name: attnd-old'
+mutate "a misspelt ATTND_ variable" deployment.yaml 'name: ATTND_DRAIN_DELAY_MS' 'name: ATTND_DRAIN_DELAY'
+mutate "a grace period shorter than the drain" deployment.yaml 'terminationGracePeriodSeconds: 40' 'terminationGracePeriodSeconds: 10'
+mutate "a writable root filesystem" deployment.yaml 'readOnlyRootFilesystem: true' 'readOnlyRootFilesystem: false'
+mutate "more workers than the cpu limit" deployment.yaml '(name: ATTND_WORKERS\n\s+value: )"2"' '\g<1>"8"'
+mutate "an HTTP probe on a loopback-only sidecar" sidecar.yaml \
+  'exec:\n(\s+)command: \["/usr/local/bin/attnd", "--probe"\]\n(\s+)periodSeconds: 5' \
+  'httpGet:\n\1path: /readyz\n\1port: http\n\2periodSeconds: 5'
+
+# ------------------------------------------------------------ 2. Prometheus
+log "Prometheus configs"
+need_pkgs prometheus || fail "install prometheus"
+check "promtool check config deploy/prometheus/prometheus.yml" \
+  promtool check config deploy/prometheus/prometheus.yml
+# Debian's prometheus is built without Kubernetes service discovery, so its
+# promtool rejects kubernetes_sd_configs as an unknown field.  Check the rest
+# of that file (relabel rules, regexes) with the discovery swapped for a
+# static target.
+sed -e 's/^\(\s*\)kubernetes_sd_configs:/\1static_configs:/' \
+    -e 's/^\(\s*\)- role: pod$/\1- targets: ["127.0.0.1:8000"]/' \
+  deploy/prometheus/prometheus-kubernetes.yml >"$SCRATCH/prometheus-kubernetes-static.yml"
+check "prometheus-kubernetes.yml: kubernetes_sd_configs with role pod" \
+  grep -Eq '^\s+- role: pod$' deploy/prometheus/prometheus-kubernetes.yml
+check "promtool check config prometheus-kubernetes.yml (relabelling, static discovery)" \
+  promtool check config "$SCRATCH/prometheus-kubernetes-static.yml"
+sed 's/regex: attnd$/regex: "attnd(["/' "$SCRATCH/prometheus-kubernetes-static.yml" >"$SCRATCH/prom-bad.yml"
+check_fails "promtool rejects a broken relabel regex" promtool check config "$SCRATCH/prom-bad.yml"
+
+# --------------------------------------------------------------- 3. compose
+log "compose file"
+need_pkgs docker-compose || fail "install docker-compose"
+check "docker-compose -f deploy/compose.yaml config -q" docker-compose -f deploy/compose.yaml config -q
+sed 's/^    ports:$/    portz:/' deploy/compose.yaml >"$SCRATCH/compose-bad.yaml"
+check_fails "docker-compose config rejects an unknown key (portz)" \
+  docker-compose -f "$SCRATCH/compose-bad.yaml" config -q
+
+# ------------------------------------------------ 4. podman kube play
+if [ "${SKIP_PODMAN:-0}" = 1 ]; then
+  log "SKIP_PODMAN=1: podman kube play skipped"
+else
+  log "podman kube play deploy/k8s/deployment.yaml"
+  need_pkgs podman runc catatonit netavark aardvark-dns || fail "install podman runc catatonit"
+  # Podman's defaults fail on these machines (nofile above the hard limit,
+  # crun refuses cgroup v1 hybrid); nothing under /etc/containers is changed.
+  cat >"$SCRATCH/containers.conf" <<'EOF'
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+EOF
+  export CONTAINERS_CONF="$SCRATCH/containers.conf"
+  if ! podman image exists localhost/debian:bookworm-slim; then
+    TAR=$(base_tarball) || fail "debootstrap bookworm minbase"
+    [ -n "${TAR:-}" ] && check "podman import $(basename "$TAR") as debian:bookworm-slim" \
+      podman import --change "$IMPORT_CHANGES_ENV" --change "$IMPORT_CHANGES_CMD" \
+        "$TAR" localhost/debian:bookworm-slim
+  fi
+  podman tag localhost/debian:bookworm-slim docker.io/library/debian:bookworm-slim 2>/dev/null
+  B0=$(date +%s)
+  if podman build --pull=never -t "$PODMAN_IMAGE" . >"$SCRATCH/podman-build.log" 2>&1; then
+    pass "podman build -t $PODMAN_IMAGE . ($(($(date +%s) - B0)) s)"
+    # The manifest as written, except that the container port is published
+    # on a loopback host port so this machine can reach the pod, and one
+    # replica (podman plays every replica; they cannot share the host port).
+    KPORT=$(free_port)
+    KUBE_FILE="$SCRATCH/deployment.yaml"
+    "$PY" - deploy/k8s/deployment.yaml "$KUBE_FILE" "$KPORT" <<'EOF'
+import re, sys
+src, dst, port = sys.argv[1:4]
+text = open(src).read()
+text, n = re.subn(r"^(\s+)containerPort: 8000$",
+                  r"\g<0>\n\1hostPort: %s\n\1hostIP: 127.0.0.1" % port, text, count=1, flags=re.M)
+if n != 1:
+    sys.exit("no containerPort: 8000 in " + src)
+text, n = re.subn(r"^  replicas: \d+$", "  replicas: 1", text, count=1, flags=re.M)
+if n != 1:
+    sys.exit("no spec.replicas in " + src)
+open(dst, "w").write(text)
+EOF
+    podman kube down "$KUBE_FILE" >/dev/null 2>&1
+    if podman kube play "$KUBE_FILE" >"$SCRATCH/kube-play.log" 2>&1; then
+      pass "podman kube play deployment.yaml"
+      POD=$(podman pod ps --filter name=attnd --format '{{.Name}}' | head -n 1)
+      CTR=$(podman ps --filter "pod=$POD" --format '{{.Names}}' | grep -v -- '-infra$' | head -n 1)
+      F0=$FAILED
+      py_checks "$PY" tests/deploy/attnd_check.py wait "127.0.0.1:$KPORT" 30
+      py_checks "$PY" tests/deploy/attnd_check.py smoke "127.0.0.1:$KPORT"
+      check "pod container runs as uid 10001" sh -c \
+        "podman exec $CTR cat /proc/1/status | grep -Eq '^Uid:[[:space:]]+10001[[:space:]]'"
+      check "pod container root filesystem is read-only" test \
+        "$(podman inspect -f '{{.HostConfig.ReadonlyRootfs}}' "$CTR")" = true
+      check "pod container got the manifest's ATTND_DRAIN_DELAY_MS" sh -c \
+        "podman exec $CTR cat /proc/1/environ | tr '\\0' '\\n' | grep -qx ATTND_DRAIN_DELAY_MS=5000"
+      check "pod container memory limit applied (640Mi)" test \
+        "$(podman inspect -f '{{.HostConfig.Memory}}' "$CTR")" = $((640 * 1024 * 1024))
+      if [ "$FAILED" -gt "$F0" ]; then podman logs "$CTR" 2>&1 | tail -n 20 | sed 's/^/    | /'; fi
+      check "podman kube down" podman kube down "$KUBE_FILE"
+      KUBE_FILE=""
+    else
+      fail "podman kube play deployment.yaml"; tail -n 20 "$SCRATCH/kube-play.log" | sed 's/^/    | /'
+    fi
+  else
+    fail "podman build -t $PODMAN_IMAGE ."; tail -n 30 "$SCRATCH/podman-build.log" | sed 's/^/    | /'
+  fi
+fi
+
+# --------------------------------------- 5. a real Prometheus scrapes attnd
+if [ -n "$HAVE_ATTND" ]; then
+  log "Prometheus scraping build/attnd"
+  APORT=$(free_port)
+  "$ROOT/build/attnd" --host 127.0.0.1 --port "$APORT" --workers 1 >"$SCRATCH/attnd.log" 2>&1 &
+  ATTND_PID=$!
+  py_checks "$PY" tests/deploy/attnd_check.py wait "127.0.0.1:$APORT" 20
+  curl -s "http://127.0.0.1:$APORT/metrics" >"$SCRATCH/metrics.txt"
+  check "promtool check metrics < attnd /metrics" sh -c "promtool check metrics <'$SCRATCH/metrics.txt'"
+  # deploy/prometheus/prometheus.yml, retargeted and with a 1 s interval.
+  sed -e "s/\"attnd:8000\"/\"127.0.0.1:$APORT\"/" \
+      -e 's/^\(  scrape_interval:\).*/\1 1s/' -e 's/^\(  scrape_timeout:\).*/\1 1s/' \
+      deploy/prometheus/prometheus.yml >"$SCRATCH/prometheus.yml"
+  check "the retargeted prometheus.yml scrapes 127.0.0.1:$APORT" grep -q "127.0.0.1:$APORT" "$SCRATCH/prometheus.yml"
+  PPORT=$(free_port)
+  prometheus --config.file="$SCRATCH/prometheus.yml" --storage.tsdb.path="$SCRATCH/prom-data" \
+    --web.listen-address="127.0.0.1:$PPORT" >"$SCRATCH/prometheus.log" 2>&1 &
+  PROM_PID=$!
+  P0=$(date +%s)
+  F0=$FAILED
+  py_checks "$PY" tests/deploy/attnd_check.py prom "127.0.0.1:$PPORT" attnd 60
+  echo "prometheus scrape seen $(($(date +%s) - P0)) s after start"
+  if [ "$FAILED" -gt "$F0" ]; then tail -n 15 "$SCRATCH/prometheus.log" | sed 's/^/    | /'; fi
+  kill "$PROM_PID"; wait "$PROM_PID" 2>/dev/null; PROM_PID=""
+  kill "$ATTND_PID"; wait "$ATTND_PID"; _rc=$?
+  ATTND_PID=""
+  check "build/attnd exits 0 on SIGTERM (rc $_rc)" test "$_rc" = 0
+fi
+
+echo "deploy-test took $(($(date +%s) - T0)) s"
+finish deploy-test
