@@ -475,11 +475,19 @@
     tip.hidden = false;
     const wrap = $('heatmap-wrap');
     const canvas = $('heatmap');
-    let x = canvas.offsetLeft + g.left + (j + 1) * g.cell + 6;
-    let y = canvas.offsetTop + g.top + i * g.cell - 4;
-    const tw = tip.offsetWidth;
-    if (x + tw > wrap.clientWidth + wrap.scrollLeft) x = canvas.offsetLeft + g.left + j * g.cell - tw - 6;
-    if (x < wrap.scrollLeft) x = wrap.scrollLeft + 2;
+    // Right of the cell, else left of it, else above it (narrow screens).
+    const cx = canvas.offsetLeft + g.left + j * g.cell, cy = canvas.offsetTop + g.top + i * g.cell;
+    const tw = tip.offsetWidth, th = tip.offsetHeight;
+    const lo = wrap.scrollLeft, hi = wrap.scrollLeft + wrap.clientWidth;
+    let x = cx + g.cell + 6, y = cy - 4;
+    if (x + tw > hi) {
+      x = cx - tw - 6;
+      if (x < lo) {
+        x = Math.max(lo + 2, Math.min(hi - tw - 2, cx + g.cell / 2 - tw / 2));
+        y = cy - th - 6;
+        if (y < 0) y = cy + g.cell + 6;
+      }
+    }
     if (y < 0) y = 0;
     tip.style.left = x + 'px';
     tip.style.top = y + 'px';
@@ -530,7 +538,7 @@
         if (k === 0) td.scope = 'row';
         if (cell && typeof cell === 'object') {
           td.textContent = cell.text;
-          if (cell.style) td.setAttribute('style', cell.style);
+          if (cell.background) td.style.background = cell.background;
         } else {
           td.textContent = cell;
         }
@@ -563,7 +571,7 @@
         const v = o.data[off + i * o.X + c];
         const a = maxAbs > 0 ? (0.45 * Math.abs(v)) / maxAbs : 0;
         const tint = v >= 0 ? 'rgba(33,144,141,' + a.toFixed(3) + ')' : 'rgba(214,96,77,' + a.toFixed(3) + ')';
-        r.push({ text: fmt(v), style: 'background:' + tint });
+        r.push({ text: fmt(v), background: tint });
       }
       body.push(r);
     }
