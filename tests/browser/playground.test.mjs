@@ -1,0 +1,450 @@
+// Browser test of the attnd playground page (GET /).
+//
+// Loads the page from a running attnd in Debian's headless Chromium
+// (/usr/bin/chromium, driven by playwright-core), runs real requests through
+// the page against POST /v1/attention, and checks what the page drew: the
+// state it exposes (window.attndLastRender) and the canvas pixels themselves.
+// Saves screenshots to docs/playground.png and docs/playground-phone.png.
+//
+//   ATTND_URL=http://127.0.0.1:8000 node playground.test.mjs
+//
+// run.sh starts build/attnd on an ephemeral port and sets ATTND_URL.
+// Prints "browser: N passed, N failed" and exits non-zero on a failure.
+
+import { chromium } from 'playwright-core';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, '..', '..');
+const BASE = (process.env.ATTND_URL || '').replace(/\/$/, '');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const SHOT_DIR = process.env.ATTND_SCREENSHOT_DIR || path.join(ROOT, 'docs');
+
+if (!BASE) {
+  console.error('set ATTND_URL to a running attnd, e.g. http://127.0.0.1:8000 (run.sh does this)');
+  console.log('browser: 0 passed, 1 failed');
+  process.exit(1);
+}
+
+// ------------------------------------------------------------- tiny runner
+
+const results = [];
+async function test(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    results.push({ name, ok: true });
+    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    results.push({ name, ok: false });
+    console.log(`FAIL ${name}\n     ${String(e && e.stack || e).split('\n').slice(0, 4).join('\n     ')}`);
+  }
+}
+function assert(cond, msg) { if (!cond) throw new Error(msg); }
+function near(a, b, tol, what) {
+  assert(Math.abs(a - b) <= tol, `${what}: ${a} vs ${b} (tolerance ${tol})`);
+}
+
+// ------------------------------------------------------------- page helpers
+
+async function fill(page, values) {
+  for (const [id, v] of Object.entries(values)) {
+    const el = page.locator('#' + id);
+    const tag = await el.evaluate((n) => n.tagName);
+    if (tag === 'SELECT') await el.selectOption(String(v));
+    else await el.fill(String(v));
+  }
+}
+
+// Clicks Run and waits for a new successful render.
+async function runOk(page) {
+  const before = await page.evaluate(() => (window.attndLastRender ? window.attndLastRender.run : 0));
+  await page.click('#run');
+  await page.waitForFunction(
+    (b) => (window.attndLastRender && window.attndLastRender.run > b) ||
+      !document.getElementById('error').hidden,
+    before, { timeout: 15000 });
+  const err = await page.locator('#error');
+  if (await err.isVisible()) throw new Error('page shows an error: ' + (await err.textContent()));
+  return page.evaluate(() => ({
+    render: {
+      run: window.attndLastRender.run, batch: window.attndLastRender.batch,
+      head: window.attndLastRender.head, Lq: window.attndLastRender.Lq,
+      Lk: window.attndLastRender.Lk, max: window.attndLastRender.max,
+      weights: window.attndLastRender.weights, drawnCells: window.attndLastRender.drawnCells,
+      geometry: window.attndLastRender.geometry, emptyColour: window.attndLastRender.emptyColour,
+    },
+    response: window.attndLastResponse,
+  }));
+}
+
+// Clicks Run and waits for the error box; returns its text.
+async function runErr(page) {
+  await page.click('#run');
+  await page.locator('#error').waitFor({ state: 'visible', timeout: 15000 });
+  return page.locator('#error').textContent();
+}
+
+// Reads the canvas pixels at the centre of each listed cell.
+async function cellPixels(page, cells) {
+  return page.evaluate((cs) => {
+    const r = window.attndLastRender;
+    const g = r.geometry;
+    const ctx = document.getElementById('heatmap').getContext('2d');
+    return cs.map(([i, j]) => {
+      const x = Math.floor((g.left + (j + 0.5) * g.cell) * g.dpr);
+      const y = Math.floor((g.top + (i + 0.5) * g.cell) * g.dpr);
+      const p = ctx.getImageData(x, y, 1, 1).data;
+      return { i, j, rgb: [p[0], p[1], p[2]], expect: r.weights[i][j] === 0 ? null : r.colourOf(r.weights[i][j]) };
+    });
+  }, cells);
+}
+
+const sameRgb = (a, b, tol = 0) => a.every((v, k) => Math.abs(v - b[k]) <= tol);
+
+// Weights of one (batch, head) from a response in nested or flat form.
+function responseSlice(resp, b, h) {
+  const w = resp.weights;
+  if (Array.isArray(w)) return Array.isArray(w[0][0][0]) ? w[b][h] : w[b];
+  const s = w.shape;
+  const [H, Lq, Lk] = s.length === 4 ? [s[1], s[2], s[3]] : [1, s[1], s[2]];
+  const rows = [];
+  for (let i = 0; i < Lq; i++) rows.push(w.data.slice(((b * H + h) * Lq + i) * Lk, ((b * H + h) * Lq + i + 1) * Lk));
+  return rows;
+}
+
+// Checks that exactly the non-zero cells were drawn, that the zero cells
+// show the empty background and the drawn ones the colour scale, and that
+// the page drew what the server returned.
+async function checkDrawing(page, r, resp, allowed) {
+  const { weights, drawnCells, Lq, Lk } = r;
+  const fromServer = responseSlice(resp, r.batch, r.head);
+  assert(fromServer.length === Lq && fromServer[0].length === Lk, 'rendered shape differs from the response');
+  const drawn = new Set(drawnCells.map(([i, j]) => i + ',' + j));
+  const all = [];
+  for (let i = 0; i < Lq; i++) {
+    let sum = 0;
+    for (let j = 0; j < Lk; j++) {
+      const w = weights[i][j];
+      assert(w === fromServer[i][j], `cell (${i}, ${j}) drawn from ${w}, server sent ${fromServer[i][j]}`);
+      sum += w;
+      if (!allowed(i, j)) {
+        assert(w === 0, `masked cell (${i}, ${j}) has weight ${w}, not exactly 0`);
+        assert(!drawn.has(i + ',' + j), `masked cell (${i}, ${j}) was drawn`);
+      } else {
+        assert(w > 0, `allowed cell (${i}, ${j}) has weight ${w}`);
+        assert(drawn.has(i + ',' + j), `allowed cell (${i}, ${j}) was not drawn`);
+      }
+      all.push([i, j]);
+    }
+    near(sum, 1, 1e-5, `row ${i} sum`);
+  }
+  assert(drawn.size === drawnCells.length, 'a cell was drawn twice');
+  const px = await cellPixels(page, all);
+  for (const p of px) {
+    if (p.expect === null) {
+      assert(sameRgb(p.rgb, r.emptyColour), `blank cell (${p.i}, ${p.j}) has pixel ${p.rgb}, background is ${r.emptyColour}`);
+    } else {
+      assert(!sameRgb(p.rgb, r.emptyColour, 6), `drawn cell (${p.i}, ${p.j}) looks like the background: ${p.rgb}`);
+      assert(sameRgb(p.rgb, p.expect, 3), `drawn cell (${p.i}, ${p.j}) has pixel ${p.rgb}, colour scale says ${p.expect}`);
+    }
+  }
+}
+
+function softmaxRef(scores) {
+  const m = Math.max(...scores);
+  const e = scores.map((s) => Math.exp(s - m));
+  const z = e.reduce((a, b) => a + b, 0);
+  return e.map((x) => x / z);
+}
+
+// ------------------------------------------------------------- tests
+
+const launchArgs = [
+  '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+];
+// playwright-core gives every launch a new empty --user-data-dir of its
+// own and adds --headless; it never downloads a browser here.
+let browser;
+try {
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: launchArgs });
+} catch (e) {
+  console.error('cannot start ' + CHROMIUM + ': ' + e.message);
+  console.log('browser: 0 passed, 1 failed');
+  process.exit(1);
+}
+const pageErrors = [];
+fs.mkdirSync(SHOT_DIR, { recursive: true });
+
+async function newPage(opts) {
+  const ctx = await browser.newContext(opts);
+  const page = await ctx.newPage();
+  page.on('pageerror', (e) => pageErrors.push(String(e)));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) pageErrors.push(m.text());
+  });
+  page.on('requestfailed', (r) => pageErrors.push('request failed: ' + r.url()));
+  return page;
+}
+
+try {
+  await test('GET /, /app.js, /style.css serve the files of server/static byte for byte', async () => {
+    const files = { '/': 'index.html', '/index.html': 'index.html', '/app.js': 'app.js', '/style.css': 'style.css' };
+    const types = { 'index.html': 'text/html', 'app.js': 'javascript', 'style.css': 'text/css' };
+    for (const [url, file] of Object.entries(files)) {
+      const res = await fetch(BASE + url);
+      assert(res.status === 200, `GET ${url}: status ${res.status}`);
+      const ct = res.headers.get('content-type') || '';
+      assert(ct.includes(types[file]), `GET ${url}: content-type "${ct}"`);
+      const got = Buffer.from(await res.arrayBuffer());
+      const want = fs.readFileSync(path.join(ROOT, 'server', 'static', file));
+      assert(got.equals(want), `GET ${url}: ${got.length} bytes differ from server/static/${file} (${want.length} bytes); rebuild attnd`);
+    }
+    const res = await fetch(BASE + '/no-such-asset.js');
+    assert(res.status === 404, `GET /no-such-asset.js: status ${res.status}, want 404`);
+  });
+
+  const page = await newPage({ viewport: { width: 1280, height: 900 } });
+  await page.goto(BASE + '/', { waitUntil: 'load' });
+
+  await test('page loads with its links, labelled inputs and no script errors', async () => {
+    assert((await page.title()) === 'attnd playground', 'title: ' + (await page.title()));
+    for (const href of ['/openapi.json', '/metrics']) {
+      assert(await page.locator(`a[href="${href}"]`).count() === 1, 'no link to ' + href);
+    }
+    // Every form control has an accessible name.
+    const unnamed = await page.evaluate(() => [...document.querySelectorAll('input, select, textarea')]
+      .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute('aria-label'))
+      .map((el) => el.id));
+    assert(unnamed.length === 0, 'controls without a label: ' + unnamed.join(', '));
+    assert(pageErrors.length === 0, 'errors: ' + pageErrors.join('; '));
+  });
+
+  await test('causal 1x1x6x6: upper triangle exactly 0 and blank, diagonal drawn', async () => {
+    await fill(page, { preset: '', B: 1, H: 1, Lq: 6, Lk: 6, D: 8, Dv: 4, seed: 11, causal: 'upper_left',
+      valid_lens: '', window_left: '', window_right: '', scale: '', mask: '' });
+    await page.click('#generate');
+    const q = JSON.parse(await page.inputValue('#query'));
+    assert(q.length === 1 && q[0].length === 6 && q[0][0].length === 8, 'generated query is not (1, 6, 8)');
+    const { render: r, response } = await runOk(page);
+    assert(r.Lq === 6 && r.Lk === 6, `rendered ${r.Lq}x${r.Lk}`);
+    await checkDrawing(page, r, response, (i, j) => j <= i);
+    for (let i = 0; i < 6; i++) {
+      assert(r.drawnCells.some(([a, b]) => a === i && b === i), `diagonal (${i}, ${i}) not drawn`);
+    }
+    assert(r.drawnCells.length === 21, `${r.drawnCells.length} cells drawn, want 21`);
+    const ds = await page.locator('#heatmap').evaluate((c) => ({ ...c.dataset }));
+    assert(ds.drawnCount === '21' && ds.lq === '6' && ds.lk === '6', 'canvas data-* ' + JSON.stringify(ds));
+  });
+
+  await test('hover tooltip shows (i, j, weight) and is blank for a masked cell', async () => {
+    const g = await page.evaluate(() => window.attndLastRender.geometry);
+    await page.locator('#heatmap').scrollIntoViewIfNeeded();
+    const box = await page.locator('#heatmap').boundingBox();
+    const at = async (i, j) => {
+      await page.mouse.move(box.x + g.left + (j + 0.5) * g.cell, box.y + g.top + (i + 0.5) * g.cell);
+      const tip = page.locator('#tooltip');
+      await tip.waitFor({ state: 'visible', timeout: 3000 });
+      return { text: await tip.textContent(), ...(await tip.evaluate((t) => ({ ...t.dataset }))) };
+    };
+    const w32 = await page.evaluate(() => window.attndLastRender.weights[3][2]);
+    const t = await at(3, 2);
+    assert(t.text.includes('(3, 2)'), 'tooltip: ' + t.text);
+    assert(t.i === '3' && t.j === '2' && Number(t.weight) === w32, 'tooltip data ' + JSON.stringify(t));
+    assert(t.text.includes(String(Number(w32.toPrecision(4)))), `tooltip "${t.text}" lacks weight ${w32}`);
+    const m = await at(1, 4);
+    assert(m.text.includes('(1, 4)') && /weight 0\b/.test(m.text), 'masked tooltip: ' + m.text);
+    await page.mouse.move(0, 0);
+  });
+
+  await test('d2l example: weights and output match a float64 reference', async () => {
+    await page.selectOption('#preset', 'd2l');
+    await page.waitForFunction(() => window.attndLastResponse && window.attndLastResponse.id &&
+      window.attndLastRender.Lk === 3 && window.attndLastRender.Lq === 2, null, { timeout: 15000 });
+    const { render: r, response } = await page.evaluate(() => ({
+      render: { weights: window.attndLastRender.weights, drawnCells: window.attndLastRender.drawnCells },
+      response: window.attndLastResponse,
+    }));
+    const q = [[1, 0], [0, 2]], k = [[1, 1], [2, 0], [0, 3]], v = [[1, 0], [0, 1], [1, 1]];
+    for (let i = 0; i < 2; i++) {
+      const a = softmaxRef(k.map((kk) => (q[i][0] * kk[0] + q[i][1] * kk[1]) / Math.sqrt(2)));
+      for (let j = 0; j < 3; j++) near(r.weights[i][j], a[j], 1e-5, `weight (${i}, ${j})`);
+      for (let c = 0; c < 2; c++) {
+        const o = a.reduce((s, aj, j) => s + aj * v[j][c], 0);
+        near(response.output[0][i][c], o, 1e-5, `output (${i}, ${c})`);
+      }
+    }
+    assert(r.drawnCells.length === 6, 'all 6 cells should be drawn');
+    const cells = await page.locator('#output-wrap tbody td').allTextContents();
+    assert(cells.length === 4, `output table has ${cells.length} cells, want 4`);
+    near(Number(cells[0]), response.output[0][0][0], 1e-3, 'output table (0, 0)');
+  });
+
+  await test('padding with valid_lens and per-query valid_lens leave the padded keys blank', async () => {
+    await fill(page, { preset: '', B: 2, H: 1, Lq: 3, Lk: 5, D: 4, Dv: 2, seed: 5, causal: 'off',
+      valid_lens: '2, 4', window_left: '', window_right: '', scale: '', mask: '' });
+    await page.click('#generate');
+    let { render: r, response } = await runOk(page);
+    await checkDrawing(page, r, response, (i, j) => j < 2);
+    await page.selectOption('#sel-batch', '1');
+    r = await page.evaluate(() => ({ ...window.attndLastRender }));
+    assert(r.batch === 1, 'batch selector did not switch the heatmap');
+    await checkDrawing(page, r, response, (i, j) => j < 4);
+    await fill(page, { valid_lens: '[[1, 2, 3], [5, 0, 4]]' });
+    ({ render: r, response } = await runOk(page));
+    assert(r.batch === 1, 'selection lost after a new run');
+    const lens = [5, 0, 4];
+    // Row 1 of batch 1 has no allowed key: all-zero weights, nothing drawn.
+    const row1 = r.weights[1];
+    assert(row1.every((w) => w === 0), 'empty row has weights ' + row1);
+    const rowsWithout1 = (i, j) => j < lens[i];
+    const { drawnCells } = r;
+    assert(!drawnCells.some(([i]) => i === 1), 'a cell of the empty row was drawn');
+    for (const [i, j] of drawnCells) assert(rowsWithout1(i, j), `cell (${i}, ${j}) drawn beyond valid_len`);
+    const px = await cellPixels(page, [[1, 0], [1, 4], [0, 0], [2, 3], [2, 4]]);
+    assert(sameRgb(px[0].rgb, r.emptyColour) && sameRgb(px[1].rgb, r.emptyColour), 'empty row pixels not blank');
+    assert(!sameRgb(px[2].rgb, r.emptyColour, 6) && !sameRgb(px[3].rgb, r.emptyColour, 6), 'allowed pixels blank');
+    assert(sameRgb(px[4].rgb, r.emptyColour), 'cell (2, 4) beyond valid_len 4 not blank');
+  });
+
+  await test('heads: batch and head selectors pick the (batch, head) slice', async () => {
+    await fill(page, { preset: '', B: 2, H: 3, Lq: 4, Lk: 7, D: 4, Dv: 3, seed: 9, causal: 'lower_right',
+      valid_lens: '', window_left: '', window_right: '', scale: '', mask: '' });
+    await page.click('#generate');
+    const { response } = await runOk(page);
+    assert(await page.locator('#sel-head option').count() === 3, 'head selector should list 3 heads');
+    await page.selectOption('#sel-batch', '1');
+    await page.selectOption('#sel-head', '2');
+    const r = await page.evaluate(() => ({ ...window.attndLastRender }));
+    assert(r.batch === 1 && r.head === 2, `rendered (${r.batch}, ${r.head})`);
+    // lower_right: query i sees keys j <= i + Lk - Lq.
+    await checkDrawing(page, r, response, (i, j) => j <= i + 3);
+  });
+
+  await test('window [2, 1] composes with the mask: only the band is drawn', async () => {
+    await fill(page, { preset: '', B: 1, H: 1, Lq: 7, Lk: 7, D: 4, Dv: 2, seed: 21, causal: 'off',
+      valid_lens: '', window_left: '2', window_right: '1', scale: '',
+      mask: JSON.stringify([true, true, true, true, true, false, true]) });
+    await page.click('#generate');
+    const { render: r, response } = await runOk(page);
+    const body = JSON.parse(await page.locator('#request-json').textContent());
+    assert(JSON.stringify(body.window) === '[2,1]', 'request window ' + JSON.stringify(body.window));
+    assert(body.return_weights === true, 'return_weights not sent');
+    await checkDrawing(page, r, response, (i, j) => j >= i - 2 && j <= i + 1 && j !== 5);
+  });
+
+  await test('diagnostics: a per-row table when the server returns them, hidden otherwise', async () => {
+    await fill(page, { preset: '', B: 1, H: 1, Lq: 5, Lk: 5, D: 8, Dv: 2, seed: 4, causal: 'upper_left',
+      valid_lens: '', window_left: '', window_right: '', scale: '', mask: '' });
+    await page.check('#diagnostics');
+    await page.click('#generate');
+    let got;
+    try {
+      got = await runOk(page);
+    } catch (e) {
+      if (/unknown field 'diagnostics'/.test(e.message)) {
+        throw new Error('attnd rejects the request field "diagnostics" that design.md lists ' +
+          '(Diagnostics, optional); the page shows: ' + e.message.replace('page shows an error: ', ''));
+      }
+      throw e;
+    } finally {
+      await page.uncheck('#diagnostics');
+    }
+    const { render: r, response } = got;
+    const body = JSON.parse(await page.locator('#request-json').textContent());
+    assert(body.diagnostics === true, 'diagnostics not requested');
+    const visible = await page.locator('#diag-section').isVisible();
+    if (response.diagnostics) {
+      assert(visible, 'the response has diagnostics but the table is hidden');
+      const rows = await page.locator('#diag-wrap tbody tr').allInnerTexts();
+      assert(rows.length === 5, `${rows.length} diagnostics rows, want 5`);
+      const d = response.diagnostics;
+      const allowed = Array.isArray(d.allowed_keys) ? d.allowed_keys[0] : d.allowed_keys.data;
+      for (let i = 0; i < 5; i++) assert(Number(allowed[i]) === i + 1, `allowed_keys[${i}] = ${allowed[i]}`);
+      const cells = await page.locator('#diag-wrap tbody tr').nth(4).locator('td').allTextContents();
+      assert(Number(cells[0]) === 5, 'table allowed keys of row 4: ' + cells[0]);
+      const ent = -r.weights[4].reduce((s, w) => s + (w > 0 ? w * Math.log(w) : 0), 0);
+      near(Number(cells[1]), ent, 2e-3, 'entropy of row 4 in the table');
+    } else {
+      assert(!visible, 'no diagnostics in the response, yet the table is shown');
+      assert(/no diagnostics/.test(await page.locator('#status').textContent()), 'status does not say diagnostics are missing');
+    }
+    await runOk(page);
+    assert(!(await page.locator('#diag-section').isVisible()), 'diagnostics table shown without diagnostics');
+  });
+
+  await test('a validation error from the server is shown with its status and message', async () => {
+    await fill(page, { preset: '', B: 1, H: 1, Lq: 4, Lk: 6, D: 4, Dv: 2, seed: 2, causal: 'off',
+      valid_lens: '9', window_left: '', window_right: '', scale: '', mask: '' });
+    await page.click('#generate');
+    const text = await runErr(page);
+    assert(/HTTP 400/.test(text), 'error text lacks the status: ' + text);
+    assert(/valid_lens/.test(text), 'error text does not name the field: ' + text);
+    // The previous drawing stays; the error goes away on the next good run.
+    await fill(page, { valid_lens: '' });
+    await runOk(page);
+    assert(!(await page.locator('#error').isVisible()), 'error box still shown after a good run');
+    // A mistake the page catches before sending.
+    await page.click('#tensors summary');
+    await fill(page, { query: '[[1, 2' });
+    const local = await runErr(page);
+    assert(/query/.test(local) && /JSON/.test(local), 'client-side error: ' + local);
+  });
+
+  await test('screenshot: desktop (docs/playground.png)', async () => {
+    await page.goto(BASE + '/', { waitUntil: 'load' });
+    await page.selectOption('#preset', 'causal8');
+    await page.waitForFunction(() => window.attndLastRender && window.attndLastRender.Lq === 8 &&
+      window.attndLastRender.drawnCells.length === 36, null, { timeout: 15000 });
+    const g = await page.evaluate(() => window.attndLastRender.geometry);
+    await page.evaluate(() => window.scrollTo(0, 0));
+    const box = await page.locator('#heatmap').boundingBox();
+    await page.mouse.move(box.x + g.left + 2.5 * g.cell, box.y + g.top + 5.5 * g.cell);
+    await page.locator('#tooltip').waitFor({ state: 'visible' });
+    const file = path.join(SHOT_DIR, 'playground.png');
+    await page.screenshot({ path: file, fullPage: true });
+    assert(fs.statSync(file).size > 10000, 'screenshot too small');
+  });
+
+  await test('phone viewport: no horizontal overflow, heatmap fits, screenshot', async () => {
+    const phone = await newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2,
+      isMobile: true, hasTouch: true });
+    await phone.goto(BASE + '/', { waitUntil: 'load' });
+    await phone.selectOption('#preset', 'causal8');
+    await phone.waitForFunction(() => window.attndLastRender && window.attndLastRender.Lq === 8, null,
+      { timeout: 15000 });
+    const m = await phone.evaluate(() => ({
+      sw: document.documentElement.scrollWidth, iw: window.innerWidth,
+      cw: document.getElementById('heatmap').getBoundingClientRect().right,
+    }));
+    assert(m.sw <= m.iw, `page is ${m.sw}px wide in a ${m.iw}px viewport`);
+    assert(m.cw <= m.iw, `heatmap ends at ${m.cw}px in a ${m.iw}px viewport`);
+    const r = await phone.evaluate(() => ({ ...window.attndLastRender }));
+    await checkDrawing(phone, r, await phone.evaluate(() => window.attndLastResponse), (i, j) => j <= i);
+    // A tap shows the tooltip too.
+    await phone.locator('#heatmap').scrollIntoViewIfNeeded();
+    const box = await phone.locator('#heatmap').boundingBox();
+    await phone.touchscreen.tap(box.x + r.geometry.left + 1.5 * r.geometry.cell, box.y + r.geometry.top + 6.5 * r.geometry.cell);
+    await phone.locator('#tooltip').waitFor({ state: 'visible', timeout: 3000 });
+    assert((await phone.locator('#tooltip').textContent()).includes('(6, 1)'), 'tap tooltip');
+    await phone.locator('#results-title').scrollIntoViewIfNeeded();
+    await phone.screenshot({ path: path.join(SHOT_DIR, 'playground-phone.png'), fullPage: true });
+    await phone.context().close();
+  });
+
+  await test('no script errors during the run', async () => {
+    assert(pageErrors.length === 0, 'errors: ' + pageErrors.join('; '));
+  });
+} finally {
+  await browser.close();
+}
+
+const passed = results.filter((r) => r.ok).length;
+const failed = results.length - passed;
+console.log(`browser: ${passed} passed, ${failed} failed`);
+if (process.env.ATTND_BROWSER_RESULT) fs.writeFileSync(process.env.ATTND_BROWSER_RESULT, `${passed} ${failed}\n`);
+process.exit(failed === 0 ? 0 : 1);
