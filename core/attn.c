@@ -1,0 +1,177 @@
+/* attn.c - the public entry points of core/: problem set-up, checks,
+ * task split, scratch sizing and the task driver.
+ *
+ * DESIGN (threads): core/ starts no threads and has no globals.  A task is
+ * one (b, h, query block); attn_run_tasks may run concurrently on several
+ * threads for disjoint task ranges of one problem, because each task
+ * writes only its own rows of out and weights and uses only the scratch
+ * the calling thread passed in.  The problem and its tensors are read
+ * only.  Results do not depend on the split: a task's arithmetic is a
+ * function of the problem and the task index alone.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_impl.h"
+
+void attn_problem_init(attn_problem *p) {
+  memset(p, 0, sizeof *p);
+  p->scoring = ATTN_SCORING_DOT;
+  p->causal = ATTN_CAUSAL_NONE;
+  p->H = 1;
+  p->Hkv = 1;
+}
+
+/* 1 when a * b fits in size_t (and both are non-negative). */
+static int fits_mul(size_t *acc, long long v) {
+  if (v < 0) return 0;
+  return !__builtin_mul_overflow(*acc, (size_t)v, acc);
+}
+
+/* Element counts of every tensor must be representable, so that index
+ * arithmetic in the tasks never wraps. */
+static int check_sizes(const attn_problem *p) {
+  long long dims[][4] = {
+    {p->B, p->H, p->Lq, p->D},   {p->B, p->Hkv, p->Lk, p->Dk},
+    {p->B, p->Hkv, p->Lk, p->Dv}, {p->B, p->H, p->Lq, p->Dv},
+    {p->B, p->H, p->Lq, p->Lk},   {ATTN__QBLOCK, p->Lk, 4, 4},
+    {p->Hd, p->Lk, 4, 4},         {p->Hd, p->D, p->Dk, 1},
+  };
+  for (size_t t = 0; t < sizeof dims / sizeof dims[0]; t++) {
+    size_t n = 1;
+    for (int a = 0; a < 4; a++)
+      if (!fits_mul(&n, dims[t][a])) return 0;
+    if (n > (size_t)INT64_MAX / 8) return 0;
+  }
+  return 1;
+}
+
+static int check_strides(const int64_t *st) {
+  for (int a = 0; a < 4; a++)
+    if (st[a] < 0) return 0;
+  return 1;
+}
+
+static int check_scoring(const attn_problem *p) {
+  if (p->scoring == ATTN_SCORING_DOT)
+    return p->Dk == p->D && isfinite(p->scale) && p->scale != 0.0f;
+  if (p->scoring == ATTN_SCORING_ADDITIVE)
+    return p->Hd >= 1 && p->w_q && p->w_k && p->w_v;
+  return 0;
+}
+
+int attn_check(const attn_problem *p) {
+  if (!p) return ATTND_EINVAL;
+  if (p->B < 1 || p->H < 1 || p->Hkv < 1 || p->Lq < 1 || p->Lk < 1 ||
+      p->D < 1 || p->Dk < 1 || p->Dv < 1)
+    return ATTND_EINVAL;
+  if (p->H % p->Hkv != 0) return ATTND_EINVAL;
+  if (!p->q || !p->k || !p->v) return ATTND_EINVAL;
+  if (!check_scoring(p)) return ATTND_EINVAL;
+  if (p->causal != ATTN_CAUSAL_NONE && p->causal != ATTN_CAUSAL_UPPER_LEFT &&
+      p->causal != ATTN_CAUSAL_LOWER_RIGHT)
+    return ATTND_EINVAL;
+  if (p->valid_lens_per_query != 0 && p->valid_lens_per_query != 1)
+    return ATTND_EINVAL;
+  if (p->mask && !check_strides(p->mask_stride)) return ATTND_EINVAL;
+  if (p->bias && !check_strides(p->bias_stride)) return ATTND_EINVAL;
+  /* Written so that NaN fails too. */
+  if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f)) return ATTND_EINVAL;
+  if (!check_sizes(p)) return ATTND_EINVAL;
+  return 0;
+}
+
+static size_t query_blocks(const attn_problem *p) {
+  return ((size_t)p->Lq + ATTN__QBLOCK - 1) / ATTN__QBLOCK;
+}
+
+size_t attn_task_count(const attn_problem *p, int with_weights) {
+  (void)with_weights; /* both paths split queries the same way */
+  if (attn_check(p) != 0) return 0;
+  return (size_t)p->B * (size_t)p->H * query_blocks(p);
+}
+
+static size_t take(size_t *off, size_t bytes) {
+  size_t at = *off;
+  *off += (bytes + ATTN__ALIGN - 1) / ATTN__ALIGN * ATTN__ALIGN;
+  return at;
+}
+
+void attn__scratch_layout(const attn_problem *p, int with_weights,
+                          attn__scratch *s) {
+  size_t qb = (size_t)(p->Lq < ATTN__QBLOCK ? p->Lq : ATTN__QBLOCK);
+  size_t kb = (size_t)(p->Lk < ATTN__KBLOCK ? p->Lk : ATTN__KBLOCK);
+  size_t lk = (size_t)p->Lk, f = sizeof(float);
+  size_t off = 0;
+  memset(s, 0, sizeof *s);
+  s->lo = take(&off, qb * sizeof(int));
+  s->hi = take(&off, qb * sizeof(int));
+  if (with_weights) {
+    s->flags = take(&off, lk * f);
+    if (p->dropout_p > 0.0f) s->drop = take(&off, qb * lk * f);
+  } else {
+    s->flags = take(&off, qb * kb * f);
+    s->scores = take(&off, qb * kb * f);
+    s->acc = take(&off, qb * (size_t)p->Dv * f);
+    s->rowmax = take(&off, qb * f);
+    s->rowsum = take(&off, qb * f);
+    s->rowscale = take(&off, qb * f);
+  }
+  if (p->scoring == ATTN_SCORING_ADDITIVE) {
+    s->qproj = take(&off, qb * (size_t)p->Hd * f);
+    s->kproj = take(&off, (size_t)p->Hd * kb * f);
+  }
+  s->total = off;
+}
+
+size_t attn_scratch_bytes(const attn_problem *p, int with_weights) {
+  attn__scratch s;
+  if (attn_check(p) != 0) return 0;
+  attn__scratch_layout(p, with_weights, &s);
+  return s.total;
+}
+
+static void task_of(const attn_problem *p, size_t t, attn__task *task) {
+  size_t nqb = query_blocks(p);
+  size_t qb = t % nqb, bh = t / nqb;
+  task->b = (int)(bh / (size_t)p->H);
+  task->h = (int)(bh % (size_t)p->H);
+  task->kvh = task->h / (p->H / p->Hkv);
+  task->i0 = (int)qb * ATTN__QBLOCK;
+  task->rows = p->Lq - task->i0 < ATTN__QBLOCK ? p->Lq - task->i0
+                                                 : ATTN__QBLOCK;
+}
+
+int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1, float *out,
+                   float *weights, void *scratch) {
+  attn__scratch lay;
+  int with_weights = weights != NULL;
+  if (attn_check(p) != 0 || !out || !scratch) return ATTND_EINVAL;
+  if (t0 > t1 || t1 > attn_task_count(p, with_weights)) return ATTND_EINVAL;
+  if ((uintptr_t)scratch % ATTN__ALIGN != 0) return ATTND_EINVAL;
+  attn__scratch_layout(p, with_weights, &lay);
+  for (size_t t = t0; t < t1; t++) {
+    attn__task task;
+    task_of(p, t, &task);
+    if (with_weights)
+      attn__task_weights(p, &task, out, weights, scratch, &lay);
+    else
+      attn__task_online(p, &task, out, scratch, &lay);
+  }
+  return 0;
+}
+
+int attn_forward(const attn_problem *p, float *out, float *weights) {
+  int with_weights = weights != NULL, rc;
+  void *scratch = NULL;
+  if (attn_check(p) != 0 || !out) return ATTND_EINVAL;
+  size_t bytes = attn_scratch_bytes(p, with_weights);
+  bytes = (bytes + ATTN__ALIGN - 1) / ATTN__ALIGN * ATTN__ALIGN;
+  scratch = aligned_alloc(ATTN__ALIGN, bytes ? bytes : ATTN__ALIGN);
+  if (!scratch) return ATTND_ENOMEM;
+  rc = attn_run_tasks(p, 0, attn_task_count(p, with_weights), out, weights,
+                      scratch);
+  free(scratch);
+  return rc;
+}

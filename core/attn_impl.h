@@ -1,0 +1,235 @@
+/* attn_impl.h - internals shared by the core/ files and its unit tests.
+ *
+ * Nothing here is part of attnd's public contract (that is attn.h).  The
+ * scalar helpers are static inline so that the loops that call them
+ * (softmax, tanh sum) stay free of function calls and gcc -O3 can
+ * vectorize them.
+ */
+#ifndef ATTN_IMPL_H
+#define ATTN_IMPL_H
+
+#include <float.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attn.h"
+
+/* Query rows per task and key columns per online block.  64 x 256 floats
+ * of scores (64 KiB) plus the matching flags stay inside a core's L2. */
+#define ATTN__QBLOCK 64
+#define ATTN__KBLOCK 256
+
+/* Scratch sub-buffers start on 64-byte boundaries. */
+#define ATTN__ALIGN 64
+
+/* Branch-free helpers.  Under the default -ftrapping-math gcc will not
+ * if-convert a float select whose arms need float arithmetic, and after
+ * inlining a float clamp with constant bounds it duplicates the
+ * arithmetic into each arm; either way the loop stops vectorizing.  So
+ * clamps and cut-offs work on the float's bits with integer operations
+ * (which cannot trap), and blends multiply finite values by exact 0/1
+ * factors. */
+static inline uint32_t attn__f2u(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+static inline float attn__u2f(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* An unsigned key with the order of the floats: negative floats have
+ * their bits inverted, positive ones get the sign bit set.  NaNs sort
+ * beyond the infinities of their sign.  The map is its own inverse up to
+ * the sign-bit test. */
+static inline uint32_t attn__fkey(float x) {
+  uint32_t u = attn__f2u(x);
+  uint32_t neg = 0u - (u >> 31);
+  return u ^ (neg | 0x80000000u);
+}
+
+static inline float attn__funkey(uint32_t k) {
+  uint32_t pos = 0u - (k >> 31); /* key top bit set: was non-negative */
+  return attn__u2f(k ^ (~pos | 0x80000000u));
+}
+
+/* Clamp x to [lo, hi] (lo <= hi, both finite); NaN goes to lo or hi. */
+static inline float attn__clampf(float x, float lo, float hi) {
+  uint32_t k = attn__fkey(x), kl = attn__fkey(lo), kh = attn__fkey(hi);
+  k = k < kl ? kl : k;
+  k = k > kh ? kh : k;
+  return attn__funkey(k);
+}
+
+/* exp(x) in float for the softmax: Cody-Waite range reduction to
+ * r = x - n ln2 with |r| <= ln2/2, the Cephes expf polynomial for e^r,
+ * then the 2^n scale built in the exponent bits.  About 1 ulp on
+ * [-87.33, 88].  Arguments below ln(FLT_MIN) = -87.33 (including -inf)
+ * give exactly 0, never a subnormal; arguments above 88 are treated as 88
+ * (only tanh asks for them, and there any huge value gives the same
+ * answer).  No calls, no double: loops that call it vectorize.  The
+ * 1.5 * 2^23 trick rounds to nearest without rintf, which plain SSE2
+ * cannot vectorize. */
+static inline float attn__expf(float x) {
+  const float big = 12582912.0f; /* 1.5 * 2^23 */
+  const float lo = -87.33654f;
+  float xc = attn__clampf(x, lo, 88.0f);
+  float nf = (xc * 1.44269504088896341f + big) - big;
+  float r = xc - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  float r2 = r * r;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r2 + r + 1.0f;
+  int32_t bits = ((int32_t)nf + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  /* All bits kept when x >= lo, none below it (including -inf). */
+  uint32_t keep = attn__fkey(x) < attn__fkey(lo) ? 0u : ~0u;
+  return attn__u2f(attn__f2u(y * scale) & keep);
+}
+
+/* tanh(x) in float: an odd polynomial for |x| < 0.625 (Cephes tanhf),
+ * 1 - 2 / (e^{2|x|} + 1) with the sign of x above; both are computed and
+ * one is picked by a bit mask so the additive-scoring loop vectorizes.  NaN in gives NaN out; the caller sanitizes scores. */
+static inline float attn__tanhf(float x) {
+  float ax = __builtin_fabsf(x);
+  float xs = attn__clampf(x, -0.625f, 0.625f);
+  float z = xs * xs;
+  float small = -5.70498872745e-3f;
+  small = small * z + 2.06390887954e-2f;
+  small = small * z - 5.37397155531e-2f;
+  small = small * z + 1.33314422036e-1f;
+  small = small * z - 3.33332819422e-1f;
+  small = small * z * xs + xs;
+  float e = attn__expf(2.0f * attn__clampf(ax, 0.0f, 44.0f));
+  float large = __builtin_copysignf(1.0f - 2.0f / (e + 1.0f), x);
+  uint32_t sel = attn__f2u(ax) < attn__f2u(0.625f) ? ~0u : 0u;
+  return attn__u2f((attn__f2u(small) & sel) | (attn__f2u(large) & ~sel));
+}
+
+/* Maps a raw score to a finite float: +-inf (sgemm overflow) clamps to
+ * +-FLT_MAX and NaN (inf - inf inside a dot product of ~1e38 inputs)
+ * becomes 0, the value of the symmetric case and the same every time. */
+static inline float attn__sanitize(float s) {
+  s = s != s ? 0.0f : s;
+  return attn__clampf(s, -FLT_MAX, FLT_MAX);
+}
+
+/* Score of a key after masking: s where allowed (flag 1), -FLT_MAX where
+ * not (flag 0); s must be finite. */
+static inline float attn__mask_score(float s, float flag) {
+  return s * flag + (flag - 1.0f) * FLT_MAX;
+}
+
+/* Largest of n floats (-FLT_MAX for n == 0).  A max over the order keys
+ * is an integer reduction, which gcc vectorizes; a float one it does not
+ * without -ffast-math. */
+static inline float attn__max(const float *s, int n) {
+  uint32_t k = attn__fkey(-FLT_MAX);
+  for (int c = 0; c < n; c++) {
+    uint32_t kc = attn__fkey(s[c]);
+    k = kc > k ? kc : k;
+  }
+  return attn__funkey(k);
+}
+
+/* e[c] = flag[c] * exp(s[c] - mx) in place (masked entries exactly 0,
+ * decided by the flag and not by underflow); returns the sum of e, added
+ * in eight lanes for speed.  mx >= every s[c], so each exp is in [0, 1]
+ * and the entry at the maximum adds exactly 1. */
+static inline float attn__exp_row(float *s, const float *flag, int n,
+                                  float mx) {
+  float acc[8];
+  int c;
+  for (c = 0; c < n; c++) s[c] = attn__expf(s[c] - mx) * flag[c];
+  for (int l = 0; l < 8; l++) acc[l] = 0.0f;
+  for (c = 0; c + 8 <= n; c += 8)
+    for (int l = 0; l < 8; l++) acc[l] += s[c + l];
+  for (; c < n; c++) acc[0] += s[c];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+         ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* The dropout hash of attn.h (splitmix64 finaliser). */
+static inline uint64_t attn__mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/* Dropout keep decision for flat index n = ((b*H + h)*Lq + i)*Lk + j:
+ * 1 to keep the weight, 0 to drop it.  u = k * 2^-24 is exact in float,
+ * so comparing in float is the same as comparing exactly. */
+static inline int attn__dropout_keep(uint64_t seed, uint64_t n, float p) {
+  uint64_t k = attn__mix64(seed ^ attn__mix64(n)) >> 40;
+  float u = (float)k * 0x1p-24f;
+  return u >= p;
+}
+
+/* Internals shared between attn.c (driver, checks, scratch) and the two
+ * paths.  A task is (b, h, query block); attn__task describes one. */
+typedef struct attn__task {
+  int b, h, kvh;      /* batch item, query head, key/value head */
+  int i0, rows;       /* first query row of the block, rows in it */
+} attn__task;
+
+/* Scratch layout (byte offsets from the 64-byte aligned base). */
+typedef struct attn__scratch {
+  size_t lo, hi;      /* int[QB]: per-row allowed key interval [lo, hi) */
+  size_t flags;       /* float: allowed flags, 1 or 0 */
+  size_t scores;      /* float[QB * KB]: online path score block */
+  size_t drop;        /* float[QB * Lk]: weights path dropped weights */
+  size_t acc;         /* float[QB * Dv]: online path accumulator */
+  size_t rowmax, rowsum, rowscale; /* float[QB]: online running state */
+  size_t qproj;       /* float[QB * Hd]: additive W_q q */
+  size_t kproj;       /* float[Hd * KB]: additive W_k k, transposed */
+  size_t total;
+} attn__scratch;
+
+void attn__scratch_layout(const attn_problem *p, int with_weights,
+                          attn__scratch *s);
+
+/* Allowed key interval of each row of a task from valid_lens, causal and
+ * window (the mask is element-wise and applied later).  Writes lo/hi and
+ * returns the union [*klo, *khi) over rows with a non-empty interval
+ * (klo >= khi when no row has any key). */
+void attn__row_intervals(const attn_problem *p, const attn__task *t,
+                         int *lo, int *hi, int *klo, int *khi);
+
+/* Allowed flags of row i for keys [j0, j0 + n): 1.0f where the key is in
+ * [lo, hi) and the mask allows it, else 0.0f.  Returns the count. */
+int attn__row_flags(const attn_problem *p, const attn__task *t, int i,
+                    int lo, int hi, int j0, int n, float *flags);
+
+/* Raw scores of a task's rows against keys [j0, j0 + n) into s (leading
+ * dimension lds): dot (q.k)*scale or additive w_v.tanh(..).  Bias is not
+ * added yet. */
+void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
+                  float *s, int lds, char *scratch, const attn__scratch *lay);
+
+/* Adds bias, sanitizes, and writes -FLT_MAX where flags are 0, for row i
+ * and keys [j0, j0 + n). */
+void attn__finish_row(const attn_problem *p, const attn__task *t, int i,
+                      int j0, int n, const float *flags, float *s);
+
+/* Writes out rows of a task with +-inf clamped and NaN as 0. */
+void attn__sanitize_rows(float *out, size_t n);
+
+/* The two paths, one task each. */
+void attn__task_weights(const attn_problem *p, const attn__task *t,
+                        float *out, float *weights, char *scratch,
+                        const attn__scratch *lay);
+void attn__task_online(const attn_problem *p, const attn__task *t,
+                       float *out, char *scratch, const attn__scratch *lay);
+
+#endif /* ATTN_IMPL_H */

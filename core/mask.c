@@ -1,0 +1,87 @@
+/* mask.c - which keys a query may attend to, and turning raw scores into
+ * masked, finite scores.
+ *
+ * valid_lens, causal and window each bound the keys of row i to an
+ * interval, so their AND is one interval [lo, hi) per row; it is what lets
+ * both paths skip key ranges without looking at them.  The boolean mask is
+ * element-wise and is applied inside that interval only.
+ */
+#include "attn_impl.h"
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* [lo, hi) for query row i before the element-wise mask. */
+static void row_interval(const attn_problem *p, int b, int i, int *lo,
+                         int *hi) {
+  int64_t l = 0, h = p->Lk;
+  if (p->valid_lens) {
+    int64_t idx = p->valid_lens_per_query ? (int64_t)b * p->Lq + i : b;
+    /* proto/ guarantees [0, Lk]; clamping keeps a bad caller in bounds. */
+    h = min64(h, max64(0, p->valid_lens[idx]));
+  }
+  if (p->causal == ATTN_CAUSAL_UPPER_LEFT)
+    h = min64(h, (int64_t)i + 1);
+  else if (p->causal == ATTN_CAUSAL_LOWER_RIGHT)
+    h = min64(h, (int64_t)i + p->Lk - p->Lq + 1);
+  if (p->has_window) {
+    if (p->window_left >= 0) l = max64(l, (int64_t)i - p->window_left);
+    if (p->window_right >= 0) h = min64(h, (int64_t)i + p->window_right + 1);
+  }
+  if (h < l) h = l;
+  *lo = (int)l;
+  *hi = (int)h;
+}
+
+void attn__row_intervals(const attn_problem *p, const attn__task *t, int *lo,
+                         int *hi, int *klo, int *khi) {
+  int ulo = p->Lk, uhi = 0;
+  for (int r = 0; r < t->rows; r++) {
+    row_interval(p, t->b, t->i0 + r, &lo[r], &hi[r]);
+    if (lo[r] >= hi[r]) continue;
+    if (lo[r] < ulo) ulo = lo[r];
+    if (hi[r] > uhi) uhi = hi[r];
+  }
+  *klo = ulo;
+  *khi = uhi;
+}
+
+int attn__row_flags(const attn_problem *p, const attn__task *t, int i,
+                    int lo, int hi, int j0, int n, float *flags) {
+  /* [a, z) is [lo, hi) in block coordinates, clipped to [0, n]; an empty
+   * row may have lo beyond the block or even beyond Lk. */
+  int a = lo > j0 ? lo - j0 : 0;
+  int z = hi - j0 < n ? hi - j0 : n;
+  int count = 0;
+  if (a > n) a = n;
+  if (z < a) z = a;
+  for (int c = 0; c < a; c++) flags[c] = 0.0f;
+  for (int c = z; c < n; c++) flags[c] = 0.0f;
+  if (!p->mask) {
+    for (int c = a; c < z; c++) flags[c] = 1.0f;
+    return z - a;
+  }
+  const int64_t *ms = p->mask_stride;
+  const uint8_t *m = p->mask + t->b * ms[0] + t->h * ms[1] + i * ms[2];
+  for (int c = a; c < z; c++) {
+    int ok = m[(int64_t)(j0 + c) * ms[3]] != 0;
+    flags[c] = ok ? 1.0f : 0.0f;
+    count += ok;
+  }
+  return count;
+}
+
+void attn__finish_row(const attn_problem *p, const attn__task *t, int i,
+                      int j0, int n, const float *flags, float *s) {
+  if (p->bias) {
+    const int64_t *bs = p->bias_stride;
+    const float *bb = p->bias + t->b * bs[0] + t->h * bs[1] + i * bs[2];
+    for (int c = 0; c < n; c++) s[c] += bb[(int64_t)(j0 + c) * bs[3]];
+  }
+  for (int c = 0; c < n; c++)
+    s[c] = attn__mask_score(attn__sanitize(s[c]), flags[c]);
+}
+
+void attn__sanitize_rows(float *out, size_t n) {
+  for (size_t c = 0; c < n; c++) out[c] = attn__sanitize(out[c]);
+}

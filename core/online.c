@@ -1,0 +1,138 @@
+/* online.c - the no-weights path: online (flash-style) softmax over key
+ * blocks.  A task never holds more than (rows, KBLOCK) scores; for each
+ * block it keeps per row the running maximum m, the running sum l of
+ * exp(s - m) and the accumulator acc = sum exp(s - m) v, rescaling l and
+ * acc by exp(m_old - m_new) when the maximum grows.  The output row is
+ * acc / l, or 0 when l stayed 0 (no allowed key).
+ *
+ * Key blocks are skipped without computing scores when no row of the task
+ * may see any key in them (outside every row's interval from valid_lens,
+ * causal and window, or masked out entirely).
+ */
+#include <cblas.h>
+
+#include "attn_impl.h"
+
+typedef struct online_state {
+  float *flags, *s, *acc, *m, *l, *alpha;
+  int *lo, *hi;
+} online_state;
+
+static void state_of(char *scratch, const attn__scratch *lay,
+                     online_state *st) {
+  st->flags = (float *)(scratch + lay->flags);
+  st->s = (float *)(scratch + lay->scores);
+  st->acc = (float *)(scratch + lay->acc);
+  st->m = (float *)(scratch + lay->rowmax);
+  st->l = (float *)(scratch + lay->rowsum);
+  st->alpha = (float *)(scratch + lay->rowscale);
+  st->lo = (int *)(scratch + lay->lo);
+  st->hi = (int *)(scratch + lay->hi);
+}
+
+/* Flags of every row for keys [j0, j0 + n), leading dimension n; returns
+ * the number of allowed (row, key) pairs in the block. */
+static int block_flags(const attn_problem *p, const attn__task *t,
+                       const online_state *st, int j0, int n) {
+  int total = 0;
+  for (int r = 0; r < t->rows; r++)
+    total += attn__row_flags(p, t, t->i0 + r, st->lo[r], st->hi[r], j0, n,
+                             st->flags + (size_t)r * n);
+  return total;
+}
+
+/* Dropout on the block's probabilities (the sum l keeps the undropped
+ * ones, so acc / l is the dropped weights times V). */
+static void block_dropout(const attn_problem *p, const attn__task *t,
+                          float *s, int j0, int n) {
+  float keep_scale = 1.0f / (1.0f - p->dropout_p);
+  for (int r = 0; r < t->rows; r++) {
+    uint64_t n0 = (((uint64_t)t->b * p->H + t->h) * p->Lq + t->i0 + r) *
+                  (uint64_t)p->Lk;
+    float *sr = s + (size_t)r * n;
+    for (int c = 0; c < n; c++)
+      if (!attn__dropout_keep(p->seed, n0 + (uint64_t)(j0 + c), p->dropout_p))
+        sr[c] = 0.0f;
+      else
+        sr[c] *= keep_scale;
+  }
+}
+
+/* Masks, updates m and l, and turns row r's scores into probabilities;
+ * alpha[r] is the factor acc row r must be rescaled by. */
+static void block_row_update(const attn_problem *p, const attn__task *t,
+                             const online_state *st, int r, int j0, int n) {
+  float *s = st->s + (size_t)r * n, *f = st->flags + (size_t)r * n;
+  int any = 0;
+  for (int c = 0; c < n; c++) any |= f[c] != 0.0f;
+  if (!any) {
+    memset(s, 0, (size_t)n * sizeof *s);
+    st->alpha[r] = 1.0f;
+    return;
+  }
+  attn__finish_row(p, t, t->i0 + r, j0, n, f, s);
+  float bm = attn__max(s, n);
+  float mnew = bm > st->m[r] ? bm : st->m[r];
+  /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot. */
+  st->alpha[r] = attn__expf(st->m[r] - mnew);
+  st->l[r] = st->l[r] * st->alpha[r] + attn__exp_row(s, f, n, mnew);
+  st->m[r] = mnew;
+}
+
+static void block_accumulate(const attn_problem *p, const attn__task *t,
+                             const online_state *st, int j0, int n) {
+  size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
+  const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+  int dv = p->Dv;
+  for (int r = 0; r < t->rows; r++) {
+    float a = st->alpha[r], *acc = st->acc + (size_t)r * dv;
+    if (a != 1.0f)
+      for (int c = 0; c < dv; c++) acc[c] *= a;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t->rows, dv, n,
+              1.0f, st->s, n, v, dv, 1.0f, st->acc, dv);
+}
+
+static void run_block(const attn_problem *p, const attn__task *t,
+                      const online_state *st, int j0, int n, char *scratch,
+                      const attn__scratch *lay) {
+  if (block_flags(p, t, st, j0, n) == 0) return; /* skipped, not filled */
+  attn__scores(p, t, j0, n, st->s, n, scratch, lay);
+  for (int r = 0; r < t->rows; r++) block_row_update(p, t, st, r, j0, n);
+  if (p->dropout_p > 0.0f) block_dropout(p, t, st->s, j0, n);
+  block_accumulate(p, t, st, j0, n);
+}
+
+static void write_out(const attn_problem *p, const attn__task *t,
+                      const online_state *st, float *o) {
+  int dv = p->Dv;
+  for (int r = 0; r < t->rows; r++) {
+    float *orow = o + (size_t)r * dv;
+    const float *acc = st->acc + (size_t)r * dv;
+    if (st->l[r] > 0.0f) {
+      float inv = 1.0f / st->l[r];
+      for (int c = 0; c < dv; c++) orow[c] = attn__sanitize(acc[c] * inv);
+    } else {
+      memset(orow, 0, (size_t)dv * sizeof *orow);
+    }
+  }
+}
+
+void attn__task_online(const attn_problem *p, const attn__task *t,
+                       float *out, char *scratch, const attn__scratch *lay) {
+  size_t row0 = ((size_t)t->b * p->H + t->h) * p->Lq + t->i0;
+  online_state st;
+  int klo, khi;
+  state_of(scratch, lay, &st);
+  attn__row_intervals(p, t, st.lo, st.hi, &klo, &khi);
+  memset(st.acc, 0, (size_t)t->rows * p->Dv * sizeof(float));
+  for (int r = 0; r < t->rows; r++) {
+    st.m[r] = -FLT_MAX;
+    st.l[r] = 0.0f;
+  }
+  for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
+    int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
+    run_block(p, t, &st, j0, n, scratch, lay);
+  }
+  write_out(p, t, &st, out + row0 * p->Dv);
+}

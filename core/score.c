@@ -1,0 +1,65 @@
+/* score.c - raw attention scores of one task's query rows against a range
+ * of keys: dot-product (one sgemm) or additive (two projection sgemms and
+ * a vectorized tanh sum).
+ */
+#include <cblas.h>
+
+#include "attn_impl.h"
+
+static const float *q_rows(const attn_problem *p, const attn__task *t) {
+  size_t head = (size_t)t->b * p->H + t->h;
+  return p->q + (head * p->Lq + t->i0) * p->D;
+}
+
+static const float *k_rows(const attn_problem *p, const attn__task *t,
+                           int j0) {
+  size_t head = (size_t)t->b * p->Hkv + t->kvh;
+  return p->k + (head * p->Lk + j0) * p->Dk;
+}
+
+/* s = scale * Q K^T for the block: row-major, Q (rows, D), K (n, D). */
+static void scores_dot(const attn_problem *p, const attn__task *t, int j0,
+                       int n, float *s, int lds) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t->rows, n, p->D,
+              p->scale, q_rows(p, t), p->D, k_rows(p, t, j0), p->Dk, 0.0f, s,
+              lds);
+}
+
+/* s[c] = sum_u w_v[u] tanh(qp[u] + kt[u][c]) for one query row.  The key
+ * axis is innermost and contiguous, so the loop has no reduction and
+ * vectorizes. */
+static void additive_row(const float *qp, const float *kt, int ldk,
+                         const float *wv, int hd, int n, float *s) {
+  for (int c = 0; c < n; c++) s[c] = 0.0f;
+  for (int u = 0; u < hd; u++) {
+    const float *kr = kt + (size_t)u * ldk;
+    float qu = qp[u], w = wv[u];
+    for (int c = 0; c < n; c++) s[c] += w * attn__tanhf(qu + kr[c]);
+  }
+}
+
+/* Additive scores: QP = Q W_q^T (rows, Hd) and KT = W_k K^T (Hd, n), the
+ * second stored transposed so that each hidden unit is a contiguous row
+ * over keys.  No scale. */
+static void scores_additive(const attn_problem *p, const attn__task *t,
+                            int j0, int n, float *s, int lds, char *scratch,
+                            const attn__scratch *lay) {
+  float *qp = (float *)(scratch + lay->qproj);
+  float *kt = (float *)(scratch + lay->kproj);
+  int hd = p->Hd;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t->rows, hd, p->D,
+              1.0f, q_rows(p, t), p->D, p->w_q, p->D, 0.0f, qp, hd);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hd, n, p->Dk, 1.0f,
+              p->w_k, p->Dk, k_rows(p, t, j0), p->Dk, 0.0f, kt, n);
+  for (int r = 0; r < t->rows; r++)
+    additive_row(qp + (size_t)r * hd, kt, n, p->w_v, hd, n,
+                 s + (size_t)r * lds);
+}
+
+void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
+                  float *s, int lds, char *scratch, const attn__scratch *lay) {
+  if (p->scoring == ATTN_SCORING_ADDITIVE)
+    scores_additive(p, t, j0, n, s, lds, scratch, lay);
+  else
+    scores_dot(p, t, j0, n, s, lds);
+}

@@ -1,0 +1,114 @@
+/* softmax.c - the weights path: one task materialises its (rows, Lk)
+ * block of scores in the caller's weights buffer, masks it, turns it into
+ * softmax weights in place and multiplies by V.
+ *
+ * Masked positions hold -FLT_MAX as scores; their weight is decided by the
+ * allowed flag, not by exp underflow, so a row whose allowed scores are
+ * themselves -FLT_MAX still gives masked keys exactly 0.
+ */
+#include <cblas.h>
+
+#include "attn_impl.h"
+
+static void row_scale(float *s, int n, float f) {
+  for (int c = 0; c < n; c++) s[c] *= f;
+}
+
+static void zero(float *s, size_t n) { memset(s, 0, n * sizeof *s); }
+
+/* Softmax of one row over keys [klo, khi); everything else is 0. */
+static int softmax_row(const attn_problem *p, const attn__task *t, int r,
+                       int lo, int hi, int klo, int khi, float *w,
+                       float *flags) {
+  int i = t->i0 + r, n = khi - klo;
+  int allowed = attn__row_flags(p, t, i, lo, hi, klo, n, flags);
+  zero(w, (size_t)klo);
+  zero(w + khi, (size_t)(p->Lk - khi));
+  if (allowed == 0) {
+    zero(w + klo, (size_t)n);
+    return 0;
+  }
+  attn__finish_row(p, t, i, klo, n, flags, w + klo);
+  /* Masked entries hold -FLT_MAX, the smallest finite float, so the row
+   * maximum is the maximum over allowed keys. */
+  float sum = attn__exp_row(w + klo, flags, n, attn__max(w + klo, n));
+  row_scale(w + klo, n, 1.0f / sum);
+  return allowed;
+}
+
+/* dst = the weights with dropout applied: kept ones scaled by 1/(1-p). */
+static void drop_rows(const attn_problem *p, const attn__task *t,
+                      const float *w, float *dst, int klo, int n) {
+  float keep_scale = 1.0f / (1.0f - p->dropout_p);
+  for (int r = 0; r < t->rows; r++) {
+    uint64_t n0 = (((uint64_t)t->b * p->H + t->h) * p->Lq + t->i0 + r) *
+                  (uint64_t)p->Lk;
+    const float *wr = w + (size_t)r * p->Lk + klo;
+    float *dr = dst + (size_t)r * n;
+    for (int c = 0; c < n; c++) {
+      int keep = attn__dropout_keep(p->seed, n0 + (uint64_t)(klo + c),
+                                    p->dropout_p);
+      dr[c] = keep ? wr[c] * keep_scale : 0.0f;
+    }
+  }
+}
+
+/* out rows = W[:, klo:khi] V[klo:khi, :]; columns outside hold zeros. */
+static void weights_times_v(const attn_problem *p, const attn__task *t,
+                            const float *w, int ldw, int klo, int n,
+                            float *o) {
+  size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
+  const float *v = p->v + (kvhead * p->Lk + klo) * p->Dv;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t->rows, p->Dv, n,
+              1.0f, w, ldw, v, p->Dv, 0.0f, o, p->Dv);
+}
+
+/* Raw scores for keys [klo, khi) into the weights rows: dot in one sgemm,
+ * additive in key blocks (its projection scratch holds one block). */
+static void block_scores(const attn_problem *p, const attn__task *t,
+                         float *w, int klo, int khi, char *scratch,
+                         const attn__scratch *lay) {
+  int step = p->scoring == ATTN_SCORING_ADDITIVE ? ATTN__KBLOCK : khi - klo;
+  for (int j0 = klo; j0 < khi; j0 += step) {
+    int n = khi - j0 < step ? khi - j0 : step;
+    attn__scores(p, t, j0, n, w + j0, p->Lk, scratch, lay);
+  }
+}
+
+void attn__task_weights(const attn_problem *p, const attn__task *t,
+                        float *out, float *weights, char *scratch,
+                        const attn__scratch *lay) {
+  size_t row0 = ((size_t)t->b * p->H + t->h) * p->Lq + t->i0;
+  float *w = weights + row0 * p->Lk, *o = out + row0 * p->Dv;
+  int *lo = (int *)(scratch + lay->lo), *hi = (int *)(scratch + lay->hi);
+  float *flags = (float *)(scratch + lay->flags);
+  int klo, khi, any = 0;
+
+  attn__row_intervals(p, t, lo, hi, &klo, &khi);
+  if (klo >= khi) {
+    zero(w, (size_t)t->rows * p->Lk);
+    zero(o, (size_t)t->rows * p->Dv);
+    return;
+  }
+  block_scores(p, t, w, klo, khi, scratch, lay);
+  for (int r = 0; r < t->rows; r++) {
+    int a = softmax_row(p, t, r, lo[r], hi[r], klo, khi, w + (size_t)r * p->Lk,
+                        flags);
+    lo[r] = a; /* reuse: allowed count of the row */
+    any |= a > 0;
+  }
+  if (!any) {
+    zero(o, (size_t)t->rows * p->Dv);
+    return;
+  }
+  if (p->dropout_p > 0.0f) {
+    float *d = (float *)(scratch + lay->drop);
+    drop_rows(p, t, w, d, klo, khi - klo);
+    weights_times_v(p, t, d, khi - klo, klo, khi - klo, o);
+  } else {
+    weights_times_v(p, t, w + klo, p->Lk, klo, khi - klo, o);
+  }
+  attn__sanitize_rows(o, (size_t)t->rows * p->Dv);
+  for (int r = 0; r < t->rows; r++)
+    if (lo[r] == 0) zero(o + (size_t)r * p->Dv, (size_t)p->Dv);
+}

@@ -1,0 +1,1025 @@
+/* test_core.c - core/ against an independent float64 reference.
+ *
+ * The reference below is deliberately naive: loops over (b, h, i, j) in
+ * double, its own reading of the mask rules in attn.h, its own copy of the
+ * dropout hash.  Every numeric path of the core (weights path, online path,
+ * dot and additive scoring, every mask kind, dropout) is compared with it
+ * over random shapes whose lengths are not multiples of any block size.
+ * Tolerances are design.md's: outputs 1e-5 + 1e-5 |ref|, weights 1e-5,
+ * rows summing to 1 within 1e-5, masked and empty positions exactly 0.
+ */
+#include <check.h>
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/attn.h"
+#include "core/attn_impl.h"
+
+/* ------------------------------------------------------------------ */
+/* Deterministic random numbers (xorshift64*). */
+
+typedef struct rng { uint64_t s; } rng;
+
+static uint64_t rng_next(rng *r) {
+  r->s ^= r->s >> 12;
+  r->s ^= r->s << 25;
+  r->s ^= r->s >> 27;
+  return r->s * 2685821657736338717ull;
+}
+
+static double rng_unit(rng *r) { /* [0, 1) */
+  return (double)(rng_next(r) >> 11) * 0x1p-53;
+}
+
+static float rng_sym(rng *r, float a) { /* [-a, a) */
+  return (float)((rng_unit(r) * 2.0 - 1.0) * a);
+}
+
+static int rng_int(rng *r, int n) { /* [0, n) */
+  return (int)(rng_next(r) % (uint64_t)n);
+}
+
+static int under_valgrind(void) {
+  const char *v = getenv("ATTND_VALGRIND");
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* A test case owns every buffer its problem points at. */
+
+enum {
+  K_VL1 = 1 << 0, K_VL2 = 1 << 1, K_MASK = 1 << 2, K_UL = 1 << 3,
+  K_LR = 1 << 4, K_WIN = 1 << 5, K_BIAS = 1 << 6, K_DROP = 1 << 7,
+  K_ADD = 1 << 8
+};
+
+typedef struct tcase {
+  attn_problem p;
+  float *q, *k, *v, *bias, *wq, *wk, *wv;
+  uint8_t *mask;
+  int32_t *vl;
+} tcase;
+
+typedef struct shape { int B, H, Hkv, Lq, Lk, D, Dv; } shape;
+
+static float *rand_floats(rng *r, size_t n, float a) {
+  float *x = malloc((n ? n : 1) * sizeof *x);
+  ck_assert_ptr_nonnull(x);
+  for (size_t i = 0; i < n; i++) x[i] = rng_sym(r, a);
+  return x;
+}
+
+/* Strides over (B, H, Lq, Lk) where each axis is broadcast (stride 0)
+ * with probability 1/3; returns the element count to allocate. */
+static size_t rand_strides(rng *r, const shape *s, int64_t st[4]) {
+  int64_t dims[4] = {s->B, s->H, s->Lq, s->Lk};
+  int64_t n = 1;
+  for (int a = 3; a >= 0; a--) {
+    if (rng_int(r, 3) == 0) {
+      st[a] = 0;
+    } else {
+      st[a] = n;
+      n *= dims[a];
+    }
+  }
+  return (size_t)n;
+}
+
+static void make_masks(tcase *c, const shape *s, int kinds, rng *r) {
+  attn_problem *p = &c->p;
+  if (kinds & (K_VL1 | K_VL2)) {
+    size_t n = (size_t)s->B * ((kinds & K_VL2) ? (size_t)s->Lq : 1);
+    c->vl = malloc(n * sizeof *c->vl);
+    for (size_t i = 0; i < n; i++)  /* 0 and Lk included on purpose */
+      c->vl[i] = rng_int(r, 5) == 0 ? 0 : rng_int(r, s->Lk + 1);
+    p->valid_lens = c->vl;
+    p->valid_lens_per_query = (kinds & K_VL2) != 0;
+  }
+  if (kinds & K_MASK) {
+    size_t n = rand_strides(r, s, p->mask_stride);
+    c->mask = malloc(n);
+    for (size_t i = 0; i < n; i++) c->mask[i] = rng_int(r, 10) < 7;
+    p->mask = c->mask;
+  }
+  if (kinds & K_BIAS) {
+    size_t n = rand_strides(r, s, p->bias_stride);
+    c->bias = rand_floats(r, n, 2.0f);
+    p->bias = c->bias;
+  }
+  if (kinds & K_UL) p->causal = ATTN_CAUSAL_UPPER_LEFT;
+  if (kinds & K_LR) p->causal = ATTN_CAUSAL_LOWER_RIGHT;
+  if (kinds & K_WIN) {
+    p->has_window = 1;
+    p->window_left = rng_int(r, 4) == 0 ? -1 : rng_int(r, 40);
+    p->window_right = rng_int(r, 4) == 0 ? -1 : rng_int(r, 40);
+  }
+  if (kinds & K_DROP) {
+    p->dropout_p = (float)(0.1 + 0.5 * rng_unit(r));
+    p->seed = rng_next(r);
+  }
+}
+
+static void make_case(tcase *c, const shape *s, int kinds, uint64_t seed) {
+  rng r = {seed * 0x9E3779B97F4A7C15ull + 1};
+  attn_problem *p = &c->p;
+  memset(c, 0, sizeof *c);
+  attn_problem_init(p);
+  p->B = s->B; p->H = s->H; p->Hkv = s->Hkv; p->Lq = s->Lq; p->Lk = s->Lk;
+  p->D = s->D; p->Dk = s->D; p->Dv = s->Dv;
+  c->q = rand_floats(&r, (size_t)s->B * s->H * s->Lq * s->D, 1.0f);
+  c->k = rand_floats(&r, (size_t)s->B * s->Hkv * s->Lk * s->D, 1.0f);
+  c->v = rand_floats(&r, (size_t)s->B * s->Hkv * s->Lk * s->Dv, 1.0f);
+  p->q = c->q; p->k = c->k; p->v = c->v;
+  p->scale = (float)(1.0 / sqrt((double)s->D));
+  if (kinds & K_ADD) {
+    p->scoring = ATTN_SCORING_ADDITIVE;
+    p->Dk = s->D;
+    p->Hd = 1 + rng_int(&r, 12);
+    c->wq = rand_floats(&r, (size_t)p->Hd * s->D, 1.0f / sqrtf((float)s->D));
+    c->wk = rand_floats(&r, (size_t)p->Hd * s->D, 1.0f / sqrtf((float)s->D));
+    c->wv = rand_floats(&r, (size_t)p->Hd, 1.0f);
+    p->w_q = c->wq; p->w_k = c->wk; p->w_v = c->wv;
+  }
+  make_masks(c, s, kinds, &r);
+}
+
+static void free_case(tcase *c) {
+  free(c->q); free(c->k); free(c->v); free(c->bias);
+  free(c->wq); free(c->wk); free(c->wv); free(c->mask); free(c->vl);
+}
+
+/* ------------------------------------------------------------------ */
+/* The float64 reference. */
+
+static int ref_allowed(const attn_problem *p, int b, int h, int i, int j) {
+  if (p->valid_lens) {
+    int32_t vl = p->valid_lens_per_query ? p->valid_lens[b * p->Lq + i]
+                                         : p->valid_lens[b];
+    if (!(j < vl)) return 0;
+  }
+  if (p->causal == ATTN_CAUSAL_UPPER_LEFT && !(j <= i)) return 0;
+  if (p->causal == ATTN_CAUSAL_LOWER_RIGHT && !(j <= i + p->Lk - p->Lq))
+    return 0;
+  if (p->has_window) {
+    if (p->window_left >= 0 && j < i - p->window_left) return 0;
+    if (p->window_right >= 0 && j > i + p->window_right) return 0;
+  }
+  if (p->mask) {
+    const int64_t *m = p->mask_stride;
+    if (!p->mask[b * m[0] + h * m[1] + i * m[2] + j * m[3]]) return 0;
+  }
+  return 1;
+}
+
+static double ref_score(const attn_problem *p, int b, int h, int i, int j) {
+  int kvh = h / (p->H / p->Hkv);
+  const float *q = p->q + (((size_t)b * p->H + h) * p->Lq + i) * p->D;
+  const float *k = p->k + (((size_t)b * p->Hkv + kvh) * p->Lk + j) * p->Dk;
+  double s = 0.0;
+  if (p->scoring == ATTN_SCORING_DOT) {
+    for (int d = 0; d < p->D; d++) s += (double)q[d] * k[d];
+    s *= p->scale;
+  } else {
+    for (int u = 0; u < p->Hd; u++) {
+      double a = 0.0;
+      for (int d = 0; d < p->D; d++) a += (double)p->w_q[u * p->D + d] * q[d];
+      for (int d = 0; d < p->Dk; d++)
+        a += (double)p->w_k[u * p->Dk + d] * k[d];
+      s += (double)p->w_v[u] * tanh(a);
+    }
+  }
+  if (p->bias) {
+    const int64_t *t = p->bias_stride;
+    s += p->bias[b * t[0] + h * t[1] + i * t[2] + j * t[3]];
+  }
+  return s;
+}
+
+/* The dropout rule of attn.h, written out again. */
+static uint64_t ref_mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+static int ref_keep(const attn_problem *p, int b, int h, int i, int j) {
+  uint64_t n = (((uint64_t)b * p->H + h) * p->Lq + i) * p->Lk + j;
+  double u = (double)(ref_mix(p->seed ^ ref_mix(n)) >> 40) * ldexp(1.0, -24);
+  return u >= (double)p->dropout_p;
+}
+
+/* One query row: weights w (Lk) and output o (Dv); returns allowed count. */
+static int ref_row(const attn_problem *p, int b, int h, int i, double *w,
+                   double *o) {
+  int kvh = h / (p->H / p->Hkv), n = 0;
+  double mx = -INFINITY, sum = 0.0;
+  for (int j = 0; j < p->Lk; j++) {
+    w[j] = 0.0;
+    if (!ref_allowed(p, b, h, i, j)) continue;
+    w[j] = ref_score(p, b, h, i, j);
+    mx = w[j] > mx ? w[j] : mx;
+    n++;
+  }
+  for (int j = 0; j < p->Lk; j++)
+    if (ref_allowed(p, b, h, i, j)) sum += (w[j] = exp(w[j] - mx));
+  for (int d = 0; d < p->Dv; d++) o[d] = 0.0;
+  if (n == 0) return 0;
+  for (int j = 0; j < p->Lk; j++) {
+    w[j] /= sum;
+    double wd = w[j];
+    if (p->dropout_p > 0.0f)
+      wd = ref_keep(p, b, h, i, j) ? wd / (1.0 - p->dropout_p) : 0.0;
+    const float *v = p->v + (((size_t)b * p->Hkv + kvh) * p->Lk + j) * p->Dv;
+    for (int d = 0; d < p->Dv; d++) o[d] += wd * v[d];
+  }
+  return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Comparing the core with the reference. */
+
+static size_t out_len(const attn_problem *p) {
+  return (size_t)p->B * p->H * p->Lq * p->Dv;
+}
+
+static size_t w_len(const attn_problem *p) {
+  return (size_t)p->B * p->H * p->Lq * p->Lk;
+}
+
+static void check_row(const attn_problem *p, const char *what, int b, int h,
+                      int i, int n, const double *rw, const double *ro,
+                      const float *w, const float *o1, const float *o2) {
+  double sum = 0.0;
+  for (int j = 0; j < p->Lk; j++) {
+    int ok = ref_allowed(p, b, h, i, j);
+    if (!ok)
+      ck_assert_msg(w[j] == 0.0f, "%s: masked weight (%d,%d,%d,%d) = %g",
+                    what, b, h, i, j, w[j]);
+    ck_assert_msg(fabs(w[j] - rw[j]) <= 1e-5,
+                  "%s: weight (%d,%d,%d,%d) %.9g vs ref %.9g", what, b, h, i,
+                  j, w[j], rw[j]);
+    sum += w[j];
+  }
+  if (n > 0)
+    ck_assert_msg(fabs(sum - 1.0) <= 1e-5, "%s: row (%d,%d,%d) sums to %.9g",
+                  what, b, h, i, sum);
+  for (int d = 0; d < p->Dv; d++) {
+    double tol = 1e-5 + 1e-5 * fabs(ro[d]);
+    if (n == 0)
+      ck_assert_msg(o1[d] == 0.0f && o2[d] == 0.0f,
+                    "%s: empty row (%d,%d,%d) output %g / %g", what, b, h, i,
+                    o1[d], o2[d]);
+    ck_assert_msg(fabs(o1[d] - ro[d]) <= tol,
+                  "%s: out (%d,%d,%d,%d) weights path %.9g vs ref %.9g", what,
+                  b, h, i, d, o1[d], ro[d]);
+    ck_assert_msg(fabs(o2[d] - ro[d]) <= tol,
+                  "%s: out (%d,%d,%d,%d) online path %.9g vs ref %.9g", what,
+                  b, h, i, d, o2[d], ro[d]);
+  }
+}
+
+/* Runs both paths and compares every row with the reference; returns the
+ * number of rows that had no allowed key (so callers can insist that
+ * their case exercised them). */
+static int compare_with_ref(const attn_problem *p, const char *what) {
+  float *o1 = malloc(out_len(p) * sizeof *o1);
+  float *o2 = malloc(out_len(p) * sizeof *o2);
+  float *w = malloc(w_len(p) * sizeof *w);
+  double *rw = malloc((size_t)p->Lk * sizeof *rw);
+  double *ro = malloc((size_t)p->Dv * sizeof *ro);
+  int empty = 0;
+  ck_assert(o1 && o2 && w && rw && ro);
+  ck_assert_int_eq(attn_forward(p, o1, w), 0);
+  ck_assert_int_eq(attn_forward(p, o2, NULL), 0);
+  for (int b = 0; b < p->B; b++)
+    for (int h = 0; h < p->H; h++)
+      for (int i = 0; i < p->Lq; i++) {
+        size_t row = ((size_t)b * p->H + h) * p->Lq + i;
+        int n = ref_row(p, b, h, i, rw, ro);
+        empty += n == 0;
+        check_row(p, what, b, h, i, n, rw, ro, w + row * p->Lk,
+                  o1 + row * p->Dv, o2 + row * p->Dv);
+      }
+  free(o1); free(o2); free(w); free(rw); free(ro);
+  return empty;
+}
+
+static const shape full_shapes[] = {
+  {1, 1, 1, 1, 1, 1, 1},     {2, 1, 1, 3, 7, 5, 3},
+  {1, 4, 2, 65, 129, 16, 8}, {2, 1, 1, 130, 300, 8, 12},
+  {1, 2, 1, 70, 33, 4, 6},   {1, 2, 2, 1, 300, 32, 16},
+  {2, 4, 1, 65, 7, 3, 5},    {1, 1, 1, 130, 1, 2, 2},
+};
+static const shape vg_shapes[] = {
+  {1, 1, 1, 1, 1, 1, 1},   {2, 1, 1, 3, 7, 5, 3},
+  {1, 4, 2, 65, 40, 8, 8}, {1, 1, 1, 66, 260, 4, 3},
+  {1, 2, 1, 20, 9, 4, 6},
+};
+
+/* Runs one mask combination over every shape; returns empty-row count. */
+static int compare_kinds(int kinds, const char *what) {
+  const shape *s = under_valgrind() ? vg_shapes : full_shapes;
+  size_t n = under_valgrind() ? sizeof vg_shapes / sizeof vg_shapes[0]
+                              : sizeof full_shapes / sizeof full_shapes[0];
+  int empty = 0;
+  for (size_t t = 0; t < n; t++) {
+    tcase c;
+    char label[160];
+    make_case(&c, &s[t], kinds, 1000 + t * 7 + (uint64_t)kinds);
+    snprintf(label, sizeof label, "%s B%d H%d/%d Lq%d Lk%d D%d Dv%d", what,
+             s[t].B, s[t].H, s[t].Hkv, s[t].Lq, s[t].Lk, s[t].D, s[t].Dv);
+    empty += compare_with_ref(&c.p, label);
+    free_case(&c);
+  }
+  return empty;
+}
+
+/* ------------------------------------------------------------------ */
+/* Every mask kind, both paths, against the reference. */
+
+START_TEST(test_no_mask_matches_reference) {
+  ck_assert_int_eq(compare_kinds(0, "no mask"), 0);
+}
+END_TEST
+
+START_TEST(test_valid_lens_per_item_match_reference) {
+  ck_assert_int_gt(compare_kinds(K_VL1, "valid_lens (B,)"), 0);
+}
+END_TEST
+
+START_TEST(test_valid_lens_per_query_match_reference) {
+  ck_assert_int_gt(compare_kinds(K_VL2, "valid_lens (B,Lq)"), 0);
+}
+END_TEST
+
+START_TEST(test_broadcast_bool_mask_matches_reference) {
+  compare_kinds(K_MASK, "bool mask");
+}
+END_TEST
+
+START_TEST(test_causal_upper_left_matches_reference) {
+  ck_assert_int_eq(compare_kinds(K_UL, "causal upper_left"), 0);
+}
+END_TEST
+
+START_TEST(test_causal_lower_right_matches_reference) {
+  /* Lq > Lk shapes leave the first Lq - Lk rows with no key at all. */
+  ck_assert_int_gt(compare_kinds(K_LR, "causal lower_right"), 0);
+}
+END_TEST
+
+START_TEST(test_window_matches_reference) {
+  compare_kinds(K_WIN, "window");
+}
+END_TEST
+
+START_TEST(test_bias_matches_reference) {
+  ck_assert_int_eq(compare_kinds(K_BIAS, "bias"), 0);
+}
+END_TEST
+
+START_TEST(test_composed_masks_match_reference) {
+  compare_kinds(K_VL2 | K_MASK | K_UL | K_WIN | K_BIAS, "composed UL");
+  compare_kinds(K_VL1 | K_MASK | K_LR | K_WIN | K_BIAS, "composed LR");
+}
+END_TEST
+
+START_TEST(test_additive_scoring_matches_reference) {
+  compare_kinds(K_ADD, "additive");
+  compare_kinds(K_ADD | K_VL2 | K_MASK | K_LR | K_BIAS, "additive masked");
+}
+END_TEST
+
+START_TEST(test_dropout_matches_reference) {
+  compare_kinds(K_DROP, "dropout");
+  compare_kinds(K_DROP | K_VL1 | K_UL | K_BIAS | K_ADD, "dropout masked");
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Worked examples (background texts and design.md). */
+
+static void run_both(const attn_problem *p, float *out_w, float *w,
+                     float *out_online) {
+  ck_assert_int_eq(attn_forward(p, out_w, w), 0);
+  ck_assert_int_eq(attn_forward(p, out_online, NULL), 0);
+}
+
+/* q = [[1,0],[0,2]], k = [[1,1],[2,0],[0,3]]: dots [[1,2,0],[2,0,6]], so
+ * with scale 1 the weights are the softmax of those rows. */
+START_TEST(test_worked_example_dots_give_softmax_weights) {
+  static const float q[] = {1, 0, 0, 2}, k[] = {1, 1, 2, 0, 0, 3};
+  static const float v[] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+  static const double dots[2][3] = {{1, 2, 0}, {2, 0, 6}};
+  attn_problem p;
+  float o1[6], o2[6], w[6];
+  attn_problem_init(&p);
+  p.B = 1; p.Lq = 2; p.Lk = 3; p.D = p.Dk = 2; p.Dv = 3;
+  p.q = q; p.k = k; p.v = v; p.scale = 1.0f;
+  run_both(&p, o1, w, o2);
+  for (int i = 0; i < 2; i++) {
+    double z = exp(dots[i][0]) + exp(dots[i][1]) + exp(dots[i][2]);
+    for (int j = 0; j < 3; j++) {
+      double want = exp(dots[i][j]) / z; /* v = I: output = weights */
+      ck_assert_double_eq_tol(w[i * 3 + j], want, 1e-6);
+      ck_assert_double_eq_tol(o1[i * 3 + j], want, 1e-6);
+      ck_assert_double_eq_tol(o2[i * 3 + j], want, 1e-6);
+    }
+  }
+}
+END_TEST
+
+/* Weights [0.25, 0.75] (scores 0 and ln 3) with values [2, 6] give 5. */
+START_TEST(test_worked_example_weights_quarter_three_quarters_give_5) {
+  const float q[] = {1}, k[] = {0, (float)log(3.0)}, v[] = {2, 6};
+  attn_problem p;
+  float o1[1], o2[1], w[2];
+  attn_problem_init(&p);
+  p.B = 1; p.Lq = 1; p.Lk = 2; p.D = p.Dk = 1; p.Dv = 1;
+  p.q = q; p.k = k; p.v = v; p.scale = 1.0f;
+  run_both(&p, o1, w, o2);
+  ck_assert_double_eq_tol(w[0], 0.25, 1e-6);
+  ck_assert_double_eq_tol(w[1], 0.75, 1e-6);
+  ck_assert_double_eq_tol(o1[0], 5.0, 1e-5);
+  ck_assert_double_eq_tol(o2[0], 5.0, 1e-5);
+}
+END_TEST
+
+/* d2l masked_softmax on a (2, 2, 4) input: the scores are fed through the
+ * bias (q = 0), chosen as log of the printed weights inside the lengths
+ * and a large 1e4 beyond them, which must not leak. */
+static void d2l_masked_softmax(const float want[16], const int32_t *vl,
+                               int per_query) {
+  float q[8] = {0}, k[8] = {0}, v[8] = {0}, bias[16], o[8], w[16];
+  attn_problem p;
+  attn_problem_init(&p);
+  p.B = 2; p.Lq = 2; p.Lk = 4; p.D = p.Dk = 1; p.Dv = 1;
+  p.q = q; p.k = k; p.v = v; p.scale = 1.0f;
+  p.valid_lens = vl;
+  p.valid_lens_per_query = per_query;
+  for (int t = 0; t < 16; t++) bias[t] = want[t] > 0 ? logf(want[t]) : 1e4f;
+  p.bias = bias;
+  p.bias_stride[0] = 8; p.bias_stride[1] = 0;
+  p.bias_stride[2] = 4; p.bias_stride[3] = 1;
+  ck_assert_int_eq(attn_forward(&p, o, w), 0);
+  for (int t = 0; t < 16; t++) {
+    if (want[t] == 0.0f)
+      ck_assert_msg(w[t] == 0.0f, "weight %d = %g beyond the length", t, w[t]);
+    else
+      ck_assert_double_eq_tol(w[t], want[t], 2e-6);
+  }
+}
+
+START_TEST(test_d2l_masked_softmax_valid_lens_2_3) {
+  static const float want[16] = {
+    0.4922724f, 0.5077276f, 0, 0, 0.5997409f, 0.40025908f, 0, 0,
+    0.3531402f, 0.19856434f, 0.4482954f, 0, 0.31042197f, 0.2873157f,
+    0.40226236f, 0};
+  static const int32_t vl[2] = {2, 3};
+  d2l_masked_softmax(want, vl, 0);
+}
+END_TEST
+
+START_TEST(test_d2l_masked_softmax_per_query_lens) {
+  static const float want[16] = {
+    1.0f, 0, 0, 0, 0.35672572f, 0.2543091f, 0.38896522f, 0,
+    0.43679553f, 0.5632045f, 0, 0, 0.2580636f, 0.2509437f, 0.258296f,
+    0.23269679f};
+  static const int32_t vl[4] = {1, 3, 2, 4};
+  d2l_masked_softmax(want, vl, 1);
+}
+END_TEST
+
+/* d2l DotProductAttention / AdditiveAttention: keys all ones, values
+ * arange(40).reshape(10, 4) per item, valid_lens (2, 6).  Equal keys give
+ * equal weights over the valid prefix, so the outputs are the means of the
+ * first 2 and 6 value rows: [2, 3, 4, 5] and [10, 11, 12, 13]. */
+static void d2l_attention(int additive) {
+  int D = additive ? 20 : 2;
+  float q[2 * 20], k[2 * 10 * 2], v[2 * 10 * 4], o1[8], o2[8], w[20];
+  float wq[8 * 20], wk[8 * 2], wv[8];
+  const int32_t vl[2] = {2, 6};
+  rng r = {42};
+  attn_problem p;
+  for (int t = 0; t < 2 * D; t++) q[t] = rng_sym(&r, 2.0f);
+  for (int t = 0; t < 40; t++) k[t] = 1.0f;
+  for (int t = 0; t < 80; t++) v[t] = (float)(t % 40);
+  attn_problem_init(&p);
+  p.B = 2; p.Lq = 1; p.Lk = 10; p.D = D; p.Dk = 2; p.Dv = 4;
+  p.q = q; p.k = k; p.v = v; p.valid_lens = vl;
+  if (additive) {
+    for (int t = 0; t < 160; t++) wq[t] = rng_sym(&r, 0.3f);
+    for (int t = 0; t < 16; t++) wk[t] = rng_sym(&r, 0.7f);
+    for (int t = 0; t < 8; t++) wv[t] = rng_sym(&r, 0.5f);
+    p.scoring = ATTN_SCORING_ADDITIVE;
+    p.Hd = 8; p.w_q = wq; p.w_k = wk; p.w_v = wv;
+  } else {
+    p.scale = (float)(1.0 / sqrt(2.0));
+  }
+  run_both(&p, o1, w, o2);
+  for (int d = 0; d < 4; d++) {
+    ck_assert_double_eq_tol(o1[d], 2 + d, 1e-5);
+    ck_assert_double_eq_tol(o2[d], 2 + d, 1e-5);
+    ck_assert_double_eq_tol(o1[4 + d], 10 + d, 1e-4);
+    ck_assert_double_eq_tol(o2[4 + d], 10 + d, 1e-4);
+  }
+  for (int j = 0; j < 10; j++) {
+    ck_assert(j < 2 ? fabsf(w[j] - 0.5f) < 1e-6f : w[j] == 0.0f);
+    ck_assert(j < 6 ? fabsf(w[10 + j] - 1.0f / 6) < 1e-6f : w[10 + j] == 0.0f);
+  }
+}
+
+START_TEST(test_d2l_dot_product_attention_example) { d2l_attention(0); }
+END_TEST
+
+START_TEST(test_d2l_additive_attention_example) { d2l_attention(1); }
+END_TEST
+
+/* design.md's example request: valid_lens [2], scale 0.7071. */
+START_TEST(test_design_example_request) {
+  static const float q[] = {1, 0, 0, 2}, k[] = {1, 1, 2, 0, 0, 3};
+  static const float v[] = {1, 0, 0, 1, 1, 1};
+  static const int32_t vl[] = {2};
+  attn_problem p;
+  float o1[4], o2[4], w[6];
+  attn_problem_init(&p);
+  p.B = 1; p.Lq = 2; p.Lk = 3; p.D = p.Dk = 2; p.Dv = 2;
+  p.q = q; p.k = k; p.v = v; p.scale = 0.7071f; p.valid_lens = vl;
+  run_both(&p, o1, w, o2);
+  /* row 0 scores [1, 2] * s, row 1 [2, 0] * s; key 2 masked */
+  double a0 = 1.0 / (1.0 + exp(0.7071)), a1 = 1.0 / (1.0 + exp(-1.4142));
+  double want_w[6] = {a0, 1 - a0, 0, a1, 1 - a1, 0};
+  double want_o[4] = {a0, 1 - a0, a1, 1 - a1};
+  for (int t = 0; t < 6; t++) ck_assert_double_eq_tol(w[t], want_w[t], 1e-6);
+  ck_assert(w[2] == 0.0f && w[5] == 0.0f);
+  for (int t = 0; t < 4; t++) {
+    ck_assert_double_eq_tol(o1[t], want_o[t], 1e-6);
+    ck_assert_double_eq_tol(o2[t], want_o[t], 1e-6);
+  }
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Edge numerics. */
+
+START_TEST(test_negative_scale_matches_reference) {
+  shape s = {2, 2, 1, 67, 131, 8, 5};
+  tcase c;
+  make_case(&c, &s, K_VL1 | K_BIAS, 77);
+  c.p.scale = -0.75f;
+  compare_with_ref(&c.p, "negative scale");
+  free_case(&c);
+}
+END_TEST
+
+/* A huge scale saturates the softmax to one-hot rows; everything stays
+ * finite and rows still sum to 1. */
+START_TEST(test_huge_scale_gives_one_hot_finite_rows) {
+  shape s = {1, 2, 2, 40, 70, 8, 4};
+  tcase c;
+  make_case(&c, &s, K_UL, 5);
+  c.p.scale = 1e30f;
+  compare_with_ref(&c.p, "scale 1e30");
+  free_case(&c);
+}
+END_TEST
+
+static void assert_all_finite(const float *x, size_t n, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg(isfinite(x[i]), "%s[%zu] = %g", what, i, x[i]);
+}
+
+/* Inputs near 1e38 overflow sgemm to +-inf and inf - inf = NaN; the core
+ * must clamp and still answer finite numbers with exact zeros where
+ * masked, in both paths and for both scorings. */
+static void huge_inputs(int kinds) {
+  shape s = {1, 2, 1, 70, 300, 6, 3};
+  tcase c;
+  rng r = {9};
+  make_case(&c, &s, kinds | K_VL2 | K_BIAS, 3);
+  size_t nq = (size_t)s.B * s.H * s.Lq * s.D, nk = (size_t)s.Lk * s.D;
+  for (size_t i = 0; i < nq; i++) c.q[i] = rng_sym(&r, 3e38f);
+  for (size_t i = 0; i < nk; i++) c.k[i] = rng_sym(&r, 3e38f);
+  for (size_t i = 0; i < (size_t)s.Lk * s.Dv; i++) c.v[i] = rng_sym(&r, 3e38f);
+  if (c.wq) {
+    for (int i = 0; i < c.p.Hd * s.D; i++) c.wq[i] = rng_sym(&r, 3e38f);
+    for (int i = 0; i < c.p.Hd; i++) c.wv[i] = rng_sym(&r, 3e38f);
+  }
+  float *o1 = malloc(out_len(&c.p) * 4), *o2 = malloc(out_len(&c.p) * 4);
+  float *w = malloc(w_len(&c.p) * 4);
+  run_both(&c.p, o1, w, o2);
+  assert_all_finite(o1, out_len(&c.p), "out (weights path)");
+  assert_all_finite(o2, out_len(&c.p), "out (online path)");
+  assert_all_finite(w, w_len(&c.p), "weights");
+  for (int h = 0; h < s.H; h++)
+    for (int i = 0; i < s.Lq; i++) {
+      double sum = 0;
+      int n = 0;
+      for (int j = 0; j < s.Lk; j++) {
+        float x = w[((size_t)h * s.Lq + i) * s.Lk + j];
+        if (!ref_allowed(&c.p, 0, h, i, j)) ck_assert(x == 0.0f);
+        n += ref_allowed(&c.p, 0, h, i, j);
+        sum += x;
+      }
+      ck_assert(n == 0 ? sum == 0.0 : fabs(sum - 1.0) < 1e-5);
+    }
+  free(o1); free(o2); free(w);
+  free_case(&c);
+}
+
+START_TEST(test_inputs_near_1e38_stay_finite) { huge_inputs(0); }
+END_TEST
+
+START_TEST(test_additive_inputs_near_1e38_stay_finite) { huge_inputs(K_ADD); }
+END_TEST
+
+/* Allowed scores that are themselves -FLT_MAX (a bias of -FLT_MAX) must
+ * share the weight while masked keys, which also hold -FLT_MAX as scores,
+ * get exactly 0: the decision is the allowed flag, not exp underflow. */
+START_TEST(test_allowed_scores_at_minus_flt_max_keep_masked_keys_zero) {
+  float q[1] = {1}, k[5] = {0.5f, 0.25f, 1, 1, 1}, v[5] = {1, 3, 100, 100, 100};
+  float bias[5], o1[1], o2[1], w[5];
+  const int32_t vl[1] = {2};
+  attn_problem p;
+  for (int j = 0; j < 5; j++) bias[j] = -FLT_MAX;
+  attn_problem_init(&p);
+  p.B = 1; p.Lq = 1; p.Lk = 5; p.D = p.Dk = 1; p.Dv = 1;
+  p.q = q; p.k = k; p.v = v; p.scale = 1.0f; p.valid_lens = vl;
+  p.bias = bias; p.bias_stride[3] = 1;
+  run_both(&p, o1, w, o2);
+  ck_assert_double_eq_tol(w[0] + w[1], 1.0, 1e-6);
+  for (int j = 2; j < 5; j++) ck_assert(w[j] == 0.0f);
+  ck_assert(o1[0] >= 1.0f && o1[0] <= 3.0f);
+  ck_assert(o2[0] >= 1.0f && o2[0] <= 3.0f);
+}
+END_TEST
+
+/* Rows with no allowed key: all-zero weights and output, in both paths,
+ * never NaN and never a uniform average. */
+START_TEST(test_fully_masked_rows_are_zero_in_both_paths) {
+  shape s = {2, 2, 2, 9, 5, 3, 4};
+  tcase c;
+  make_case(&c, &s, K_VL1, 8);
+  c.vl[0] = 0;
+  c.vl[1] = 3;
+  c.p.causal = ATTN_CAUSAL_LOWER_RIGHT; /* Lq > Lk: rows 0..3 see nothing */
+  float o1[2 * 2 * 9 * 4], o2[2 * 2 * 9 * 4], w[2 * 2 * 9 * 5];
+  run_both(&c.p, o1, w, o2);
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 9; i++) {
+      int empty_b1 = i < 4;
+      for (int d = 0; d < 4; d++) {
+        size_t a = ((size_t)0 * 2 + h) * 9 + i, b = ((size_t)1 * 2 + h) * 9 + i;
+        ck_assert(o1[a * 4 + d] == 0.0f && o2[a * 4 + d] == 0.0f);
+        if (empty_b1) ck_assert(o1[b * 4 + d] == 0.0f && o2[b * 4 + d] == 0.0f);
+      }
+      for (int j = 0; j < 5; j++)
+        ck_assert(w[((size_t)h * 9 + i) * 5 + j] == 0.0f);
+    }
+  compare_with_ref(&c.p, "fully masked rows");
+  free_case(&c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Determinism and the task split. */
+
+START_TEST(test_dropout_same_seed_same_answer_other_seed_differs) {
+  shape s = {1, 2, 1, 33, 50, 4, 4};
+  tcase c;
+  make_case(&c, &s, K_DROP, 11);
+  size_t n = out_len(&c.p);
+  float *a = malloc(n * 4), *b = malloc(n * 4), *d = malloc(n * 4);
+  ck_assert_int_eq(attn_forward(&c.p, a, NULL), 0);
+  ck_assert_int_eq(attn_forward(&c.p, b, NULL), 0);
+  ck_assert_mem_eq(a, b, n * 4);
+  c.p.seed ^= 1;
+  ck_assert_int_eq(attn_forward(&c.p, d, NULL), 0);
+  ck_assert(memcmp(a, d, n * 4) != 0);
+  free(a); free(b); free(d);
+  free_case(&c);
+}
+END_TEST
+
+/* Runs tasks one by one in reverse order with a fresh scratch each time
+ * and compares bit for bit with attn_forward. */
+static void split_is_bit_identical(int kinds, int with_weights) {
+  shape s = {2, 4, 2, 150, 290, 8, 6};
+  tcase c;
+  make_case(&c, &s, kinds, 21);
+  size_t no = out_len(&c.p), nw = with_weights ? w_len(&c.p) : 0;
+  float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
+  float *w1 = nw ? malloc(nw * 4) : NULL, *w2 = nw ? malloc(nw * 4) : NULL;
+  size_t bytes = attn_scratch_bytes(&c.p, with_weights);
+  size_t tasks = attn_task_count(&c.p, with_weights);
+  ck_assert_uint_gt(tasks, 2 * 4 * 2 - 1);
+  ck_assert_int_eq(attn_forward(&c.p, o1, w1), 0);
+  for (size_t t = tasks; t-- > 0;) {
+    void *scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    memset(scratch, 0xA5, (bytes + 63) / 64 * 64); /* stale garbage */
+    ck_assert_int_eq(attn_run_tasks(&c.p, t, t + 1, o2, w2, scratch), 0);
+    free(scratch);
+  }
+  ck_assert_mem_eq(o1, o2, no * 4);
+  if (nw) ck_assert_mem_eq(w1, w2, nw * 4);
+  free(o1); free(o2); free(w1); free(w2);
+  free_case(&c);
+}
+
+START_TEST(test_task_split_is_bit_identical_weights_path) {
+  split_is_bit_identical(K_VL2 | K_MASK | K_BIAS | K_DROP, 1);
+}
+END_TEST
+
+START_TEST(test_task_split_is_bit_identical_online_path) {
+  split_is_bit_identical(K_VL2 | K_MASK | K_BIAS | K_DROP | K_UL, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* The online path skips disallowed key blocks: keys and values beyond
+ * the allowed ones live in PROT_NONE pages, so touching them crashes. */
+
+typedef struct guarded {
+  char *base;
+  size_t bytes;
+} guarded;
+
+/* rows of row_floats floats, one page each; rows >= readable unreadable. */
+static float *guard_rows(guarded *g, int rows, int readable, rng *r) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  g->bytes = page * (size_t)rows;
+  g->base = mmap(NULL, g->bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ck_assert(g->base != MAP_FAILED);
+  float *x = (float *)g->base;
+  for (size_t i = 0; i < page / 4 * (size_t)readable; i++)
+    x[i] = rng_sym(r, 1.0f);
+  ck_assert_int_eq(mprotect(g->base + page * (size_t)readable,
+                            page * (size_t)(rows - readable), PROT_NONE),
+                   0);
+  return x;
+}
+
+static void guarded_case(attn_problem *p, guarded *gk, guarded *gv, float *q,
+                         int Lk, int readable, rng *r) {
+  int width = (int)((size_t)sysconf(_SC_PAGESIZE) / sizeof(float));
+  attn_problem_init(p);
+  p->B = 1; p->Lq = 70; p->Lk = Lk; p->D = p->Dk = p->Dv = width;
+  for (int i = 0; i < 70 * width; i++) q[i] = rng_sym(r, 1.0f);
+  p->q = q;
+  p->k = guard_rows(gk, Lk, readable, r);
+  p->v = guard_rows(gv, Lk, readable, r);
+  p->scale = 1.0f / 32.0f;
+}
+
+START_TEST(test_online_path_never_reads_keys_beyond_valid_lens) {
+  int width = (int)((size_t)sysconf(_SC_PAGESIZE) / sizeof(float));
+  float *q = malloc((size_t)70 * width * 4), *o = malloc((size_t)70 * width * 4);
+  const int32_t vl[1] = {3};
+  guarded gk, gv;
+  attn_problem p;
+  rng r = {5};
+  guarded_case(&p, &gk, &gv, q, 9, 3, &r);
+  p.valid_lens = vl;
+  ck_assert_int_eq(attn_forward(&p, o, NULL), 0);
+  float *w = malloc((size_t)70 * 9 * 4);
+  ck_assert_int_eq(attn_forward(&p, o, w), 0); /* weights path too */
+  assert_all_finite(o, (size_t)70 * width, "out");
+  munmap(gk.base, gk.bytes); munmap(gv.base, gv.bytes);
+  free(q); free(o); free(w);
+}
+END_TEST
+
+START_TEST(test_online_path_skips_key_blocks_the_mask_forbids) {
+  int width = (int)((size_t)sysconf(_SC_PAGESIZE) / sizeof(float));
+  int Lk = ATTN__KBLOCK + 20;
+  float *q = malloc((size_t)70 * width * 4), *o = malloc((size_t)70 * width * 4);
+  uint8_t *mask = malloc((size_t)Lk);
+  guarded gk, gv;
+  attn_problem p;
+  rng r = {6};
+  guarded_case(&p, &gk, &gv, q, Lk, ATTN__KBLOCK, &r);
+  for (int j = 0; j < Lk; j++) mask[j] = j < ATTN__KBLOCK && j % 3 != 1;
+  p.mask = mask;
+  p.mask_stride[3] = 1; /* (Lk,) broadcast over b, h and i */
+  ck_assert_int_eq(attn_forward(&p, o, NULL), 0);
+  assert_all_finite(o, (size_t)70 * width, "out");
+  munmap(gk.base, gk.bytes); munmap(gv.base, gv.bytes);
+  free(q); free(o); free(mask);
+}
+END_TEST
+
+/* Without weights the scratch does not grow with Lk past one key block:
+ * no (Lq, Lk) matrix exists anywhere. */
+START_TEST(test_online_scratch_does_not_grow_with_lk) {
+  shape s = {1, 1, 1, 4096, 300, 64, 64};
+  tcase c;
+  make_case(&c, &s, 0, 1);
+  size_t a = attn_scratch_bytes(&c.p, 0);
+  c.p.Lk = 1 << 20;
+  size_t b = attn_scratch_bytes(&c.p, 0);
+  ck_assert_uint_eq(a, b);
+  ck_assert_uint_lt(b, (size_t)ATTN__QBLOCK * 1024 * 4 * 4);
+  ck_assert_uint_gt(attn_scratch_bytes(&c.p, 1), (size_t)c.p.Lk * 4);
+  c.p.Lk = 300;
+  free_case(&c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* attn_check and the run_tasks arguments. */
+
+static void valid_problem(attn_problem *p, const float *buf) {
+  attn_problem_init(p);
+  p->B = 1; p->Lq = 2; p->Lk = 3; p->D = p->Dk = 2; p->Dv = 2;
+  p->q = p->k = p->v = buf;
+  p->scale = 1.0f;
+}
+
+START_TEST(test_check_rejects_inconsistent_problems) {
+  float buf[64] = {0}, out[64];
+  uint8_t m[4] = {1, 1, 1, 1};
+  attn_problem p;
+  valid_problem(&p, buf);
+  ck_assert_int_eq(attn_check(&p), 0);
+  ck_assert_int_eq(attn_check(NULL), ATTND_EINVAL);
+#define BAD(stmt)                                                        \
+  do {                                                                   \
+    valid_problem(&p, buf);                                              \
+    stmt;                                                                \
+    ck_assert_msg(attn_check(&p) == ATTND_EINVAL, "accepted: %s", #stmt); \
+    ck_assert_int_eq(attn_forward(&p, out, NULL), ATTND_EINVAL);         \
+  } while (0)
+  BAD(p.B = 0);
+  BAD(p.Lq = 0);
+  BAD(p.Lk = -1);
+  BAD(p.D = 0);
+  BAD(p.Dv = 0);
+  BAD(p.Dk = 3);
+  BAD((p.H = 3, p.Hkv = 2));
+  BAD(p.Hkv = 0);
+  BAD(p.q = NULL);
+  BAD(p.k = NULL);
+  BAD(p.v = NULL);
+  BAD(p.scale = 0.0f);
+  BAD(p.scale = INFINITY);
+  BAD(p.scale = NAN);
+  BAD(p.dropout_p = 1.0f);
+  BAD(p.dropout_p = -0.1f);
+  BAD(p.dropout_p = NAN);
+  BAD(p.causal = 3);
+  BAD(p.scoring = 2);
+  BAD((p.scoring = ATTN_SCORING_ADDITIVE, p.Hd = 0));
+  BAD((p.scoring = ATTN_SCORING_ADDITIVE, p.Hd = 2, p.w_q = buf, p.w_k = buf));
+  BAD((p.mask = m, p.mask_stride[2] = -1));
+  BAD((p.B = 1 << 30, p.H = 1 << 30, p.Hkv = 1 << 30));
+#undef BAD
+  /* the additive problem with everything present is fine, any scale */
+  valid_problem(&p, buf);
+  p.scoring = ATTN_SCORING_ADDITIVE;
+  p.Hd = 2; p.w_q = p.w_k = p.w_v = buf; p.scale = 0.0f;
+  ck_assert_int_eq(attn_check(&p), 0);
+}
+END_TEST
+
+START_TEST(test_run_tasks_rejects_ranges_beyond_task_count) {
+  float buf[64] = {0}, out[64];
+  attn_problem p;
+  valid_problem(&p, buf);
+  size_t n = attn_task_count(&p, 0);
+  void *scratch = aligned_alloc(64, (attn_scratch_bytes(&p, 0) + 63) / 64 * 64);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_int_eq(attn_run_tasks(&p, 0, n + 1, out, NULL, scratch),
+                   ATTND_EINVAL);
+  ck_assert_int_eq(attn_run_tasks(&p, 1, 0, out, NULL, scratch), ATTND_EINVAL);
+  ck_assert_int_eq(attn_run_tasks(&p, 0, n, NULL, NULL, scratch), ATTND_EINVAL);
+  ck_assert_int_eq(attn_run_tasks(&p, 0, n, out, NULL, scratch), 0);
+  ck_assert_int_eq(attn_run_tasks(&p, n, n, out, NULL, scratch), 0);
+  free(scratch);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* The vectorizable scalar kernels. */
+
+START_TEST(test_expf_is_within_2_ulp_and_exactly_0_below_cutoff) {
+  for (double x = -87.3; x <= 88.0; x += 0.0137) {
+    float xf = (float)x;
+    double want = exp((double)xf), got = attn__expf(xf);
+    ck_assert_msg(fabs(got - want) <= 2.5e-7 * want, "exp(%.9g) = %.9g, want %.9g",
+                  xf, got, want);
+  }
+  ck_assert(attn__expf(0.0f) == 1.0f);
+  ck_assert(attn__expf(-87.34f) == 0.0f);
+  ck_assert(attn__expf(-100.0f) == 0.0f);
+  ck_assert(attn__expf(-FLT_MAX) == 0.0f);
+  ck_assert(attn__expf(-INFINITY) == 0.0f);
+  ck_assert(isfinite(attn__expf(FLT_MAX)));
+}
+END_TEST
+
+START_TEST(test_tanhf_matches_libm) {
+  for (double x = -12.0; x <= 12.0; x += 0.00731) {
+    float xf = (float)x;
+    double want = tanh((double)xf), got = attn__tanhf(xf);
+    ck_assert_msg(fabs(got - want) <= 3e-7 * fabs(want) + 1e-9,
+                  "tanh(%.9g) = %.9g, want %.9g", xf, got, want);
+  }
+  ck_assert(attn__tanhf(FLT_MAX) == 1.0f && attn__tanhf(-FLT_MAX) == -1.0f);
+  ck_assert(attn__tanhf(INFINITY) == 1.0f && attn__tanhf(0.0f) == 0.0f);
+}
+END_TEST
+
+START_TEST(test_dropout_keep_follows_documented_formula) {
+  rng r = {99};
+  int kept = 0, n = 20000;
+  attn_problem p;
+  attn_problem_init(&p);
+  p.B = 3; p.H = 5; p.Hkv = 5; p.Lq = 7; p.Lk = 11;
+  p.dropout_p = 0.3f;
+  p.seed = 12345;
+  for (int t = 0; t < n; t++) {
+    int b = rng_int(&r, 3), h = rng_int(&r, 5), i = rng_int(&r, 7),
+        j = rng_int(&r, 11);
+    uint64_t idx = (((uint64_t)b * 5 + h) * 7 + i) * 11 + j;
+    int keep = attn__dropout_keep(p.seed, idx, p.dropout_p);
+    ck_assert_int_eq(keep, ref_keep(&p, b, h, i, j));
+    kept += keep;
+  }
+  ck_assert_int_gt(kept, (int)(0.67 * n));
+  ck_assert_int_lt(kept, (int)(0.73 * n));
+}
+END_TEST
+
+static Suite *core_suite(void) {
+  Suite *s = suite_create("core");
+  TCase *ref = tcase_create("reference");
+  tcase_set_timeout(ref, 120);
+  tcase_add_test(ref, test_no_mask_matches_reference);
+  tcase_add_test(ref, test_valid_lens_per_item_match_reference);
+  tcase_add_test(ref, test_valid_lens_per_query_match_reference);
+  tcase_add_test(ref, test_broadcast_bool_mask_matches_reference);
+  tcase_add_test(ref, test_causal_upper_left_matches_reference);
+  tcase_add_test(ref, test_causal_lower_right_matches_reference);
+  tcase_add_test(ref, test_window_matches_reference);
+  tcase_add_test(ref, test_bias_matches_reference);
+  tcase_add_test(ref, test_composed_masks_match_reference);
+  tcase_add_test(ref, test_additive_scoring_matches_reference);
+  tcase_add_test(ref, test_dropout_matches_reference);
+  suite_add_tcase(s, ref);
+
+  TCase *ex = tcase_create("examples");
+  tcase_add_test(ex, test_worked_example_dots_give_softmax_weights);
+  tcase_add_test(ex, test_worked_example_weights_quarter_three_quarters_give_5);
+  tcase_add_test(ex, test_d2l_masked_softmax_valid_lens_2_3);
+  tcase_add_test(ex, test_d2l_masked_softmax_per_query_lens);
+  tcase_add_test(ex, test_d2l_dot_product_attention_example);
+  tcase_add_test(ex, test_d2l_additive_attention_example);
+  tcase_add_test(ex, test_design_example_request);
+  suite_add_tcase(s, ex);
+
+  TCase *edge = tcase_create("edges");
+  tcase_set_timeout(edge, 60);
+  tcase_add_test(edge, test_negative_scale_matches_reference);
+  tcase_add_test(edge, test_huge_scale_gives_one_hot_finite_rows);
+  tcase_add_test(edge, test_inputs_near_1e38_stay_finite);
+  tcase_add_test(edge, test_additive_inputs_near_1e38_stay_finite);
+  tcase_add_test(edge,
+                 test_allowed_scores_at_minus_flt_max_keep_masked_keys_zero);
+  tcase_add_test(edge, test_fully_masked_rows_are_zero_in_both_paths);
+  tcase_add_test(edge, test_dropout_same_seed_same_answer_other_seed_differs);
+  tcase_add_test(edge, test_task_split_is_bit_identical_weights_path);
+  tcase_add_test(edge, test_task_split_is_bit_identical_online_path);
+  tcase_add_test(edge, test_online_path_never_reads_keys_beyond_valid_lens);
+  tcase_add_test(edge, test_online_path_skips_key_blocks_the_mask_forbids);
+  tcase_add_test(edge, test_online_scratch_does_not_grow_with_lk);
+  suite_add_tcase(s, edge);
+
+  TCase *api = tcase_create("api");
+  tcase_add_test(api, test_check_rejects_inconsistent_problems);
+  tcase_add_test(api, test_run_tasks_rejects_ranges_beyond_task_count);
+  tcase_add_test(api, test_expf_is_within_2_ulp_and_exactly_0_below_cutoff);
+  tcase_add_test(api, test_tanhf_matches_libm);
+  tcase_add_test(api, test_dropout_keep_follows_documented_formula);
+  suite_add_tcase(s, api);
+  return s;
+}
+
+int main(void) {
+  /* One BLAS thread, as in an attnd worker; keeps valgrind runs sane. */
+  openblas_set_num_threads(1);
+  SRunner *sr = srunner_create(core_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
