@@ -156,13 +156,16 @@ void config_usage(FILE *out) {
     fprintf(out, "  %-22s %s\n  %-22s default %s, env %s\n", flag,
             config_opts[i].help, "", config_opts[i].def, config_opts[i].env);
   }
-  fprintf(out, "  %-22s %s\n  %-22s %s\n", "--help", "print this and exit",
-          "--version", "print the version and exit");
+  fprintf(out, "  %-22s %s\n  %-22s %s\n  %-22s %s\n", "--probe",
+          "GET /healthz of the attnd at --host/--port; exit 0 if healthy",
+          "--help", "print this and exit", "--version",
+          "print the version and exit");
 }
 
 int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
                  FILE *err) {
-  struct option longopts[N_OPTS + 3];
+  struct option longopts[N_OPTS + 4];
+  int probe = 0;
   char who[64];
   size_t i;
   int c, idx;
@@ -175,7 +178,8 @@ int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
                                   NULL, (int)i};
   longopts[N_OPTS] = (struct option){"help", no_argument, NULL, 'h'};
   longopts[N_OPTS + 1] = (struct option){"version", no_argument, NULL, 'V'};
-  longopts[N_OPTS + 2] = (struct option){NULL, 0, NULL, 0};
+  longopts[N_OPTS + 2] = (struct option){"probe", no_argument, NULL, 'P'};
+  longopts[N_OPTS + 3] = (struct option){NULL, 0, NULL, 0};
   opterr = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, "hV", longopts, &idx)) != -1) {
@@ -186,6 +190,10 @@ int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
     if (c == 'V') {
       fprintf(out, "attnd %s\n", ATTND_VERSION);
       return CONFIG_EXIT;
+    }
+    if (c == 'P') {
+      probe = 1;
+      continue;
     }
     if (c < 0 || (size_t)c >= N_OPTS) {
       fprintf(err, "attnd: unknown option or missing value: '%s' (see "
@@ -201,5 +209,6 @@ int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
             argv[optind]);
     return ATTND_EINVAL;
   }
-  return CONFIG_RUN;
+  cfg->probe = probe;
+  return probe ? CONFIG_PROBE : CONFIG_RUN;
 }

@@ -30,15 +30,18 @@ struct config {
   int conn_timeout_s;       /* idle connection timeout */
   int log_json;             /* 0 text, 1 json */
   int http_threads;         /* MHD thread pool size */
+  int probe;                /* --probe: check a running attnd and exit */
 };
 
 enum config_result {
   CONFIG_RUN = 0,           /* configuration complete: start the server */
-  CONFIG_EXIT = 1           /* --help or --version printed: exit 0 */
+  CONFIG_EXIT = 1,          /* --help or --version printed: exit 0 */
+  CONFIG_PROBE = 2          /* --probe: GET /healthz of host:port, exit */
 };
 
 /* Fills cfg from defaults, the environment and argv.  Returns CONFIG_RUN,
- * CONFIG_EXIT (help or version was written to out), or ATTND_EINVAL after
+ * CONFIG_EXIT (help or version was written to out), CONFIG_PROBE (cfg is
+ * complete and --probe was given), or ATTND_EINVAL after
  * writing a one-line message naming the flag or variable and the problem
  * to err.  Never exits the process itself. */
 int config_parse(struct config *cfg, int argc, char **argv, FILE *out,

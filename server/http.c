@@ -37,6 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "assets.h"
 #include "clock.h"
 #include "log.h"
 #include "status.h"
@@ -103,6 +104,10 @@ static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
   r->state = REQ_ANSWERED;
   r->status = status;
   r->bytes_out = len;
+  /* Counted here rather than on completion so that a client holding its
+   * answer can already see it counted in /metrics. */
+  metrics_record_request(r->h->m, r->route, status, r->bytes_in, len,
+                         clock_now_ns() - r->start_ns);
   return ret;
 }
 
@@ -141,6 +146,21 @@ static enum MHD_Result http_get_metrics(struct http_req *r) {
   return http_answer(r, 200, body, len, 1, METRICS_CONTENT_TYPE, NULL);
 }
 
+/* The playground page's embedded files (assets.h); 1 if path is one. */
+static int http_is_asset(const char *path) {
+  return assets_lookup(path, NULL, NULL, NULL) == 0;
+}
+
+static enum MHD_Result http_get_asset(struct http_req *r) {
+  const unsigned char *data;
+  const char *ctype;
+  size_t len;
+  if (assets_lookup(r->url, &data, &len, &ctype) != 0)
+    return http_fail(r, ATTND_ENOTFOUND, NULL, NULL);
+  /* Static storage for the life of the process: PERSISTENT, no copy. */
+  return http_answer(r, 200, (char *)data, len, 0, ctype, NULL);
+}
+
 /* ---- routing ---------------------------------------------------------- */
 
 struct http_route {
@@ -157,12 +177,16 @@ static const struct http_route http_routes[] = {
   {"/metrics", METRICS_ROUTE_METRICS, "GET, HEAD", http_get_metrics},
 };
 
+/* Every embedded file shares one route entry; its path is the URL. */
+static const struct http_route http_asset_route = {
+  "(static file)", METRICS_ROUTE_STATIC, "GET, HEAD", http_get_asset};
+
 static const struct http_route *http_find_route(const char *url) {
   size_t i;
   for (i = 0; i < sizeof http_routes / sizeof http_routes[0]; i++)
     if (strcmp(url, http_routes[i].path) == 0)
       return &http_routes[i];
-  return NULL;
+  return http_is_asset(url) ? &http_asset_route : NULL;
 }
 
 /* ---- POST /v1/attention --------------------------------------------- */
@@ -302,8 +326,8 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
     return route->get(r);
   if (!route->get && !strcmp(method, "POST"))
     return http_post_begin(r);
-  snprintf(msg, sizeof msg, "method %.16s not allowed on %s (allowed: %s)",
-           method, route->path, route->allow);
+  snprintf(msg, sizeof msg, "method %.16s not allowed on %.64s (allowed: %s)",
+           method, url, route->allow);
   return http_fail(r, ATTND_EMETHOD, msg, route->allow);
 }
 
@@ -356,8 +380,6 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   a.compute_ns = r->job.started_ns ? r->job.finished_ns - r->job.started_ns
                                    : 0;
   log_access(&a);
-  metrics_record_request(h->m, r->route, r->status, r->bytes_in,
-                         r->bytes_out, a.total_ns);
   free(r->body);
   free(r->job.body);
   proto_request_free(&r->job.req);

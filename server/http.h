@@ -5,6 +5,7 @@
  *   GET  /healthz        200 {"status":"ok"} while the process serves
  *   GET  /readyz         200 when accepting work, 503 starting/draining
  *   GET  /metrics        Prometheus text exposition
+ *   GET  /, /index.html, /app.js, /style.css   the playground (assets.h)
  * An unknown path is 404, a known path with another method 405 + Allow.
  * Every error body is {"error": "..."}; every request gets one access-log
  * line and is counted in the metrics.

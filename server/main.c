@@ -32,6 +32,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "probe.h"
 
 /* The self-pipe: written by the signal handler, read by main.  These two
  * are the only file-scope state, because a signal handler has no other
@@ -176,6 +177,8 @@ int main(int argc, char **argv) {
 
   if (rc == CONFIG_EXIT)
     return 0;
+  if (rc == CONFIG_PROBE)
+    return probe_run(cfg.host, cfg.port, 3000) == 0 ? 0 : 1;
   if (rc != CONFIG_RUN)
     return 2;
   log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);

@@ -24,7 +24,7 @@ static const unsigned int metrics_codes[] = {200, 400, 401, 404, 405, 413,
 #define N_CODES (sizeof metrics_codes / sizeof metrics_codes[0])
 
 static const char *const metrics_route_names[METRICS_ROUTE_COUNT] = {
-  "/v1/attention", "/healthz", "/readyz", "/metrics", "other"};
+  "/v1/attention", "/healthz", "/readyz", "/metrics", "static", "other"};
 
 /* Seconds buckets for the latency histograms. */
 static const double metrics_time_bounds[] = {
@@ -188,7 +188,7 @@ static void metrics_render_requests(struct metrics_buf *b, struct metrics *m) {
                        (unsigned long long)v);
     }
   metrics_head(b, "attnd_request_duration_seconds", "histogram",
-               "Time from request headers to response, by route.");
+               "Time from request headers to queued response, by route.");
   for (r = 0; r < METRICS_ROUTE_COUNT; r++) {
     char labels[64];
     snprintf(labels, sizeof labels, "route=\"%s\"", metrics_route_names[r]);

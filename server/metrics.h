@@ -18,6 +18,7 @@ enum metrics_route {
   METRICS_ROUTE_HEALTHZ,
   METRICS_ROUTE_READYZ,
   METRICS_ROUTE_METRICS,
+  METRICS_ROUTE_STATIC,         /* the playground's embedded files */
   METRICS_ROUTE_OTHER,
   METRICS_ROUTE_COUNT
 };

@@ -11,6 +11,7 @@ import json
 import math
 import random
 import re
+import socket
 import threading
 import time
 
@@ -158,10 +159,22 @@ class RoutesTest(CheckMixin, harness.ServerTestCase):
         self.assert_error(status, hdrs, body, 405)
         self.assertIn("GET", hdrs.get("allow", ""))
 
-    def test_content_length_over_limit_is_413(self):
-        body = b" " * (1024 * 1024 + 1)
-        status, hdrs, data = self.srv.request("POST", "/v1/attention", body)
-        self.assert_error(status, hdrs, data, 413)
+    def test_content_length_over_limit_is_413_before_the_body(self):
+        # Only the headers are sent: attnd must answer from Content-Length
+        # alone, without waiting for (or reading) the body.
+        sock = socket.create_connection((self.srv.host, self.srv.port), timeout=60)
+        try:
+            sock.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % (1024 * 1024 + 1))
+            resp = http.client.HTTPResponse(sock)
+            resp.begin()
+            data = resp.read()
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+        finally:
+            sock.close()
+        obj = self.assert_error(resp.status, hdrs, data, 413)
+        self.assertIn("limit", obj["error"])
 
     def test_chunked_body_over_limit_is_413(self):
         chunk = b" " * 65536
@@ -196,6 +209,17 @@ class RoutesTest(CheckMixin, harness.ServerTestCase):
         out, w = reference(req["query"], req["key"], req["value"])
         self.assert_close(obj["output"], out, "output")
         self.assert_close(obj["weights"], w, "weights")
+
+    def test_playground_page_is_served_at_root(self):
+        status, hdrs, body = self.srv.get("/")
+        self.assertEqual(status, 200)
+        self.assertTrue(hdrs["content-type"].startswith("text/html"))
+        self.assertIn(b"<html", body.lower())
+        status, hdrs, body = self.srv.get("/app.js")
+        self.assertEqual(status, 200)
+        self.assertIn("javascript", hdrs["content-type"])
+        status, hdrs, body = self.srv.request("POST", "/", b"{}")
+        self.assert_error(status, hdrs, body, 405)
 
     def test_metrics_is_valid_exposition(self):
         self.srv.get("/healthz")

@@ -94,13 +94,28 @@ class ConfigTest(unittest.TestCase):
 
 
 class EnvTest(unittest.TestCase):
+    @staticmethod
+    def post_chunked(srv, nbytes):
+        # Chunked, so that attnd reads the whole body and answers at its
+        # end (an early answer would race with the upload).
+        conn = srv.connection()
+        try:
+            conn.request("POST", "/v1/attention", encode_chunked=True,
+                         body=iter([b" " * 65536] * (nbytes // 65536 + 1)),
+                         headers={"Transfer-Encoding": "chunked"})
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status
+        finally:
+            conn.close()
+
     def test_env_sets_a_limit_and_the_flag_wins(self):
-        body = b" " * (1024 * 1024 + 100)  # not JSON: 413 if over, else 400
+        size = 1024 * 1024 + 100  # blanks, not JSON: 413 if over, else 400
         with harness.Attnd([], env={"ATTND_MAX_BODY_MB": "1"}) as srv:
-            self.assertEqual(srv.request("POST", "/v1/attention", body)[0], 413)
+            self.assertEqual(self.post_chunked(srv, size), 413)
             self.assertEqual(srv.stop(), 0)
         with harness.Attnd(["--max-body-mb", "2"], env={"ATTND_MAX_BODY_MB": "1"}) as srv:
-            self.assertEqual(srv.request("POST", "/v1/attention", body)[0], 400)
+            self.assertEqual(self.post_chunked(srv, size), 400)
             self.assertEqual(srv.stop(), 0)
 
     def test_json_log_lines_are_json_objects(self):
@@ -113,6 +128,18 @@ class EnvTest(unittest.TestCase):
         for a in access:
             for key in ("method", "bytes_in", "bytes_out", "queue_ms", "compute_ms", "batch"):
                 self.assertIn(key, a)
+
+
+class ProbeTest(unittest.TestCase):
+    def test_probe_exits_0_for_a_healthy_attnd_and_1_otherwise(self):
+        with harness.Attnd([]) as srv:
+            code, _, err = run_attnd(["--probe"], env={"ATTND_HOST": "0.0.0.0",
+                                                       "ATTND_PORT": str(srv.port)})
+            self.assertEqual(code, 0, err)
+            self.assertEqual(srv.stop(), 0)
+        code, _, err = run_attnd(["--probe", "--port", str(srv.port)])
+        self.assertEqual(code, 1)
+        self.assertIn("healthz", err)
 
 
 class DrainTest(unittest.TestCase):
