@@ -290,7 +290,6 @@
     mask() {
       setShape(1, 1, 4, 6, 8, 4);
       setMasking({
-        diagnostics: true,
         mask: formatNested([
           [true, true, false, true, false, true],
           [false, true, true, true, true, false],
@@ -344,11 +343,15 @@
     const left = 22 + labelW + 6, top = 6, right = 6, bottom = 36;
     const avail = Math.max(60, $('heatmap-wrap').clientWidth - left - right);
     const maxH = Math.max(160, Math.min(560, window.innerHeight * 0.7));
-    let cell = Math.min(avail / Lk, maxH / Lq, 56);
-    if (cell >= 2) cell = Math.floor(cell);
-    const gap = cell >= 10 ? 1 : 0;
-    const cssW = Math.ceil(left + Lk * cell + right);
-    const cssH = Math.ceil(top + Lq * cell + bottom);
+    // Square cells when they fit; a few queries against many keys get
+    // taller rows (up to 24 px) so that the rows stay readable.
+    let cw = Math.min(avail / Lk, maxH / Lq, 56);
+    if (cw >= 2) cw = Math.floor(cw);
+    let ch = Math.max(cw, Math.min(maxH / Lq, 24));
+    if (ch >= 2) ch = Math.floor(ch);
+    const gap = Math.min(cw, ch) >= 10 ? 1 : 0;
+    const cssW = Math.ceil(left + Lk * cw + right);
+    const cssH = Math.ceil(top + Lq * ch + bottom);
     const dpr = window.devicePixelRatio || 1;
     canvas.style.width = cssW + 'px';
     canvas.style.height = cssH + 'px';
@@ -360,7 +363,7 @@
     ctx.fillStyle = rgb(CANVAS_BG);
     ctx.fillRect(0, 0, cssW, cssH);
     ctx.fillStyle = rgb(EMPTY_BG);
-    ctx.fillRect(left, top, Lk * cell, Lq * cell);
+    ctx.fillRect(left, top, Lk * cw, Lq * ch);
 
     const drawn = new Uint8Array(Lq * Lk);
     const drawnCells = [];
@@ -372,7 +375,7 @@
         row[j] = v;
         if (v === 0) continue;          // exactly 0: masked, left blank
         ctx.fillStyle = rgb(colour(v / scaleMax));
-        ctx.fillRect(left + j * cell, top + i * cell, cell - gap, cell - gap);
+        ctx.fillRect(left + j * cw, top + i * ch, cw - gap, ch - gap);
         drawn[i * Lk + j] = 1;
         drawnCells.push([i, j]);
       }
@@ -382,31 +385,31 @@
     // Frame, tick labels and axis titles.
     ctx.strokeStyle = '#c9ced6';
     ctx.lineWidth = 1;
-    ctx.strokeRect(left - 0.5, top - 0.5, Lk * cell + 1 - gap, Lq * cell + 1 - gap);
+    ctx.strokeRect(left - 0.5, top - 0.5, Lk * cw + 1 - gap, Lq * ch + 1 - gap);
     ctx.fillStyle = '#3b4350';
     ctx.font = '12px system-ui, sans-serif';
-    const rowStep = Math.max(1, Math.ceil(14 / cell));
+    const rowStep = Math.max(1, Math.ceil(14 / ch));
     ctx.textAlign = 'right';
     ctx.textBaseline = 'middle';
     for (let i = 0; i < Lq; i += rowStep) {
-      ctx.fillText(String(i), left - 5, top + (i + 0.5) * cell);
+      ctx.fillText(String(i), left - 5, top + (i + 0.5) * ch);
     }
-    const colStep = Math.max(1, Math.ceil((ctx.measureText(String(Lk - 1)).width + 8) / cell));
+    const colStep = Math.max(1, Math.ceil((ctx.measureText(String(Lk - 1)).width + 8) / cw));
     ctx.textAlign = 'center';
     ctx.textBaseline = 'top';
     for (let j = 0; j < Lk; j += colStep) {
-      ctx.fillText(String(j), left + (j + 0.5) * cell, top + Lq * cell + 3);
+      ctx.fillText(String(j), left + (j + 0.5) * cw, top + Lq * ch + 3);
     }
     ctx.font = '600 12px system-ui, sans-serif';
-    ctx.fillText('keys j', left + (Lk * cell) / 2, top + Lq * cell + 19);
+    ctx.fillText('keys j', left + (Lk * cw) / 2, top + Lq * ch + 19);
     ctx.save();
-    ctx.translate(10, top + (Lq * cell) / 2);
+    ctx.translate(10, top + (Lq * ch) / 2);
     ctx.rotate(-Math.PI / 2);
     ctx.textBaseline = 'middle';
     ctx.fillText('queries i', 0, 0);
     ctx.restore();
 
-    state.geom = { left, top, cell, gap, dpr, Lq, Lk, off, max };
+    state.geom = { left, top, cw, ch, gap, dpr, Lq, Lk, off, max };
     drawLegend(max);
     placeFocus();
     publishRender(b, h, rows, drawn, drawnCells, max);
@@ -428,9 +431,9 @@
       weights: rows,                 // [Lq][Lk] of this (batch, head)
       drawnCells,                    // [[i, j], ...] cells filled with a colour
       isDrawn: (i, j) => drawn[i * g.Lk + j] === 1,
-      // Cell (i, j) covers CSS pixels [left + j*cell, +cell) x [top + i*cell, +cell)
+      // Cell (i, j) covers CSS pixels [left + j*cw, +cw) x [top + i*ch, +ch)
       // of the canvas; the canvas backing store is dpr times larger.
-      geometry: { left: g.left, top: g.top, cell: g.cell, gap: g.gap, dpr: g.dpr },
+      geometry: { left: g.left, top: g.top, cw: g.cw, ch: g.ch, gap: g.gap, dpr: g.dpr },
       emptyColour: EMPTY_BG.slice(),
       colourOf: (v) => colour(v / (max > 0 ? max : 1)),
     };
@@ -459,7 +462,7 @@
     const r = $('heatmap').getBoundingClientRect();
     const x = clientX - r.left - g.left, y = clientY - r.top - g.top;
     if (x < 0 || y < 0) return null;
-    const i = Math.floor(y / g.cell), j = Math.floor(x / g.cell);
+    const i = Math.floor(y / g.ch), j = Math.floor(x / g.cw);
     if (i >= g.Lq || j >= g.Lk) return null;
     return [i, j];
   }
@@ -476,16 +479,16 @@
     const wrap = $('heatmap-wrap');
     const canvas = $('heatmap');
     // Right of the cell, else left of it, else above it (narrow screens).
-    const cx = canvas.offsetLeft + g.left + j * g.cell, cy = canvas.offsetTop + g.top + i * g.cell;
+    const cx = canvas.offsetLeft + g.left + j * g.cw, cy = canvas.offsetTop + g.top + i * g.ch;
     const tw = tip.offsetWidth, th = tip.offsetHeight;
     const lo = wrap.scrollLeft, hi = wrap.scrollLeft + wrap.clientWidth;
-    let x = cx + g.cell + 6, y = cy - 4;
+    let x = cx + g.cw + 6, y = cy - 4;
     if (x + tw > hi) {
       x = cx - tw - 6;
       if (x < lo) {
-        x = Math.max(lo + 2, Math.min(hi - tw - 2, cx + g.cell / 2 - tw / 2));
+        x = Math.max(lo + 2, Math.min(hi - tw - 2, cx + g.cw / 2 - tw / 2));
         y = cy - th - 6;
-        if (y < 0) y = cy + g.cell + 6;
+        if (y < 0) y = cy + g.ch + 6;
       }
     }
     if (y < 0) y = 0;
@@ -503,10 +506,10 @@
     }
     const [i, j] = state.focus;
     const canvas = $('heatmap');
-    hl.style.left = (canvas.offsetLeft + g.left + j * g.cell - 2) + 'px';
-    hl.style.top = (canvas.offsetTop + g.top + i * g.cell - 2) + 'px';
-    hl.style.width = (g.cell + 3 - g.gap) + 'px';
-    hl.style.height = (g.cell + 3 - g.gap) + 'px';
+    hl.style.left = (canvas.offsetLeft + g.left + j * g.cw - 2) + 'px';
+    hl.style.top = (canvas.offsetTop + g.top + i * g.ch - 2) + 'px';
+    hl.style.width = (g.cw + 3 - g.gap) + 'px';
+    hl.style.height = (g.ch + 3 - g.gap) + 'px';
     hl.hidden = false;
     showTooltip(i, j);
   }

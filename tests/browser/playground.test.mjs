@@ -93,12 +93,14 @@ async function cellPixels(page, cells) {
   return page.evaluate((cs) => {
     const r = window.attndLastRender;
     const g = r.geometry;
-    const ctx = document.getElementById('heatmap').getContext('2d');
+    const canvas = document.getElementById('heatmap');
+    const img = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height);
     return cs.map(([i, j]) => {
-      const x = Math.floor((g.left + (j + 0.5) * g.cell) * g.dpr);
-      const y = Math.floor((g.top + (i + 0.5) * g.cell) * g.dpr);
-      const p = ctx.getImageData(x, y, 1, 1).data;
-      return { i, j, rgb: [p[0], p[1], p[2]], expect: r.weights[i][j] === 0 ? null : r.colourOf(r.weights[i][j]) };
+      const x = Math.floor((g.left + (j + 0.5) * g.cw) * g.dpr);
+      const y = Math.floor((g.top + (i + 0.5) * g.ch) * g.dpr);
+      const k = 4 * (y * img.width + x);
+      const p = img.data;
+      return { i, j, rgb: [p[k], p[k + 1], p[k + 2]], expect: r.weights[i][j] === 0 ? null : r.colourOf(r.weights[i][j]) };
     });
   }, cells);
 }
@@ -246,7 +248,7 @@ try {
     await page.locator('#heatmap').scrollIntoViewIfNeeded();
     const box = await page.locator('#heatmap').boundingBox();
     const at = async (i, j) => {
-      await page.mouse.move(box.x + g.left + (j + 0.5) * g.cell, box.y + g.top + (i + 0.5) * g.cell);
+      await page.mouse.move(box.x + g.left + (j + 0.5) * g.cw, box.y + g.top + (i + 0.5) * g.ch);
       const tip = page.locator('#tooltip');
       await tip.waitFor({ state: 'visible', timeout: 3000 });
       return { text: await tip.textContent(), ...(await tip.evaluate((t) => ({ ...t.dataset }))) };
@@ -259,6 +261,31 @@ try {
     const m = await at(1, 4);
     assert(m.text.includes('(1, 4)') && /weight 0\b/.test(m.text), 'masked tooltip: ' + m.text);
     await page.mouse.move(0, 0);
+  });
+
+  await test('keyboard: arrow keys on the focused heatmap move a cell cursor with its tooltip', async () => {
+    await page.locator('#heatmap').focus();
+    await page.keyboard.press('ArrowDown');            // first press selects (0, 0)
+    await page.keyboard.press('ArrowDown');
+    await page.keyboard.press('ArrowDown');
+    await page.keyboard.press('ArrowRight');
+    const tip = page.locator('#tooltip');
+    await tip.waitFor({ state: 'visible', timeout: 3000 });
+    const d = await tip.evaluate((t) => ({ ...t.dataset }));
+    assert(d.i === '2' && d.j === '1', 'cursor at ' + JSON.stringify(d));
+    assert(await page.locator('#cell-focus').isVisible(), 'no visible cell cursor');
+    await page.keyboard.press('Escape');
+    assert(!(await page.locator('#cell-focus').isVisible()), 'Escape left the cursor on');
+    await page.locator('#run').focus();
+  });
+
+  await test('causal 1x1x128x128: only the lower triangle is drawn at small cell sizes', async () => {
+    await fill(page, { preset: '', B: 1, H: 1, Lq: 128, Lk: 128, D: 8, Dv: 2, seed: 8, causal: 'upper_left',
+      valid_lens: '', window_left: '', window_right: '', scale: '', mask: '' });
+    await page.click('#generate');
+    const { render: r, response } = await runOk(page);
+    assert(r.drawnCells.length === (128 * 129) / 2, `${r.drawnCells.length} cells drawn`);
+    await checkDrawing(page, r, response, (i, j) => j <= i);
   });
 
   await test('d2l example: weights and output match a float64 reference', async () => {
@@ -403,7 +430,7 @@ try {
     const g = await page.evaluate(() => window.attndLastRender.geometry);
     await page.evaluate(() => window.scrollTo(0, 0));
     const box = await page.locator('#heatmap').boundingBox();
-    await page.mouse.move(box.x + g.left + 2.5 * g.cell, box.y + g.top + 5.5 * g.cell);
+    await page.mouse.move(box.x + g.left + 2.5 * g.cw, box.y + g.top + 5.5 * g.ch);
     await page.locator('#tooltip').waitFor({ state: 'visible' });
     const file = path.join(SHOT_DIR, 'playground.png');
     await page.screenshot({ path: file, fullPage: true });
@@ -428,7 +455,7 @@ try {
     // A tap shows the tooltip too.
     await phone.locator('#heatmap').scrollIntoViewIfNeeded();
     const box = await phone.locator('#heatmap').boundingBox();
-    await phone.touchscreen.tap(box.x + r.geometry.left + 1.5 * r.geometry.cell, box.y + r.geometry.top + 6.5 * r.geometry.cell);
+    await phone.touchscreen.tap(box.x + r.geometry.left + 1.5 * r.geometry.cw, box.y + r.geometry.top + 6.5 * r.geometry.ch);
     await phone.locator('#tooltip').waitFor({ state: 'visible', timeout: 3000 });
     assert((await phone.locator('#tooltip').textContent()).includes('(6, 1)'), 'tap tooltip');
     await phone.locator('#results-title').scrollIntoViewIfNeeded();
