@@ -1,0 +1,334 @@
+/* test_batcher.c - the batcher with real workers, real core and proto.
+ *
+ * Jobs are decoded from JSON with proto_v1_decode, exactly as the HTTP
+ * layer does, and their answers compared with attn_forward + encode run
+ * directly.  A "gate" job whose done() blocks holds the only worker busy,
+ * so that queue limits, batching and fairness can be observed without
+ * timing assumptions.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/batcher.h"
+#include "server/clock.h"
+#include "server/metrics.h"
+
+#define MAXJ 16
+
+static const char *SHAPE_A =
+    "{\"query\": [[[1, 0], [0, 2]]], \"key\": [[[1, 1], [2, 0], [0, 3]]],"
+    " \"value\": [[[1, 0], [0, 1], [1, 1]]], \"valid_lens\": [2],"
+    " \"scale\": 0.7071, \"return_weights\": true}";
+static const char *SHAPE_B =
+    "{\"query\": [[[0.5, 1, -1]]], \"key\": [[[1, 0, 2], [0, 1, 1]]],"
+    " \"value\": [[[3], [4]]], \"return_weights\": false}";
+
+/* Completion bookkeeping shared by every job of a test. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int n_done, gate_entered, gate_open;
+static struct batcher_job *order[MAXJ];
+
+struct tjob {
+  struct batcher_job job;
+  int is_gate;
+  int err, batch_size;
+  char *body;
+};
+
+static void on_done(struct batcher_job *job) {
+  struct tjob *t = job->arg;
+  pthread_mutex_lock(&mu);
+  t->err = job->err;
+  t->batch_size = job->batch_size;
+  t->body = job->body;  /* the test owns the body from here on */
+  if (t->is_gate) {
+    gate_entered = 1;
+    pthread_cond_broadcast(&cv);
+    while (!gate_open)
+      pthread_cond_wait(&cv, &mu);
+  }
+  order[n_done++] = job;
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+}
+
+static void reset(void) {
+  n_done = gate_entered = gate_open = 0;
+  memset(order, 0, sizeof order);
+}
+
+static void wait_done(int n) {
+  pthread_mutex_lock(&mu);
+  while (n_done < n)
+    pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+}
+
+static void wait_gate(void) {
+  pthread_mutex_lock(&mu);
+  while (!gate_entered)
+    pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+}
+
+static void open_gate(void) {
+  pthread_mutex_lock(&mu);
+  gate_open = 1;
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+}
+
+static void decode(struct tjob *t, const char *json) {
+  char err[PROTO_ERR_MAX];
+  memset(t, 0, sizeof *t);
+  ck_assert_int_eq(proto_v1_decode(json, strlen(json), &t->job.req, 0, err), 0);
+  t->job.cost = t->job.req.in_bytes + t->job.req.out_bytes;
+  t->job.done = on_done;
+  t->job.arg = t;
+}
+
+/* Reserves and submits; returns the reserve result (0: submitted). */
+static int submit(struct batcher *b, struct tjob *t) {
+  int rc = batcher_reserve(b, t->job.cost);
+  if (rc == 0)
+    batcher_submit(b, &t->job);
+  else
+    proto_request_free(&t->job.req);
+  return rc;
+}
+
+/* What the batcher should answer for json: computed here directly. */
+static char *expected_body(const char *json) {
+  proto_request r;
+  char err[PROTO_ERR_MAX], *body;
+  size_t len;
+  memset(&r, 0, sizeof r);
+  ck_assert_int_eq(proto_v1_decode(json, strlen(json), &r, 0, err), 0);
+  ck_assert_int_eq(attn_forward(&r.prob, r.out, r.return_weights ? r.weights : NULL), 0);
+  ck_assert_int_eq(proto_v1_encode(&r, &body, &len), 0);
+  proto_request_free(&r);
+  return body;
+}
+
+static struct batcher *start(struct metrics **m, int workers, int max_batch,
+                             size_t max_queue, size_t max_bytes) {
+  struct batcher_config cfg = {workers, max_batch, 0, max_queue, max_bytes};
+  struct batcher *b;
+  reset();
+  *m = metrics_new();
+  ck_assert_ptr_nonnull(*m);
+  b = batcher_start(&cfg, *m);
+  ck_assert_ptr_nonnull(b);
+  return b;
+}
+
+static void finish(struct batcher *b, struct metrics *m, struct tjob *t, int n) {
+  int i;
+  /* A job leaves the count just after its done() returns. */
+  for (i = 0; i < 10000 && batcher_outstanding(b) > 0; i++)
+    usleep(1000);
+  ck_assert_uint_eq(batcher_outstanding(b), 0);
+  batcher_stop(b);
+  metrics_free(m);
+  for (i = 0; i < n; i++)
+    free(t[i].body);
+}
+
+START_TEST(test_jobs_answer_like_the_core) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 2, 4, 64, 1 << 20);
+  struct tjob t[8];
+  char *want_a = expected_body(SHAPE_A), *want_b = expected_body(SHAPE_B);
+  int i;
+  for (i = 0; i < 8; i++) {
+    decode(&t[i], i % 2 ? SHAPE_B : SHAPE_A);
+    ck_assert_int_eq(submit(b, &t[i]), 0);
+  }
+  wait_done(8);
+  for (i = 0; i < 8; i++) {
+    ck_assert_int_eq(t[i].err, 0);
+    ck_assert_ptr_nonnull(t[i].body);
+    ck_assert_str_eq(t[i].body, i % 2 ? want_b : want_a);
+    ck_assert_int_ge(t[i].batch_size, 1);
+  }
+  free(want_a);
+  free(want_b);
+  finish(b, m, t, 8);
+}
+END_TEST
+
+START_TEST(test_queue_limit_answers_busy) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 1, 2, 1 << 20);
+  struct tjob t[4];
+  int i;
+  for (i = 0; i < 4; i++)
+    decode(&t[i], SHAPE_A);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();  /* the only worker is now held */
+  ck_assert_int_eq(submit(b, &t[1]), 0);
+  ck_assert_int_eq(submit(b, &t[2]), 0);
+  ck_assert_int_eq(submit(b, &t[3]), ATTND_EBUSY);
+  open_gate();
+  wait_done(3);
+  ck_assert_int_eq(t[1].err, 0);
+  ck_assert_int_eq(t[2].err, 0);
+  finish(b, m, t, 4);
+}
+END_TEST
+
+START_TEST(test_byte_budget_answers_busy) {
+  struct metrics *m;
+  struct batcher *b;
+  struct tjob t[2];
+  decode(&t[0], SHAPE_A);
+  decode(&t[1], SHAPE_A);
+  /* Room for one request's tensors, not two. */
+  b = start(&m, 1, 1, 64, t[0].job.cost + t[0].job.cost / 2);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();
+  ck_assert_int_eq(submit(b, &t[1]), ATTND_EBUSY);
+  open_gate();
+  wait_done(1);
+  finish(b, m, t, 2);
+}
+END_TEST
+
+START_TEST(test_queued_jobs_leave_together_up_to_max_batch) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
+  struct tjob t[6];
+  int i;
+  for (i = 0; i < 6; i++)
+    decode(&t[i], SHAPE_A);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();
+  for (i = 1; i < 6; i++)
+    ck_assert_int_eq(submit(b, &t[i]), 0);
+  open_gate();
+  wait_done(6);
+  ck_assert_int_eq(t[0].batch_size, 1);
+  for (i = 1; i < 5; i++)
+    ck_assert_int_eq(t[i].batch_size, 4);
+  ck_assert_int_eq(t[5].batch_size, 1);
+  for (i = 1; i < 6; i++)
+    ck_assert_int_eq(t[i].err, 0);
+  finish(b, m, t, 6);
+}
+END_TEST
+
+START_TEST(test_keys_are_served_round_robin) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 1, 64, 1 << 20);
+  struct tjob t[5];
+  int i, pos_b = -1;
+  for (i = 0; i < 5; i++)
+    decode(&t[i], i == 4 ? SHAPE_B : SHAPE_A);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();
+  for (i = 1; i < 5; i++)  /* A, A, A, then B */
+    ck_assert_int_eq(submit(b, &t[i]), 0);
+  open_gate();
+  wait_done(5);
+  for (i = 0; i < 5; i++)
+    if (order[i] == &t[4].job)
+      pos_b = i;
+  /* FIFO would run B last (position 4); round-robin runs it by 2. */
+  ck_assert_int_le(pos_b, 2);
+  finish(b, m, t, 5);
+}
+END_TEST
+
+START_TEST(test_expired_deadline_is_not_computed) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
+  struct tjob t[1];
+  decode(&t[0], SHAPE_A);
+  t[0].job.deadline_ns = clock_now_ns() - 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_done(1);
+  ck_assert_int_eq(t[0].err, ATTND_ETIMEDOUT);
+  ck_assert_ptr_null(t[0].body);
+  finish(b, m, t, 1);
+}
+END_TEST
+
+START_TEST(test_close_refuses_and_abort_drops_queued) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 1, 64, 1 << 20);
+  struct tjob t[4];
+  int i;
+  for (i = 0; i < 4; i++)
+    decode(&t[i], SHAPE_A);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();
+  ck_assert_int_eq(submit(b, &t[1]), 0);
+  ck_assert_int_eq(submit(b, &t[2]), 0);
+  batcher_close(b);
+  ck_assert_int_eq(submit(b, &t[3]), ATTND_EDRAINING);
+  batcher_abort_queued(b);
+  wait_done(2);  /* the two queued ones, answered while the gate holds */
+  ck_assert_int_eq(t[1].err, ATTND_EDRAINING);
+  ck_assert_int_eq(t[2].err, ATTND_EDRAINING);
+  open_gate();
+  wait_done(3);
+  ck_assert_int_eq(t[0].err, 0);
+  finish(b, m, t, 4);
+}
+END_TEST
+
+START_TEST(test_stop_answers_queued_jobs) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 1, 64, 1 << 20);
+  struct tjob t[3];
+  int i;
+  for (i = 0; i < 3; i++)
+    decode(&t[i], SHAPE_A);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();
+  ck_assert_int_eq(submit(b, &t[1]), 0);
+  ck_assert_int_eq(submit(b, &t[2]), 0);
+  open_gate();  /* the gate's done() returns while stop may be under way */
+  batcher_stop(b);
+  ck_assert_int_eq(n_done, 3);
+  for (i = 0; i < 3; i++) {
+    ck_assert(t[i].err == 0 || t[i].err == ATTND_EDRAINING);
+    free(t[i].body);
+  }
+  metrics_free(m);
+}
+END_TEST
+
+static Suite *batcher_suite(void) {
+  Suite *s = suite_create("batcher");
+  TCase *tc = tcase_create("batcher");
+  tcase_add_test(tc, test_jobs_answer_like_the_core);
+  tcase_add_test(tc, test_queue_limit_answers_busy);
+  tcase_add_test(tc, test_byte_budget_answers_busy);
+  tcase_add_test(tc, test_queued_jobs_leave_together_up_to_max_batch);
+  tcase_add_test(tc, test_keys_are_served_round_robin);
+  tcase_add_test(tc, test_expired_deadline_is_not_computed);
+  tcase_add_test(tc, test_close_refuses_and_abort_drops_queued);
+  tcase_add_test(tc, test_stop_answers_queued_jobs);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(batcher_suite());
+  int failed;
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
