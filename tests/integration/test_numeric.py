@@ -140,13 +140,21 @@ class NumericTest(harness.ServerTestCase):
 
     def test_boolean_mask_broadcast_by_trailing_axes(self):
         rng = random.Random(17)
-        for mshape in ([7], [1, 7], [5, 7], [2, 1, 7], [2, 5, 7], [1, 1, 5, 7], [2, 3, 5, 7]):
+        for mshape in ([7], [1, 7], [5, 7], [3, 1, 7], [3, 5, 7], [2, 1, 1, 7], [1, 1, 5, 7],
+                       [2, 3, 5, 7]):
             req = rand_request(17, B=2, H=3, Lq=5, Lk=7)
             n = 1
             for d in mshape:
                 n *= d
             req["mask"] = nest([rng.random() < 0.6 for _ in range(n)], mshape)
             self.run_case(req)
+
+    def test_mask_that_does_not_broadcast_is_rejected(self):
+        req = rand_request(17, B=2, H=3, Lq=5, Lk=7)
+        req["mask"] = [[[True] * 7] for _ in range(2)]  # (2, 1, 7) vs (3, 5, 7)
+        status, resp = self.srv.post_json("/v1/attention", req)
+        self.assertEqual(status, 400, resp)
+        self.assertIn("mask", resp["error"])
 
     def test_mask_composes_with_causal_and_valid_lens(self):
         rng = random.Random(18)
