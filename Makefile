@@ -7,6 +7,7 @@
 #   make deps            install (as root) or list the Debian packages needed
 #   make docker-test     build the image, run it, probe it, stop it (dockerd)
 #   make deploy-test     validate deploy/ offline and run it with podman
+#   make browser-test    the playground page in headless chromium
 #   make SANITIZE=address,undefined test
 #
 # Knobs: OPTIMIZATION, SANITIZE, CC, PORT, V=1 for loud compile lines.
@@ -63,6 +64,9 @@ $(BUILD)/obj/%.o: %.c
 	@[ "$(V)" = 1 ] || echo "  CC    $<"
 	$(Q)$(CC) $(FINAL_CFLAGS) -c $< -o $@
 
+# assets.o embeds server/static/ with .incbin, which -MMD cannot see.
+$(BUILD)/obj/server/assets.o: $(wildcard server/static/*)
+
 $(BUILD)/libattnd.a: $(LIB_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
@@ -103,9 +107,13 @@ docker-test: all
 deploy-test: all
 	@sh tests/deploy/manifests_test.sh
 
+# The playground in headless Debian chromium driven by playwright-core.
+browser-test: all
+	@sh tests/browser/run.sh
+
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))
