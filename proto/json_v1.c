@@ -151,8 +151,8 @@ static int qkv_shapes(v1_ctx *c) {
   if ((rc = tensor_shape(c, F_QUERY, &c->q)))
     return rc;
   if (c->q.rank != 3 && c->q.rank != 4)
-    return ERR("query: expected rank 3 (B, Lq, D) or 4 (B, H, Lq, D), got "
-               "%d", c->q.rank);
+    return ERR("query: expected rank 3 or 4, got %d (shape (B, Lq, D) or "
+               "(B, H, Lq, D))", c->q.rank);
   if ((rc = tensor_shape(c, F_KEY, &c->k)) ||
       (rc = tensor_shape(c, F_VALUE, &c->v)))
     return rc;
@@ -324,9 +324,13 @@ static int budget(v1_ctx *c) {
   bad |= add_elems(&total, out) | add_elems(&total, w);
   bad |= out > SIZE_MAX / 8 || w > SIZE_MAX / 8;
   if (bad || (c->max_elems && total > c->max_elems)) {
-    snprintf(c->err, PROTO_ERR_MAX, "request needs %s%zu tensor elements "
-             "(inputs and outputs), more than the server's limit of %zu",
-             bad ? "over " : "", bad ? SIZE_MAX : total, c->max_elems);
+    if (bad)
+      snprintf(c->err, PROTO_ERR_MAX, "request is too large: its tensor "
+               "element count overflows");
+    else
+      snprintf(c->err, PROTO_ERR_MAX, "request needs %zu tensor elements "
+               "(inputs and outputs), more than the server's limit of %zu",
+               total, c->max_elems);
     return ATTND_ETOOBIG;
   }
   c->req->out_bytes = (out + w) * sizeof(float);

@@ -568,7 +568,7 @@ END_TEST
 
 START_TEST(wrong_ranks_are_named) {
   BAD("{\"query\":[[1,2]],\"key\":[[1,2]],\"value\":[[1]]}",
-      "query: expected rank 3", "got 2");
+      "query: expected rank 3 or 4, got 2");
   BAD("{\"query\":[[[[[1]]]]],\"key\":[[[1]]],\"value\":[[[1]]]}",
       "query: expected rank", "got 5");
   BAD("{\"query\":[[[1]]],\"key\":[[[[1]]]],\"value\":[[[1]]]}",
