@@ -31,7 +31,7 @@ FROM debian:bookworm-slim AS runtime
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libmicrohttpd12 libcjson1 libopenblas0-pthread libuv1 \
- && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/cache/apt/*.bin \
  && useradd --system --uid 10001 --user-group --no-create-home \
       --home-dir /nonexistent --shell /usr/sbin/nologin attnd
 COPY --from=build /src/build/attnd /usr/local/bin/attnd

@@ -3,7 +3,8 @@
 # Everything these tests install comes from Debian's mirror (apt-get) or the
 # npm registry; everything they cache lives under $ATTND_CI_CACHE
 # (default /var/cache/attnd-ci) so a second run is fast:
-#   bookworm-minbase.tar   debootstrap --variant=minbase bookworm rootfs
+#   bookworm-slim-rootfs.tar  debootstrapped bookworm minbase, slimmed like
+#                          the debian:bookworm-slim of Docker Hub
 #   node/                  kubernetes-models + yaml for validate_k8s.mjs
 #   dockerd-data/          data root of the dockerd docker_test.sh starts
 
@@ -106,10 +107,51 @@ debian_mirror() {
   echo "${_m:-http://deb.debian.org/debian}"
 }
 
-# base_tarball: prints the path of a debootstrapped bookworm minbase rootfs
+# slim_rootfs DIR: what Docker Hub's debian:*-slim images do to their
+# debootstrapped rootfs (debuerreotype's slimify and docker-* settings): no
+# docs, man pages or translations, and apt keeps no package caches or lists,
+# in this layer and in the layers built on it.  DIR must be a scratch rootfs.
+slim_rootfs() {
+  _r=$1
+  case "$_r" in
+    /tmp/*/rootfs) ;;
+    *) echo "slim_rootfs: refusing '$_r' (not a scratch rootfs)" >&2; return 1 ;;
+  esac
+  [ -d "$_r/etc/apt/apt.conf.d" ] && [ -d "$_r/etc/dpkg/dpkg.cfg.d" ] || return 1
+  printf '%s\n' \
+    'path-exclude /usr/share/doc/*' \
+    'path-include /usr/share/doc/*/copyright' \
+    'path-exclude /usr/share/man/*' \
+    'path-exclude /usr/share/groff/*' \
+    'path-exclude /usr/share/info/*' \
+    'path-exclude /usr/share/lintian/*' \
+    'path-exclude /usr/share/linda/*' \
+    'path-exclude /usr/share/locale/*' \
+    'path-include /usr/share/locale/locale.alias' >"$_r/etc/dpkg/dpkg.cfg.d/docker"
+  _clean='rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true'
+  printf '%s\n' \
+    "DPkg::Post-Invoke { \"$_clean\"; };" \
+    "APT::Update::Post-Invoke { \"$_clean\"; };" \
+    'Dir::Cache::pkgcache "";' \
+    'Dir::Cache::srcpkgcache "";' >"$_r/etc/apt/apt.conf.d/docker-clean"
+  printf '%s\n' 'Acquire::Languages "none";' >"$_r/etc/apt/apt.conf.d/docker-no-languages"
+  printf '%s\n' 'Acquire::GzipIndexes "true";' >"$_r/etc/apt/apt.conf.d/docker-gzip-indexes"
+  printf '%s\n' 'Apt::AutoRemove::SuggestsImportant "false";' >"$_r/etc/apt/apt.conf.d/docker-autoremove-suggests"
+  find "$_r/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
+  find "$_r/usr/share/doc" -mindepth 1 -type d -empty -delete
+  find "$_r/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
+  for _d in man groff info lintian linda; do
+    [ -d "$_r/usr/share/$_d" ] && find "$_r/usr/share/$_d" -mindepth 1 -delete
+  done
+  rm -f "$_r"/var/cache/apt/archives/*.deb "$_r"/var/cache/apt/*.bin
+  rm -rf "$_r"/var/lib/apt/lists/*
+  return 0
+}
+
+# base_tarball: prints the path of a debootstrapped, slimmed bookworm rootfs
 # tarball, building and caching it on first use (about a minute).
 base_tarball() {
-  _tar="$CACHE/bookworm-minbase.tar"
+  _tar="$CACHE/bookworm-slim-rootfs.tar"
   mkdir -p "$CACHE"
   (
     flock 9
@@ -120,8 +162,7 @@ base_tarball() {
     log "debootstrap --variant=minbase bookworm from $_mirror (cached afterwards)" >&2
     debootstrap --variant=minbase bookworm "$_rootfs" "$_mirror" >"$SCRATCH/debootstrap.log" 2>&1 ||
       { tail -n 20 "$SCRATCH/debootstrap.log" >&2; exit 1; }
-    rm -f "$_rootfs"/var/cache/apt/archives/*.deb
-    rm -rf "$_rootfs"/var/lib/apt/lists/*
+    slim_rootfs "$_rootfs" || exit 1
     tar -C "$_rootfs" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar"
     rm -rf "$_rootfs"
   ) 9>"$CACHE/.base.lock" >&2 || return 1
