@@ -83,8 +83,16 @@ fi
 B0=$(date +%s)
 # The legacy builder resolves FROM from local images and never contacts a
 # registry; BuildKit would look for a frontend and for base image metadata.
-if DOCKER_BUILDKIT=0 docker build -t "$IMAGE" . >"$SCRATCH/build.log" 2>&1; then
+# The build stage is tagged too, so that replacing the images of an earlier
+# run (removed below once untagged) keeps the compiler layer cached.
+OLD_IDS="$(docker image inspect -f '{{.Id}}' "$IMAGE" "$IMAGE-build" 2>/dev/null)"
+if DOCKER_BUILDKIT=0 docker build --target build -t "$IMAGE-build" . >"$SCRATCH/build.log" 2>&1 &&
+   DOCKER_BUILDKIT=0 docker build -t "$IMAGE" . >>"$SCRATCH/build.log" 2>&1; then
   pass "docker build -t $IMAGE . ($(($(date +%s) - B0)) s)"
+  for _id in $OLD_IDS; do
+    [ -z "$(docker image inspect -f '{{.RepoTags}}' "$_id" 2>/dev/null | tr -d '[]')" ] &&
+      docker rmi "$_id" >/dev/null 2>&1
+  done
 else
   fail "docker build -t $IMAGE ."; tail -n 40 "$SCRATCH/build.log" | sed 's/^/    | /'
   finish docker-test; exit 1

@@ -21,6 +21,8 @@ set -u
 SCRATCH=$(mktemp -d /tmp/attnd-deploy.XXXXXX)
 T0=$(date +%s)
 PODMAN_IMAGE=localhost/attnd:latest
+# (deployment.yaml names the image attnd:latest; podman resolves that
+# short name to localhost/attnd:latest)
 KUBE_FILE=""
 ATTND_PID=""
 PROM_PID=""
@@ -149,8 +151,15 @@ EOF
   fi
   podman tag localhost/debian:bookworm-slim docker.io/library/debian:bookworm-slim 2>/dev/null
   B0=$(date +%s)
-  if podman build --pull=never -t "$PODMAN_IMAGE" . >"$SCRATCH/podman-build.log" 2>&1; then
+  OLD_IDS="$(podman image inspect -f '{{.Id}}' "$PODMAN_IMAGE" "$PODMAN_IMAGE-build" 2>/dev/null)"
+  if podman build --pull=never --target build -t "$PODMAN_IMAGE-build" . >"$SCRATCH/podman-build.log" 2>&1 &&
+     podman build --pull=never -t "$PODMAN_IMAGE" . >>"$SCRATCH/podman-build.log" 2>&1; then
     pass "podman build -t $PODMAN_IMAGE . ($(($(date +%s) - B0)) s)"
+    # Images of an earlier run that the new build untagged.
+    for _id in $OLD_IDS; do
+      [ -z "$(podman image inspect -f '{{.RepoTags}}' "$_id" 2>/dev/null | tr -d '[]')" ] &&
+        podman rmi "$_id" >/dev/null 2>&1
+    done
     # The manifest as written, except that the container port is published
     # on a loopback host port so this machine can reach the pod, and one
     # replica (podman plays every replica; they cannot share the host port).
@@ -190,6 +199,58 @@ EOF
       KUBE_FILE=""
     else
       fail "podman kube play deployment.yaml"; tail -n 20 "$SCRATCH/kube-play.log" | sed 's/^/    | /'
+    fi
+
+    # The sidecar pod: the application image is a placeholder, so the app
+    # container runs the base image instead and talks to attnd over the
+    # pod's loopback with bash's /dev/tcp (the base image has no curl).
+    log "podman kube play deploy/k8s/sidecar.yaml"
+    KUBE_FILE="$SCRATCH/sidecar.yaml"
+    "$PY" - deploy/k8s/sidecar.yaml "$KUBE_FILE" <<'EOF'
+import re, sys
+src, dst = sys.argv[1:3]
+text = open(src).read()
+text, n = re.subn(r"^(\s+)image: registry\.example\.com/my-app:1\.0$",
+                  r'\1image: localhost/debian:bookworm-slim\n\1command: ["sleep", "infinity"]',
+                  text, count=1, flags=re.M)
+if n != 1:
+    sys.exit("no placeholder app image in " + src)
+open(dst, "w").write(text)
+EOF
+    podman kube down "$KUBE_FILE" >/dev/null 2>&1
+    if podman kube play "$KUBE_FILE" >"$SCRATCH/kube-play-sidecar.log" 2>&1; then
+      pass "podman kube play sidecar.yaml"
+      POD=$(podman pod ps --filter name=app-with-attnd --format '{{.Name}}' | head -n 1)
+      APP=$(podman ps --filter "pod=$POD" --format '{{.Names}}' | grep -- '-app$' | head -n 1)
+      SIDE=$(podman ps --filter "pod=$POD" --format '{{.Names}}' | grep -- '-attnd$' | head -n 1)
+      _i=0
+      until podman exec "$SIDE" /usr/local/bin/attnd --probe >/dev/null 2>&1 || [ $_i -ge 40 ]; do
+        sleep 0.25; _i=$((_i + 1))
+      done
+      check "sidecar: attnd --probe (the exec probe) succeeds" podman exec "$SIDE" /usr/local/bin/attnd --probe
+      BODY='{"query": [[[1, 0], [0, 2]]], "key": [[[1, 1], [2, 0], [0, 3]]], "value": [[[1, 0], [0, 1], [1, 1]]]}'
+      podman exec "$APP" bash -c '
+        exec 3<>/dev/tcp/127.0.0.1/8000
+        printf "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" "${#1}" "$1" >&3
+        cat <&3' sh "$BODY" >"$SCRATCH/sidecar-answer.txt" 2>&1
+      check "sidecar: the app container gets 200 from attnd on 127.0.0.1:8000" \
+        grep -q '^HTTP/1.1 200' "$SCRATCH/sidecar-answer.txt"
+      # Same numbers as the float64 reference of the design example.
+      check "sidecar: the answer carries the design example's weights" "$PY" - "$SCRATCH/sidecar-answer.txt" <<'EOF'
+import json, math, sys
+body = open(sys.argv[1], "rb").read().split(b"\r\n\r\n", 1)[1]
+w = json.loads(body)["weights"][0]
+q, k = [[1, 0], [0, 2]], [[1, 1], [2, 0], [0, 3]]
+for qi, row in zip(q, w):
+    s = [sum(a * b for a, b in zip(qi, kj)) / math.sqrt(2) for kj in k]
+    e = [math.exp(x - max(s)) for x in s]
+    ref = [x / sum(e) for x in e]
+    assert all(abs(a - b) <= 1e-5 for a, b in zip(row, ref)), (row, ref)
+EOF
+      check "podman kube down sidecar" podman kube down "$KUBE_FILE"
+      KUBE_FILE=""
+    else
+      fail "podman kube play sidecar.yaml"; tail -n 20 "$SCRATCH/kube-play-sidecar.log" | sed 's/^/    | /'
     fi
   else
     fail "podman build -t $PODMAN_IMAGE ."; tail -n 30 "$SCRATCH/podman-build.log" | sed 's/^/    | /'
