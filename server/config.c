@@ -55,8 +55,10 @@ static const struct config_opt config_opts[] = {
    "1000", "simultaneous connections"},
   {"conn-timeout-s", "ATTND_CONN_TIMEOUT_S", KIND_INT, OFF(conn_timeout_s), 0,
    86400, "60", "close idle connections after this many seconds (0 = never)"},
-  {"http-threads", "ATTND_HTTP_THREADS", KIND_INT, OFF(http_threads), 1, 256,
-   "2", "HTTP (libmicrohttpd) threads"},
+  /* JSON decoding runs on these threads, so they scale with the cores
+   * like the workers do. */
+  {"http-threads", "ATTND_HTTP_THREADS", KIND_INT, OFF(http_threads), 1, 1024,
+   "cores", "HTTP (libmicrohttpd) threads, which also decode requests"},
   {"log", "ATTND_LOG", KIND_LOG, OFF(log_json), 0, 0, "text",
    "log format: text or json"},
 };
@@ -102,7 +104,7 @@ static int config_set(struct config *cfg, const struct config_opt *o,
     return 0;
   case KIND_INT:
   case KIND_LONG:
-    if (strcmp(o->name, "workers") == 0 && strcmp(val, "cores") == 0)
+    if (strcmp(o->def, "cores") == 0 && strcmp(val, "cores") == 0)
       v = config_cores();
     else if (config_number(val, o->min, o->max, &v))
       goto bad;
