@@ -118,45 +118,21 @@ static inline float attn__tanhf(float x) {
 
 /* Maps a raw score to a finite float: +-inf (sgemm overflow) clamps to
  * +-FLT_MAX and NaN (inf - inf inside a dot product of ~1e38 inputs)
- * becomes 0, the value of the symmetric case and the same every time. */
+ * becomes 0, the value of the symmetric case and the same every time.
+ * Integer compares on the magnitude bits: cheap, and they vectorize. */
 static inline float attn__sanitize(float s) {
-  s = s != s ? 0.0f : s;
-  return attn__clampf(s, -FLT_MAX, FLT_MAX);
+  uint32_t u = attn__f2u(s);
+  int32_t mag = (int32_t)(u & 0x7fffffffu);
+  uint32_t big = (u & 0x80000000u) | 0x7f7fffffu; /* +-FLT_MAX */
+  u = mag >= 0x7f800000 ? big : u;
+  u = mag > 0x7f800000 ? 0u : u;
+  return attn__u2f(u);
 }
 
 /* Score of a key after masking: s where allowed (flag 1), -FLT_MAX where
  * not (flag 0); s must be finite. */
 static inline float attn__mask_score(float s, float flag) {
   return s * flag + (flag - 1.0f) * FLT_MAX;
-}
-
-/* Largest of n floats (-FLT_MAX for n == 0).  A max over the order keys
- * is an integer reduction, which gcc vectorizes; a float one it does not
- * without -ffast-math. */
-static inline float attn__max(const float *s, int n) {
-  uint32_t k = attn__fkey(-FLT_MAX);
-  for (int c = 0; c < n; c++) {
-    uint32_t kc = attn__fkey(s[c]);
-    k = kc > k ? kc : k;
-  }
-  return attn__funkey(k);
-}
-
-/* e[c] = flag[c] * exp(s[c] - mx) in place (masked entries exactly 0,
- * decided by the flag and not by underflow); returns the sum of e, added
- * in eight lanes for speed.  mx >= every s[c], so each exp is in [0, 1]
- * and the entry at the maximum adds exactly 1. */
-static inline float attn__exp_row(float *s, const float *flag, int n,
-                                  float mx) {
-  float acc[8];
-  int c;
-  for (c = 0; c < n; c++) s[c] = attn__expf(s[c] - mx) * flag[c];
-  for (int l = 0; l < 8; l++) acc[l] = 0.0f;
-  for (c = 0; c + 8 <= n; c += 8)
-    for (int l = 0; l < 8; l++) acc[l] += s[c + l];
-  for (; c < n; c++) acc[0] += s[c];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
-         ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 /* The dropout hash of attn.h (splitmix64 finaliser). */
@@ -191,6 +167,7 @@ typedef struct attn__scratch {
   size_t drop;        /* float[QB * Lk]: weights path dropped weights */
   size_t acc;         /* float[QB * Dv]: online path accumulator */
   size_t rowmax, rowsum, rowscale; /* float[QB]: online running state */
+  size_t span;        /* attn__span[QB]: online rows' spans in a block */
   size_t qproj;       /* float[QB * Hd]: additive W_q q */
   size_t kproj;       /* float[Hd * KB]: additive W_k k, transposed */
   size_t total;
@@ -206,10 +183,21 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
 void attn__row_intervals(const attn_problem *p, const attn__task *t,
                          int *lo, int *hi, int *klo, int *khi);
 
-/* Allowed flags of row i for keys [j0, j0 + n): 1.0f where the key is in
- * [lo, hi) and the mask allows it, else 0.0f.  Returns the count. */
-int attn__row_flags(const attn_problem *p, const attn__task *t, int i,
-                    int lo, int hi, int j0, int n, float *flags);
+/* One row's allowed keys inside a block of n keys starting at j0: they
+ * lie in [a, z) (block coordinates, 0 <= a <= z <= n); flags, when not
+ * NULL, says which keys of [a, z) the mask allows (1.0f or 0.0f; entries
+ * outside [a, z) are not written).  NULL flags means all of [a, z). */
+typedef struct attn__span {
+  int a, z;
+  int allowed;
+  const float *flags;
+} attn__span;
+
+/* The span of row i (interval [lo, hi) from attn__row_intervals) in the
+ * block [j0, j0 + n); fills flags[a, z) when the problem has a mask. */
+void attn__row_span(const attn_problem *p, const attn__task *t, int i,
+                    int lo, int hi, int j0, int n, float *flags,
+                    attn__span *sp);
 
 /* Raw scores of a task's rows against keys [j0, j0 + n) into s (leading
  * dimension lds): dot (q.k)*scale or additive w_v.tanh(..).  Bias is not
@@ -217,10 +205,18 @@ int attn__row_flags(const attn_problem *p, const attn__task *t, int i,
 void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
                   float *s, int lds, char *scratch, const attn__scratch *lay);
 
-/* Adds bias, sanitizes, and writes -FLT_MAX where flags are 0, for row i
- * and keys [j0, j0 + n). */
-void attn__finish_row(const attn_problem *p, const attn__task *t, int i,
-                      int j0, int n, const float *flags, float *s);
+/* Row kernels (rowops.c).  s holds the raw scores of row i for keys
+ * [j0, j0 + n).  attn__row_scores adds the bias, sanitizes, writes
+ * -FLT_MAX where the mask forbids a key inside the span, and returns the
+ * maximum over the span (-FLT_MAX if it is empty).  attn__row_exp
+ * replaces s by exp(s - m) over the span (exactly 0 where not allowed, by
+ * flag and not by underflow), zeroes the rest of [0, n) and returns the
+ * sum.  With m >= every allowed score each term is in [0, 1] and the
+ * maximum contributes 1. */
+float attn__row_scores(const attn_problem *p, const attn__task *t, int i,
+                       int j0, const attn__span *sp, float *s);
+float attn__row_exp(float *s, int n, const attn__span *sp, float m);
+void attn__row_scale(float *s, int n, float f);
 
 /* Writes out rows of a task with +-inf clamped and NaN as 0. */
 void attn__sanitize_rows(float *out, size_t n);

@@ -46,42 +46,28 @@ void attn__row_intervals(const attn_problem *p, const attn__task *t, int *lo,
   *khi = uhi;
 }
 
-int attn__row_flags(const attn_problem *p, const attn__task *t, int i,
-                    int lo, int hi, int j0, int n, float *flags) {
-  /* [a, z) is [lo, hi) in block coordinates, clipped to [0, n]; an empty
-   * row may have lo beyond the block or even beyond Lk. */
+void attn__row_span(const attn_problem *p, const attn__task *t, int i,
+                    int lo, int hi, int j0, int n, float *flags,
+                    attn__span *sp) {
+  /* [lo, hi) in block coordinates, clipped to [0, n]; an empty row may
+   * have lo beyond the block or even beyond Lk. */
   int a = lo > j0 ? lo - j0 : 0;
   int z = hi - j0 < n ? hi - j0 : n;
-  int count = 0;
   if (a > n) a = n;
   if (z < a) z = a;
-  for (int c = 0; c < a; c++) flags[c] = 0.0f;
-  for (int c = z; c < n; c++) flags[c] = 0.0f;
-  if (!p->mask) {
-    for (int c = a; c < z; c++) flags[c] = 1.0f;
-    return z - a;
-  }
+  sp->a = a;
+  sp->z = z;
+  sp->allowed = z - a;
+  sp->flags = NULL;
+  if (!p->mask || a == z) return;
   const int64_t *ms = p->mask_stride;
   const uint8_t *m = p->mask + t->b * ms[0] + t->h * ms[1] + i * ms[2];
+  int count = 0;
   for (int c = a; c < z; c++) {
     int ok = m[(int64_t)(j0 + c) * ms[3]] != 0;
     flags[c] = ok ? 1.0f : 0.0f;
     count += ok;
   }
-  return count;
-}
-
-void attn__finish_row(const attn_problem *p, const attn__task *t, int i,
-                      int j0, int n, const float *flags, float *s) {
-  if (p->bias) {
-    const int64_t *bs = p->bias_stride;
-    const float *bb = p->bias + t->b * bs[0] + t->h * bs[1] + i * bs[2];
-    for (int c = 0; c < n; c++) s[c] += bb[(int64_t)(j0 + c) * bs[3]];
-  }
-  for (int c = 0; c < n; c++)
-    s[c] = attn__mask_score(attn__sanitize(s[c]), flags[c]);
-}
-
-void attn__sanitize_rows(float *out, size_t n) {
-  for (size_t c = 0; c < n; c++) out[c] = attn__sanitize(out[c]);
+  sp->allowed = count;
+  sp->flags = flags;
 }

@@ -16,6 +16,7 @@
 typedef struct online_state {
   float *flags, *s, *acc, *m, *l, *alpha;
   int *lo, *hi;
+  attn__span *span;
 } online_state;
 
 static void state_of(char *scratch, const attn__scratch *lay,
@@ -28,16 +29,19 @@ static void state_of(char *scratch, const attn__scratch *lay,
   st->alpha = (float *)(scratch + lay->rowscale);
   st->lo = (int *)(scratch + lay->lo);
   st->hi = (int *)(scratch + lay->hi);
+  st->span = (attn__span *)(scratch + lay->span);
 }
 
-/* Flags of every row for keys [j0, j0 + n), leading dimension n; returns
- * the number of allowed (row, key) pairs in the block. */
-static int block_flags(const attn_problem *p, const attn__task *t,
+/* Spans (and mask flags, leading dimension n) of every row for keys
+ * [j0, j0 + n); returns the number of allowed (row, key) pairs. */
+static int block_spans(const attn_problem *p, const attn__task *t,
                        const online_state *st, int j0, int n) {
   int total = 0;
-  for (int r = 0; r < t->rows; r++)
-    total += attn__row_flags(p, t, t->i0 + r, st->lo[r], st->hi[r], j0, n,
-                             st->flags + (size_t)r * n);
+  for (int r = 0; r < t->rows; r++) {
+    attn__row_span(p, t, t->i0 + r, st->lo[r], st->hi[r], j0, n,
+                   st->flags + (size_t)r * n, &st->span[r]);
+    total += st->span[r].allowed;
+  }
   return total;
 }
 
@@ -62,20 +66,18 @@ static void block_dropout(const attn_problem *p, const attn__task *t,
  * alpha[r] is the factor acc row r must be rescaled by. */
 static void block_row_update(const attn_problem *p, const attn__task *t,
                              const online_state *st, int r, int j0, int n) {
-  float *s = st->s + (size_t)r * n, *f = st->flags + (size_t)r * n;
-  int any = 0;
-  for (int c = 0; c < n; c++) any |= f[c] != 0.0f;
-  if (!any) {
+  float *s = st->s + (size_t)r * n;
+  const attn__span *sp = &st->span[r];
+  if (sp->allowed == 0) {
     memset(s, 0, (size_t)n * sizeof *s);
     st->alpha[r] = 1.0f;
     return;
   }
-  attn__finish_row(p, t, t->i0 + r, j0, n, f, s);
-  float bm = attn__max(s, n);
+  float bm = attn__row_scores(p, t, t->i0 + r, j0, sp, s);
   float mnew = bm > st->m[r] ? bm : st->m[r];
   /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot. */
   st->alpha[r] = attn__expf(st->m[r] - mnew);
-  st->l[r] = st->l[r] * st->alpha[r] + attn__exp_row(s, f, n, mnew);
+  st->l[r] = st->l[r] * st->alpha[r] + attn__row_exp(s, n, sp, mnew);
   st->m[r] = mnew;
 }
 
@@ -96,7 +98,7 @@ static void block_accumulate(const attn_problem *p, const attn__task *t,
 static void run_block(const attn_problem *p, const attn__task *t,
                       const online_state *st, int j0, int n, char *scratch,
                       const attn__scratch *lay) {
-  if (block_flags(p, t, st, j0, n) == 0) return; /* skipped, not filled */
+  if (block_spans(p, t, st, j0, n) == 0) return; /* skipped, not filled */
   attn__scores(p, t, j0, n, st->s, n, scratch, lay);
   for (int r = 0; r < t->rows; r++) block_row_update(p, t, st, r, j0, n);
   if (p->dropout_p > 0.0f) block_dropout(p, t, st->s, j0, n);

@@ -10,30 +10,26 @@
 
 #include "attn_impl.h"
 
-static void row_scale(float *s, int n, float f) {
-  for (int c = 0; c < n; c++) s[c] *= f;
-}
-
 static void zero(float *s, size_t n) { memset(s, 0, n * sizeof *s); }
 
-/* Softmax of one row over keys [klo, khi); everything else is 0. */
+/* Softmax of one row over keys [klo, khi); everything else is 0.
+ * Returns the number of allowed keys. */
 static int softmax_row(const attn_problem *p, const attn__task *t, int r,
                        int lo, int hi, int klo, int khi, float *w,
                        float *flags) {
   int i = t->i0 + r, n = khi - klo;
-  int allowed = attn__row_flags(p, t, i, lo, hi, klo, n, flags);
+  attn__span sp;
+  attn__row_span(p, t, i, lo, hi, klo, n, flags, &sp);
   zero(w, (size_t)klo);
   zero(w + khi, (size_t)(p->Lk - khi));
-  if (allowed == 0) {
+  if (sp.allowed == 0) {
     zero(w + klo, (size_t)n);
     return 0;
   }
-  attn__finish_row(p, t, i, klo, n, flags, w + klo);
-  /* Masked entries hold -FLT_MAX, the smallest finite float, so the row
-   * maximum is the maximum over allowed keys. */
-  float sum = attn__exp_row(w + klo, flags, n, attn__max(w + klo, n));
-  row_scale(w + klo, n, 1.0f / sum);
-  return allowed;
+  float mx = attn__row_scores(p, t, i, klo, &sp, w + klo);
+  float sum = attn__row_exp(w + klo, n, &sp, mx);
+  attn__row_scale(w + klo + sp.a, sp.z - sp.a, 1.0f / sum);
+  return sp.allowed;
 }
 
 /* dst = the weights with dropout applied: kept ones scaled by 1/(1-p). */

@@ -643,23 +643,58 @@ START_TEST(test_additive_inputs_near_1e38_stay_finite) { huge_inputs(K_ADD); }
 END_TEST
 
 /* Allowed scores that are themselves -FLT_MAX (a bias of -FLT_MAX) must
- * share the weight while masked keys, which also hold -FLT_MAX as scores,
- * get exactly 0: the decision is the allowed flag, not exp underflow. */
-START_TEST(test_allowed_scores_at_minus_flt_max_keep_masked_keys_zero) {
-  float q[1] = {1}, k[5] = {0.5f, 0.25f, 1, 1, 1}, v[5] = {1, 3, 100, 100, 100};
-  float bias[5], o1[1], o2[1], w[5];
+ * share the weight while forbidden keys, which also hold -FLT_MAX as
+ * scores, get exactly 0: the decision is the allowed flag, not exp
+ * underflow.  13 keys cover the 8-wide loop body and its tail; the
+ * allowed ones are 0 and 1 (valid_lens) or 0, 1 and 9 (mask). */
+static void minus_flt_max_scores(int use_mask) {
+  enum { LK = 13 };
+  float q[1] = {1}, k[LK], v[LK], bias[LK], o1[1], o2[1], w[LK];
   const int32_t vl[1] = {2};
+  uint8_t mask[LK] = {0};
   attn_problem p;
-  for (int j = 0; j < 5; j++) bias[j] = -FLT_MAX;
+  for (int j = 0; j < LK; j++) {
+    bias[j] = -FLT_MAX;
+    k[j] = 0.25f * (float)(j % 3);
+    v[j] = j < 2 || j == 9 ? 1.0f + (float)j : 100.0f;
+  }
+  mask[0] = mask[1] = mask[9] = 1;
   attn_problem_init(&p);
-  p.B = 1; p.Lq = 1; p.Lk = 5; p.D = p.Dk = 1; p.Dv = 1;
-  p.q = q; p.k = k; p.v = v; p.scale = 1.0f; p.valid_lens = vl;
+  p.B = 1; p.Lq = 1; p.Lk = LK; p.D = p.Dk = 1; p.Dv = 1;
+  p.q = q; p.k = k; p.v = v; p.scale = 1.0f;
+  if (use_mask) {
+    p.mask = mask;
+    p.mask_stride[3] = 1;
+  } else {
+    p.valid_lens = vl;
+  }
   p.bias = bias; p.bias_stride[3] = 1;
   run_both(&p, o1, w, o2);
-  ck_assert_double_eq_tol(w[0] + w[1], 1.0, 1e-6);
-  for (int j = 2; j < 5; j++) ck_assert(w[j] == 0.0f);
-  ck_assert(o1[0] >= 1.0f && o1[0] <= 3.0f);
-  ck_assert(o2[0] >= 1.0f && o2[0] <= 3.0f);
+  double sum = 0.0;
+  for (int j = 0; j < LK; j++) {
+    int allowed = use_mask ? mask[j] : j < 2;
+    if (!allowed) ck_assert_msg(w[j] == 0.0f, "w[%d] = %g", j, w[j]);
+    sum += w[j];
+  }
+  ck_assert_double_eq_tol(sum, 1.0, 1e-6);
+  ck_assert(o1[0] >= 1.0f && o1[0] <= 10.0f);
+  ck_assert(o2[0] >= 1.0f && o2[0] <= 10.0f);
+}
+
+START_TEST(test_allowed_scores_at_minus_flt_max_keep_masked_keys_zero) {
+  minus_flt_max_scores(0);
+  minus_flt_max_scores(1);
+}
+END_TEST
+
+START_TEST(test_sanitize_maps_inf_to_flt_max_and_nan_to_zero) {
+  ck_assert(attn__sanitize(INFINITY) == FLT_MAX);
+  ck_assert(attn__sanitize(-INFINITY) == -FLT_MAX);
+  ck_assert(attn__sanitize(NAN) == 0.0f);
+  ck_assert(attn__sanitize(-NAN) == 0.0f);
+  ck_assert(attn__sanitize(-FLT_MAX) == -FLT_MAX);
+  ck_assert(attn__sanitize(1.5f) == 1.5f);
+  ck_assert(attn__sanitize(-0x1p-140f) == -0x1p-140f);
 }
 END_TEST
 
@@ -1011,6 +1046,7 @@ static Suite *core_suite(void) {
   tcase_add_test(api, test_run_tasks_rejects_ranges_beyond_task_count);
   tcase_add_test(api, test_expf_is_within_2_ulp_and_exactly_0_below_cutoff);
   tcase_add_test(api, test_tanhf_matches_libm);
+  tcase_add_test(api, test_sanitize_maps_inf_to_flt_max_and_nan_to_zero);
   tcase_add_test(api, test_dropout_keep_follows_documented_formula);
   suite_add_tcase(s, api);
   return s;

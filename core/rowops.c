@@ -1,0 +1,107 @@
+/* rowops.c - the per-row loops of the softmax shared by both paths.
+ *
+ * Each loop runs over one row's span of keys and is written so that gcc
+ * -O3 vectorizes it without -ffast-math: the helpers it calls are the
+ * branch-free inlines of attn_impl.h, the maximum is an integer reduction
+ * over order keys, and the sum is kept in eight explicit lanes (a float
+ * reduction would need reassociation).  The lanes also fix the summation
+ * order, so results do not depend on the vector width.
+ */
+#include "attn_impl.h"
+
+static void row_bias(const attn_problem *p, const attn__task *t, int i,
+                     int j0, int a, int z, float *s) {
+  const int64_t *bs = p->bias_stride;
+  const float *bb = p->bias + t->b * bs[0] + t->h * bs[1] + i * bs[2];
+  if (bs[3] == 1) {
+    for (int c = a; c < z; c++) s[c] += bb[j0 + c];
+  } else {
+    for (int c = a; c < z; c++) s[c] += bb[(int64_t)(j0 + c) * bs[3]];
+  }
+}
+
+/* s = sanitize(s) over [a, z); returns the maximum. */
+static float clean_max(float *s, int a, int z) {
+  uint32_t k = attn__fkey(-FLT_MAX);
+  for (int c = a; c < z; c++) {
+    float v = attn__sanitize(s[c]);
+    uint32_t kv = attn__fkey(v);
+    s[c] = v;
+    k = kv > k ? kv : k;
+  }
+  return attn__funkey(k);
+}
+
+/* As clean_max, with forbidden keys set to -FLT_MAX (which never beats
+ * an allowed score, so the maximum is over allowed keys). */
+static float clean_max_masked(float *s, const float *f, int a, int z) {
+  uint32_t k = attn__fkey(-FLT_MAX);
+  for (int c = a; c < z; c++) {
+    float v = attn__mask_score(attn__sanitize(s[c]), f[c]);
+    uint32_t kv = attn__fkey(v);
+    s[c] = v;
+    k = kv > k ? kv : k;
+  }
+  return attn__funkey(k);
+}
+
+float attn__row_scores(const attn_problem *p, const attn__task *t, int i,
+                       int j0, const attn__span *sp, float *s) {
+  if (sp->a == sp->z) return -FLT_MAX;
+  if (p->bias) row_bias(p, t, i, j0, sp->a, sp->z, s);
+  if (sp->flags) return clean_max_masked(s, sp->flags, sp->a, sp->z);
+  return clean_max(s, sp->a, sp->z);
+}
+
+static float lanes_sum(const float acc[8]) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+         ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static float exp_sum(float *s, int a, int z, float m) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int c = a;
+  for (; c + 8 <= z; c += 8)
+    for (int l = 0; l < 8; l++) {
+      float e = attn__expf(s[c + l] - m);
+      s[c + l] = e;
+      acc[l] += e;
+    }
+  for (; c < z; c++) {
+    s[c] = attn__expf(s[c] - m);
+    acc[(c - a) & 7] += s[c];
+  }
+  return lanes_sum(acc);
+}
+
+static float exp_sum_masked(float *s, const float *f, int a, int z,
+                            float m) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int c = a;
+  for (; c + 8 <= z; c += 8)
+    for (int l = 0; l < 8; l++) {
+      float e = attn__expf(s[c + l] - m) * f[c + l];
+      s[c + l] = e;
+      acc[l] += e;
+    }
+  for (; c < z; c++) {
+    s[c] = attn__expf(s[c] - m) * f[c];
+    acc[(c - a) & 7] += s[c];
+  }
+  return lanes_sum(acc);
+}
+
+float attn__row_exp(float *s, int n, const attn__span *sp, float m) {
+  memset(s, 0, (size_t)sp->a * sizeof *s);
+  memset(s + sp->z, 0, (size_t)(n - sp->z) * sizeof *s);
+  if (sp->flags) return exp_sum_masked(s, sp->flags, sp->a, sp->z, m);
+  return exp_sum(s, sp->a, sp->z, m);
+}
+
+void attn__row_scale(float *s, int n, float f) {
+  for (int c = 0; c < n; c++) s[c] *= f;
+}
+
+void attn__sanitize_rows(float *out, size_t n) {
+  for (size_t c = 0; c < n; c++) out[c] = attn__sanitize(out[c]);
+}
