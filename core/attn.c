@@ -72,8 +72,6 @@ int attn_check(const attn_problem *p) {
   if (p->causal != ATTN_CAUSAL_NONE && p->causal != ATTN_CAUSAL_UPPER_LEFT &&
       p->causal != ATTN_CAUSAL_LOWER_RIGHT)
     return ATTND_EINVAL;
-  if (p->valid_lens_per_query != 0 && p->valid_lens_per_query != 1)
-    return ATTND_EINVAL;
   if (p->mask && !check_strides(p->mask_stride)) return ATTND_EINVAL;
   if (p->bias && !check_strides(p->bias_stride)) return ATTND_EINVAL;
   /* Written so that NaN fails too. */

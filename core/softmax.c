@@ -2,9 +2,12 @@
  * block of scores in the caller's weights buffer, masks it, turns it into
  * softmax weights in place and multiplies by V.
  *
- * Masked positions hold -FLT_MAX as scores; their weight is decided by the
- * allowed flag, not by exp underflow, so a row whose allowed scores are
- * themselves -FLT_MAX still gives masked keys exactly 0.
+ * Keys outside a row's span (valid_lens, causal, window) get weight 0
+ * directly; keys inside it that the mask forbids hold -FLT_MAX as scores
+ * and get weight 0 by their flag, not by exp underflow, so a row whose
+ * allowed scores are themselves -FLT_MAX still gives them exactly 0.
+ * Only the key range some row of the task may see, [klo, khi), is scored
+ * and multiplied by V.
  */
 #include <cblas.h>
 
@@ -87,11 +90,12 @@ void attn__task_weights(const attn_problem *p, const attn__task *t,
     return;
   }
   block_scores(p, t, w, klo, khi, scratch, lay);
+  /* lo[r] is spent once row r is done; its slot keeps the allowed count. */
+  int *allowed = lo;
   for (int r = 0; r < t->rows; r++) {
-    int a = softmax_row(p, t, r, lo[r], hi[r], klo, khi, w + (size_t)r * p->Lk,
-                        flags);
-    lo[r] = a; /* reuse: allowed count of the row */
-    any |= a > 0;
+    allowed[r] = softmax_row(p, t, r, lo[r], hi[r], klo, khi,
+                             w + (size_t)r * p->Lk, flags);
+    any |= allowed[r] > 0;
   }
   if (!any) {
     zero(o, (size_t)t->rows * p->Dv);
@@ -104,7 +108,8 @@ void attn__task_weights(const attn_problem *p, const attn__task *t,
   } else {
     weights_times_v(p, t, w + klo, p->Lk, klo, khi - klo, o);
   }
+  /* Huge values can overflow the product; rows without keys are +0. */
   attn__sanitize_rows(o, (size_t)t->rows * p->Dv);
   for (int r = 0; r < t->rows; r++)
-    if (lo[r] == 0) zero(o + (size_t)r * p->Dv, (size_t)p->Dv);
+    if (allowed[r] == 0) zero(o + (size_t)r * p->Dv, (size_t)p->Dv);
 }
