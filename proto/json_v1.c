@@ -6,7 +6,8 @@
  *      bounds the size of the cJSON tree before cJSON builds it), JSON, one
  *      object, nothing after it;
  *   2. fields: every top-level name known and seen once;
- *   3. shapes of every tensor and how they relate (no element is read);
+ *   3. shapes of every tensor and how they relate (no element is read;
+ *      the relations are check.c's, shared with the v2 codec);
  *   4. the element budget over inputs and outputs (ATTND_ETOOBIG);
  *   5. scalar options that depend on the shapes (scale, window);
  *   6. allocation and conversion of every element, then the attn_problem.
@@ -40,7 +41,7 @@ static const char *const field_names[F_COUNT] = {
 typedef struct v1_ctx {
   const cJSON *f[F_COUNT];  /* NULL when absent or JSON null */
   int seen_null[F_COUNT];   /* present but null */
-  proto__tensor q, k, v, vl, mask, bias, wq, wk, wv;
+  proto__check ck;          /* the tensors; ck.t[i].json NULL when absent */
   proto_request *req;
   attn_problem *p;
   size_t max_elems;
@@ -135,162 +136,54 @@ static int required(v1_ctx *c, int fld) {
              c->seen_null[fld] ? "null" : "missing");
 }
 
-/* (B, [H,] L, W) of a rank-3 or rank-4 tensor. */
-static void bhlw(const proto__tensor *t, int *b, int *h, int *l, int *w) {
-  *b = t->shape[0];
-  *h = t->rank == 4 ? t->shape[1] : 1;
-  *l = t->shape[t->rank - 2];
-  *w = t->shape[t->rank - 1];
-}
-
 static int qkv_shapes(v1_ctx *c) {
   int rc;
   for (int f = F_QUERY; f <= F_VALUE; f++)
     if ((rc = required(c, f)))
       return rc;
-  if ((rc = tensor_shape(c, F_QUERY, &c->q)))
+  if ((rc = tensor_shape(c, F_QUERY, &c->ck.t[PROTO__IN_QUERY])))
     return rc;
-  if (c->q.rank != 3 && c->q.rank != 4)
-    return ERR("query: expected rank 3 or 4, got %d (shape (B, Lq, D) or "
-               "(B, H, Lq, D))", c->q.rank);
-  if ((rc = tensor_shape(c, F_KEY, &c->k)) ||
-      (rc = tensor_shape(c, F_VALUE, &c->v)))
+  int qr = c->ck.t[PROTO__IN_QUERY].rank;
+  if (qr != 3 && qr != 4)
+    return proto__check_qkv(&c->ck); /* names the rank it wants */
+  if ((rc = tensor_shape(c, F_KEY, &c->ck.t[PROTO__IN_KEY])) ||
+      (rc = tensor_shape(c, F_VALUE, &c->ck.t[PROTO__IN_VALUE])))
     return rc;
-  if (c->k.rank != c->q.rank)
-    return ERR("key: expected rank %d like query, got %d", c->q.rank,
-               c->k.rank);
-  if (c->v.rank != c->q.rank)
-    return ERR("value: expected rank %d like query, got %d", c->q.rank,
-               c->v.rank);
-  return 0;
-}
-
-static int qkv_relations(v1_ctx *c) {
-  attn_problem *p = c->p;
-  int kb, vb, vh, vl;
-  bhlw(&c->q, &p->B, &p->H, &p->Lq, &p->D);
-  bhlw(&c->k, &kb, &p->Hkv, &p->Lk, &p->Dk);
-  bhlw(&c->v, &vb, &vh, &vl, &p->Dv);
-  if (kb != p->B)
-    return ERR("key: batch %d does not match query batch %d", kb, p->B);
-  if (vb != p->B)
-    return ERR("value: batch %d does not match query batch %d", vb, p->B);
-  if (vh != p->Hkv)
-    return ERR("value: %d heads do not match key heads %d", vh, p->Hkv);
-  if (vl != p->Lk)
-    return ERR("value: length %d does not match key length %d", vl, p->Lk);
-  if (p->H % p->Hkv)
-    return ERR("key: %d heads do not divide query heads %d (H must be a "
-               "multiple of Hkv)", p->Hkv, p->H);
-  if (p->scoring == ATTN_SCORING_DOT && p->Dk != p->D)
-    return ERR("key: width %d does not match query width %d", p->Dk, p->D);
-  return 0;
+  return proto__check_qkv(&c->ck);
 }
 
 static int valid_lens_shape(v1_ctx *c) {
-  if (!c->f[F_VALID_LENS])
-    return 0;
-  int rc = tensor_shape(c, F_VALID_LENS, &c->vl);
-  if (rc)
+  int rc;
+  if (c->f[F_VALID_LENS] &&
+      (rc = tensor_shape(c, F_VALID_LENS, &c->ck.t[PROTO__IN_VALID_LENS])))
     return rc;
-  const proto__tensor *t = &c->vl;
-  if (t->rank == 1 && t->shape[0] == c->p->B)
-    return 0;
-  if (t->rank == 2 && t->shape[0] == c->p->B && t->shape[1] == c->p->Lq) {
-    c->p->valid_lens_per_query = 1;
-    return 0;
-  }
-  char got[64] = "rank > 4";
-  if (t->rank <= PROTO__MAX_RANK)
-    proto__shape_str(t->shape, t->rank, got, sizeof got);
-  return ERR("valid_lens: shape %s is neither (B,) = [%d] nor (B, Lq) = "
-             "[%d,%d]", got, c->p->B, c->p->B, c->p->Lq);
-}
-
-/* The (B, [H,] Lq, Lk) shape masks and biases broadcast to. */
-static int score_shape(const v1_ctx *c, int *dims) {
-  int r = 0;
-  dims[r++] = c->p->B;
-  if (c->q.rank == 4)
-    dims[r++] = c->p->H;
-  dims[r++] = c->p->Lq;
-  dims[r++] = c->p->Lk;
-  return r;
-}
-
-/* Turns a trailing-axis broadcast of t to the score shape into element
- * strides over (b, h, i, j): a missing or size-1 axis gets stride 0. */
-static int broadcast(v1_ctx *c, int fld, const proto__tensor *t,
-                     int64_t stride[4]) {
-  int dims[4], r = score_shape(c, dims);
-  static const int axis3[3] = {0, 2, 3}, axis4[4] = {0, 1, 2, 3};
-  const int *axis = r == 4 ? axis4 : axis3;
-  char want[64], got[64] = "of rank > 4";
-  proto__shape_str(dims, r, want, sizeof want);
-  if (t->rank <= PROTO__MAX_RANK)
-    proto__shape_str(t->shape, t->rank, got, sizeof got);
-  if (t->rank > r)
-    return ERR("%s: shape %s does not broadcast to %s (rank %d > %d)",
-               field_names[fld], got, want, t->rank, r);
-  int64_t cs = 1; /* contiguous stride of the tensor axis being mapped */
-  stride[0] = stride[1] = stride[2] = stride[3] = 0;
-  for (int ta = r - 1; ta >= 0; ta--) {
-    int ma = ta - (r - t->rank);
-    if (ma < 0)
-      break;
-    int d = t->shape[ma];
-    if (d != dims[ta] && d != 1)
-      return ERR("%s: shape %s does not broadcast to %s (axis %d: %d vs %d)",
-                 field_names[fld], got, want, ta, d, dims[ta]);
-    stride[axis[ta]] = d == 1 ? 0 : cs;
-    cs *= d;
-  }
-  return 0;
+  return proto__check_valid_lens(&c->ck);
 }
 
 static int mask_bias_shapes(v1_ctx *c) {
   int rc;
-  if (c->f[F_MASK]) {
-    if ((rc = tensor_shape(c, F_MASK, &c->mask)) ||
-        (rc = broadcast(c, F_MASK, &c->mask, c->p->mask_stride)))
-      return rc;
-  }
-  if (c->f[F_BIAS]) {
-    if ((rc = tensor_shape(c, F_BIAS, &c->bias)) ||
-        (rc = broadcast(c, F_BIAS, &c->bias, c->p->bias_stride)))
-      return rc;
-  }
-  return 0;
+  if (c->f[F_MASK] &&
+      (rc = tensor_shape(c, F_MASK, &c->ck.t[PROTO__IN_MASK])))
+    return rc;
+  if (c->f[F_BIAS] &&
+      (rc = tensor_shape(c, F_BIAS, &c->ck.t[PROTO__IN_BIAS])))
+    return rc;
+  return proto__check_mask_bias(&c->ck);
 }
 
 static int additive_shapes(v1_ctx *c) {
   static const int flds[3] = {F_W_Q, F_W_K, F_W_V};
-  proto__tensor *ts[3] = {&c->wq, &c->wk, &c->wv};
-  attn_problem *p = c->p;
   int rc;
   for (int i = 0; i < 3; i++) {
     if (!c->f[flds[i]])
       return ERR("%s: required with scoring \"additive\"",
                  field_names[flds[i]]);
-    if ((rc = tensor_shape(c, flds[i], ts[i])))
+    if ((rc = tensor_shape(c, flds[i], &c->ck.t[PROTO__IN_W_Q + i])))
       return rc;
-    if (ts[i]->rank != (i < 2 ? 2 : 1))
-      return ERR("%s: expected rank %d, got %d", field_names[flds[i]],
-                 i < 2 ? 2 : 1, ts[i]->rank);
+    if (c->ck.t[PROTO__IN_W_Q + i].rank != (i < 2 ? 2 : 1))
+      break; /* proto__check_additive names the rank it wants */
   }
-  p->Hd = c->wq.shape[0];
-  if (c->wq.shape[1] != p->D)
-    return ERR("w_q: width %d does not match query width %d",
-               c->wq.shape[1], p->D);
-  if (c->wk.shape[0] != p->Hd)
-    return ERR("w_k: %d rows do not match w_q's %d", c->wk.shape[0], p->Hd);
-  if (c->wk.shape[1] != p->Dk)
-    return ERR("w_k: width %d does not match key width %d", c->wk.shape[1],
-               p->Dk);
-  if (c->wv.shape[0] != p->Hd)
-    return ERR("w_v: length %d does not match w_q's %d rows", c->wv.shape[0],
-               p->Hd);
-  return 0;
+  return proto__check_additive(&c->ck);
 }
 
 static int weight_shapes(v1_ctx *c) {
@@ -299,41 +192,6 @@ static int weight_shapes(v1_ctx *c) {
   for (int f = F_W_Q; f <= F_W_V; f++)
     if (c->f[f])
       return ERR("%s: only valid with scoring \"additive\"", field_names[f]);
-  return 0;
-}
-
-/* ---- phase 4: the element budget ------------------------------------------ */
-
-static int add_elems(size_t *total, size_t n) {
-  return __builtin_add_overflow(*total, n, total) ? -1 : 0;
-}
-
-static int budget(v1_ctx *c) {
-  const proto__tensor *ts[] = {&c->q, &c->k, &c->v, &c->vl, &c->mask,
-                               &c->bias, &c->wq, &c->wk, &c->wv};
-  const attn_problem *p = c->p;
-  size_t total = 0, rows, out, w = 0;
-  int bad = 0;
-  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-    bad |= add_elems(&total, ts[i]->n);
-  bad |= __builtin_mul_overflow((size_t)p->B * (size_t)p->H, (size_t)p->Lq,
-                                &rows);
-  bad |= __builtin_mul_overflow(rows, (size_t)p->Dv, &out);
-  if (c->req->return_weights)
-    bad |= __builtin_mul_overflow(rows, (size_t)p->Lk, &w);
-  bad |= add_elems(&total, out) | add_elems(&total, w);
-  bad |= out > SIZE_MAX / 8 || w > SIZE_MAX / 8;
-  if (bad || (c->max_elems && total > c->max_elems)) {
-    if (bad)
-      snprintf(c->err, PROTO_ERR_MAX, "request is too large: its tensor "
-               "element count overflows");
-    else
-      snprintf(c->err, PROTO_ERR_MAX, "request needs %zu tensor elements "
-               "(inputs and outputs), more than the server's limit of %zu",
-               total, c->max_elems);
-    return ATTND_ETOOBIG;
-  }
-  c->req->out_bytes = (out + w) * sizeof(float);
   return 0;
 }
 
@@ -528,7 +386,8 @@ static int opt_window(v1_ctx *c) {
 
 /* ---- phase 6: elements ---------------------------------------------------- */
 
-static int fill(v1_ctx *c, const proto__tensor *t, int kind, const void **dst) {
+static int fill(v1_ctx *c, int in, int kind, const void **dst) {
+  const proto__tensor *t = &c->ck.t[in];
   static const size_t size[3] = {sizeof(float), sizeof(int32_t),
                                  sizeof(uint8_t)};
   if (!t->json)
@@ -545,28 +404,25 @@ static int fill_all(v1_ctx *c) {
   attn_problem *p = c->p;
   const void *vl = NULL, *mask = NULL;
   int rc;
-  if ((rc = fill(c, &c->q, PROTO__KIND_F32, (const void **)&p->q)) ||
-      (rc = fill(c, &c->k, PROTO__KIND_F32, (const void **)&p->k)) ||
-      (rc = fill(c, &c->v, PROTO__KIND_F32, (const void **)&p->v)) ||
-      (rc = fill(c, &c->vl, PROTO__KIND_LEN, &vl)) ||
-      (rc = fill(c, &c->mask, PROTO__KIND_BOOL, &mask)) ||
-      (rc = fill(c, &c->bias, PROTO__KIND_F32, (const void **)&p->bias)) ||
-      (rc = fill(c, &c->wq, PROTO__KIND_F32, (const void **)&p->w_q)) ||
-      (rc = fill(c, &c->wk, PROTO__KIND_F32, (const void **)&p->w_k)) ||
-      (rc = fill(c, &c->wv, PROTO__KIND_F32, (const void **)&p->w_v)))
+  if ((rc = fill(c, PROTO__IN_QUERY, PROTO__KIND_F32,
+                 (const void **)&p->q)) ||
+      (rc = fill(c, PROTO__IN_KEY, PROTO__KIND_F32, (const void **)&p->k)) ||
+      (rc = fill(c, PROTO__IN_VALUE, PROTO__KIND_F32,
+                 (const void **)&p->v)) ||
+      (rc = fill(c, PROTO__IN_VALID_LENS, PROTO__KIND_LEN, &vl)) ||
+      (rc = fill(c, PROTO__IN_MASK, PROTO__KIND_BOOL, &mask)) ||
+      (rc = fill(c, PROTO__IN_BIAS, PROTO__KIND_F32,
+                 (const void **)&p->bias)) ||
+      (rc = fill(c, PROTO__IN_W_Q, PROTO__KIND_F32,
+                 (const void **)&p->w_q)) ||
+      (rc = fill(c, PROTO__IN_W_K, PROTO__KIND_F32,
+                 (const void **)&p->w_k)) ||
+      (rc = fill(c, PROTO__IN_W_V, PROTO__KIND_F32,
+                 (const void **)&p->w_v)))
     return rc;
   p->valid_lens = vl;
   p->mask = mask;
-  size_t rows = (size_t)p->B * p->H * p->Lq;
-  c->req->out = proto__own(c->req, rows * p->Dv * sizeof(float));
-  if (!c->req->out)
-    return ATTND_ENOMEM;
-  if (c->req->return_weights) {
-    c->req->weights = proto__own(c->req, rows * p->Lk * sizeof(float));
-    if (!c->req->weights)
-      return ATTND_ENOMEM;
-  }
-  return 0;
+  return proto__alloc_outputs(&c->ck);
 }
 
 /* ---- the decoder ------------------------------------------------------------ */
@@ -576,13 +432,13 @@ static int decode_root(v1_ctx *c, const cJSON *root) {
   if ((rc = collect_fields(c, root)) || (rc = opt_scoring(c)) ||
       (rc = opt_causal(c)) || (rc = opt_return_weights(c)) ||
       (rc = opt_dropout(c)) || (rc = qkv_shapes(c)) ||
-      (rc = qkv_relations(c)) || (rc = valid_lens_shape(c)) ||
-      (rc = mask_bias_shapes(c)) || (rc = weight_shapes(c)) ||
-      (rc = budget(c)) || (rc = opt_scale(c)) || (rc = opt_window(c)) ||
-      (rc = opt_id(c)) || (rc = fill_all(c)))
+      (rc = valid_lens_shape(c)) || (rc = mask_bias_shapes(c)) ||
+      (rc = weight_shapes(c)) || (rc = proto__check_budget(&c->ck)) ||
+      (rc = opt_scale(c)) || (rc = opt_window(c)) || (rc = opt_id(c)) ||
+      (rc = fill_all(c)))
     return rc;
-  c->req->qrank = c->q.rank;
-  c->req->flat = c->q.flat;
+  c->req->qrank = c->ck.t[PROTO__IN_QUERY].rank;
+  c->req->flat = c->ck.t[PROTO__IN_QUERY].flat;
   return 0;
 }
 
@@ -590,6 +446,10 @@ int proto_v1_decode(const char *body, size_t len, proto_request *req,
                     size_t max_elems, char err[PROTO_ERR_MAX]) {
   v1_ctx c = {.req = req, .p = &req->prob, .max_elems = max_elems,
               .err = err};
+  c.ck.req = req;
+  c.ck.p = &req->prob;
+  c.ck.max_elems = max_elems;
+  c.ck.err = err;
   cJSON *root = NULL;
   memset(req, 0, sizeof *req);
   attn_problem_init(&req->prob);

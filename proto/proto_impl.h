@@ -81,14 +81,27 @@ void proto__quote_name(const char *name, char *s, size_t cap);
 enum proto__kind {
   PROTO__KIND_F32 = 0,  /* finite numbers within float32 range -> float */
   PROTO__KIND_LEN = 1,  /* integers in [0, hi] -> int32_t (valid_lens) */
-  PROTO__KIND_BOOL = 2  /* true/false or 0/1 -> uint8_t */
+  PROTO__KIND_BOOL = 2, /* true/false or 0/1 -> uint8_t */
+  PROTO__KIND_F16 = 3,  /* numbers rounded (to nearest, ties to even) onto
+                           the FP16 grid, then widened exactly -> float */
+  PROTO__KIND_BF16 = 4  /* the same on the BF16 grid */
+};
+
+/* How a tensor's "data" holds its elements. */
+enum proto__form {
+  PROTO__FORM_NESTED = 0, /* nested arrays whose lengths are the shape */
+  PROTO__FORM_FLAT = 1,   /* one flat array, shape given beside it */
+  PROTO__FORM_ANY = 2     /* v2: arrays nested any way, read depth first
+                             in row-major order; only the count must match */
 };
 
 typedef struct proto__tensor {
   const char *name;             /* field name for messages */
-  const cJSON *json;            /* the field's value */
-  const cJSON *data;            /* the array holding the elements */
-  int flat;                     /* 1: {"shape","data"}, 0: nested arrays */
+  const cJSON *json;            /* the field's value (v2: the input object);
+                                   NULL means the tensor is absent */
+  const cJSON *data;            /* the array holding the elements; NULL
+                                   for a v2 binary tensor */
+  int flat;                     /* enum proto__form */
   int rank;                     /* may exceed PROTO__MAX_RANK: the caller
                                    rejects it before using shape or n */
   int shape[PROTO__MAX_RANK];
@@ -108,6 +121,92 @@ int proto__tensor_fill(const proto__tensor *t, int kind, long long hi,
 
 /* Formats a shape as "[2,3,7]" into s. */
 void proto__shape_str(const int *shape, int rank, char *s, size_t cap);
+
+/* Counts the leaves of a PROTO__FORM_ANY "data" array into *n.  Returns 0,
+ * or ATTND_EINVAL when an element is an empty array, an object, or the
+ * nesting is deeper than 32. */
+int proto__count_any(const cJSON *data, const char *name, size_t *n,
+                     char err[PROTO_ERR_MAX]);
+
+/* ---- shape checks shared by the codecs (check.c) ---------------------------
+ *
+ * Both codecs first read every tensor's shape into a proto__check, then run
+ * the same checks in this order: proto__check_qkv, proto__check_valid_lens,
+ * proto__check_mask_bias, (additive) proto__check_additive,
+ * proto__check_budget; then allocate with proto__alloc_outputs.  Each
+ * returns 0 or an ATTND_E* code with a message in err naming the input. */
+enum proto__input {
+  PROTO__IN_QUERY, PROTO__IN_KEY, PROTO__IN_VALUE, PROTO__IN_VALID_LENS,
+  PROTO__IN_MASK, PROTO__IN_BIAS, PROTO__IN_W_Q, PROTO__IN_W_K,
+  PROTO__IN_W_V, PROTO__IN_COUNT
+};
+
+/* "query", "key", ... in enum order. */
+extern const char *const proto__input_names[PROTO__IN_COUNT];
+
+typedef struct proto__check {
+  proto__tensor t[PROTO__IN_COUNT]; /* t[i].json == NULL: input absent */
+  proto_request *req;
+  attn_problem *p;                  /* &req->prob; scoring set already */
+  size_t max_elems;                 /* 0 = no bound */
+  char *err;
+} proto__check;
+
+/* Query rank 3 or 4, key and value of the same rank, and how B, H, Hkv,
+ * Lq, Lk, D, Dk, Dv relate; fills those fields of the problem. */
+int proto__check_qkv(proto__check *c);
+/* valid_lens (B,) or (B, Lq), when present. */
+int proto__check_valid_lens(proto__check *c);
+/* mask and bias broadcast to (B, [H,] Lq, Lk), when present; fills the
+ * problem's strides. */
+int proto__check_mask_bias(proto__check *c);
+/* w_q (Hd, D), w_k (Hd, Dk), w_v (Hd), all present; fills Hd. */
+int proto__check_additive(proto__check *c);
+/* Inputs plus outputs (weights when req->return_weights) within
+ * max_elems; ATTND_ETOOBIG otherwise.  Sets req->out_bytes. */
+int proto__check_budget(proto__check *c);
+/* Allocates req->out and (when return_weights) req->weights. */
+int proto__alloc_outputs(proto__check *c);
+
+/* ---- datatypes (dtype.c) -------------------------------------------------
+ *
+ * The KServe v2 datatype strings.  Binary tensors are little-endian,
+ * row-major, without padding. */
+enum proto__dtype {
+  PROTO__DT_BOOL, PROTO__DT_UINT8, PROTO__DT_UINT16, PROTO__DT_UINT32,
+  PROTO__DT_UINT64, PROTO__DT_INT8, PROTO__DT_INT16, PROTO__DT_INT32,
+  PROTO__DT_INT64, PROTO__DT_FP16, PROTO__DT_BF16, PROTO__DT_FP32,
+  PROTO__DT_FP64, PROTO__DT_BYTES, PROTO__DT_COUNT
+};
+
+/* The enum value of a datatype string, or -1 when it is not one. */
+int proto__dtype_parse(const char *s);
+/* "FP32" etc.; "?" for a value out of range. */
+const char *proto__dtype_name(int dt);
+/* Bytes per element; 0 for BYTES (variable) and out-of-range values. */
+size_t proto__dtype_size(int dt);
+
+/* Exact widenings.  Return 0, or -1 (and leave *out alone) for an
+ * infinity or NaN. */
+int proto__f16_to_f32(uint16_t h, float *out);
+int proto__bf16_to_f32(uint16_t b, float *out);
+/* Rounds to nearest, ties to even.  Returns -1 for a non-finite x or one
+ * whose rounding overflows the target type. */
+int proto__f64_to_f32(double x, float *out);
+int proto__f64_to_f16(double x, uint16_t *out);
+int proto__f64_to_bf16(double x, uint16_t *out);
+
+/* Converts n little-endian elements of float datatype dt (FP32, FP64,
+ * FP16, BF16) at src (any alignment) into dst.  Returns n, or the index of
+ * the first non-finite element (dst is then partly written). */
+size_t proto__bin_to_f32(int dt, const void *src, size_t n, float *dst);
+/* INT32 or INT64 lengths in [0, hi] -> int32.  Returns n, or the index of
+ * the first value outside, which is stored in *bad. */
+size_t proto__bin_to_len(int dt, const void *src, size_t n, long long hi,
+                         int32_t *dst, long long *bad);
+/* BOOL bytes (0 or 1) -> uint8.  Returns n or the index of the first
+ * other byte. */
+size_t proto__bin_to_bool(const void *src, size_t n, uint8_t *dst);
 
 /* ---- request memory (request.c) ------------------------------------------ */
 

@@ -215,6 +215,32 @@ static int put_f32(fill_ctx *f, const cJSON *e) {
   return 0;
 }
 
+/* FP16 or BF16 given as a JSON number: one rounding from the double onto
+ * the type's grid, then the exact widening, so that the core sees what the
+ * binary form of the same tensor would give. */
+static int put_half(fill_ctx *f, const cJSON *e) {
+  char *err = f->err, at[64], what[48];
+  int bf = f->kind == PROTO__KIND_BF16;
+  uint16_t h;
+  if (!cJSON_IsNumber(e)) {
+    index_str(f->idx, f->t->rank, at, sizeof at);
+    proto__describe(e, what, sizeof what);
+    return ERR("%s: expected a number at %s, got %s", f->t->name, at, what);
+  }
+  double x = e->valuedouble;
+  if (bf ? proto__f64_to_bf16(x, &h) : proto__f64_to_f16(x, &h)) {
+    index_str(f->idx, f->t->rank, at, sizeof at);
+    return ERR("%s%s: %g is out of %s range", f->t->name, at, x,
+               bf ? "BF16" : "FP16");
+  }
+  float *dst = (float *)f->dst + f->pos++;
+  if (bf)
+    proto__bf16_to_f32(h, dst);
+  else
+    proto__f16_to_f32(h, dst);
+  return 0;
+}
+
 static int put_len(fill_ctx *f, const cJSON *e) {
   char *err = f->err, at[64], what[48];
   index_str(f->idx, f->t->rank, at, sizeof at);
@@ -253,6 +279,8 @@ static int put_elem(fill_ctx *f, const cJSON *e) {
   switch (f->kind) {
   case PROTO__KIND_F32: return put_f32(f, e);
   case PROTO__KIND_LEN: return put_len(f, e);
+  case PROTO__KIND_F16:
+  case PROTO__KIND_BF16: return put_half(f, e);
   default: return put_bool(f, e);
   }
 }
@@ -306,9 +334,60 @@ static int fill_flat(fill_ctx *f) {
   return 0;
 }
 
+/* Advances the multi-index of the element just written (row-major). */
+static void odometer(fill_ctx *f) {
+  for (int d = f->t->rank - 1; d >= 0; d--) {
+    if (++f->idx[d] < f->t->shape[d])
+      break;
+    f->idx[d] = 0;
+  }
+}
+
+/* PROTO__FORM_ANY: leaves depth first; proto__count_any has already
+ * checked the count and that every array is non-empty. */
+static int fill_any(fill_ctx *f, const cJSON *arr) {
+  for (const cJSON *c = arr->child; c; c = c->next) {
+    int rc = cJSON_IsArray(c) ? fill_any(f, c) : put_elem(f, c);
+    if (rc)
+      return rc;
+    if (!cJSON_IsArray(c))
+      odometer(f);
+  }
+  return 0;
+}
+
+/* Deeper than any tensor a client means to send; bounds the recursion. */
+#define MAX_NEST 32
+
+static int count_any(const cJSON *a, int depth, const char *name, size_t *n,
+                     char *err) {
+  if (depth > MAX_NEST)
+    return ERR("%s: \"data\" is nested deeper than %d", name, MAX_NEST);
+  if (!a->child)
+    return ERR("%s: \"data\" holds an empty array", name);
+  for (const cJSON *c = a->child; c; c = c->next) {
+    if (cJSON_IsArray(c)) {
+      int rc = count_any(c, depth + 1, name, n, err);
+      if (rc)
+        return rc;
+    } else {
+      ++*n;
+    }
+  }
+  return 0;
+}
+
+int proto__count_any(const cJSON *data, const char *name, size_t *n,
+                     char err[PROTO_ERR_MAX]) {
+  *n = 0;
+  return count_any(data, 0, name, n, err);
+}
+
 int proto__tensor_fill(const proto__tensor *t, int kind, long long hi,
                        const char *what, void *dst, char err[PROTO_ERR_MAX]) {
   fill_ctx f = {.t = t, .kind = kind, .hi = hi, .what = what, .dst = dst,
                 .err = err};
+  if (t->flat == PROTO__FORM_ANY)
+    return fill_any(&f, t->data);
   return t->flat ? fill_flat(&f) : fill_nested(&f, t->data, 0);
 }

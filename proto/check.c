@@ -1,0 +1,203 @@
+/* check.c - how the tensors of one request relate, for both codecs.
+ *
+ * /v1/attention and /v2/models/{m}/infer read their tensors differently
+ * (named JSON fields; a list of inputs, JSON or binary) but once every
+ * shape is known the rules are the same, and so are the messages: each
+ * starts with the input it is about.  Nothing here reads an element or
+ * allocates before proto__alloc_outputs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "proto_impl.h"
+
+#define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
+
+const char *const proto__input_names[PROTO__IN_COUNT] = {
+  "query", "key", "value", "valid_lens", "mask", "bias", "w_q", "w_k", "w_v"};
+
+/* (B, [H,] L, W) of a rank-3 or rank-4 tensor. */
+static void bhlw(const proto__tensor *t, int *b, int *h, int *l, int *w) {
+  *b = t->shape[0];
+  *h = t->rank == 4 ? t->shape[1] : 1;
+  *l = t->shape[t->rank - 2];
+  *w = t->shape[t->rank - 1];
+}
+
+static int qkv_ranks(proto__check *c) {
+  const proto__tensor *q = &c->t[PROTO__IN_QUERY];
+  if (q->rank != 3 && q->rank != 4)
+    return ERR("query: expected rank 3 or 4, got %d (shape (B, Lq, D) or "
+               "(B, H, Lq, D))", q->rank);
+  if (c->t[PROTO__IN_KEY].rank != q->rank)
+    return ERR("key: expected rank %d like query, got %d", q->rank,
+               c->t[PROTO__IN_KEY].rank);
+  if (c->t[PROTO__IN_VALUE].rank != q->rank)
+    return ERR("value: expected rank %d like query, got %d", q->rank,
+               c->t[PROTO__IN_VALUE].rank);
+  return 0;
+}
+
+int proto__check_qkv(proto__check *c) {
+  attn_problem *p = c->p;
+  int kb, vb, vh, vl, rc;
+  if ((rc = qkv_ranks(c)))
+    return rc;
+  bhlw(&c->t[PROTO__IN_QUERY], &p->B, &p->H, &p->Lq, &p->D);
+  bhlw(&c->t[PROTO__IN_KEY], &kb, &p->Hkv, &p->Lk, &p->Dk);
+  bhlw(&c->t[PROTO__IN_VALUE], &vb, &vh, &vl, &p->Dv);
+  if (kb != p->B)
+    return ERR("key: batch %d does not match query batch %d", kb, p->B);
+  if (vb != p->B)
+    return ERR("value: batch %d does not match query batch %d", vb, p->B);
+  if (vh != p->Hkv)
+    return ERR("value: %d heads do not match key heads %d", vh, p->Hkv);
+  if (vl != p->Lk)
+    return ERR("value: length %d does not match key length %d", vl, p->Lk);
+  if (p->H % p->Hkv)
+    return ERR("key: %d heads do not divide query heads %d (H must be a "
+               "multiple of Hkv)", p->Hkv, p->H);
+  if (p->scoring == ATTN_SCORING_DOT && p->Dk != p->D)
+    return ERR("key: width %d does not match query width %d", p->Dk, p->D);
+  return 0;
+}
+
+int proto__check_valid_lens(proto__check *c) {
+  const proto__tensor *t = &c->t[PROTO__IN_VALID_LENS];
+  if (!t->json)
+    return 0;
+  if (t->rank == 1 && t->shape[0] == c->p->B)
+    return 0;
+  if (t->rank == 2 && t->shape[0] == c->p->B && t->shape[1] == c->p->Lq) {
+    c->p->valid_lens_per_query = 1;
+    return 0;
+  }
+  char got[64] = "rank > 4";
+  if (t->rank <= PROTO__MAX_RANK)
+    proto__shape_str(t->shape, t->rank, got, sizeof got);
+  return ERR("valid_lens: shape %s is neither (B,) = [%d] nor (B, Lq) = "
+             "[%d,%d]", got, c->p->B, c->p->B, c->p->Lq);
+}
+
+/* The (B, [H,] Lq, Lk) shape masks and biases broadcast to. */
+static int score_shape(const proto__check *c, int *dims) {
+  int r = 0;
+  dims[r++] = c->p->B;
+  if (c->t[PROTO__IN_QUERY].rank == 4)
+    dims[r++] = c->p->H;
+  dims[r++] = c->p->Lq;
+  dims[r++] = c->p->Lk;
+  return r;
+}
+
+/* Turns a trailing-axis broadcast of input `in` to the score shape into
+ * element strides over (b, h, i, j): a missing or size-1 axis gets 0. */
+static int broadcast(proto__check *c, int in, int64_t stride[4]) {
+  const proto__tensor *t = &c->t[in];
+  int dims[4], r = score_shape(c, dims);
+  static const int axis3[3] = {0, 2, 3}, axis4[4] = {0, 1, 2, 3};
+  const int *axis = r == 4 ? axis4 : axis3;
+  const char *name = proto__input_names[in];
+  char want[64], got[64] = "of rank > 4";
+  proto__shape_str(dims, r, want, sizeof want);
+  if (t->rank <= PROTO__MAX_RANK)
+    proto__shape_str(t->shape, t->rank, got, sizeof got);
+  if (t->rank > r)
+    return ERR("%s: shape %s does not broadcast to %s (rank %d > %d)", name,
+               got, want, t->rank, r);
+  int64_t cs = 1; /* contiguous stride of the tensor axis being mapped */
+  stride[0] = stride[1] = stride[2] = stride[3] = 0;
+  for (int ta = r - 1; ta >= 0; ta--) {
+    int ma = ta - (r - t->rank);
+    if (ma < 0)
+      break;
+    int d = t->shape[ma];
+    if (d != dims[ta] && d != 1)
+      return ERR("%s: shape %s does not broadcast to %s (axis %d: %d vs %d)",
+                 name, got, want, ta, d, dims[ta]);
+    stride[axis[ta]] = d == 1 ? 0 : cs;
+    cs *= d;
+  }
+  return 0;
+}
+
+int proto__check_mask_bias(proto__check *c) {
+  int rc;
+  if (c->t[PROTO__IN_MASK].json &&
+      (rc = broadcast(c, PROTO__IN_MASK, c->p->mask_stride)))
+    return rc;
+  if (c->t[PROTO__IN_BIAS].json &&
+      (rc = broadcast(c, PROTO__IN_BIAS, c->p->bias_stride)))
+    return rc;
+  return 0;
+}
+
+int proto__check_additive(proto__check *c) {
+  const proto__tensor *wq = &c->t[PROTO__IN_W_Q], *wk = &c->t[PROTO__IN_W_K],
+                      *wv = &c->t[PROTO__IN_W_V];
+  attn_problem *p = c->p;
+  for (int i = 0; i < 3; i++) {
+    const proto__tensor *t = &c->t[PROTO__IN_W_Q + i];
+    if (t->rank != (i < 2 ? 2 : 1))
+      return ERR("%s: expected rank %d, got %d",
+                 proto__input_names[PROTO__IN_W_Q + i], i < 2 ? 2 : 1,
+                 t->rank);
+  }
+  p->Hd = wq->shape[0];
+  if (wq->shape[1] != p->D)
+    return ERR("w_q: width %d does not match query width %d", wq->shape[1],
+               p->D);
+  if (wk->shape[0] != p->Hd)
+    return ERR("w_k: %d rows do not match w_q's %d", wk->shape[0], p->Hd);
+  if (wk->shape[1] != p->Dk)
+    return ERR("w_k: width %d does not match key width %d", wk->shape[1],
+               p->Dk);
+  if (wv->shape[0] != p->Hd)
+    return ERR("w_v: length %d does not match w_q's %d rows", wv->shape[0],
+               p->Hd);
+  return 0;
+}
+
+static int add_elems(size_t *total, size_t n) {
+  return __builtin_add_overflow(*total, n, total) ? -1 : 0;
+}
+
+int proto__check_budget(proto__check *c) {
+  const attn_problem *p = c->p;
+  size_t total = 0, rows, out, w = 0;
+  int bad = 0;
+  for (int i = 0; i < PROTO__IN_COUNT; i++)
+    bad |= add_elems(&total, c->t[i].json ? c->t[i].n : 0);
+  bad |= __builtin_mul_overflow((size_t)p->B * (size_t)p->H, (size_t)p->Lq,
+                                &rows);
+  bad |= __builtin_mul_overflow(rows, (size_t)p->Dv, &out);
+  if (c->req->return_weights)
+    bad |= __builtin_mul_overflow(rows, (size_t)p->Lk, &w);
+  bad |= add_elems(&total, out) | add_elems(&total, w);
+  bad |= out > SIZE_MAX / 8 || w > SIZE_MAX / 8;
+  if (bad || (c->max_elems && total > c->max_elems)) {
+    if (bad)
+      snprintf(c->err, PROTO_ERR_MAX, "request is too large: its tensor "
+               "element count overflows");
+    else
+      snprintf(c->err, PROTO_ERR_MAX, "request needs %zu tensor elements "
+               "(inputs and outputs), more than the server's limit of %zu",
+               total, c->max_elems);
+    return ATTND_ETOOBIG;
+  }
+  c->req->out_bytes = (out + w) * sizeof(float);
+  return 0;
+}
+
+int proto__alloc_outputs(proto__check *c) {
+  const attn_problem *p = c->p;
+  size_t rows = (size_t)p->B * p->H * p->Lq;
+  c->req->out = proto__own(c->req, rows * p->Dv * sizeof(float));
+  if (!c->req->out)
+    return ATTND_ENOMEM;
+  if (c->req->return_weights) {
+    c->req->weights = proto__own(c->req, rows * p->Lk * sizeof(float));
+    if (!c->req->weights)
+      return ATTND_ENOMEM;
+  }
+  return 0;
+}

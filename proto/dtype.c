@@ -1,0 +1,225 @@
+/* dtype.c - the KServe v2 datatypes attnd accepts, and their conversions.
+ *
+ * Binary tensors are little-endian and unaligned in the body, so every
+ * element is loaded through memcpy (one instruction on x86-64 and arm64)
+ * and converted straight into the float32 buffer the core reads: one pass,
+ * no intermediate copy.  Narrow formats widen exactly (every FP16 and
+ * BF16 value is a float32); FP64 narrows with the C conversion, which
+ * rounds to nearest, ties to even, in the default floating-point
+ * environment that attnd never changes.  A JSON number given as FP16 or
+ * BF16 is first rounded once, from the double cJSON parsed, onto that
+ * type's grid, so the core sees exactly what the binary form would give. */
+#include <math.h>
+#include <string.h>
+
+#include "proto_impl.h"
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[PROTO__DT_COUNT] = {
+  [PROTO__DT_BOOL] = {"BOOL", 1},   [PROTO__DT_UINT8] = {"UINT8", 1},
+  [PROTO__DT_UINT16] = {"UINT16", 2}, [PROTO__DT_UINT32] = {"UINT32", 4},
+  [PROTO__DT_UINT64] = {"UINT64", 8}, [PROTO__DT_INT8] = {"INT8", 1},
+  [PROTO__DT_INT16] = {"INT16", 2}, [PROTO__DT_INT32] = {"INT32", 4},
+  [PROTO__DT_INT64] = {"INT64", 8}, [PROTO__DT_FP16] = {"FP16", 2},
+  [PROTO__DT_BF16] = {"BF16", 2},   [PROTO__DT_FP32] = {"FP32", 4},
+  [PROTO__DT_FP64] = {"FP64", 8},   [PROTO__DT_BYTES] = {"BYTES", 0},
+};
+
+int proto__dtype_parse(const char *s) {
+  for (int i = 0; i < PROTO__DT_COUNT; i++)
+    if (!strcmp(s, dtypes[i].name))
+      return i;
+  return -1;
+}
+
+const char *proto__dtype_name(int dt) {
+  return dt >= 0 && dt < PROTO__DT_COUNT ? dtypes[dt].name : "?";
+}
+
+size_t proto__dtype_size(int dt) {
+  return dt >= 0 && dt < PROTO__DT_COUNT ? dtypes[dt].size : 0;
+}
+
+/* ---- scalar conversions ------------------------------------------------ */
+
+int proto__f16_to_f32(uint16_t h, float *out) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+  if (exp == 0x1f)
+    return -1; /* infinity or NaN */
+  if (exp == 0) {
+    /* zero or subnormal: man * 2^-24, exact in float */
+    float f = (float)man * 0x1p-24f;
+    *out = sign ? -f : f;
+    return 0;
+  }
+  bits = sign | ((exp + 112u) << 23) | (man << 13);
+  memcpy(out, &bits, sizeof bits);
+  return 0;
+}
+
+int proto__bf16_to_f32(uint16_t b, float *out) {
+  uint32_t bits = (uint32_t)b << 16;
+  if (((b >> 7) & 0xffu) == 0xff)
+    return -1;
+  memcpy(out, &bits, sizeof bits);
+  return 0;
+}
+
+int proto__f64_to_f32(double x, float *out) {
+  float f = (float)x;
+  if (!isfinite(f))
+    return -1; /* NaN, infinity, or rounds past FLT_MAX */
+  *out = f;
+  return 0;
+}
+
+/* Rounds |x| (finite, > 0) to a binary format with `mant` stored mantissa
+ * bits, exponent bias `bias` and largest exponent `emax`, ties to even, in
+ * one rounding from the double.  Returns the magnitude bits or -1 when the
+ * result overflows.  Scaling by powers of two is exact in double, so
+ * nearbyint does the only rounding. */
+static long round_binary(double a, int mant, int bias, int emax) {
+  int k;
+  frexp(a, &k);
+  int e = k - 1;                      /* a in [2^e, 2^(e+1)) */
+  int emin = 1 - bias;
+  if (e < emin) {                     /* subnormal: units of 2^(emin-mant) */
+    double q = nearbyint(ldexp(a, mant - emin));
+    return (long)q;                   /* 2^mant is the smallest normal */
+  }
+  double q = nearbyint(ldexp(a, mant - e));  /* in [2^mant, 2^(mant+1)] */
+  if (q == ldexp(1.0, mant + 1)) {
+    q /= 2;
+    e++;
+  }
+  if (e > emax)
+    return -1;
+  return ((long)(e + bias) << mant) | ((long)q - (1L << mant));
+}
+
+static int round_to(double x, int mant, int bias, int emax, uint16_t *out) {
+  uint16_t sign = signbit(x) ? 0x8000u : 0;
+  if (!isfinite(x))
+    return -1;
+  if (x == 0) {
+    *out = sign;
+    return 0;
+  }
+  long m = round_binary(fabs(x), mant, bias, emax);
+  if (m < 0)
+    return -1;
+  *out = (uint16_t)(sign | (uint16_t)m);
+  return 0;
+}
+
+int proto__f64_to_f16(double x, uint16_t *out) {
+  return round_to(x, 10, 15, 15, out);
+}
+
+int proto__f64_to_bf16(double x, uint16_t *out) {
+  return round_to(x, 7, 127, 127, out);
+}
+
+/* ---- bulk conversion of binary tensors -------------------------------- */
+
+static uint16_t load16(const unsigned char *p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t load32(const unsigned char *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap32(v);
+#endif
+  return v;
+}
+
+static uint64_t load64(const unsigned char *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
+  return v;
+}
+
+/* FP32: one memcpy (the body is rarely 4-byte aligned at a tensor), then
+ * a finiteness scan over the copy. */
+static size_t conv_fp32(const unsigned char *src, size_t n, float *dst) {
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  for (size_t i = 0; i < n; i++) {
+    uint32_t b = load32(src + 4 * i);
+    memcpy(dst + i, &b, 4);
+  }
+#else
+  memcpy(dst, src, n * sizeof(float));
+#endif
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(dst[i]))
+      return i;
+  return n;
+}
+
+static size_t conv_fp64(const unsigned char *src, size_t n, float *dst) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b = load64(src + 8 * i);
+    double x;
+    memcpy(&x, &b, 8);
+    if (proto__f64_to_f32(x, dst + i))
+      return i;
+  }
+  return n;
+}
+
+static size_t conv_fp16(const unsigned char *src, size_t n, float *dst) {
+  for (size_t i = 0; i < n; i++)
+    if (proto__f16_to_f32(load16(src + 2 * i), dst + i))
+      return i;
+  return n;
+}
+
+static size_t conv_bf16(const unsigned char *src, size_t n, float *dst) {
+  for (size_t i = 0; i < n; i++)
+    if (proto__bf16_to_f32(load16(src + 2 * i), dst + i))
+      return i;
+  return n;
+}
+
+size_t proto__bin_to_f32(int dt, const void *src, size_t n, float *dst) {
+  const unsigned char *s = src;
+  switch (dt) {
+  case PROTO__DT_FP32: return conv_fp32(s, n, dst);
+  case PROTO__DT_FP64: return conv_fp64(s, n, dst);
+  case PROTO__DT_FP16: return conv_fp16(s, n, dst);
+  case PROTO__DT_BF16: return conv_bf16(s, n, dst);
+  default: return 0;
+  }
+}
+
+size_t proto__bin_to_len(int dt, const void *src, size_t n, long long hi,
+                         int32_t *dst, long long *bad) {
+  const unsigned char *s = src;
+  for (size_t i = 0; i < n; i++) {
+    long long v = dt == PROTO__DT_INT64 ? (long long)(int64_t)load64(s + 8 * i)
+                                        : (long long)(int32_t)load32(s + 4 * i);
+    if (v < 0 || v > hi) {
+      *bad = v;
+      return i;
+    }
+    dst[i] = (int32_t)v;
+  }
+  return n;
+}
+
+size_t proto__bin_to_bool(const void *src, size_t n, uint8_t *dst) {
+  const unsigned char *s = src;
+  memcpy(dst, s, n);
+  for (size_t i = 0; i < n; i++)
+    if (dst[i] > 1)
+      return i;
+  return n;
+}
