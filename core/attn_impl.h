@@ -15,6 +15,18 @@
 
 #include "attn.h"
 
+/* The few loops that carry the softmax and the tanh sum are also built
+ * for AVX2 and picked at load time (an ifunc), since the Makefile builds
+ * for the baseline x86-64 (SSE2, 4 lanes).  "avx2" without "fma" keeps
+ * each operation the same IEEE operation as the baseline build, and the
+ * sums use eight explicit lanes, so both clones give identical bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    defined(__linux__)
+#define ATTN__VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ATTN__VEC_CLONES
+#endif
+
 /* Query rows per task and key columns per online block.  64 x 256 floats
  * of scores (64 KiB) plus the matching flags stay inside a core's L2. */
 #define ATTN__QBLOCK 64

@@ -21,6 +21,7 @@ static void row_bias(const attn_problem *p, const attn__task *t, int i,
 }
 
 /* s = sanitize(s) over [a, z); returns the maximum. */
+ATTN__VEC_CLONES
 static float clean_max(float *s, int a, int z) {
   uint32_t k = attn__fkey(-FLT_MAX);
   for (int c = a; c < z; c++) {
@@ -34,6 +35,7 @@ static float clean_max(float *s, int a, int z) {
 
 /* As clean_max, with forbidden keys set to -FLT_MAX (which never beats
  * an allowed score, so the maximum is over allowed keys). */
+ATTN__VEC_CLONES
 static float clean_max_masked(float *s, const float *f, int a, int z) {
   uint32_t k = attn__fkey(-FLT_MAX);
   for (int c = a; c < z; c++) {
@@ -58,6 +60,7 @@ static float lanes_sum(const float acc[8]) {
          ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+ATTN__VEC_CLONES
 static float exp_sum(float *s, int a, int z, float m) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int c = a;
@@ -74,6 +77,7 @@ static float exp_sum(float *s, int a, int z, float m) {
   return lanes_sum(acc);
 }
 
+ATTN__VEC_CLONES
 static float exp_sum_masked(float *s, const float *f, int a, int z,
                             float m) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};

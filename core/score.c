@@ -28,6 +28,7 @@ static void scores_dot(const attn_problem *p, const attn__task *t, int j0,
 /* s[c] = sum_u w_v[u] tanh(qp[u] + kt[u][c]) for one query row.  The key
  * axis is innermost and contiguous, so the loop has no reduction and
  * vectorizes. */
+ATTN__VEC_CLONES
 static void additive_row(const float *qp, const float *kt, int ldk,
                          const float *wv, int hd, int n, float *s) {
   for (int c = 0; c < n; c++) s[c] = 0.0f;
