@@ -107,7 +107,7 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
   s->hi = take(&off, qb * sizeof(int));
   if (with_weights) {
     s->flags = take(&off, lk * f);
-    if (p->dropout_p > 0.0f) s->drop = take(&off, qb * lk * f);
+    if (p->dropout_p > 0.0f) s->drop = take(&off, qb * kb * f);
   } else {
     s->flags = take(&off, qb * kb * f);
     s->scores = take(&off, qb * kb * f);

@@ -176,7 +176,7 @@ typedef struct attn__scratch {
   size_t lo, hi;      /* int[QB]: per-row allowed key interval [lo, hi) */
   size_t flags;       /* float: allowed flags, 1 or 0 */
   size_t scores;      /* float[QB * KB]: online path score block */
-  size_t drop;        /* float[QB * Lk]: weights path dropped weights */
+  size_t drop;        /* float[QB * KB]: weights path dropped weights */
   size_t acc;         /* float[QB * Dv]: online path accumulator */
   size_t rowmax, rowsum, rowscale; /* float[QB]: online running state */
   size_t span;        /* attn__span[QB]: online rows' spans in a block */

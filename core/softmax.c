@@ -35,31 +35,44 @@ static int softmax_row(const attn_problem *p, const attn__task *t, int r,
   return sp.allowed;
 }
 
-/* dst = the weights with dropout applied: kept ones scaled by 1/(1-p). */
-static void drop_rows(const attn_problem *p, const attn__task *t,
-                      const float *w, float *dst, int klo, int n) {
+/* dst (rows, n) = weights columns [j0, j0 + n) with dropout applied:
+ * kept ones scaled by 1/(1-p), the rest 0. */
+static void drop_block(const attn_problem *p, const attn__task *t,
+                       const float *w, float *dst, int j0, int n) {
   float keep_scale = 1.0f / (1.0f - p->dropout_p);
   for (int r = 0; r < t->rows; r++) {
     uint64_t n0 = (((uint64_t)t->b * p->H + t->h) * p->Lq + t->i0 + r) *
                   (uint64_t)p->Lk;
-    const float *wr = w + (size_t)r * p->Lk + klo;
+    const float *wr = w + (size_t)r * p->Lk + j0;
     float *dr = dst + (size_t)r * n;
     for (int c = 0; c < n; c++) {
-      int keep = attn__dropout_keep(p->seed, n0 + (uint64_t)(klo + c),
+      int keep = attn__dropout_keep(p->seed, n0 + (uint64_t)(j0 + c),
                                     p->dropout_p);
       dr[c] = keep ? wr[c] * keep_scale : 0.0f;
     }
   }
 }
 
-/* out rows = W[:, klo:khi] V[klo:khi, :]; columns outside hold zeros. */
+/* o (+)= W V over keys [j0, j0 + n); beta 0 starts the sum. */
 static void weights_times_v(const attn_problem *p, const attn__task *t,
-                            const float *w, int ldw, int klo, int n,
-                            float *o) {
+                            const float *w, int ldw, int j0, int n,
+                            float beta, float *o) {
   size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
-  const float *v = p->v + (kvhead * p->Lk + klo) * p->Dv;
+  const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t->rows, p->Dv, n,
-              1.0f, w, ldw, v, p->Dv, 0.0f, o, p->Dv);
+              1.0f, w, ldw, v, p->Dv, beta, o, p->Dv);
+}
+
+/* o = dropout(W) V, a key block at a time so the dropped copy needs only
+ * (rows, KBLOCK) scratch; the returned weights stay undropped. */
+static void dropped_times_v(const attn_problem *p, const attn__task *t,
+                            const float *w, int klo, int khi, float *d,
+                            float *o) {
+  for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
+    int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
+    drop_block(p, t, w, d, j0, n);
+    weights_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o);
+  }
 }
 
 /* Raw scores for keys [klo, khi) into the weights rows: dot in one sgemm,
@@ -101,13 +114,10 @@ void attn__task_weights(const attn_problem *p, const attn__task *t,
     zero(o, (size_t)t->rows * p->Dv);
     return;
   }
-  if (p->dropout_p > 0.0f) {
-    float *d = (float *)(scratch + lay->drop);
-    drop_rows(p, t, w, d, klo, khi - klo);
-    weights_times_v(p, t, d, khi - klo, klo, khi - klo, o);
-  } else {
-    weights_times_v(p, t, w + klo, p->Lk, klo, khi - klo, o);
-  }
+  if (p->dropout_p > 0.0f)
+    dropped_times_v(p, t, w, klo, khi, (float *)(scratch + lay->drop), o);
+  else
+    weights_times_v(p, t, w + klo, p->Lk, klo, khi - klo, 0.0f, o);
   /* Huge values can overflow the product; rows without keys are +0. */
   attn__sanitize_rows(o, (size_t)t->rows * p->Dv);
   for (int r = 0; r < t->rows; r++)
