@@ -198,8 +198,6 @@ static enum MHD_Result http_post_begin(struct http_req *r) {
                                                MHD_HTTP_HEADER_CONTENT_LENGTH);
   char msg[96];
 
-  if (atomic_load(&r->h->quiesced))
-    return http_fail(r, ATTND_EDRAINING, NULL, NULL);
   if (cl) {
     unsigned long long n = strtoull(cl, NULL, 10);
     if (n > r->h->cfg.max_body) {
@@ -263,6 +261,10 @@ static enum MHD_Result http_post_end(struct http_req *r) {
   }
   if (r->too_big < 0)
     return http_fail(r, ATTND_ENOMEM, NULL, NULL);
+  /* Refused only now, after reading the body: an answer sent while the
+   * client is still uploading tends to reach it as a connection reset. */
+  if (atomic_load(&h->quiesced))
+    return http_fail(r, ATTND_EDRAINING, NULL, NULL);
   err[0] = '\0';
   rc = proto_v1_decode(r->body ? r->body : "", r->len, &r->job.req,
                        h->cfg.max_elems, err);
