@@ -17,14 +17,15 @@ IMAGE=${ATTND_IMAGE:-attnd:ci}
 NAME=attnd-docker-test-$$
 SCRATCH=$(mktemp -d /tmp/attnd-docker.XXXXXX)
 STARTED_DOCKERD=""
+DOCKERD_PID=""
 T0=$(date +%s)
 
 cleanup() {
   if [ "${KEEP:-0}" != 1 ]; then
     docker rm -f "$NAME" >/dev/null 2>&1
     docker rm -f "$NAME-probe" >/dev/null 2>&1
-    if [ -n "$STARTED_DOCKERD" ] && [ -s "$SCRATCH/dockerd.pid" ]; then
-      _pid=$(cat "$SCRATCH/dockerd.pid")
+    if [ -n "$STARTED_DOCKERD" ] && [ -s "$DOCKERD_PID" ]; then
+      _pid=$(cat "$DOCKERD_PID")
       kill "$_pid" 2>/dev/null
       _i=0
       while kill -0 "$_pid" 2>/dev/null && [ $_i -lt 60 ]; do sleep 0.5; _i=$((_i + 1)); done
@@ -52,11 +53,26 @@ if docker info >/dev/null 2>&1; then
 else
   STARTED_DOCKERD=1
   mkdir -p "$CACHE/dockerd-data"
+  # One dockerd per data root: runs of this test take turns, and a dockerd
+  # left behind by an interrupted run (its pidfile names it) is stopped.
+  exec 8>"$CACHE/.dockerd.lock"
+  flock 8
+  DOCKERD_PID="$CACHE/dockerd.pid"
+  if [ -s "$DOCKERD_PID" ]; then
+    _old=$(cat "$DOCKERD_PID")
+    if tr '\0' ' ' <"/proc/$_old/cmdline" 2>/dev/null | grep -q "^dockerd .*--data-root $CACHE/dockerd-data"; then
+      log "stopping dockerd $_old left by an interrupted run"
+      kill "$_old"
+      _i=0
+      while kill -0 "$_old" 2>/dev/null && [ $_i -lt 60 ]; do sleep 0.5; _i=$((_i + 1)); done
+    fi
+    rm -f "$DOCKERD_PID"
+  fi
   export DOCKER_HOST="unix://$SCRATCH/docker.sock"
   log "starting dockerd (data root $CACHE/dockerd-data)"
   dockerd --host "$DOCKER_HOST" --data-root "$CACHE/dockerd-data" \
-    --exec-root "$SCRATCH/exec" --pidfile "$SCRATCH/dockerd.pid" \
-    >"$SCRATCH/dockerd.log" 2>&1 &
+    --exec-root "$SCRATCH/exec" --pidfile "$DOCKERD_PID" \
+    >"$SCRATCH/dockerd.log" 2>&1 8>&- &
   _i=0
   until docker info >/dev/null 2>&1; do
     _i=$((_i + 1))
