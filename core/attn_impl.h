@@ -111,7 +111,9 @@ static inline float attn__expf(float x) {
 
 /* tanh(x) in float: an odd polynomial for |x| < 0.625 (Cephes tanhf),
  * 1 - 2 / (e^{2|x|} + 1) with the sign of x above; both are computed and
- * one is picked by a bit mask so the additive-scoring loop vectorizes.  NaN in gives NaN out; the caller sanitizes scores. */
+ * one is picked by a bit mask so the additive-scoring loop vectorizes.
+ * Infinite arguments give +-1; NaN may give anything, and the caller
+ * sanitizes the scores anyway. */
 static inline float attn__tanhf(float x) {
   float ax = __builtin_fabsf(x);
   float xs = attn__clampf(x, -0.625f, 0.625f);

@@ -103,7 +103,8 @@ int main(int argc, char **argv) {
     }
     printf("attn_forward (%d,%d,%d,%d,%d)%s %s weights: %7.2f GFLOP/s "
            "(%.1f ms, %.0f%% of sgemm)\n", B, H, Lq, Lk, D,
-           causal ? " causal (dense-equivalent FLOPs)" : "", with_w ? "with   " : "without",
+           causal ? " causal (dense-equivalent FLOPs)" : "",
+           with_w ? "with   " : "without",
            flops / t * 1e-9, t * 1e3, 100.0 * flops / t * 1e-9 / gemm_gf);
     free(a.w);
   }
