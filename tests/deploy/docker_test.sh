@@ -37,9 +37,20 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP PIPE
 
 cd "$ROOT" || exit 1
+
+# The build stage must install every -dev package the host build needs
+# (tests/deps.sh is the list the Makefile's pkg-config line relies on).
+dev_pkgs_in_dockerfile() {
+  _miss=""
+  for _p in $(sed -n '/^PKGS="/,/"/p' tests/deps.sh | tr -d '"' | sed 's/^PKGS=//' | tr ' ' '\n' | grep -- '-dev$'); do
+    grep -Eq "(^|[[:space:]])$_p([[:space:]]|\$)" Dockerfile || _miss="$_miss $_p"
+  done
+  [ -z "$_miss" ] || { echo "Dockerfile lacks:$_miss"; return 1; }
+}
+check "Dockerfile installs the -dev packages of tests/deps.sh" dev_pkgs_in_dockerfile
 
 # --------------------------------------------------------------- the engine
 if ! command -v docker >/dev/null 2>&1 || ! command -v dockerd >/dev/null 2>&1; then

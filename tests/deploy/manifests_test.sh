@@ -35,7 +35,7 @@ cleanup() {
   rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP PIPE
 cd "$ROOT" || exit 1
 
 HAVE_ATTND=""
@@ -133,7 +133,7 @@ if [ "${SKIP_PODMAN:-0}" = 1 ]; then
   log "SKIP_PODMAN=1: podman kube play skipped"
 else
   log "podman kube play deploy/k8s/deployment.yaml"
-  need_pkgs podman runc catatonit netavark aardvark-dns || fail "install podman runc catatonit"
+  need_pkgs podman runc catatonit netavark aardvark-dns iptables || fail "install podman runc catatonit netavark iptables"
   # Podman's defaults fail on these machines (nofile above the hard limit,
   # crun refuses cgroup v1 hybrid); nothing under /etc/containers is changed.
   cat >"$SCRATCH/containers.conf" <<'EOF'
@@ -264,8 +264,9 @@ if [ -n "$HAVE_ATTND" ]; then
   "$ROOT/build/attnd" --host 127.0.0.1 --port "$APORT" --workers 1 >"$SCRATCH/attnd.log" 2>&1 &
   ATTND_PID=$!
   py_checks "$PY" tests/deploy/attnd_check.py wait "127.0.0.1:$APORT" 20
-  curl -s "http://127.0.0.1:$APORT/metrics" >"$SCRATCH/metrics.txt"
-  check "promtool check metrics < attnd /metrics" sh -c "promtool check metrics <'$SCRATCH/metrics.txt'"
+  "$PY" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "http://127.0.0.1:$APORT/metrics" >"$SCRATCH/metrics.txt"
+  check "promtool check metrics < attnd /metrics" sh -c "grep -q '^attnd_build_info' '$SCRATCH/metrics.txt' && promtool check metrics <'$SCRATCH/metrics.txt'"
   # deploy/prometheus/prometheus.yml, retargeted and with a 1 s interval.
   sed -e "s/\"attnd:8000\"/\"127.0.0.1:$APORT\"/" \
       -e 's/^\(  scrape_interval:\).*/\1 1s/' -e 's/^\(  scrape_timeout:\).*/\1 1s/' \
