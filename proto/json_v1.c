@@ -54,23 +54,6 @@ static int is_ws(char ch) {
   return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
 }
 
-/* Commas outside strings: every tensor element but the first of its tensor
- * is preceded by one, so a body with more commas than the budget allows
- * cannot be a valid request. */
-static size_t count_commas(const char *s, size_t n) {
-  size_t commas = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (s[i] == ',') {
-      commas++;
-    } else if (s[i] == '"') {
-      for (i++; i < n && s[i] != '"'; i++)
-        if (s[i] == '\\')
-          i++;
-    }
-  }
-  return commas;
-}
-
 static int parse_body(v1_ctx *c, const char *body, size_t len, cJSON **root) {
   size_t i = 0;
   while (i < len && is_ws(body[i]))
@@ -78,7 +61,7 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, cJSON **root) {
   if (i == len)
     return ERR("empty body: expected a JSON object with query, key and "
                "value");
-  if (c->max_elems && count_commas(body, len) > c->max_elems + COMMA_SLACK) {
+  if (c->max_elems && proto__count_commas(body, len) > c->max_elems + COMMA_SLACK) {
     snprintf(c->err, PROTO_ERR_MAX, "request has more than %zu tensor "
              "elements, the server's limit", c->max_elems);
     return ATTND_ETOOBIG;

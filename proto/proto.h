@@ -13,14 +13,36 @@
 #define PROTO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../core/attn.h"
 
 /* Longest error message a decoder writes (including the NUL). */
 #define PROTO_ERR_MAX 256
 
+/* Which codec decoded a request, and so which one encodes its answer. */
+enum proto_codec {
+  PROTO_CODEC_V1 = 0,       /* POST /v1/attention */
+  PROTO_CODEC_V2 = 1        /* POST /v2/models/{m}/infer */
+};
+
+/* The KServe v2 models attnd serves. */
+enum proto_model {
+  PROTO_MODEL_ATTENTION = 0,   /* "attention": dot-product scoring */
+  PROTO_MODEL_ADDITIVE = 1,    /* "additive_attention": adds w_q, w_k, w_v */
+  PROTO_MODEL_COUNT
+};
+
+/* The v2 outputs. */
+enum proto_output {
+  PROTO_OUT_OUTPUT = 0,     /* "output"  (B, [H,] Lq, Dv) FP32 */
+  PROTO_OUT_WEIGHTS = 1,    /* "weights" (B, [H,] Lq, Lk) FP32 */
+  PROTO_OUT_COUNT
+};
+
 typedef struct proto_request {
   attn_problem prob;        /* points into the buffers below */
+  int codec;                /* enum proto_codec */
 
   int qrank;                /* 3: (B, L, D) or 4: (B, H, L, D); the output
                                and weights take the same rank */
@@ -38,6 +60,13 @@ typedef struct proto_request {
 
   void *owned[16];          /* every allocation of this request */
   int n_owned;
+
+  /* v2 only (codec PROTO_CODEC_V2). */
+  int model;                /* enum proto_model */
+  int outputs[PROTO_OUT_COUNT]; /* enum proto_output, in response order */
+  int n_outputs;            /* 1 or 2 */
+  int binary[PROTO_OUT_COUNT];  /* by enum proto_output: 1 = binary data */
+  uint64_t timeout_us;      /* parameter "timeout"; 0 = none given */
 } proto_request;
 
 /* Decodes a POST /v1/attention body (JSON, not NUL-terminated).
@@ -60,6 +89,77 @@ int proto_v1_decode(const char *body, size_t len, proto_request *req,
  * malloc'd and NUL-terminated, *len excludes the NUL; the caller frees it
  * with free().  Returns 0 or ATTND_ENOMEM. */
 int proto_v1_encode(const proto_request *req, char **body, size_t *len);
+
+/* ---- KServe v2 / Open Inference Protocol (v2*.c) ----------------------
+ *
+ * Routing is the server's; which models and versions exist, and every
+ * byte of their requests and answers, are proto's. */
+
+/* Looks a model up by the {m} and optional {v} of a /v2/models path
+ * (version NULL when the path has none; "1" is the only version).
+ * Returns the enum proto_model, or ATTND_ENOTFOUND with a message in err
+ * ("unknown model 'x' (models: attention, additive_attention)"). */
+int proto_v2_model_find(const char *name, const char *version,
+                        char err[PROTO_ERR_MAX]);
+
+/* The JSON bodies of GET /v2 (server metadata: name "attnd", the given
+ * version, extensions), GET /v2/models/{m} (inputs and outputs with
+ * datatypes and shapes, -1 for a variable axis) and GET .../ready
+ * ({"name": m, "ready": bool}).  *body is malloc'd, freed by the caller
+ * with free(); *len excludes the NUL.  Return 0 or ATTND_ENOMEM. */
+int proto_v2_server_metadata(const char *version, char **body, size_t *len);
+int proto_v2_model_metadata(int model, char **body, size_t *len);
+int proto_v2_model_ready(int model, int ready, char **body, size_t *len);
+
+/* Decodes a POST /v2/models/{m}/infer body for model (enum proto_model):
+ * a JSON inference request, optionally followed by binary tensors (the
+ * Triton binary tensor data extension).  header_len is the request's
+ * Inference-Header-Content-Length value as sent (NULL when absent: the
+ * whole body is JSON); proto checks it.  Inputs may be FP32, FP64, FP16 or
+ * BF16 (JSON or binary), valid_lens INT32 or INT64, mask BOOL.
+ * Returns 0, ATTND_EINVAL (message in err naming the input, parameter or
+ * header), ATTND_ETOOBIG (max_elems, as proto_v1_decode) or ATTND_ENOMEM.
+ * req is then as after proto_v1_decode, with codec PROTO_CODEC_V2. */
+int proto_v2_decode(const char *body, size_t len, const char *header_len,
+                    int model, proto_request *req, size_t max_elems,
+                    char err[PROTO_ERR_MAX]);
+
+/* Encodes a computed v2 request: the JSON response (model_name,
+ * model_version, id, outputs) and then the binary outputs, in the order
+ * the outputs are listed.  *json_len is the JSON part's length: equal to
+ * *len when no output is binary, else the Inference-Header-Content-Length
+ * to send.  *body is malloc'd (free()).  Returns 0 or ATTND_ENOMEM. */
+int proto_v2_encode(const proto_request *req, char **body, size_t *len,
+                    size_t *json_len);
+
+/* Encodes with the codec that decoded req (proto_v1_encode sets *json_len
+ * = *len).  What the worker calls. */
+int proto_encode(const proto_request *req, char **body, size_t *len,
+                 size_t *json_len);
+
+/* ---- HTTP content coding (compress.c) ---------------------------------- */
+
+/* Decodes a request body sent with Content-Encoding `coding` ("gzip",
+ * "x-gzip", "deflate" (zlib or raw), "identity"; case-insensitive, NULL =
+ * identity).  Inflates as a stream and stops once the output would pass
+ * max_out bytes, so a small bomb costs at most max_out.  On success *out
+ * is malloc'd (free()) and *out_len set; for identity *out is NULL (use
+ * the input as it is).  Returns 0, ATTND_ETOOBIG (past max_out),
+ * ATTND_EINVAL (unknown coding, corrupt or truncated stream; message in
+ * err) or ATTND_ENOMEM. */
+int proto_inflate(const char *coding, const char *in, size_t len,
+                  size_t max_out, char **out, size_t *out_len,
+                  char err[PROTO_ERR_MAX]);
+
+/* Picks the response coding for an Accept-Encoding value: "gzip" or
+ * "deflate" (by q-value, gzip on a tie; q=0 refuses), or NULL for none. */
+const char *proto_accept_coding(const char *accept_encoding);
+
+/* Compresses len bytes with coding ("gzip" or "deflate", the zlib
+ * format).  *out is malloc'd (free()).  Returns 0, ATTND_EINVAL (other
+ * coding) or ATTND_ENOMEM. */
+int proto_deflate(const char *coding, const char *in, size_t len,
+                  char **out, size_t *out_len);
 
 /* Encodes {"error": "<msg>"} with msg JSON-escaped.  *body is malloc'd and
  * freed by the caller with free().  Returns 0 or ATTND_ENOMEM. */

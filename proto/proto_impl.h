@@ -113,11 +113,24 @@ typedef struct proto__tensor {
 int proto__tensor_shape(const cJSON *j, const char *name, proto__tensor *t,
                         char err[PROTO_ERR_MAX]);
 
+/* Reads a "shape" array (positive integers, as in the flat form) into t->rank, t->shape and t->n; t->name names it in
+ * messages.  A rank above PROTO__MAX_RANK is recorded, not refused, and
+ * leaves n at 0: the caller names the rank it wanted.  Returns 0 or
+ * ATTND_EINVAL with a message. */
+int proto__tensor_dims(const cJSON *shape, proto__tensor *t,
+                       char err[PROTO_ERR_MAX]);
+
 /* Converts every element of t into dst (t->n elements of the kind's C
  * type).  hi bounds PROTO__KIND_LEN values; what names the bound in its
  * message ("key length").  Returns 0 or ATTND_EINVAL with a message. */
 int proto__tensor_fill(const proto__tensor *t, int kind, long long hi,
                        const char *what, void *dst, char err[PROTO_ERR_MAX]);
+
+/* Commas outside JSON strings in s[0..n): every tensor element but the
+ * first of its tensor follows one, so a body with more commas than the
+ * element budget allows cannot be a valid request (checked before cJSON
+ * builds a tree for it). */
+size_t proto__count_commas(const char *s, size_t n);
 
 /* Formats a shape as "[2,3,7]" into s. */
 void proto__shape_str(const int *shape, int rank, char *s, size_t cap);

@@ -57,6 +57,20 @@ void proto__shape_str(const int *shape, int rank, char *s, size_t cap) {
     snprintf(s + n, cap - n, "]");
 }
 
+size_t proto__count_commas(const char *s, size_t n) {
+  size_t commas = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == ',') {
+      commas++;
+    } else if (s[i] == '"') {
+      for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\')
+          i++;
+    }
+  }
+  return commas;
+}
+
 static void index_str(const int *idx, int rank, char *s, size_t cap) {
   size_t n = 0;
   s[0] = '\0';
@@ -101,6 +115,7 @@ static int nested_shape(const cJSON *j, proto__tensor *t, char *err) {
 
 /* Reads the "shape" array of the flat form. */
 static int flat_dims(const cJSON *shape, proto__tensor *t, char *err) {
+  t->rank = 0;
   char what[48];
   if (!cJSON_IsArray(shape)) {
     proto__describe(shape, what, sizeof what);
@@ -168,6 +183,16 @@ static int flat_shape(const cJSON *j, proto__tensor *t, char *err) {
     return ERR("%s: \"data\" has %zu elements, shape %s needs %zu", t->name,
                len, name, t->n);
   }
+  return 0;
+}
+
+int proto__tensor_dims(const cJSON *shape, proto__tensor *t,
+                       char err[PROTO_ERR_MAX]) {
+  int rc = flat_dims(shape, t, err);
+  if (rc || t->rank > PROTO__MAX_RANK)
+    return rc;
+  if (shape_count(t, &t->n))
+    return ERR("%s: too many elements", t->name);
   return 0;
 }
 

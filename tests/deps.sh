@@ -6,7 +6,8 @@
 set -eu
 
 PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcjson-dev
-libopenblas-dev libuv1-dev check python3 curl valgrind"
+libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-jsonschema
+python3-yaml curl valgrind"
 
 missing=""
 for p in $PKGS; do

@@ -1,0 +1,643 @@
+/* v2_decode.c - POST /v2/models/{m}/infer body -> validated proto_request.
+ *
+ * The body is a JSON inference request (KServe v2 / Open Inference
+ * Protocol), optionally followed by binary tensors as in Triton's binary
+ * tensor data extension: Inference-Header-Content-Length gives the JSON
+ * part's length, and each binary input carries parameters.binary_data_size;
+ * their bytes follow the JSON in the order the inputs are listed.
+ *
+ * The decode runs in the same phases as json_v1.c, and shares its shape
+ * relations and element budget (check.c), so a request means the same and
+ * fails with the same message whichever codec carried it:
+ *   1. the header length and the JSON part (one object);
+ *   2. top-level fields, parameters and the requested outputs;
+ *   3. each input: name, datatype, shape, and where its data is;
+ *   4. shapes and how they relate (check.c), the binary layout (every
+ *      byte count against shape x datatype size, and against the body),
+ *      JSON element counts, the element budget;
+ *   5. allocation and one conversion pass per tensor, straight from the
+ *      body (binary) or the cJSON tree into the buffer the core reads.
+ * Every message starts with the input, parameter or header concerned. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto_impl.h"
+
+#define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
+
+/* Commas outside tensors in a valid JSON part: members, shapes, params. */
+#define COMMA_SLACK 1024
+
+typedef struct v2_in {
+  int dtype;                /* enum proto__dtype */
+  int binary;               /* 1: bytes after the JSON part */
+  size_t bin_size;          /* parameters.binary_data_size */
+  size_t bin_off;           /* offset of those bytes in the body */
+  int pos;                  /* index in "inputs", for messages */
+} v2_in;
+
+typedef struct v2_ctx {
+  proto__check ck;          /* tensors by enum proto__input */
+  v2_in in[PROTO__IN_COUNT];
+  const char *body;
+  size_t len, hlen;         /* body length, JSON part length */
+  int has_header;           /* Inference-Header-Content-Length was sent */
+  int model;
+  const cJSON *id, *params, *inputs, *outputs;
+  proto_request *req;
+  attn_problem *p;
+  char *err;
+} v2_ctx;
+
+static const char *const model_names[PROTO_MODEL_COUNT] = {
+  "attention", "additive_attention"};
+static const char *const output_names[PROTO_OUT_COUNT] = {"output",
+                                                          "weights"};
+
+static void describe(const cJSON *j, char *s, size_t cap) {
+  if (cJSON_IsString(j)) {
+    char name[44];
+    proto__quote_name(j->valuestring, name, sizeof name);
+    snprintf(s, cap, "\"%s\"", name);
+  } else {
+    proto__describe(j, s, cap);
+  }
+}
+
+/* ---- phase 1: header length and the JSON part --------------------------- */
+
+static int header_len(v2_ctx *c, const char *h) {
+  char *end;
+  if (!h) {
+    c->hlen = c->len;
+    return 0;
+  }
+  while (*h == ' ' || *h == '\t')
+    h++;
+  unsigned long long v = strtoull(h, &end, 10);
+  while (*end == ' ' || *end == '\t')
+    end++;
+  if (*h < '0' || *h > '9' || *end) {
+    char got[48];
+    proto__quote_name(h, got, sizeof got);
+    return ERR("Inference-Header-Content-Length: '%s' is not a byte count",
+               got);
+  }
+  if (v > c->len)
+    return ERR("Inference-Header-Content-Length: %llu exceeds the body "
+               "length %zu", v, c->len);
+  if (v == 0)
+    return ERR("Inference-Header-Content-Length: 0 (a raw binary body) is "
+               "only for models with one input; %s takes query, key and "
+               "value", model_names[c->model]);
+  c->hlen = (size_t)v;
+  c->has_header = 1;
+  return 0;
+}
+
+static int parse_json(v2_ctx *c, size_t max_elems, cJSON **root) {
+  const char *end = NULL;
+  size_t i = 0;
+  while (i < c->hlen && strchr(" \t\r\n", c->body[i]))
+    i++;
+  if (i == c->hlen)
+    return ERR("empty body: expected a JSON inference request with "
+               "\"inputs\"");
+  if (max_elems &&
+      proto__count_commas(c->body, c->hlen) > max_elems + COMMA_SLACK) {
+    snprintf(c->err, PROTO_ERR_MAX, "request has more than %zu tensor "
+             "elements, the server's limit", max_elems);
+    return ATTND_ETOOBIG;
+  }
+  *root = cJSON_ParseWithLengthOpts(c->body, c->hlen, &end, 0);
+  if (!*root) {
+    size_t at = end && end >= c->body && end <= c->body + c->hlen
+                    ? (size_t)(end - c->body) : 0;
+    return ERR("body is not valid JSON (near byte %zu%s)", at,
+               c->has_header ? " of the inference header" : "");
+  }
+  for (size_t j = (size_t)(end - c->body); j < c->hlen; j++)
+    if (!strchr(" \t\r\n", c->body[j]))
+      return ERR("body has unexpected data after the JSON object at byte "
+                 "%zu%s", j, c->has_header ? " (binary data must start at "
+                 "Inference-Header-Content-Length)" : " (binary inputs need "
+                 "an Inference-Header-Content-Length header)");
+  if (!cJSON_IsObject(*root)) {
+    char what[48];
+    proto__describe(*root, what, sizeof what);
+    return ERR("body must be a JSON object, got %s", what);
+  }
+  return 0;
+}
+
+/* ---- phase 2: top-level fields, parameters, outputs ----------------------- */
+
+static int top_fields(v2_ctx *c, const cJSON *root) {
+  static const char *const names[4] = {"id", "parameters", "inputs",
+                                       "outputs"};
+  const cJSON **slots[4] = {&c->id, &c->params, &c->inputs, &c->outputs};
+  for (const cJSON *m = root->child; m; m = m->next) {
+    int i = 0;
+    while (i < 4 && strcmp(m->string, names[i]))
+      i++;
+    if (i == 4)
+      continue; /* model_name and the like: the path names the model */
+    if (*slots[i])
+      return ERR("duplicate field '%s'", names[i]);
+    *slots[i] = m;
+  }
+  if (!c->inputs)
+    return ERR("inputs: required field is missing");
+  if (!cJSON_IsArray(c->inputs))
+    return ERR("inputs: expected an array of input tensors");
+  if (c->outputs && !cJSON_IsArray(c->outputs))
+    return ERR("outputs: expected an array of {\"name\": ..}");
+  if (c->params && !cJSON_IsObject(c->params))
+    return ERR("parameters: expected an object");
+  if (c->id && !cJSON_IsString(c->id))
+    return ERR("id: expected a string");
+  return 0;
+}
+
+static int param_causal(v2_ctx *c, const cJSON *j) {
+  char what[48];
+  if (cJSON_IsBool(j))
+    c->p->causal = cJSON_IsTrue(j) ? ATTN_CAUSAL_UPPER_LEFT
+                                   : ATTN_CAUSAL_NONE;
+  else if (cJSON_IsString(j) && !strcmp(j->valuestring, "upper_left"))
+    c->p->causal = ATTN_CAUSAL_UPPER_LEFT;
+  else if (cJSON_IsString(j) && !strcmp(j->valuestring, "lower_right"))
+    c->p->causal = ATTN_CAUSAL_LOWER_RIGHT;
+  else {
+    describe(j, what, sizeof what);
+    return ERR("parameters.causal: unknown value %s (allowed: false, true, "
+               "\"upper_left\", \"lower_right\")", what);
+  }
+  return 0;
+}
+
+/* An integer in [0, 2^53], the range a double holds exactly. */
+static int get_count(const cJSON *j, double *out) {
+  if (!cJSON_IsNumber(j))
+    return -1;
+  double x = j->valuedouble;
+  if (x != floor(x) || x < 0 || x > 9007199254740992.0)
+    return -1;
+  *out = x;
+  return 0;
+}
+
+static int param_scale(v2_ctx *c, const cJSON *j) {
+  char what[48];
+  if (c->model == PROTO_MODEL_ADDITIVE)
+    return ERR("parameters.scale: not valid for model additive_attention "
+               "(additive scores are not scaled)");
+  if (!cJSON_IsNumber(j)) {
+    describe(j, what, sizeof what);
+    return ERR("parameters.scale: expected a number, got %s", what);
+  }
+  double x = j->valuedouble;
+  if (!(fabs(x) <= FLT_MAX))
+    return ERR("parameters.scale: %g is out of float32 range", x);
+  if ((float)x == 0.0f)
+    return ERR("parameters.scale: must be non-zero%s",
+               x != 0 ? " (underflows float32)" : "");
+  c->p->scale = (float)x;
+  return 0;
+}
+
+static int param_bool(v2_ctx *c, const cJSON *j, const char *name, int *out) {
+  char what[48];
+  if (!cJSON_IsBool(j)) {
+    describe(j, what, sizeof what);
+    return ERR("parameters.%s: expected true or false, got %s", name, what);
+  }
+  *out = cJSON_IsTrue(j);
+  return 0;
+}
+
+/* One request parameter; names attnd does not know are ignored, as the
+ * protocol asks (clients add their own, e.g. Triton's headers). */
+static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
+  const char *n = j->string;
+  double x;
+  if (!strcmp(n, "causal"))
+    return param_causal(c, j);
+  if (!strcmp(n, "scale"))
+    return param_scale(c, j);
+  if (!strcmp(n, "binary_data_output"))
+    return param_bool(c, j, n, bin_all);
+  if (!strcmp(n, "dropout_p")) {
+    if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0) ||
+        !((float)j->valuedouble < 1.0f))
+      return ERR("parameters.dropout_p: must be a number in [0, 1)");
+    c->p->dropout_p = (float)j->valuedouble;
+  } else if (!strcmp(n, "seed")) {
+    if (get_count(j, &x))
+      return ERR("parameters.seed: must be an integer in [0, 2^53]");
+    c->p->seed = (uint64_t)x;
+  } else if (!strcmp(n, "timeout")) {
+    if (get_count(j, &x))
+      return ERR("parameters.timeout: must be a whole number of "
+                 "microseconds in [0, 2^53]");
+    c->req->timeout_us = (uint64_t)x;
+  }
+  return 0;
+}
+
+/* One entry of "outputs"; fills req->outputs in the order given. */
+static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+  const cJSON *bd = params ? cJSON_GetObjectItemCaseSensitive(params,
+                                                              "binary_data")
+                           : NULL;
+  char got[48];
+  int k;
+  if (!cJSON_IsObject(o) || !cJSON_IsString(name))
+    return ERR("outputs[%d]: expected {\"name\": \"output\" or "
+               "\"weights\"}", i);
+  for (k = 0; k < PROTO_OUT_COUNT; k++)
+    if (!strcmp(name->valuestring, output_names[k]))
+      break;
+  proto__quote_name(name->valuestring, got, sizeof got);
+  if (k == PROTO_OUT_COUNT)
+    return ERR("outputs[%d]: unknown output '%s' (model %s has output, "
+               "weights)", i, got, model_names[c->model]);
+  for (int m = 0; m < c->req->n_outputs; m++)
+    if (c->req->outputs[m] == k)
+      return ERR("outputs[%d]: output '%s' requested twice", i, got);
+  if (params && !cJSON_IsObject(params))
+    return ERR("outputs[%d].parameters: expected an object", i);
+  if (bd && !cJSON_IsBool(bd))
+    return ERR("outputs[%d].parameters.binary_data: expected true or "
+               "false", i);
+  c->req->binary[k] = bd ? cJSON_IsTrue(bd) : bin_all;
+  c->req->outputs[c->req->n_outputs++] = k;
+  return 0;
+}
+
+static int params_outputs(v2_ctx *c) {
+  int bin_all = 0, rc, i = 0;
+  if (c->params)
+    for (const cJSON *j = c->params->child; j; j = j->next)
+      if ((rc = param_one(c, j, &bin_all)))
+        return rc;
+  if (!c->outputs || !c->outputs->child) {
+    /* none listed: every output, with the request-wide binary setting */
+    for (int k = 0; k < PROTO_OUT_COUNT; k++) {
+      c->req->outputs[k] = k;
+      c->req->binary[k] = bin_all;
+    }
+    c->req->n_outputs = PROTO_OUT_COUNT;
+  } else {
+    for (const cJSON *o = c->outputs->child; o; o = o->next, i++)
+      if ((rc = output_one(c, o, i, bin_all)))
+        return rc;
+  }
+  c->req->return_weights = 0;
+  for (int m = 0; m < c->req->n_outputs; m++)
+    if (c->req->outputs[m] == PROTO_OUT_WEIGHTS)
+      c->req->return_weights = 1;
+  return 0;
+}
+
+/* ---- phase 3: inputs -------------------------------------------------------- */
+
+/* The datatypes an input accepts, as a message fragment; 1 if dt is one. */
+static int dtype_ok(int in, int dt, const char **allowed) {
+  if (in == PROTO__IN_VALID_LENS) {
+    *allowed = "INT32 or INT64";
+    return dt == PROTO__DT_INT32 || dt == PROTO__DT_INT64;
+  }
+  if (in == PROTO__IN_MASK) {
+    *allowed = "BOOL";
+    return dt == PROTO__DT_BOOL;
+  }
+  *allowed = "FP32, FP64, FP16 or BF16";
+  return dt == PROTO__DT_FP32 || dt == PROTO__DT_FP64 ||
+         dt == PROTO__DT_FP16 || dt == PROTO__DT_BF16;
+}
+
+/* Which input (enum proto__input) a name is, for this model. */
+static int input_index(v2_ctx *c, const cJSON *name, int pos, int *out) {
+  int n = c->model == PROTO_MODEL_ADDITIVE ? PROTO__IN_COUNT
+                                           : PROTO__IN_W_Q;
+  char got[48];
+  if (!cJSON_IsString(name))
+    return ERR("inputs[%d]: \"name\" must be a string", pos);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(name->valuestring, proto__input_names[i]))
+      return *out = i, 0;
+  proto__quote_name(name->valuestring, got, sizeof got);
+  return ERR("inputs[%d]: model %s has no input '%s' (inputs: query, key, "
+             "value, valid_lens, mask, bias%s)", pos, model_names[c->model],
+             got, c->model == PROTO_MODEL_ADDITIVE ? ", w_q, w_k, w_v" : "");
+}
+
+static int input_dtype(v2_ctx *c, int in, const cJSON *dt) {
+  const char *name = proto__input_names[in], *allowed;
+  char got[48];
+  if (!cJSON_IsString(dt))
+    return ERR("%s: \"datatype\" must be a string such as \"FP32\"", name);
+  int d = proto__dtype_parse(dt->valuestring);
+  proto__quote_name(dt->valuestring, got, sizeof got);
+  if (d < 0)
+    return ERR("%s: unknown datatype '%s'", name, got);
+  if (!dtype_ok(in, d, &allowed))
+    return ERR("%s: datatype %s is not supported for this input (expected "
+               "%s)", name, got, allowed);
+  c->in[in].dtype = d;
+  return 0;
+}
+
+/* "data" or parameters.binary_data_size, exactly one of them. */
+static int input_data(v2_ctx *c, int in, const cJSON *obj) {
+  const char *name = proto__input_names[in];
+  const cJSON *data = cJSON_GetObjectItemCaseSensitive(obj, "data");
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(obj, "parameters");
+  const cJSON *bs = NULL;
+  double x;
+  if (params && !cJSON_IsObject(params))
+    return ERR("%s: \"parameters\" must be an object", name);
+  if (params)
+    bs = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
+  if (data && bs)
+    return ERR("%s: has both \"data\" and parameters.binary_data_size",
+               name);
+  if (!data && !bs)
+    return ERR("%s: needs \"data\" or parameters.binary_data_size", name);
+  if (data) {
+    if (!cJSON_IsArray(data))
+      return ERR("%s: \"data\" must be an array", name);
+    c->ck.t[in].data = data;
+    c->ck.t[in].flat = PROTO__FORM_ANY;
+    return 0;
+  }
+  if (get_count(bs, &x))
+    return ERR("%s: parameters.binary_data_size must be a non-negative "
+               "integer", name);
+  if (!c->has_header)
+    return ERR("%s: binary_data_size given but the request has no "
+               "Inference-Header-Content-Length header", name);
+  c->in[in].binary = 1;
+  c->in[in].bin_size = (size_t)x;
+  return 0;
+}
+
+static int input_one(v2_ctx *c, const cJSON *obj, int pos) {
+  int in, rc;
+  if (!cJSON_IsObject(obj))
+    return ERR("inputs[%d]: expected an object with name, datatype, shape "
+               "and data", pos);
+  if ((rc = input_index(c, cJSON_GetObjectItemCaseSensitive(obj, "name"),
+                        pos, &in)))
+    return rc;
+  proto__tensor *t = &c->ck.t[in];
+  if (t->json)
+    return ERR("inputs[%d]: input '%s' given twice", pos,
+               proto__input_names[in]);
+  t->name = proto__input_names[in];
+  t->json = obj;
+  c->in[in].pos = pos;
+  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(obj, "shape");
+  if (!shape)
+    return ERR("%s: \"shape\" is missing", t->name);
+  if ((rc = input_dtype(c, in, cJSON_GetObjectItemCaseSensitive(
+                                   obj, "datatype"))) ||
+      (rc = proto__tensor_dims(shape, t, c->err)))
+    return rc;
+  return input_data(c, in, obj);
+}
+
+static int inputs_all(v2_ctx *c) {
+  int pos = 0, rc;
+  for (const cJSON *o = c->inputs->child; o; o = o->next, pos++)
+    if ((rc = input_one(c, o, pos)))
+      return rc;
+  static const int required[6] = {PROTO__IN_QUERY, PROTO__IN_KEY,
+                                  PROTO__IN_VALUE, PROTO__IN_W_Q,
+                                  PROTO__IN_W_K, PROTO__IN_W_V};
+  int n = c->model == PROTO_MODEL_ADDITIVE ? 6 : 3;
+  for (int i = 0; i < n; i++)
+    if (!c->ck.t[required[i]].json)
+      return ERR("%s: required input is missing%s",
+                 proto__input_names[required[i]],
+                 i >= 3 ? " (model additive_attention)" : "");
+  return 0;
+}
+
+/* ---- phase 4: relations, layout, counts ------------------------------------ */
+
+static int shapes(v2_ctx *c) {
+  int rc;
+  if ((rc = proto__check_qkv(&c->ck)) ||
+      (rc = proto__check_valid_lens(&c->ck)) ||
+      (rc = proto__check_mask_bias(&c->ck)))
+    return rc;
+  if (c->model == PROTO_MODEL_ADDITIVE)
+    return proto__check_additive(&c->ck);
+  return 0;
+}
+
+/* Binary inputs take consecutive byte ranges after the JSON part, in the
+ * order they are listed; together they must fill the body exactly. */
+static int layout(v2_ctx *c) {
+  size_t off = c->hlen, rest = c->len - c->hlen;
+  char shp[64];
+  for (int pos = 0;; pos++) {
+    int in = 0;
+    while (in < PROTO__IN_COUNT &&
+           !(c->ck.t[in].json && c->in[in].pos == pos))
+      in++;
+    if (in == PROTO__IN_COUNT)
+      break;
+    const proto__tensor *t = &c->ck.t[in];
+    v2_in *v = &c->in[in];
+    size_t es = proto__dtype_size(v->dtype);
+    if (!v->binary)
+      continue;
+    proto__shape_str(t->shape, t->rank, shp, sizeof shp);
+    if (v->bin_size / es != t->n || v->bin_size % es)
+      return ERR("%s: binary_data_size is %zu bytes, shape %s of %s needs "
+                 "%zu", t->name, v->bin_size, shp,
+                 proto__dtype_name(v->dtype), t->n * es);
+    if (v->bin_size > c->len - off)
+      return ERR("%s: binary_data_size %zu runs past the end of the body "
+                 "(%zu bytes left after the inference header and earlier "
+                 "inputs)", t->name, v->bin_size, c->len - off);
+    v->bin_off = off;
+    off += v->bin_size;
+    rest -= v->bin_size;
+  }
+  if (rest)
+    return ERR("body has %zu bytes after the binary inputs (their "
+               "binary_data_size values sum to %zu)", rest,
+               off - c->hlen);
+  return 0;
+}
+
+static int json_counts(v2_ctx *c) {
+  for (int in = 0; in < PROTO__IN_COUNT; in++) {
+    const proto__tensor *t = &c->ck.t[in];
+    size_t n;
+    char shp[64];
+    if (!t->json || c->in[in].binary)
+      continue;
+    int rc = proto__count_any(t->data, t->name, &n, c->err);
+    if (rc)
+      return rc;
+    if (n != t->n) {
+      proto__shape_str(t->shape, t->rank, shp, sizeof shp);
+      return ERR("%s: \"data\" has %zu elements, shape %s needs %zu",
+                 t->name, n, shp, t->n);
+    }
+  }
+  return 0;
+}
+
+/* ---- phase 5: elements -------------------------------------------------------- */
+
+/* "[1][0][2]", the multi-index of flat element i of t. */
+static void index_of(const proto__tensor *t, size_t i, char *s, size_t cap) {
+  int idx[PROTO__MAX_RANK];
+  size_t o = 0;
+  for (int d = t->rank - 1; d >= 0; d--) {
+    idx[d] = (int)(i % (size_t)t->shape[d]);
+    i /= (size_t)t->shape[d];
+  }
+  s[0] = '\0';
+  for (int d = 0; d < t->rank && o < cap; d++)
+    o += (size_t)snprintf(s + o, cap - o, "[%d]", idx[d]);
+}
+
+static int fill_binary(v2_ctx *c, int in, void *dst) {
+  const proto__tensor *t = &c->ck.t[in];
+  const v2_in *v = &c->in[in];
+  const char *src = c->body + v->bin_off;
+  char at[64];
+  long long bad = 0;
+  size_t i;
+  if (in == PROTO__IN_VALID_LENS)
+    i = proto__bin_to_len(v->dtype, src, t->n, c->p->Lk, dst, &bad);
+  else if (in == PROTO__IN_MASK)
+    i = proto__bin_to_bool(src, t->n, dst);
+  else
+    i = proto__bin_to_f32(v->dtype, src, t->n, dst);
+  if (i == t->n)
+    return 0;
+  index_of(t, i, at, sizeof at);
+  if (in == PROTO__IN_VALID_LENS)
+    return ERR("%s%s=%lld %s", t->name, at, bad,
+               bad < 0 ? "is negative" : "exceeds key length");
+  if (in == PROTO__IN_MASK)
+    return ERR("%s%s: BOOL byte %u is neither 0 nor 1", t->name, at,
+               ((const unsigned char *)dst)[i]);
+  return ERR("%s%s: %s value is %s", t->name, at,
+             proto__dtype_name(v->dtype),
+             v->dtype == PROTO__DT_FP64 ? "not finite or out of float32 "
+             "range" : "not finite (infinity or NaN)");
+}
+
+static int fill_json(v2_ctx *c, int in, void *dst) {
+  const proto__tensor *t = &c->ck.t[in];
+  int dt = c->in[in].dtype;
+  int kind = in == PROTO__IN_VALID_LENS ? PROTO__KIND_LEN
+             : in == PROTO__IN_MASK     ? PROTO__KIND_BOOL
+             : dt == PROTO__DT_FP16     ? PROTO__KIND_F16
+             : dt == PROTO__DT_BF16     ? PROTO__KIND_BF16
+                                        : PROTO__KIND_F32;
+  return proto__tensor_fill(t, kind, c->p->Lk, "key length", dst, c->err);
+}
+
+static int fill_one(v2_ctx *c, int in, const void **slot) {
+  const proto__tensor *t = &c->ck.t[in];
+  size_t es = in == PROTO__IN_VALID_LENS ? sizeof(int32_t)
+              : in == PROTO__IN_MASK     ? 1 : sizeof(float);
+  if (!t->json)
+    return 0;
+  void *buf = proto__own(c->req, t->n * es);
+  if (!buf)
+    return ATTND_ENOMEM;
+  c->req->in_bytes += t->n * es;
+  *slot = buf;
+  return c->in[in].binary ? fill_binary(c, in, buf) : fill_json(c, in, buf);
+}
+
+static int fill_all(v2_ctx *c) {
+  attn_problem *p = c->p;
+  const void **slots[PROTO__IN_COUNT] = {
+    (const void **)&p->q, (const void **)&p->k, (const void **)&p->v,
+    (const void **)&p->valid_lens, (const void **)&p->mask,
+    (const void **)&p->bias, (const void **)&p->w_q,
+    (const void **)&p->w_k, (const void **)&p->w_v};
+  int rc;
+  for (int in = 0; in < PROTO__IN_COUNT; in++)
+    if ((rc = fill_one(c, in, slots[in])))
+      return rc;
+  return proto__alloc_outputs(&c->ck);
+}
+
+static int copy_id(v2_ctx *c) {
+  proto__buf b = {0};
+  if (!c->id)
+    return 0;
+  proto__buf_put_json_string(&b, c->id->valuestring);
+  char *id = b.oom ? NULL : proto__own(c->req, b.len + 1);
+  if (id)
+    memcpy(id, b.p, b.len + 1);
+  proto__buf_free(&b);
+  c->req->id_json = id;
+  return id ? 0 : ATTND_ENOMEM;
+}
+
+/* ---- the decoder ---------------------------------------------------------------- */
+
+static int decode_root(v2_ctx *c, const cJSON *root) {
+  int rc;
+  if ((rc = top_fields(c, root)) || (rc = params_outputs(c)) ||
+      (rc = inputs_all(c)) || (rc = shapes(c)) || (rc = layout(c)) ||
+      (rc = json_counts(c)) || (rc = proto__check_budget(&c->ck)) ||
+      (rc = copy_id(c)) || (rc = fill_all(c)))
+    return rc;
+  c->req->qrank = c->ck.t[PROTO__IN_QUERY].rank;
+  c->req->flat = 1;
+  return 0;
+}
+
+int proto_v2_decode(const char *body, size_t len, const char *hdr,
+                    int model, proto_request *req, size_t max_elems,
+                    char err[PROTO_ERR_MAX]) {
+  v2_ctx c = {.body = body, .len = len, .model = model, .req = req,
+              .p = &req->prob, .err = err};
+  cJSON *root = NULL;
+  memset(req, 0, sizeof *req);
+  attn_problem_init(&req->prob);
+  req->codec = PROTO_CODEC_V2;
+  req->model = model;
+  req->prob.scoring = model == PROTO_MODEL_ADDITIVE ? ATTN_SCORING_ADDITIVE
+                                                    : ATTN_SCORING_DOT;
+  req->prob.scale = 0; /* 1/sqrt(D) once D is known, unless given */
+  c.ck.req = req;
+  c.ck.p = &req->prob;
+  c.ck.max_elems = max_elems;
+  c.ck.err = err;
+  err[0] = '\0';
+  int rc = header_len(&c, hdr);
+  if (!rc)
+    rc = parse_json(&c, max_elems, &root);
+  if (!rc)
+    rc = decode_root(&c, root);
+  cJSON_Delete(root);
+  if (!rc && req->prob.scale == 0)
+    req->prob.scale = (float)(1.0 / sqrt((double)req->prob.D));
+  if (rc) {
+    if (rc == ATTND_ENOMEM && !err[0])
+      snprintf(err, PROTO_ERR_MAX, "out of memory decoding the request");
+    proto_request_free(req);
+  }
+  return rc;
+}

@@ -1,0 +1,228 @@
+/* v2_encode.c - KServe v2 answers: model lookup, metadata, inference
+ * responses (JSON and binary outputs), and the codec dispatch the worker
+ * calls.
+ *
+ * A response lists its outputs in the order the request named them (both,
+ * output first, when it named none).  A JSON output carries flat "data";
+ * a binary one carries parameters.binary_data_size instead, and its bytes
+ * (float32, little-endian, row-major) follow the JSON part in the same
+ * order, as Triton's binary tensor data extension lays them out. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto_impl.h"
+
+static const char *const model_names[PROTO_MODEL_COUNT] = {
+  "attention", "additive_attention"};
+static const char *const output_names[PROTO_OUT_COUNT] = {"output",
+                                                          "weights"};
+
+/* The only version of every model. */
+#define MODEL_VERSION "1"
+
+/* Floats written per reserve, so a reserve never spans a large tensor. */
+#define F32_CHUNK 4096
+
+int proto_v2_model_find(const char *name, const char *version,
+                        char err[PROTO_ERR_MAX]) {
+  char got[48];
+  for (int m = 0; m < PROTO_MODEL_COUNT; m++) {
+    if (strcmp(name, model_names[m]))
+      continue;
+    if (!version || !strcmp(version, MODEL_VERSION))
+      return m;
+    proto__quote_name(version, got, sizeof got);
+    snprintf(err, PROTO_ERR_MAX, "model '%s' has no version '%s' "
+             "(versions: " MODEL_VERSION ")", model_names[m], got);
+    return ATTND_ENOTFOUND;
+  }
+  proto__quote_name(name, got, sizeof got);
+  snprintf(err, PROTO_ERR_MAX, "unknown model '%s' (models: attention, "
+           "additive_attention)", got);
+  return ATTND_ENOTFOUND;
+}
+
+static int finish(proto__buf *b, char **body, size_t *len) {
+  if (b->oom) {
+    proto__buf_free(b);
+    return ATTND_ENOMEM;
+  }
+  *body = b->p;
+  *len = b->len;
+  return 0;
+}
+
+int proto_v2_server_metadata(const char *version, char **body,
+                             size_t *len) {
+  proto__buf b = {0};
+  proto__buf_puts(&b, "{\"name\":\"attnd\",\"version\":");
+  proto__buf_put_json_string(&b, version);
+  proto__buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\","
+                      "\"parameters\"]}");
+  return finish(&b, body, len);
+}
+
+/* One $metadata_tensor; rank -1 axes. */
+static void put_meta_tensor(proto__buf *b, const char *name,
+                            const char *dtype, int rank, int comma) {
+  if (comma)
+    proto__buf_putc(b, ',');
+  proto__buf_puts(b, "{\"name\":\"");
+  proto__buf_puts(b, name);
+  proto__buf_puts(b, "\",\"datatype\":\"");
+  proto__buf_puts(b, dtype);
+  proto__buf_puts(b, "\",\"shape\":[");
+  for (int i = 0; i < rank; i++)
+    proto__buf_puts(b, i ? ",-1" : "-1");
+  proto__buf_puts(b, "]}");
+}
+
+int proto_v2_model_metadata(int model, char **body, size_t *len) {
+  /* Shapes are given at rank 4, (B, H, L, D); rank 3 (B, L, D) is also
+   * accepted.  Float inputs take FP32, FP64, FP16 or BF16: FP32 is listed
+   * as the one clients should use. */
+  static const struct { const char *name, *dtype; int rank; } ins[] = {
+    {"query", "FP32", 4}, {"key", "FP32", 4},      {"value", "FP32", 4},
+    {"valid_lens", "INT32", 1}, {"mask", "BOOL", 4}, {"bias", "FP32", 4},
+    {"w_q", "FP32", 2},   {"w_k", "FP32", 2},      {"w_v", "FP32", 1}};
+  int n = model == PROTO_MODEL_ADDITIVE ? 9 : 6;
+  proto__buf b = {0};
+  proto__buf_puts(&b, "{\"name\":\"");
+  proto__buf_puts(&b, model_names[model]);
+  proto__buf_puts(&b, "\",\"versions\":[\"" MODEL_VERSION "\"],"
+                      "\"platform\":\"attnd\",\"inputs\":[");
+  for (int i = 0; i < n; i++)
+    put_meta_tensor(&b, ins[i].name, ins[i].dtype, ins[i].rank, i > 0);
+  proto__buf_puts(&b, "],\"outputs\":[");
+  put_meta_tensor(&b, "output", "FP32", 4, 0);
+  put_meta_tensor(&b, "weights", "FP32", 4, 1);
+  proto__buf_puts(&b, "]}");
+  return finish(&b, body, len);
+}
+
+int proto_v2_model_ready(int model, int ready, char **body, size_t *len) {
+  proto__buf b = {0};
+  proto__buf_puts(&b, "{\"name\":\"");
+  proto__buf_puts(&b, model_names[model]);
+  proto__buf_puts(&b, ready ? "\",\"ready\":true}" : "\",\"ready\":false}");
+  return finish(&b, body, len);
+}
+
+/* ---- inference responses -------------------------------------------------- */
+
+/* The output's shape at the query's rank; returns the rank. */
+static int out_dims(const proto_request *req, int which, int *dims) {
+  const attn_problem *p = &req->prob;
+  int r = 0;
+  dims[r++] = p->B;
+  if (req->qrank == 4)
+    dims[r++] = p->H;
+  dims[r++] = p->Lq;
+  dims[r++] = which == PROTO_OUT_OUTPUT ? p->Dv : p->Lk;
+  return r;
+}
+
+static const float *out_data(const proto_request *req, int which,
+                             size_t *n) {
+  int dims[4], r = out_dims(req, which, dims);
+  *n = 1;
+  for (int d = 0; d < r; d++)
+    *n *= (size_t)dims[d];
+  return which == PROTO_OUT_OUTPUT ? req->out : req->weights;
+}
+
+static void put_f32s(proto__buf *b, const float *x, size_t n) {
+  proto__buf_putc(b, '[');
+  for (size_t i = 0; i < n && !b->oom; i += F32_CHUNK) {
+    size_t m = n - i < F32_CHUNK ? n - i : F32_CHUNK;
+    if (proto__buf_reserve(b, m * (PROTO__F32_MAX + 1)))
+      return;
+    char *s = b->p + b->len;
+    for (size_t j = 0; j < m; j++) {
+      if (i + j)
+        *s++ = ',';
+      s += proto__fmt_f32(s, x[i + j]);
+    }
+    *s = '\0';
+    b->len = (size_t)(s - b->p);
+  }
+  proto__buf_putc(b, ']');
+}
+
+static void put_output(proto__buf *b, const proto_request *req, int which) {
+  int dims[4], r = out_dims(req, which, dims);
+  size_t n;
+  const float *x = out_data(req, which, &n);
+  proto__buf_puts(b, "{\"name\":\"");
+  proto__buf_puts(b, output_names[which]);
+  proto__buf_puts(b, "\",\"datatype\":\"FP32\",\"shape\":[");
+  for (int d = 0; d < r; d++) {
+    if (d)
+      proto__buf_putc(b, ',');
+    proto__buf_put_i64(b, dims[d]);
+  }
+  proto__buf_putc(b, ']');
+  if (req->binary[which]) {
+    proto__buf_puts(b, ",\"parameters\":{\"binary_data_size\":");
+    proto__buf_put_i64(b, (long long)(n * sizeof(float)));
+    proto__buf_puts(b, "}}");
+    return;
+  }
+  proto__buf_puts(b, ",\"data\":");
+  put_f32s(b, x, n);
+  proto__buf_putc(b, '}');
+}
+
+/* Appends the binary outputs' bytes: one copy, little-endian. */
+static void put_binary(proto__buf *b, const proto_request *req) {
+  for (int i = 0; i < req->n_outputs; i++) {
+    int which = req->outputs[i];
+    size_t n;
+    const float *x = out_data(req, which, &n);
+    if (!req->binary[which])
+      continue;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    for (size_t j = 0; j < n; j++) {
+      uint32_t v;
+      memcpy(&v, x + j, 4);
+      v = __builtin_bswap32(v);
+      proto__buf_put(b, (const char *)&v, 4);
+    }
+#else
+    proto__buf_put(b, (const char *)x, n * sizeof(float));
+#endif
+  }
+}
+
+int proto_v2_encode(const proto_request *req, char **body, size_t *len,
+                    size_t *json_len) {
+  proto__buf b = {0};
+  proto__buf_puts(&b, "{\"model_name\":\"");
+  proto__buf_puts(&b, model_names[req->model]);
+  proto__buf_puts(&b, "\",\"model_version\":\"" MODEL_VERSION "\"");
+  if (req->id_json) {
+    proto__buf_puts(&b, ",\"id\":");
+    proto__buf_puts(&b, req->id_json);
+  }
+  proto__buf_puts(&b, ",\"outputs\":[");
+  for (int i = 0; i < req->n_outputs; i++) {
+    if (i)
+      proto__buf_putc(&b, ',');
+    put_output(&b, req, req->outputs[i]);
+  }
+  proto__buf_puts(&b, "]}");
+  *json_len = b.len;
+  put_binary(&b, req);
+  return finish(&b, body, len);
+}
+
+int proto_encode(const proto_request *req, char **body, size_t *len,
+                 size_t *json_len) {
+  if (req->codec == PROTO_CODEC_V2)
+    return proto_v2_encode(req, body, len, json_len);
+  int rc = proto_v1_encode(req, body, len);
+  if (!rc)
+    *json_len = *len;
+  return rc;
+}

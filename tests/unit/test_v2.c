@@ -1,0 +1,670 @@
+/* test_v2.c - the KServe v2 codec: datatype conversions (round to nearest
+ * even with ties and subnormals, exact widenings, non-finite rejection),
+ * JSON and binary inference requests, every error path of the binary
+ * layout, the answers (JSON and binary outputs), model lookup and
+ * metadata, and the gzip/deflate content coding with its inflate cap. */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <zlib.h>
+
+#include "proto/proto.h"
+#include "proto/proto_impl.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* A body: JSON header then raw bytes; *hlen gets the header's length. */
+typedef struct body {
+  char buf[4096];
+  size_t len;
+  char hlen[32];
+} body;
+
+static void body_json(body *b, const char *json) {
+  b->len = strlen(json);
+  memcpy(b->buf, json, b->len);
+  snprintf(b->hlen, sizeof b->hlen, "%zu", b->len);
+}
+
+static void body_add(body *b, const void *p, size_t n) {
+  memcpy(b->buf + b->len, p, n);
+  b->len += n;
+}
+
+static int dec(const body *b, const char *hlen, int model, proto_request *r,
+               char *err) {
+  return proto_v2_decode(b->buf, b->len, hlen, model, r, 0, err);
+}
+
+/* Asserts rc ATTND_EINVAL, an empty request and every phrase in err. */
+#define BAD(b, hlen, ...) \
+  bad_input(b, hlen, __LINE__, (const char *[]){__VA_ARGS__, NULL})
+static void bad_input(const body *b, const char *hlen, int line,
+                      const char **phrases) {
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  int rc = dec(b, hlen, PROTO_MODEL_ATTENTION, &r, err);
+  ck_assert_msg(rc == ATTND_EINVAL, "line %d: rc %d (%s)", line, rc, err);
+  ck_assert_int_eq(r.n_owned, 0);
+  for (const char **p = phrases; *p; p++)
+    ck_assert_msg(strstr(err, *p), "line %d: message \"%s\" lacks \"%s\"",
+                  line, err, *p);
+}
+
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Q (1,2,2), K and V (1,3,2) as JSON inputs, shared by several tests. */
+#define IN_Q "{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,2]," \
+             "\"data\":[1,0,0,2]}"
+#define IN_K "{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":[1,3,2]," \
+             "\"data\":[[[1,1],[2,0],[0,3]]]}"
+#define IN_V "{\"name\":\"value\",\"datatype\":\"FP32\",\"shape\":[1,3,2]," \
+             "\"data\":[1,0,0,1,1,1]}"
+
+/* ---- datatypes ------------------------------------------------------------ */
+
+START_TEST(f16_widens_exactly) {
+  float f;
+  ck_assert_int_eq(proto__f16_to_f32(0x3c00, &f), 0);
+  ck_assert(f == 1.0f);
+  ck_assert_int_eq(proto__f16_to_f32(0xc000, &f), 0);
+  ck_assert(f == -2.0f);
+  ck_assert_int_eq(proto__f16_to_f32(0x7bff, &f), 0);
+  ck_assert(f == 65504.0f);
+  ck_assert_int_eq(proto__f16_to_f32(0x0001, &f), 0); /* smallest subnormal */
+  ck_assert(f == 0x1p-24f);
+  ck_assert_int_eq(proto__f16_to_f32(0x03ff, &f), 0); /* largest subnormal */
+  ck_assert(f == 1023 * 0x1p-24f);
+  ck_assert_int_eq(proto__f16_to_f32(0x0400, &f), 0); /* smallest normal */
+  ck_assert(f == 0x1p-14f);
+  ck_assert_int_eq(proto__f16_to_f32(0x8000, &f), 0);
+  ck_assert(f == 0.0f && signbit(f));
+  ck_assert_int_eq(proto__f16_to_f32(0x3555, &f), 0);
+  ck_assert(f == 0x1.554p-2f);
+  /* every finite half round-trips through the double rounding */
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    uint16_t back;
+    if (((h >> 10) & 0x1f) == 0x1f)
+      continue;
+    ck_assert_int_eq(proto__f16_to_f32((uint16_t)h, &f), 0);
+    ck_assert_int_eq(proto__f64_to_f16(f, &back), 0);
+    ck_assert_uint_eq(back, h);
+  }
+}
+END_TEST
+
+START_TEST(f16_inf_and_nan_are_rejected) {
+  float f = 7.0f;
+  ck_assert_int_eq(proto__f16_to_f32(0x7c00, &f), -1); /* +inf */
+  ck_assert_int_eq(proto__f16_to_f32(0xfc00, &f), -1); /* -inf */
+  ck_assert_int_eq(proto__f16_to_f32(0x7e00, &f), -1); /* qNaN */
+  ck_assert_int_eq(proto__f16_to_f32(0x7c01, &f), -1); /* sNaN */
+  ck_assert(f == 7.0f);
+  float out[3];
+  unsigned char raw[6] = {0x00, 0x3c, 0x00, 0x7c, 0x00, 0x3c};
+  ck_assert_uint_eq(proto__bin_to_f32(PROTO__DT_FP16, raw, 3, out), 1);
+}
+END_TEST
+
+START_TEST(f64_to_f16_rounds_to_nearest_even) {
+  uint16_t h;
+  /* 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even -> 1 */
+  ck_assert_int_eq(proto__f64_to_f16(1.0 + 0x1p-11, &h), 0);
+  ck_assert_uint_eq(h, 0x3c00);
+  /* 1 + 3*2^-11 is halfway between odd 1+2^-10 and even 1+2^-9 */
+  ck_assert_int_eq(proto__f64_to_f16(1.0 + 3 * 0x1p-11, &h), 0);
+  ck_assert_uint_eq(h, 0x3c02);
+  /* just above the tie goes up */
+  ck_assert_int_eq(proto__f64_to_f16(1.0 + 0x1p-11 + 0x1p-30, &h), 0);
+  ck_assert_uint_eq(h, 0x3c01);
+  /* subnormals: half of the smallest rounds to 0, 1.5 of it to 2 units */
+  ck_assert_int_eq(proto__f64_to_f16(0x1p-25, &h), 0);
+  ck_assert_uint_eq(h, 0x0000);
+  ck_assert_int_eq(proto__f64_to_f16(3 * 0x1p-25, &h), 0);
+  ck_assert_uint_eq(h, 0x0002);
+  ck_assert_int_eq(proto__f64_to_f16(-0x1p-24 * 0.75, &h), 0);
+  ck_assert_uint_eq(h, 0x8001);
+  /* the largest subnormal rounds up into the smallest normal */
+  ck_assert_int_eq(proto__f64_to_f16(0x1p-14 - 0x1p-26, &h), 0);
+  ck_assert_uint_eq(h, 0x0400);
+  /* overflow: 65504 + 16 is the tie to infinity (odd mantissa) */
+  ck_assert_int_eq(proto__f64_to_f16(65519.99, &h), 0);
+  ck_assert_uint_eq(h, 0x7bff);
+  ck_assert_int_eq(proto__f64_to_f16(65520.0, &h), -1);
+  ck_assert_int_eq(proto__f64_to_f16(1e6, &h), -1);
+  ck_assert_int_eq(proto__f64_to_f16(NAN, &h), -1);
+  ck_assert_int_eq(proto__f64_to_f16(-INFINITY, &h), -1);
+}
+END_TEST
+
+START_TEST(bf16_rounds_and_widens) {
+  uint16_t b;
+  float f;
+  ck_assert_int_eq(proto__bf16_to_f32(0x3f80, &f), 0);
+  ck_assert(f == 1.0f);
+  ck_assert_int_eq(proto__bf16_to_f32(0x0001, &f), 0);
+  ck_assert(f == 0x1p-133f);
+  ck_assert_int_eq(proto__bf16_to_f32(0x7f80, &f), -1);
+  ck_assert_int_eq(proto__bf16_to_f32(0xffc0, &f), -1);
+  /* ties: 1 + 2^-8 -> 1 (even); 1 + 3*2^-8 -> 1 + 2^-6 */
+  ck_assert_int_eq(proto__f64_to_bf16(1.0 + 0x1p-8, &b), 0);
+  ck_assert_uint_eq(b, 0x3f80);
+  ck_assert_int_eq(proto__f64_to_bf16(1.0 + 3 * 0x1p-8, &b), 0);
+  ck_assert_uint_eq(b, 0x3f82);
+  ck_assert_int_eq(proto__f64_to_bf16(0x1p-134, &b), 0); /* tie -> 0 */
+  ck_assert_uint_eq(b, 0x0000);
+  ck_assert_int_eq(proto__f64_to_bf16(3 * 0x1p-134, &b), 0);
+  ck_assert_uint_eq(b, 0x0002);
+  /* the largest BF16 is (2 - 2^-7) * 2^127 ~ 3.3895e38; past the tie
+   * with 2^128 (~3.3961e38) the rounding overflows */
+  ck_assert_int_eq(proto__f64_to_bf16(3.39e38, &b), 0);
+  ck_assert_uint_eq(b, 0x7f7f);
+  ck_assert_int_eq(proto__f64_to_bf16(-3.4e38, &b), -1);
+}
+END_TEST
+
+START_TEST(f64_to_f32_rounds_to_nearest_even) {
+  float f;
+  /* 1 + 2^-24 is the tie between 1 and 1 + 2^-23: even -> 1 */
+  ck_assert_int_eq(proto__f64_to_f32(1.0 + 0x1p-24, &f), 0);
+  ck_assert(f == 1.0f);
+  ck_assert_int_eq(proto__f64_to_f32(1.0 + 3 * 0x1p-24, &f), 0);
+  ck_assert(f == 1.0f + 0x1p-22f);
+  /* subnormal tie: 2^-150 -> 0, 3 * 2^-150 -> 2^-148 */
+  ck_assert_int_eq(proto__f64_to_f32(0x1p-150, &f), 0);
+  ck_assert(f == 0.0f);
+  ck_assert_int_eq(proto__f64_to_f32(3 * 0x1p-150, &f), 0);
+  ck_assert(f == 0x1p-148f);
+  ck_assert_int_eq(proto__f64_to_f32(FLT_MAX, &f), 0);
+  ck_assert_int_eq(proto__f64_to_f32(0x1.fffffe8p127, &f), 0); /* < tie */
+  ck_assert(f == FLT_MAX);
+  ck_assert_int_eq(proto__f64_to_f32(0x1.ffffffp127, &f), -1); /* tie */
+  ck_assert_int_eq(proto__f64_to_f32(1e300, &f), -1);
+  ck_assert_int_eq(proto__f64_to_f32(NAN, &f), -1);
+}
+END_TEST
+
+START_TEST(binary_converters_check_values) {
+  float out[4];
+  int32_t lens[3];
+  uint8_t m[3];
+  long long bad = 0;
+  uint32_t f32[2] = {0x3f800000u, 0x7fc00000u}; /* 1, NaN */
+  ck_assert_uint_eq(proto__bin_to_f32(PROTO__DT_FP32, f32, 2, out), 1);
+  ck_assert(out[0] == 1.0f);
+  double f64[2] = {0.1, -2.5};
+  ck_assert_uint_eq(proto__bin_to_f32(PROTO__DT_FP64, f64, 2, out), 2);
+  ck_assert(out[0] == 0.1f && out[1] == -2.5f);
+  uint16_t bf[2] = {0x4040, 0x7f80}; /* 3, inf */
+  ck_assert_uint_eq(proto__bin_to_f32(PROTO__DT_BF16, bf, 2, out), 1);
+  ck_assert(out[0] == 3.0f);
+  int64_t l64[3] = {0, 5, 6};
+  ck_assert_uint_eq(proto__bin_to_len(PROTO__DT_INT64, l64, 3, 5, lens, &bad),
+                    2);
+  ck_assert_int_eq(bad, 6);
+  int32_t l32[3] = {1, -1, 0};
+  ck_assert_uint_eq(proto__bin_to_len(PROTO__DT_INT32, l32, 3, 5, lens, &bad),
+                    1);
+  ck_assert_int_eq(bad, -1);
+  uint8_t b[3] = {1, 0, 2};
+  ck_assert_uint_eq(proto__bin_to_bool(b, 3, m), 2);
+  ck_assert_int_eq(proto__dtype_parse("BF16"), PROTO__DT_BF16);
+  ck_assert_int_eq(proto__dtype_parse("fp32"), -1);
+  ck_assert_uint_eq(proto__dtype_size(PROTO__DT_FP64), 8);
+  ck_assert(bits_f32(0x3f800000u) == 1.0f);
+}
+END_TEST
+
+/* ---- JSON requests ---------------------------------------------------------- */
+
+START_TEST(json_request_decodes) {
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  body_json(&b, "{\"id\":\"r1\",\"model_name\":\"attention\",\"parameters\":"
+                "{\"causal\":\"lower_right\",\"scale\":0.5,\"timeout\":7000,"
+                "\"x-unknown\":[1]},\"inputs\":[" IN_Q "," IN_K "," IN_V
+                ",{\"name\":\"valid_lens\",\"datatype\":\"INT64\",\"shape\":"
+                "[1],\"data\":[2]}]}");
+  ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s", err);
+  ck_assert_int_eq(r.codec, PROTO_CODEC_V2);
+  ck_assert_int_eq(r.prob.B, 1);
+  ck_assert_int_eq(r.prob.Lq, 2);
+  ck_assert_int_eq(r.prob.Lk, 3);
+  ck_assert_int_eq(r.prob.causal, ATTN_CAUSAL_LOWER_RIGHT);
+  ck_assert(r.prob.scale == 0.5f);
+  ck_assert_uint_eq(r.timeout_us, 7000);
+  ck_assert_int_eq(r.prob.valid_lens[0], 2);
+  ck_assert(r.prob.k[2] == 2.0f && r.prob.q[3] == 2.0f);
+  ck_assert_str_eq(r.id_json, "\"r1\"");
+  ck_assert_int_eq(r.n_outputs, 2);
+  ck_assert_int_eq(r.return_weights, 1);
+  ck_assert_int_eq(r.binary[0] | r.binary[1], 0);
+  proto_request_free(&r);
+}
+END_TEST
+
+START_TEST(json_fp16_values_are_rounded_to_fp16) {
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  body_json(&b, "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP16\","
+                "\"shape\":[1,1,2],\"data\":[0.1,1.00048828125]}," IN_K ","
+                IN_V "],\"outputs\":[{\"name\":\"output\"}]}");
+  /* key has width 2: query must too */
+  ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s", err);
+  ck_assert(r.prob.q[0] == 0x1.998p-4f);  /* 0.1 on the FP16 grid */
+  ck_assert(r.prob.q[1] == 1.0f);         /* tie to even */
+  ck_assert_int_eq(r.return_weights, 0);
+  ck_assert_ptr_null(r.weights);
+  proto_request_free(&r);
+  body_json(&b, "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP16\","
+                "\"shape\":[1,1,2],\"data\":[1,70000]}," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "query[0][0][1]", "out of FP16 range");
+}
+END_TEST
+
+START_TEST(json_errors_name_the_input) {
+  body b;
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "]}");
+  BAD(&b, NULL, "value: required input is missing");
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V ",{\"name\":\"w_q\","
+                "\"datatype\":\"FP32\",\"shape\":[1,2],\"data\":[1,2]}]}");
+  BAD(&b, NULL, "inputs[3]", "no input 'w_q'");
+  body_json(&b, "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP8\","
+                "\"shape\":[1,2,2],\"data\":[1,0,0,2]}," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "query: unknown datatype 'FP8'");
+  body_json(&b, "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"INT32\","
+                "\"shape\":[1,2,2],\"data\":[1,0,0,2]}," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "query: datatype INT32 is not supported");
+  body_json(&b, "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+                "\"shape\":[1,2,2],\"data\":[1,0,0]}," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "query: \"data\" has 3 elements, shape [1,2,2] needs 4");
+  body_json(&b, "{\"parameters\":{\"causal\":\"sideways\"},\"inputs\":["
+                IN_Q "," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "parameters.causal: unknown value \"sideways\"");
+  body_json(&b, "{\"parameters\":{\"timeout\":-1},\"inputs\":[" IN_Q ","
+                IN_K "," IN_V "]}");
+  BAD(&b, NULL, "parameters.timeout");
+  body_json(&b, "{\"parameters\":{\"dropout_p\":1},\"inputs\":[" IN_Q ","
+                IN_K "," IN_V "]}");
+  BAD(&b, NULL, "parameters.dropout_p");
+  body_json(&b, "{\"outputs\":[{\"name\":\"scores\"}],\"inputs\":[" IN_Q ","
+                IN_K "," IN_V "]}");
+  BAD(&b, NULL, "outputs[0]: unknown output 'scores'");
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_Q "," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "inputs[1]: input 'query' given twice");
+  body_json(&b, "{\"inputs\":[" IN_Q ",{\"name\":\"key\",\"datatype\":"
+                "\"FP32\",\"shape\":[1,3,3],\"data\":[1,2,3,4,5,6,7,8,9]},"
+                IN_V "]}");
+  BAD(&b, NULL, "key: width 3 does not match query width 2");
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V ",{\"name\":\"mask\","
+                "\"datatype\":\"BOOL\",\"shape\":[1,2,2],\"data\":[true,true,"
+                "false,false]}]}");
+  BAD(&b, NULL, "mask: shape [1,2,2] does not broadcast to [1,2,3]");
+  body_json(&b, "{\"inputs\":[" IN_Q ",{\"name\":\"key\",\"datatype\":"
+                "\"FP32\",\"shape\":[1,3,2],\"data\":[1,2,3,4,5,1e39]}," IN_V
+                "]}");
+  BAD(&b, NULL, "key[0][2][1]", "out of float32 range");
+  body_json(&b, "{\"id\":7,\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "id: expected a string");
+  body_json(&b, "[1]");
+  BAD(&b, NULL, "body must be a JSON object");
+}
+END_TEST
+
+START_TEST(additive_model_needs_its_weights) {
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  ck_assert_int_eq(dec(&b, NULL, PROTO_MODEL_ADDITIVE, &r, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "w_q: required input is missing"));
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V ",{\"name\":\"w_q\","
+                "\"datatype\":\"FP32\",\"shape\":[3,2],\"data\":[1,2,3,4,5,6]},"
+                "{\"name\":\"w_k\",\"datatype\":\"BF16\",\"shape\":[3,2],"
+                "\"data\":[1,2,3,4,5,6]},{\"name\":\"w_v\",\"datatype\":"
+                "\"FP64\",\"shape\":[3],\"data\":[1,2,3]}]}");
+  ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ADDITIVE, &r, err) == 0, "%s", err);
+  ck_assert_int_eq(r.prob.scoring, ATTN_SCORING_ADDITIVE);
+  ck_assert_int_eq(r.prob.Hd, 3);
+  ck_assert(r.prob.w_v[2] == 3.0f);
+  proto_request_free(&r);
+}
+END_TEST
+
+/* ---- binary requests ----------------------------------------------------------- */
+
+/* A binary request: query (1,1,2) FP16, key (1,2,2) FP32 and value
+ * (1,2,1) FP64 as binary, mask (1,1,2) BOOL binary. */
+#define BIN_JSON(qsz) \
+  "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP16\",\"shape\":[1,1,2]," \
+  "\"parameters\":{\"binary_data_size\":" qsz "}},{\"name\":\"key\"," \
+  "\"datatype\":\"FP32\",\"shape\":[1,2,2],\"parameters\":{" \
+  "\"binary_data_size\":16}},{\"name\":\"value\",\"datatype\":\"FP64\"," \
+  "\"shape\":[1,2,1],\"parameters\":{\"binary_data_size\":16}},{\"name\":" \
+  "\"mask\",\"datatype\":\"BOOL\",\"shape\":[1,1,2],\"parameters\":{" \
+  "\"binary_data_size\":2}}],\"outputs\":[{\"name\":\"weights\"," \
+  "\"parameters\":{\"binary_data\":true}},{\"name\":\"output\"}]}"
+
+static void bin_tensors(body *b) {
+  uint16_t q[2] = {0x3c00, 0xc000};              /* 1, -2 */
+  float k[4] = {1, 0, 0, 1};
+  double v[2] = {0.25, 0.75};
+  uint8_t m[2] = {1, 1};
+  body_add(b, q, 4);
+  body_add(b, k, 16);
+  body_add(b, v, 16);
+  body_add(b, m, 2);
+}
+
+START_TEST(binary_request_decodes_and_encodes) {
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX], *out;
+  size_t len, jlen;
+  body_json(&b, BIN_JSON("4"));
+  bin_tensors(&b);
+  ck_assert_msg(dec(&b, b.hlen, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s",
+                err);
+  ck_assert(r.prob.q[0] == 1.0f && r.prob.q[1] == -2.0f);
+  ck_assert(r.prob.v[1] == 0.75f);
+  ck_assert_int_eq(r.prob.mask[1], 1);
+  ck_assert_int_eq(r.n_outputs, 2);
+  ck_assert_int_eq(r.outputs[0], PROTO_OUT_WEIGHTS);
+  ck_assert_int_eq(r.binary[PROTO_OUT_WEIGHTS], 1);
+  ck_assert_int_eq(r.binary[PROTO_OUT_OUTPUT], 0);
+  ck_assert_int_eq(attn_forward(&r.prob, r.out, r.weights), 0);
+  ck_assert_int_eq(proto_encode(&r, &out, &len, &jlen), 0);
+  ck_assert_uint_eq(len, jlen + 2 * sizeof(float));
+  cJSON *j = cJSON_ParseWithLength(out, jlen);
+  ck_assert_ptr_nonnull(j);
+  cJSON *o = cJSON_GetObjectItem(j, "outputs");
+  ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(o, 0), "name")
+                       ->valuestring, "weights");
+  cJSON *p0 = cJSON_GetObjectItem(cJSON_GetArrayItem(o, 0), "parameters");
+  ck_assert_int_eq(cJSON_GetObjectItem(p0, "binary_data_size")->valueint, 8);
+  ck_assert_ptr_null(cJSON_GetObjectItem(cJSON_GetArrayItem(o, 0), "data"));
+  cJSON *d1 = cJSON_GetObjectItem(cJSON_GetArrayItem(o, 1), "data");
+  ck_assert_int_eq(cJSON_GetArraySize(d1), 1);
+  ck_assert(fabs(cJSON_GetArrayItem(d1, 0)->valuedouble - r.out[0]) < 1e-6);
+  float w[2];
+  memcpy(w, out + jlen, sizeof w);
+  ck_assert(w[0] == r.weights[0] && w[1] == r.weights[1]);
+  ck_assert(fabsf(w[0] + w[1] - 1.0f) < 1e-6f);
+  ck_assert_str_eq(cJSON_GetObjectItem(j, "model_name")->valuestring,
+                   "attention");
+  ck_assert_str_eq(cJSON_GetObjectItem(j, "model_version")->valuestring,
+                   "1");
+  cJSON_Delete(j);
+  free(out);
+  proto_request_free(&r);
+}
+END_TEST
+
+START_TEST(binary_layout_errors) {
+  body b;
+  char big[32];
+  /* a byte count that does not match shape x datatype size */
+  body_json(&b, BIN_JSON("6"));
+  bin_tensors(&b);
+  BAD(&b, b.hlen, "query: binary_data_size is 6 bytes, shape [1,1,2] of "
+                  "FP16 needs 4");
+  /* header longer than the body */
+  body_json(&b, BIN_JSON("4"));
+  bin_tensors(&b);
+  snprintf(big, sizeof big, "%zu", b.len + 1);
+  BAD(&b, big, "Inference-Header-Content-Length", "exceeds the body length");
+  BAD(&b, "12x", "Inference-Header-Content-Length: '12x' is not a byte "
+                 "count");
+  BAD(&b, "-5", "is not a byte count");
+  BAD(&b, "0", "raw binary body");
+  /* a header shorter than the JSON: not JSON any more */
+  snprintf(big, sizeof big, "%zu", strlen(BIN_JSON("4")) - 1);
+  BAD(&b, big, "not valid JSON");
+  /* body one byte short: the last input runs past the end */
+  b.len--;
+  BAD(&b, b.hlen, "mask: binary_data_size 2 runs past the end of the body");
+  /* extra bytes after the binary inputs */
+  b.len += 4;
+  BAD(&b, b.hlen, "body has 3 bytes after the binary inputs");
+  /* binary data without the header */
+  b.len -= 3;
+  BAD(&b, NULL, "unexpected data after the JSON object",
+      "Inference-Header-Content-Length");
+  body_json(&b, BIN_JSON("4"));
+  BAD(&b, NULL, "query: binary_data_size given but the request has no "
+                "Inference-Header-Content-Length");
+}
+END_TEST
+
+START_TEST(binary_value_errors) {
+  body b;
+  /* FP16 infinity in query[0][0][1] */
+  body_json(&b, BIN_JSON("4"));
+  bin_tensors(&b);
+  b.buf[b.len - 38 + 2] = 0x00;
+  b.buf[b.len - 38 + 3] = (char)0x7c;
+  BAD(&b, b.hlen, "query[0][0][1]: FP16 value is not finite");
+  /* a BOOL byte of 2 */
+  body_json(&b, BIN_JSON("4"));
+  bin_tensors(&b);
+  b.buf[b.len - 1] = 2;
+  BAD(&b, b.hlen, "mask[0][0][1]: BOOL byte 2 is neither 0 nor 1");
+  /* FP64 NaN in value[0][1][0] */
+  body_json(&b, BIN_JSON("4"));
+  bin_tensors(&b);
+  double nan = NAN;
+  memcpy(b.buf + b.len - 10, &nan, 8);
+  BAD(&b, b.hlen, "value[0][1][0]: FP64 value is not finite");
+  /* both data and binary_data_size */
+  body_json(&b, "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+                "\"shape\":[1,1,1],\"data\":[1],\"parameters\":{"
+                "\"binary_data_size\":4}}]}");
+  body_add(&b, "\0\0\0\0", 4);
+  BAD(&b, b.hlen, "query: has both \"data\" and parameters.binary_data_size");
+}
+END_TEST
+
+START_TEST(binary_lengths_int32_and_int64) {
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  int64_t vl[1] = {1};
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V ",{\"name\":"
+                "\"valid_lens\",\"datatype\":\"INT64\",\"shape\":[1],"
+                "\"parameters\":{\"binary_data_size\":8}}]}");
+  body_add(&b, vl, 8);
+  ck_assert_msg(dec(&b, b.hlen, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s",
+                err);
+  ck_assert_int_eq(r.prob.valid_lens[0], 1);
+  proto_request_free(&r);
+  int32_t bad[1] = {4};
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V ",{\"name\":"
+                "\"valid_lens\",\"datatype\":\"INT32\",\"shape\":[1],"
+                "\"parameters\":{\"binary_data_size\":4}}]}");
+  body_add(&b, bad, 4);
+  BAD(&b, b.hlen, "valid_lens[0]=4 exceeds key length");
+}
+END_TEST
+
+START_TEST(budget_applies_to_v2) {
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  ck_assert_int_eq(proto_v2_decode(b.buf, b.len, NULL, 0, &r, 20, err),
+                   ATTND_ETOOBIG);
+  ck_assert_int_eq(r.n_owned, 0);
+}
+END_TEST
+
+/* ---- models and metadata ------------------------------------------------------ */
+
+START_TEST(models_and_metadata) {
+  char err[PROTO_ERR_MAX], *out;
+  size_t len;
+  ck_assert_int_eq(proto_v2_model_find("attention", NULL, err),
+                   PROTO_MODEL_ATTENTION);
+  ck_assert_int_eq(proto_v2_model_find("additive_attention", "1", err),
+                   PROTO_MODEL_ADDITIVE);
+  ck_assert_int_eq(proto_v2_model_find("attention", "2", err),
+                   ATTND_ENOTFOUND);
+  ck_assert_ptr_nonnull(strstr(err, "no version '2'"));
+  ck_assert_int_eq(proto_v2_model_find("bert", NULL, err), ATTND_ENOTFOUND);
+  ck_assert_ptr_nonnull(strstr(err, "unknown model 'bert'"));
+  ck_assert_int_eq(proto_v2_server_metadata("9.9", &out, &len), 0);
+  cJSON *j = cJSON_Parse(out);
+  ck_assert_str_eq(cJSON_GetObjectItem(j, "version")->valuestring, "9.9");
+  ck_assert_ptr_nonnull(strstr(out, "\"binary_tensor_data\""));
+  cJSON_Delete(j);
+  free(out);
+  ck_assert_int_eq(proto_v2_model_metadata(PROTO_MODEL_ADDITIVE, &out, &len),
+                   0);
+  j = cJSON_Parse(out);
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "inputs")), 9);
+  cJSON_Delete(j);
+  free(out);
+  ck_assert_int_eq(proto_v2_model_ready(0, 1, &out, &len), 0);
+  ck_assert_str_eq(out, "{\"name\":\"attention\",\"ready\":true}");
+  free(out);
+}
+END_TEST
+
+/* ---- content coding ------------------------------------------------------------ */
+
+static size_t zip(int wb, const char *in, size_t n, char *out, size_t cap) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  ck_assert_int_eq(deflateInit2(&z, 9, Z_DEFLATED, wb, 8,
+                                Z_DEFAULT_STRATEGY), Z_OK);
+  z.next_in = (Bytef *)in;
+  z.avail_in = (uInt)n;
+  z.next_out = (Bytef *)out;
+  z.avail_out = (uInt)cap;
+  ck_assert_int_eq(deflate(&z, Z_FINISH), Z_STREAM_END);
+  size_t len = z.total_out;
+  deflateEnd(&z);
+  return len;
+}
+
+START_TEST(inflate_gzip_zlib_and_raw) {
+  static const char text[] = "{\"inputs\": [1, 2, 3, 4, 5, 6, 7, 8]}";
+  char z[256], *out, err[PROTO_ERR_MAX];
+  size_t n, len;
+  int wbs[3] = {15 + 16, 15, -15};
+  const char *codings[3] = {"gzip", "deflate", "DEFLATE"};
+  for (int i = 0; i < 3; i++) {
+    n = zip(wbs[i], text, sizeof text - 1, z, sizeof z);
+    ck_assert_int_eq(proto_inflate(codings[i], z, n, 1000, &out, &len, err),
+                     0);
+    ck_assert_uint_eq(len, sizeof text - 1);
+    ck_assert(!memcmp(out, text, len));
+    free(out);
+  }
+  ck_assert_int_eq(proto_inflate("identity", text, 5, 1000, &out, &len, err),
+                   0);
+  ck_assert_ptr_null(out);
+  ck_assert_int_eq(proto_inflate("br", text, 5, 1000, &out, &len, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "Content-Encoding: 'br'"));
+  n = zip(15 + 16, text, sizeof text - 1, z, sizeof z);
+  ck_assert_int_eq(proto_inflate("gzip", z, n - 5, 1000, &out, &len, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "truncated"));
+  ck_assert_int_eq(proto_inflate("gzip", text, 10, 1000, &out, &len, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "corrupt gzip"));
+  /* exactly at the cap is fine, one byte under it is too big */
+  ck_assert_int_eq(proto_inflate("gzip", z, n, sizeof text - 1, &out, &len,
+                                 err), 0);
+  free(out);
+  ck_assert_int_eq(proto_inflate("gzip", z, n, sizeof text - 2, &out, &len,
+                                 err), ATTND_ETOOBIG);
+}
+END_TEST
+
+START_TEST(inflate_bomb_stops_at_the_cap) {
+  size_t big = 64u << 20, n;
+  char *zeros = calloc(1, big), *z = malloc(big / 100), *out;
+  char err[PROTO_ERR_MAX];
+  size_t len;
+  n = zip(15 + 16, zeros, big, z, big / 100);
+  ck_assert_uint_lt(n, 100000);
+  ck_assert_int_eq(proto_inflate("gzip", z, n, 1u << 20, &out, &len, err),
+                   ATTND_ETOOBIG);
+  ck_assert_ptr_nonnull(strstr(err, "inflates past the limit"));
+  free(zeros);
+  free(z);
+}
+END_TEST
+
+START_TEST(accept_encoding_and_deflate) {
+  ck_assert_str_eq(proto_accept_coding("gzip, deflate"), "gzip");
+  ck_assert_str_eq(proto_accept_coding("deflate"), "deflate");
+  ck_assert_str_eq(proto_accept_coding("gzip;q=0.2, deflate;q=0.5"),
+                   "deflate");
+  ck_assert_ptr_null(proto_accept_coding("gzip;q=0"));
+  ck_assert_ptr_null(proto_accept_coding("identity"));
+  ck_assert_ptr_null(proto_accept_coding("br"));
+  ck_assert_ptr_null(proto_accept_coding(NULL));
+  ck_assert_str_eq(proto_accept_coding("*"), "gzip");
+  ck_assert_ptr_null(proto_accept_coding("xgzip"));
+  char *z, *back, err[PROTO_ERR_MAX];
+  size_t zn, bn;
+  static const char text[] = "[0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1]";
+  for (int i = 0; i < 2; i++) {
+    const char *c = i ? "deflate" : "gzip";
+    ck_assert_int_eq(proto_deflate(c, text, sizeof text - 1, &z, &zn), 0);
+    ck_assert_uint_lt(zn, sizeof text - 1);
+    ck_assert_int_eq(proto_inflate(c, z, zn, 100, &back, &bn, err), 0);
+    ck_assert(bn == sizeof text - 1 && !memcmp(back, text, bn));
+    free(z);
+    free(back);
+  }
+}
+END_TEST
+
+static Suite *v2_suite(void) {
+  Suite *s = suite_create("v2");
+  struct { const char *name; const TTest *tests[12]; } cases[] = {
+    {"dtype", {f16_widens_exactly, f16_inf_and_nan_are_rejected,
+               f64_to_f16_rounds_to_nearest_even, bf16_rounds_and_widens,
+               f64_to_f32_rounds_to_nearest_even,
+               binary_converters_check_values}},
+    {"json", {json_request_decodes, json_fp16_values_are_rounded_to_fp16,
+              json_errors_name_the_input, additive_model_needs_its_weights,
+              budget_applies_to_v2}},
+    {"binary", {binary_request_decodes_and_encodes, binary_layout_errors,
+                binary_value_errors, binary_lengths_int32_and_int64}},
+    {"models", {models_and_metadata}},
+    {"coding", {inflate_gzip_zlib_and_raw, inflate_bomb_stops_at_the_cap,
+                accept_encoding_and_deflate}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    TCase *tc = tcase_create(cases[c].name);
+    tcase_set_timeout(tc, 120);
+    for (int t = 0; cases[c].tests[t]; t++)
+      tcase_add_test(tc, cases[c].tests[t]);
+    suite_add_tcase(s, tc);
+  }
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(v2_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
