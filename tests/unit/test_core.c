@@ -12,6 +12,7 @@
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,14 @@ static float rng_sym(rng *r, float a) { /* [-a, a) */
 static int rng_int(rng *r, int n) { /* [0, n) */
   return (int)(rng_next(r) % (uint64_t)n);
 }
+
+/* check's ck_assert records a mark point (a write to its channel) even
+ * when it passes; inside loops over millions of elements test first and
+ * fail through ck_abort_msg only when it matters. */
+#define EXPECT(cond, ...)                                                    \
+  do {                                                                       \
+    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                  \
+  } while (0)
 
 static int under_valgrind(void) {
   const char *v = getenv("ATTND_VALGRIND");
@@ -261,26 +270,26 @@ static void check_row(const attn_problem *p, const char *what, int b, int h,
   for (int j = 0; j < p->Lk; j++) {
     int ok = ref_allowed(p, b, h, i, j);
     if (!ok)
-      ck_assert_msg(w[j] == 0.0f, "%s: masked weight (%d,%d,%d,%d) = %g",
+      EXPECT(w[j] == 0.0f, "%s: masked weight (%d,%d,%d,%d) = %g",
                     what, b, h, i, j, w[j]);
-    ck_assert_msg(fabs(w[j] - rw[j]) <= 1e-5,
+    EXPECT(fabs(w[j] - rw[j]) <= 1e-5,
                   "%s: weight (%d,%d,%d,%d) %.9g vs ref %.9g", what, b, h, i,
                   j, w[j], rw[j]);
     sum += w[j];
   }
   if (n > 0)
-    ck_assert_msg(fabs(sum - 1.0) <= 1e-5, "%s: row (%d,%d,%d) sums to %.9g",
+    EXPECT(fabs(sum - 1.0) <= 1e-5, "%s: row (%d,%d,%d) sums to %.9g",
                   what, b, h, i, sum);
   for (int d = 0; d < p->Dv; d++) {
     double tol = 1e-5 + 1e-5 * fabs(ro[d]);
     if (n == 0)
-      ck_assert_msg(o1[d] == 0.0f && o2[d] == 0.0f,
+      EXPECT(o1[d] == 0.0f && o2[d] == 0.0f,
                     "%s: empty row (%d,%d,%d) output %g / %g", what, b, h, i,
                     o1[d], o2[d]);
-    ck_assert_msg(fabs(o1[d] - ro[d]) <= tol,
+    EXPECT(fabs(o1[d] - ro[d]) <= tol,
                   "%s: out (%d,%d,%d,%d) weights path %.9g vs ref %.9g", what,
                   b, h, i, d, o1[d], ro[d]);
-    ck_assert_msg(fabs(o2[d] - ro[d]) <= tol,
+    EXPECT(fabs(o2[d] - ro[d]) <= tol,
                   "%s: out (%d,%d,%d,%d) online path %.9g vs ref %.9g", what,
                   b, h, i, d, o2[d], ro[d]);
   }
@@ -595,7 +604,7 @@ END_TEST
 
 static void assert_all_finite(const float *x, size_t n, const char *what) {
   for (size_t i = 0; i < n; i++)
-    ck_assert_msg(isfinite(x[i]), "%s[%zu] = %g", what, i, x[i]);
+    EXPECT(isfinite(x[i]), "%s[%zu] = %g", what, i, x[i]);
 }
 
 /* Inputs near 1e38 overflow sgemm to +-inf and inf - inf = NaN; the core
@@ -626,11 +635,13 @@ static void huge_inputs(int kinds) {
       int n = 0;
       for (int j = 0; j < s.Lk; j++) {
         float x = w[((size_t)h * s.Lq + i) * s.Lk + j];
-        if (!ref_allowed(&c.p, 0, h, i, j)) ck_assert(x == 0.0f);
+        if (!ref_allowed(&c.p, 0, h, i, j))
+          EXPECT(x == 0.0f, "masked weight (%d,%d,%d) = %g", h, i, j, x);
         n += ref_allowed(&c.p, 0, h, i, j);
         sum += x;
       }
-      ck_assert(n == 0 ? sum == 0.0 : fabs(sum - 1.0) < 1e-5);
+      EXPECT(n == 0 ? sum == 0.0 : fabs(sum - 1.0) < 1e-5,
+             "row (%d,%d) sums to %.9g", h, i, sum);
     }
   free(o1); free(o2); free(w);
   free_case(&c);
@@ -778,6 +789,83 @@ END_TEST
 
 START_TEST(test_task_split_is_bit_identical_online_path) {
   split_is_bit_identical(K_VL2 | K_MASK | K_BIAS | K_DROP | K_UL, 0);
+}
+END_TEST
+
+/* Two threads run disjoint task ranges into the same buffers, each with
+ * its own scratch, as attnd's workers do; the result is bit-identical to
+ * attn_forward. */
+typedef struct half_job {
+  const attn_problem *p;
+  size_t t0, t1;
+  float *out, *w;
+  int rc;
+} half_job;
+
+static void *run_half(void *arg) {
+  half_job *j = arg;
+  size_t bytes = (attn_scratch_bytes(j->p, j->w != NULL) + 63) / 64 * 64;
+  void *scratch = aligned_alloc(64, bytes);
+  j->rc = scratch ? attn_run_tasks(j->p, j->t0, j->t1, j->out, j->w, scratch)
+                  : ATTND_ENOMEM;
+  free(scratch);
+  return NULL;
+}
+
+static void threads_match_forward(int with_weights) {
+  shape s = {2, 2, 1, 150, 270, 8, 6};
+  tcase c;
+  make_case(&c, &s, K_VL2 | K_MASK | K_UL | K_BIAS | K_DROP, 31);
+  size_t no = out_len(&c.p), nw = with_weights ? w_len(&c.p) : 0;
+  float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
+  float *w1 = nw ? malloc(nw * 4) : NULL, *w2 = nw ? malloc(nw * 4) : NULL;
+  size_t n = attn_task_count(&c.p, with_weights);
+  half_job jobs[2] = {{&c.p, 0, n / 2, o2, w2, -1},
+                      {&c.p, n / 2, n, o2, w2, -1}};
+  pthread_t th[2];
+  ck_assert_int_eq(attn_forward(&c.p, o1, w1), 0);
+  for (int k = 0; k < 2; k++)
+    ck_assert_int_eq(pthread_create(&th[k], NULL, run_half, &jobs[k]), 0);
+  for (int k = 0; k < 2; k++) {
+    pthread_join(th[k], NULL);
+    ck_assert_int_eq(jobs[k].rc, 0);
+  }
+  ck_assert_mem_eq(o1, o2, no * 4);
+  if (nw) ck_assert_mem_eq(w1, w2, nw * 4);
+  free(o1); free(o2); free(w1); free(w2);
+  free_case(&c);
+}
+
+START_TEST(test_two_threads_on_disjoint_tasks_match_forward) {
+  threads_match_forward(1);
+  threads_match_forward(0);
+}
+END_TEST
+
+/* Random shapes and random mask combinations, both paths, both
+ * scorings; every draw must match the reference. */
+START_TEST(test_random_problems_match_reference) {
+  static const int len[] = {1, 2, 3, 7, 31, 64, 65, 100, 129, 257, 300};
+  static const int heads[][2] = {{1, 1}, {2, 1}, {2, 2}, {4, 2}, {3, 1}};
+  rng r = {20261129};
+  int draws = under_valgrind() ? 6 : 40;
+  for (int d = 0; d < draws; d++) {
+    int hh = rng_int(&r, 5), nl = under_valgrind() ? 7 : 11;
+    shape s = {1 + rng_int(&r, 2), heads[hh][0], heads[hh][1],
+               len[rng_int(&r, nl)], len[rng_int(&r, nl)],
+               1 + rng_int(&r, 24), 1 + rng_int(&r, 24)};
+    int kinds = (int)(rng_next(&r) & 0x1ff);
+    if ((kinds & K_VL1) && (kinds & K_VL2)) kinds &= ~K_VL1;
+    if ((kinds & K_UL) && (kinds & K_LR)) kinds &= ~K_UL;
+    tcase c;
+    char label[160];
+    make_case(&c, &s, kinds, rng_next(&r));
+    snprintf(label, sizeof label,
+             "draw %d kinds 0x%x B%d H%d/%d Lq%d Lk%d D%d Dv%d", d, kinds,
+             s.B, s.H, s.Hkv, s.Lq, s.Lk, s.D, s.Dv);
+    compare_with_ref(&c.p, label);
+    free_case(&c);
+  }
 }
 END_TEST
 
@@ -959,7 +1047,7 @@ START_TEST(test_expf_is_within_2_ulp_and_exactly_0_below_cutoff) {
   for (double x = -87.33; x <= 88.0; x += 0.00137) {
     float xf = (float)x;
     double want = exp((double)xf);
-    ck_assert_msg(ulps(attn__expf(xf), want) <= 2.0,
+    EXPECT(ulps(attn__expf(xf), want) <= 2.0,
                   "exp(%.9g) = %.9g, want %.9g", xf, attn__expf(xf), want);
   }
   ck_assert(attn__expf(0.0f) == 1.0f);
@@ -976,7 +1064,7 @@ START_TEST(test_tanhf_is_within_2_ulp) {
     float xf = (float)x;
     double want = tanh((double)xf);
     if (xf == 0.0f) continue;
-    ck_assert_msg(ulps(attn__tanhf(xf), want) <= 2.0,
+    EXPECT(ulps(attn__tanhf(xf), want) <= 2.0,
                   "tanh(%.9g) = %.9g, want %.9g", xf, attn__tanhf(xf), want);
   }
   ck_assert(attn__tanhf(FLT_MAX) == 1.0f && attn__tanhf(-FLT_MAX) == -1.0f);
@@ -997,7 +1085,8 @@ START_TEST(test_dropout_keep_follows_documented_formula) {
         j = rng_int(&r, 11);
     uint64_t idx = (((uint64_t)b * 5 + h) * 7 + i) * 11 + j;
     int keep = attn__dropout_keep(p.seed, idx, p.dropout_p);
-    ck_assert_int_eq(keep, ref_keep(&p, b, h, i, j));
+    EXPECT(keep == ref_keep(&p, b, h, i, j), "keep(%d,%d,%d,%d) = %d", b, h,
+           i, j, keep);
     kept += keep;
   }
   ck_assert_int_gt(kept, (int)(0.67 * n));
@@ -1020,6 +1109,7 @@ static Suite *core_suite(void) {
   tcase_add_test(ref, test_composed_masks_match_reference);
   tcase_add_test(ref, test_additive_scoring_matches_reference);
   tcase_add_test(ref, test_dropout_matches_reference);
+  tcase_add_test(ref, test_random_problems_match_reference);
   suite_add_tcase(s, ref);
 
   TCase *ex = tcase_create("examples");
@@ -1044,6 +1134,7 @@ static Suite *core_suite(void) {
   tcase_add_test(edge, test_dropout_same_seed_same_answer_other_seed_differs);
   tcase_add_test(edge, test_task_split_is_bit_identical_weights_path);
   tcase_add_test(edge, test_task_split_is_bit_identical_online_path);
+  tcase_add_test(edge, test_two_threads_on_disjoint_tasks_match_forward);
   tcase_add_test(edge, test_online_path_never_reads_keys_beyond_valid_lens);
   tcase_add_test(edge, test_online_path_skips_key_blocks_the_mask_forbids);
   tcase_add_test(edge, test_online_scratch_does_not_grow_with_lk);
