@@ -131,7 +131,7 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights) {
   return s.total;
 }
 
-static void task_of(const attn_problem *p, size_t t, attn__task *task) {
+void attn__task_of(const attn_problem *p, size_t t, attn__task *task) {
   size_t nqb = query_blocks(p);
   size_t qb = t % nqb, bh = t / nqb;
   task->b = (int)(bh / (size_t)p->H);
@@ -152,7 +152,7 @@ int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1, float *out,
   attn__scratch_layout(p, with_weights, &lay);
   for (size_t t = t0; t < t1; t++) {
     attn__task task;
-    task_of(p, t, &task);
+    attn__task_of(p, t, &task);
     if (with_weights)
       attn__task_weights(p, &task, out, weights, scratch, &lay);
     else

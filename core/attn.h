@@ -147,4 +147,19 @@ int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1,
  * ATTND_ENOMEM; on error out and weights are unspecified. */
 int attn_forward(const attn_problem *p, float *out, float *weights);
 
+/* Per-row diagnostics (design.md), each shaped (B, H, Lq) and each
+ * optional (NULL skips it), for query row (b, h, i):
+ *   allowed_keys   how many keys the row may attend to under p's masks;
+ *   entropy        -sum_j a_j ln a_j in nats (terms with a_j = 0 are 0);
+ *   max_weight     max_j a_j;
+ *   jacobian_norm  Frobenius norm of the softmax Jacobian diag(a) - a a^T,
+ *                  sqrt(sum a^2 - 2 sum a^3 + (sum a^2)^2);
+ * where a is the row of weights (B, H, Lq, Lk) that attn_forward or
+ * attn_run_tasks returned for p (pre-dropout).  A row with no allowed key
+ * gets 0 everywhere.  Reads weights and the mask tensors, allocates
+ * nothing.  Returns 0 or ATTND_EINVAL (attn_check fails, weights NULL). */
+int attn_diagnostics(const attn_problem *p, const float *weights,
+                     int32_t *allowed_keys, float *entropy,
+                     float *max_weight, float *jacobian_norm);
+
 #endif /* ATTN_H */

@@ -190,6 +190,9 @@ typedef struct attn__scratch {
 void attn__scratch_layout(const attn_problem *p, int with_weights,
                           attn__scratch *s);
 
+/* Task t of a (checked) problem: which (b, h) and which query rows. */
+void attn__task_of(const attn_problem *p, size_t t, attn__task *task);
+
 /* Allowed key interval of each row of a task from valid_lens, causal and
  * window (the mask is element-wise and applied later).  Writes lo/hi and
  * returns the union [*klo, *khi) over rows with a non-empty interval
@@ -218,6 +221,10 @@ void attn__row_span(const attn_problem *p, const attn__task *t, int i,
  * added yet. */
 void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
                   float *s, int lds, char *scratch, const attn__scratch *lay);
+
+/* Allowed keys of row i in [lo, hi) under the mask (hi - lo without). */
+int attn__row_count(const attn_problem *p, const attn__task *t, int i,
+                    int lo, int hi);
 
 /* Row kernels (rowops.c).  s holds the raw scores of row i for keys
  * [j0, j0 + n).  attn__row_scores adds the bias, sanitizes, writes

@@ -71,3 +71,14 @@ void attn__row_span(const attn_problem *p, const attn__task *t, int i,
   sp->allowed = count;
   sp->flags = flags;
 }
+
+int attn__row_count(const attn_problem *p, const attn__task *t, int i,
+                    int lo, int hi) {
+  if (hi <= lo) return 0;
+  if (!p->mask) return hi - lo;
+  const int64_t *ms = p->mask_stride;
+  const uint8_t *m = p->mask + t->b * ms[0] + t->h * ms[1] + i * ms[2];
+  int count = 0;
+  for (int j = lo; j < hi; j++) count += m[(int64_t)j * ms[3]] != 0;
+  return count;
+}

@@ -963,6 +963,91 @@ START_TEST(test_online_scratch_does_not_grow_with_lk) {
 END_TEST
 
 /* ------------------------------------------------------------------ */
+/* Diagnostics. */
+
+/* Entropy, max and Jacobian norm of a reference row, straight from the
+ * definitions (the Jacobian entry by entry). */
+static void ref_stats(const double *a, int n, double *h, double *mx,
+                      double *jf) {
+  double f2 = 0.0;
+  *h = 0.0;
+  *mx = 0.0;
+  for (int i = 0; i < n; i++) {
+    if (a[i] > 0.0) *h -= a[i] * log(a[i]);
+    if (a[i] > *mx) *mx = a[i];
+    for (int j = 0; j < n; j++) {
+      double m = (i == j ? a[i] : 0.0) - a[i] * a[j];
+      f2 += m * m;
+    }
+  }
+  *jf = sqrt(f2);
+}
+
+static void diagnostics_vs_ref(int kinds, const shape *s, uint64_t seed) {
+  tcase c;
+  make_case(&c, s, kinds, seed);
+  const attn_problem *p = &c.p;
+  size_t rows = (size_t)p->B * p->H * p->Lq;
+  float *o = malloc(out_len(p) * 4), *w = malloc(w_len(p) * 4);
+  float *h = malloc(rows * 4), *mx = malloc(rows * 4), *jf = malloc(rows * 4);
+  int32_t *n = malloc(rows * 4);
+  double *rw = malloc((size_t)p->Lk * 8), *ro = malloc((size_t)p->Dv * 8);
+  ck_assert_int_eq(attn_forward(p, o, w), 0);
+  ck_assert_int_eq(attn_diagnostics(p, w, n, h, mx, jf), 0);
+  for (int b = 0; b < p->B; b++)
+    for (int hd = 0; hd < p->H; hd++)
+      for (int i = 0; i < p->Lq; i++) {
+        size_t row = ((size_t)b * p->H + hd) * p->Lq + i;
+        int allowed = ref_row(p, b, hd, i, rw, ro);
+        double rh, rmx, rjf;
+        ref_stats(rw, p->Lk, &rh, &rmx, &rjf);
+        EXPECT(n[row] == allowed, "allowed_keys %d vs %d", n[row], allowed);
+        double e = fmax(fabs(h[row] - rh), fmax(fabs(mx[row] - rmx),
+                                                fabs(jf[row] - rjf)));
+        EXPECT(e <= 1e-5, "row (%d,%d,%d): entropy %.9g/%.9g max %.9g/%.9g "
+               "jacobian %.9g/%.9g", b, hd, i, h[row], rh, mx[row], rmx,
+               jf[row], rjf);
+      }
+  free(o); free(w); free(h); free(mx); free(jf); free(n); free(rw); free(ro);
+  free_case(&c);
+}
+
+START_TEST(test_diagnostics_match_reference) {
+  shape a = {2, 2, 1, 70, 130, 8, 3}, b = {1, 4, 2, 9, 300, 16, 2};
+  diagnostics_vs_ref(0, &a, 1);
+  diagnostics_vs_ref(K_VL2 | K_MASK | K_LR | K_WIN | K_BIAS, &a, 2);
+  diagnostics_vs_ref(K_VL1 | K_MASK | K_UL | K_DROP | K_ADD, &b, 3);
+}
+END_TEST
+
+/* Equal keys give uniform weights over the n allowed keys: entropy ln n,
+ * max 1/n, Jacobian norm sqrt(n - 1) / n; a row with no key gets zeros. */
+START_TEST(test_diagnostics_of_uniform_and_empty_rows) {
+  float q[4] = {1, 2, 3, 4}, k[6] = {1, 1, 1, 1, 1, 1}, v[6] = {0};
+  float o[4], w[24], h[4], mx[4], jf[4];
+  const int32_t vl[4] = {0, 1, 4, 6};
+  int32_t n[4];
+  attn_problem p;
+  attn_problem_init(&p);
+  p.B = 1; p.Lq = 4; p.Lk = 6; p.D = p.Dk = 1; p.Dv = 1;
+  p.q = q; p.k = k; p.v = v; p.scale = 1.0f;
+  p.valid_lens = vl; p.valid_lens_per_query = 1;
+  ck_assert_int_eq(attn_forward(&p, o, w), 0);
+  ck_assert_int_eq(attn_diagnostics(&p, w, n, h, mx, jf), 0);
+  ck_assert(n[0] == 0 && h[0] == 0.0f && mx[0] == 0.0f && jf[0] == 0.0f);
+  for (int i = 1; i < 4; i++) {
+    double c = vl[i];
+    ck_assert_int_eq(n[i], vl[i]);
+    ck_assert_double_eq_tol(h[i], log(c), 1e-6);
+    ck_assert_double_eq_tol(mx[i], 1.0 / c, 1e-7);
+    ck_assert_double_eq_tol(jf[i], sqrt(c - 1.0) / c, 1e-6);
+  }
+  ck_assert_int_eq(attn_diagnostics(&p, NULL, n, h, mx, jf), ATTND_EINVAL);
+  ck_assert_int_eq(attn_diagnostics(&p, w, NULL, NULL, NULL, NULL), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
 /* attn_check and the run_tasks arguments. */
 
 static void valid_problem(attn_problem *p, const float *buf) {
@@ -1142,6 +1227,8 @@ static Suite *core_suite(void) {
 
   TCase *api = tcase_create("api");
   tcase_add_test(api, test_check_rejects_inconsistent_problems);
+  tcase_add_test(api, test_diagnostics_match_reference);
+  tcase_add_test(api, test_diagnostics_of_uniform_and_empty_rows);
   tcase_add_test(api, test_run_tasks_rejects_ranges_beyond_task_count);
   tcase_add_test(api, test_expf_is_within_2_ulp_and_exactly_0_below_cutoff);
   tcase_add_test(api, test_tanhf_is_within_2_ulp);
