@@ -187,5 +187,29 @@ if [ "$FAILED" -gt 0 ]; then
   echo "container log (tail):"; docker logs "$NAME" 2>&1 | tail -n 30 | sed 's/^/    | /'
 fi
 
+# ------------------------------------------- deploy/compose.yaml, for real
+# Only the attnd service: the Prometheus image comes from a registry.
+# docker-compose v1 builds with the engine's own (legacy) builder.
+if need_pkgs docker-compose; then
+  COMPOSE_PROJECT=attnd-ci-$$
+  export ATTND_HOST_PORT
+  ATTND_HOST_PORT=$(free_port)
+  if docker-compose -p "$COMPOSE_PROJECT" -f deploy/compose.yaml up -d --build attnd \
+       >"$SCRATCH/compose.log" 2>&1; then
+    pass "docker-compose -f deploy/compose.yaml up -d --build attnd"
+    py_checks "$PY" tests/deploy/attnd_check.py wait "127.0.0.1:$ATTND_HOST_PORT" 30
+    py_checks "$PY" tests/deploy/attnd_check.py smoke "127.0.0.1:$ATTND_HOST_PORT"
+    CCTR=$(docker-compose -p "$COMPOSE_PROJECT" -f deploy/compose.yaml ps -q attnd)
+    check "compose: read-only root, tmpfs /tmp, all capabilities dropped" test \
+      "$(docker inspect -f '{{.HostConfig.ReadonlyRootfs}} {{json .HostConfig.Tmpfs}} {{json .HostConfig.CapDrop}}' "$CCTR")" \
+      = 'true {"/tmp":""} ["ALL"]'
+  else
+    fail "docker-compose up -d --build attnd"; tail -n 20 "$SCRATCH/compose.log" | sed 's/^/    | /'
+  fi
+  check "docker-compose down" docker-compose -p "$COMPOSE_PROJECT" -f deploy/compose.yaml down -v
+else
+  fail "install docker-compose"
+fi
+
 echo "docker-test took $(($(date +%s) - T0)) s"
 finish docker-test
