@@ -206,7 +206,7 @@ if need_pkgs docker-compose; then
   else
     fail "docker-compose up -d --build attnd"; tail -n 20 "$SCRATCH/compose.log" | sed 's/^/    | /'
   fi
-  check "docker-compose down" docker-compose -p "$COMPOSE_PROJECT" -f deploy/compose.yaml down -v
+  check "docker-compose down" docker-compose -p "$COMPOSE_PROJECT" -f deploy/compose.yaml down -v --rmi all
 else
   fail "install docker-compose"
 fi
