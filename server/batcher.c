@@ -23,8 +23,16 @@
  * are exactly `workers` batch slots, so a batch leaves as soon as a
  * worker is free and batches grow while all workers are busy.
  *
+ * Splitting: a worker holding one large request while others are idle
+ * (b->idle_hint, a relaxed copy of the loop's idle count) submits helper
+ * items to the pool; helpers and the owner claim task ranges from an
+ * atomic counter, so the owner alone can finish if no helper shows up.
+ * The owner withdraws helpers nobody took (pool_cancel) and waits for the
+ * ones running (split.mu/cv) before it touches the result.
+ *
  * Locks: b->mu is a leaf lock; nothing is called with it held (no
- * uv_async_send, no done()).  pool.c's lock is never held with it.
+ * uv_async_send, no done()).  pool.c's lock and a split's lock are leaves
+ * too; no two of these are ever held together.
  *
  * Accounting (b->mu): `queued` counts reserved jobs that no worker has
  * taken (admission against max_queue), `outstanding` counts reserved jobs
@@ -33,6 +41,7 @@
 #include "batcher.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
@@ -41,13 +50,46 @@
 #include "log.h"
 #include "pool.h"
 
+/* What the pool runs: a batch, or a helper that lends a hand with one
+ * large request of another worker's batch. */
+enum batcher_item_kind { BATCHER_ITEM_BATCH, BATCHER_ITEM_HELPER };
+
+struct batcher_item {
+  struct pool_item item;    /* first: the pool hands us this pointer */
+  enum batcher_item_kind kind;
+};
+
 /* One in-flight batch; exactly cfg.workers of them exist. */
 struct batcher_batch {
-  struct pool_item item;    /* first: the pool hands us this pointer */
+  struct batcher_item base; /* first */
   struct batcher *b;
   struct batcher_job *jobs; /* linked through job->next */
   int n;
   struct batcher_batch *next;
+};
+
+/* One large request split across workers by task ranges (b, h, query
+ * block).  Lives on the stack of the worker that owns the request, which
+ * returns only after every helper a worker took has finished with it. */
+#define BATCHER_MAX_HELPERS 63
+
+struct batcher_split;
+
+struct batcher_helper {
+  struct batcher_item base; /* first */
+  struct batcher_split *split;
+};
+
+struct batcher_split {
+  const attn_problem *p;
+  float *out, *weights;
+  size_t ntasks, chunk, scratch_bytes;
+  _Atomic size_t next;      /* first task nobody has claimed */
+  _Atomic int err;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int pending;              /* helpers submitted and not finished (mu) */
+  struct batcher_helper helpers[BATCHER_MAX_HELPERS];
 };
 
 struct batcher_queue {
@@ -77,6 +119,7 @@ struct batcher {
   size_t nq, capq, rr;
   struct batcher_batch *slots, *free_slots;
   int idle;
+  _Atomic int idle_hint;    /* copy of idle that workers may read */
 };
 
 /* ---- keys and queues (loop thread) ---------------------------------- */
@@ -170,12 +213,97 @@ static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
 
 /* ---- workers ---------------------------------------------------------- */
 
-/* Runs one request on this worker: core, then encode.  0 or ATTND_E*. */
-static int batcher_compute(struct batcher_job *job, struct pool_worker *w) {
+/* Claims chunks of tasks until none are left; any thread of the split. */
+static void batcher_claim(struct batcher_split *s, void *scratch) {
+  for (;;) {
+    size_t t0 = atomic_fetch_add(&s->next, s->chunk), t1;
+    if (t0 >= s->ntasks)
+      return;
+    t1 = t0 + s->chunk < s->ntasks ? t0 + s->chunk : s->ntasks;
+    if (attn_run_tasks(s->p, t0, t1, s->out, s->weights, scratch) != 0)
+      atomic_store(&s->err, ATTND_EINTERNAL);
+  }
+}
+
+/* A helper's side of a split: help with its own scratch, then report.
+ * After the unlock the split may be gone. */
+static void batcher_help(struct batcher_split *s, struct pool_worker *w) {
+  void *scratch = pool_scratch(w, s->scratch_bytes);
+  if (scratch)  /* without scratch, leave the work to the others */
+    batcher_claim(s, scratch);
+  pthread_mutex_lock(&s->mu);
+  s->pending--;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* How many idle workers should help with this request: none unless it is
+ * big enough (about a millisecond of work) to repay the hand-off. */
+static int batcher_helpers_wanted(struct batcher *b, const attn_problem *p,
+                                  size_t tasks) {
+  double macs = (double)p->B * p->H * p->Lq * p->Lk * (p->D + p->Dv);
+  int idle = atomic_load_explicit(&b->idle_hint, memory_order_relaxed);
+  size_t n = (size_t)(idle > 0 ? idle : 0);
+  if (macs < (double)(1 << 21) || tasks < 2)
+    return 0;
+  if (n > tasks - 1)
+    n = tasks - 1;
+  return (int)(n < BATCHER_MAX_HELPERS ? n : BATCHER_MAX_HELPERS);
+}
+
+/* Runs every task of p on this worker and nh helpers.  0 or ATTND_E*. */
+static int batcher_split_run(struct batcher *b, const attn_problem *p,
+                             float *out, float *weights, size_t tasks,
+                             size_t bytes, void *scratch, int nh) {
+  struct batcher_split s;
+  int i, err;
+  memset(&s, 0, sizeof s);
+  s.p = p;
+  s.out = out;
+  s.weights = weights;
+  s.ntasks = tasks;
+  s.scratch_bytes = bytes;
+  /* Several chunks per thread, so that a slow helper does not hold the
+   * whole request back. */
+  s.chunk = tasks / ((size_t)(nh + 1) * 4);
+  if (s.chunk == 0)
+    s.chunk = 1;
+  pthread_mutex_init(&s.mu, NULL);
+  pthread_cond_init(&s.cv, NULL);
+  s.pending = nh;
+  for (i = 0; i < nh; i++) {
+    s.helpers[i].base.kind = BATCHER_ITEM_HELPER;
+    s.helpers[i].split = &s;
+    pool_submit(b->pool, &s.helpers[i].base.item);
+  }
+  batcher_claim(&s, scratch);
+  /* Helpers no worker has picked up yet would find nothing left to do:
+   * withdraw them rather than wait for a worker to free up. */
+  for (i = 0; i < nh; i++)
+    if (pool_cancel(b->pool, &s.helpers[i].base.item)) {
+      pthread_mutex_lock(&s.mu);
+      s.pending--;
+      pthread_mutex_unlock(&s.mu);
+    }
+  pthread_mutex_lock(&s.mu);
+  while (s.pending > 0)
+    pthread_cond_wait(&s.cv, &s.mu);
+  pthread_mutex_unlock(&s.mu);
+  pthread_cond_destroy(&s.cv);
+  pthread_mutex_destroy(&s.mu);
+  err = atomic_load(&s.err);
+  return err;
+}
+
+/* Runs one request on this worker (and idle helpers): core, then encode.
+ * 0 or ATTND_E*. */
+static int batcher_compute(struct batcher *b, struct batcher_job *job,
+                           struct pool_worker *w) {
   const attn_problem *p = &job->req.prob;
   float *weights = job->req.return_weights ? job->req.weights : NULL;
   size_t tasks, bytes;
   void *scratch;
+  int nh, rc;
 
   /* proto/ validated the request; a failure here is our bug, not the
    * client's, hence 500 rather than 400. */
@@ -185,11 +313,21 @@ static int batcher_compute(struct batcher_job *job, struct pool_worker *w) {
   }
   tasks = attn_task_count(p, weights != NULL);
   bytes = attn_scratch_bytes(p, weights != NULL);
-  scratch = pool_scratch(w, bytes ? bytes : 64);
+  if (bytes == 0)
+    bytes = 64;
+  scratch = pool_scratch(w, bytes);
   if (!scratch)
     return ATTND_ENOMEM;
-  if (attn_run_tasks(p, 0, tasks, job->req.out, weights, scratch) != 0)
-    return ATTND_EINTERNAL;
+  nh = batcher_helpers_wanted(b, p, tasks);
+  if (nh > 0)
+    rc = batcher_split_run(b, p, job->req.out, weights, tasks, bytes, scratch,
+                           nh);
+  else
+    rc = attn_run_tasks(p, 0, tasks, job->req.out, weights, scratch) != 0
+             ? ATTND_EINTERNAL
+             : 0;
+  if (rc != 0)
+    return rc;
   if (proto_v1_encode(&job->req, &job->body, &job->body_len) != 0)
     return ATTND_ENOMEM;
   return 0;
@@ -199,9 +337,15 @@ static void batcher_run(struct pool_item *item, struct pool_worker *w,
                         void *arg) {
   struct batcher_batch *batch = (struct batcher_batch *)item;
   struct batcher *b = arg;
-  struct batcher_job *job = batch->jobs, *next;
-  int n = batch->n;
+  struct batcher_job *job, *next;
+  int n;
 
+  if (((struct batcher_item *)item)->kind == BATCHER_ITEM_HELPER) {
+    batcher_help(((struct batcher_helper *)item)->split, w);
+    return;
+  }
+  job = batch->jobs;
+  n = batch->n;
   for (; job; job = next) {
     int err;
     next = job->next;
@@ -210,7 +354,7 @@ static void batcher_run(struct pool_item *item, struct pool_worker *w,
     if (job->deadline_ns && job->started_ns > job->deadline_ns)
       err = ATTND_ETIMEDOUT;
     else
-      err = batcher_compute(job, w);
+      err = batcher_compute(b, job, w);
     metrics_record_job(b->m, job->started_ns - job->enqueued_ns,
                        clock_now_ns() - job->started_ns);
     batcher_finish(b, job, err);
@@ -273,6 +417,7 @@ static void batcher_launch(struct batcher *b, size_t i) {
 
   b->free_slots = batch->next;
   b->idle--;
+  atomic_store_explicit(&b->idle_hint, b->idle, memory_order_relaxed);
   while (q->head && n < b->cfg.max_batch) {
     *tail = q->head;
     q->head = q->head->next;
@@ -289,7 +434,7 @@ static void batcher_launch(struct batcher *b, size_t i) {
   pthread_mutex_unlock(&b->mu);
   metrics_add_queue_depth(b->m, -n);
   metrics_record_batch(b->m, n);
-  pool_submit(b->pool, &batch->item);
+  pool_submit(b->pool, &batch->base.item);
 }
 
 static void batcher_on_timer(uv_timer_t *t);
@@ -395,6 +540,7 @@ static void batcher_on_async(uv_async_t *a) {
     b->idle++;
     done = next;
   }
+  atomic_store_explicit(&b->idle_hint, b->idle, memory_order_relaxed);
   while (in) {
     struct batcher_job *next = in->next;
     batcher_enqueue(b, in);
@@ -459,6 +605,7 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
   }
   b->free_slots = &b->slots[0];
   b->idle = cfg->workers;
+  b->idle_hint = cfg->workers;
   b->pool = pool_start(cfg->workers, batcher_run, b);
   if (!b->pool)
     goto err;

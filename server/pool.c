@@ -100,6 +100,22 @@ void pool_submit(struct pool *p, struct pool_item *item) {
   pthread_mutex_unlock(&p->mu);
 }
 
+int pool_cancel(struct pool *p, struct pool_item *item) {
+  struct pool_item **pp, *prev = NULL;
+  int found = 0;
+  pthread_mutex_lock(&p->mu);
+  for (pp = &p->head; *pp; prev = *pp, pp = &(*pp)->next)
+    if (*pp == item) {
+      *pp = item->next;
+      if (p->tail == item)
+        p->tail = prev;
+      found = 1;
+      break;
+    }
+  pthread_mutex_unlock(&p->mu);
+  return found;
+}
+
 void *pool_scratch(struct pool_worker *w, size_t bytes) {
   size_t cap;
   void *np;

@@ -32,6 +32,11 @@ struct pool *pool_start(int n, pool_run_fn *run, void *arg);
  * until run() has returned for it. */
 void pool_submit(struct pool *p, struct pool_item *item);
 
+/* Removes item from the FIFO if no worker has taken it yet.  Returns 1
+ * when it was removed (it will never run), 0 when a worker has it or had
+ * it.  Any thread. */
+int pool_cancel(struct pool *p, struct pool_item *item);
+
 /* Returns this worker's scratch of at least bytes bytes, 64-byte aligned,
  * growing it when needed; NULL when out of memory (the old buffer is kept).
  * The memory stays the worker's until pool_stop. */

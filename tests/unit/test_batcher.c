@@ -8,6 +8,7 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -158,6 +159,48 @@ START_TEST(test_jobs_answer_like_the_core) {
   free(want_a);
   free(want_b);
   finish(b, m, t, 8);
+}
+END_TEST
+
+/* A (1, L, D) tensor of small deterministic values, as nested JSON. */
+static void put_tensor(char **at, int L, int D, int seed) {
+  int i, j;
+  *at += sprintf(*at, "[[");
+  for (i = 0; i < L; i++) {
+    *at += sprintf(*at, "%s[", i ? "," : "");
+    for (j = 0; j < D; j++)
+      *at += sprintf(*at, "%s%d", j ? "," : "", ((i * 7 + j * 3 + seed) % 11) - 5);
+    *at += sprintf(*at, "]");
+  }
+  *at += sprintf(*at, "]]");
+}
+
+START_TEST(test_large_request_split_across_workers_matches_core) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 4, 4, 64, 1 << 30);
+  struct tjob t[2];
+  char *json = malloc(1 << 20), *at = json, *want;
+  int i;
+  /* 256 x 256 x (16 + 16) multiply-adds: large enough to be split. */
+  at += sprintf(at, "{\"scale\": 0.05, \"return_weights\": %s, \"query\": ",
+                _i ? "false" : "true");
+  put_tensor(&at, 256, 16, 1);
+  at += sprintf(at, ", \"key\": ");
+  put_tensor(&at, 256, 16, 2);
+  at += sprintf(at, ", \"value\": ");
+  put_tensor(&at, 256, 16, 3);
+  sprintf(at, "}");
+  want = expected_body(json);
+  for (i = 0; i < 2; i++) {
+    decode(&t[i], json);
+    ck_assert_int_eq(submit(b, &t[i]), 0);
+    wait_done(i + 1);  /* one at a time, so that the other workers idle */
+    ck_assert_int_eq(t[i].err, 0);
+    ck_assert_str_eq(t[i].body, want);
+  }
+  free(want);
+  free(json);
+  finish(b, m, t, 2);
 }
 END_TEST
 
@@ -313,6 +356,8 @@ static Suite *batcher_suite(void) {
   Suite *s = suite_create("batcher");
   TCase *tc = tcase_create("batcher");
   tcase_add_test(tc, test_jobs_answer_like_the_core);
+  tcase_add_loop_test(tc, test_large_request_split_across_workers_matches_core,
+                      0, 2);
   tcase_add_test(tc, test_queue_limit_answers_busy);
   tcase_add_test(tc, test_byte_budget_answers_busy);
   tcase_add_test(tc, test_queued_jobs_leave_together_up_to_max_batch);
