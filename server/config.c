@@ -14,7 +14,7 @@
 
 #include "../core/attnd_err.h"
 
-enum config_kind { KIND_INT, KIND_LONG, KIND_HOST, KIND_LOG };
+enum config_kind { KIND_INT, KIND_LONG, KIND_HOST, KIND_LOG, KIND_STR };
 
 struct config_opt {
   const char *name;         /* flag without the dashes */
@@ -61,6 +61,10 @@ static const struct config_opt config_opts[] = {
    "cores", "HTTP (libmicrohttpd) threads, which also decode requests"},
   {"log", "ATTND_LOG", KIND_LOG, OFF(log_json), 0, 0, "text",
    "log format: text or json"},
+  {"token", "ATTND_TOKEN", KIND_STR, OFF(token), 0, 255, "",
+   "require 'Authorization: Bearer TOKEN' on /v1/attention (\"\" = off)"},
+  {"token-file", "ATTND_TOKEN_FILE", KIND_STR, OFF(token_file), 0, 255, "",
+   "read the bearer token from this file (first line); wins over --token"},
 };
 
 #define N_OPTS (sizeof config_opts / sizeof config_opts[0])
@@ -102,6 +106,11 @@ static int config_set(struct config *cfg, const struct config_opt *o,
       goto bad;
     *(int *)field = strcmp(val, "json") == 0;
     return 0;
+  case KIND_STR:
+    if (strlen(val) > (size_t)o->max)
+      goto bad;
+    strcpy(field, val);
+    return 0;
   case KIND_INT:
   case KIND_LONG:
     if (strcmp(o->def, "cores") == 0 && strcmp(val, "cores") == 0)
@@ -121,10 +130,36 @@ bad:
   else if (o->kind == KIND_LOG)
     fprintf(err, "attnd: %s: invalid value '%s' (expected text or json)\n",
             who, val);
+  else if (o->kind == KIND_STR)
+    fprintf(err, "attnd: %s: longer than %ld characters\n", who, o->max);
   else
     fprintf(err, "attnd: %s: invalid value '%s' (expected a numeric IPv4 or "
             "IPv6 address)\n", who, val);
   return ATTND_EINVAL;
+}
+
+/* Replaces cfg->token with the first line of cfg->token_file, if set. */
+static int config_read_token(struct config *cfg, FILE *err) {
+  FILE *f;
+  size_t n;
+  if (!cfg->token_file[0])
+    return 0;
+  f = fopen(cfg->token_file, "r");
+  if (!f || !fgets(cfg->token, sizeof cfg->token, f)) {
+    fprintf(err, "attnd: --token-file: cannot read '%s'\n", cfg->token_file);
+    if (f)
+      fclose(f);
+    return ATTND_EINVAL;
+  }
+  fclose(f);
+  n = strcspn(cfg->token, "\r\n");
+  cfg->token[n] = '\0';
+  if (n == 0) {
+    fprintf(err, "attnd: --token-file: '%s' holds no token\n",
+            cfg->token_file);
+    return ATTND_EINVAL;
+  }
+  return 0;
 }
 
 static int config_defaults_and_env(struct config *cfg, FILE *err) {
@@ -153,10 +188,14 @@ void config_usage(FILE *out) {
     snprintf(flag, sizeof flag, "--%s N", config_opts[i].name);
     if (config_opts[i].kind == KIND_HOST)
       snprintf(flag, sizeof flag, "--%s ADDR", config_opts[i].name);
+    else if (config_opts[i].kind == KIND_STR)
+      snprintf(flag, sizeof flag, "--%s STR", config_opts[i].name);
     else if (config_opts[i].kind == KIND_LOG)
       snprintf(flag, sizeof flag, "--%s FMT", config_opts[i].name);
     fprintf(out, "  %-22s %s\n  %-22s default %s, env %s\n", flag,
-            config_opts[i].help, "", config_opts[i].def, config_opts[i].env);
+            config_opts[i].help, "",
+            config_opts[i].def[0] ? config_opts[i].def : "none",
+            config_opts[i].env);
   }
   fprintf(out, "  %-22s %s\n  %-22s %s\n  %-22s %s\n", "--probe",
           "GET /healthz of the attnd at --host/--port; exit 0 if healthy",
@@ -211,6 +250,8 @@ int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
             argv[optind]);
     return ATTND_EINVAL;
   }
+  if (config_read_token(cfg, err))
+    return ATTND_EINVAL;
   cfg->probe = probe;
   return probe ? CONFIG_PROBE : CONFIG_RUN;
 }

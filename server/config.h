@@ -31,6 +31,9 @@ struct config {
   int log_json;             /* 0 text, 1 json */
   int http_threads;         /* MHD thread pool size */
   int probe;                /* --probe: check a running attnd and exit */
+  char token[256];          /* bearer token for /v1/attention, "" = none;
+                               --token-file is read into it */
+  char token_file[256];
 };
 
 enum config_result {

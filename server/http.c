@@ -66,6 +66,7 @@ struct http_req {
   size_t len, cap;
   size_t bytes_in;          /* every body byte received, kept or not */
   int too_big;
+  int unauth;               /* no valid bearer token: 401 at the end */
   uint64_t start_ns;
   unsigned int status;      /* what we queued; 0 if nothing was */
   size_t bytes_out;
@@ -97,6 +98,9 @@ static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
     MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
   if (allow)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+  if (status == 401)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                            "Bearer");
   if (atomic_load(&r->h->quiesced))
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   ret = MHD_queue_response(r->conn, status, resp);
@@ -191,6 +195,28 @@ static const struct http_route *http_find_route(const char *url) {
 
 /* ---- POST /v1/attention --------------------------------------------- */
 
+/* 1 when no token is configured or the request carries exactly
+ * "Authorization: Bearer <token>".  The comparison takes the same time
+ * wherever the first difference is, so it leaks nothing but the length. */
+static int http_authorized(struct http_req *r) {
+  const char *want = r->h->cfg.token, *got;
+  size_t n, i;
+  unsigned char diff = 0;
+  if (!want || !want[0])
+    return 1;
+  got = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                    MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!got || strncmp(got, "Bearer ", 7) != 0)
+    return 0;
+  got += 7;
+  n = strlen(want);
+  if (strlen(got) != n)
+    return 0;
+  for (i = 0; i < n; i++)
+    diff |= (unsigned char)(got[i] ^ want[i]);
+  return diff == 0;
+}
+
 /* First call of a POST: refuse early what we already know we will refuse,
  * otherwise get ready to receive the body. */
 static enum MHD_Result http_post_begin(struct http_req *r) {
@@ -198,6 +224,9 @@ static enum MHD_Result http_post_begin(struct http_req *r) {
                                                MHD_HTTP_HEADER_CONTENT_LENGTH);
   char msg[96];
 
+  /* Answered at the end of the body: an answer sent mid-upload tends to
+   * reach the client as a connection reset. */
+  r->unauth = !http_authorized(r);
   if (cl) {
     unsigned long long n = strtoull(cl, NULL, 10);
     if (n > r->h->cfg.max_body) {
@@ -206,8 +235,10 @@ static enum MHD_Result http_post_begin(struct http_req *r) {
       return http_fail(r, ATTND_ETOOBIG, msg, NULL);
     }
     /* Reserve once; a wrong Content-Length only costs a realloc. */
-    r->body = malloc(n ? (size_t)n : 1);
-    r->cap = r->body ? (size_t)n : 0;
+    if (!r->unauth) {
+      r->body = malloc(n ? (size_t)n : 1);
+      r->cap = r->body ? (size_t)n : 0;
+    }
   }
   r->state = REQ_RECEIVING;
   return MHD_YES;
@@ -217,7 +248,7 @@ static enum MHD_Result http_post_begin(struct http_req *r) {
  * (MHD cannot answer until the final call). */
 static void http_post_chunk(struct http_req *r, const char *data, size_t n) {
   r->bytes_in += n;
-  if (r->too_big)
+  if (r->too_big || r->unauth)
     return;
   if (n > r->h->cfg.max_body - r->len) {
     r->too_big = 1;
@@ -254,6 +285,8 @@ static enum MHD_Result http_post_end(struct http_req *r) {
   char err[PROTO_ERR_MAX], msg[96];
   int rc;
 
+  if (r->unauth)
+    return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
   if (r->too_big > 0) {
     snprintf(msg, sizeof msg, "request body exceeds the limit of %zu bytes",
              h->cfg.max_body);

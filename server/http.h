@@ -31,6 +31,9 @@ struct http_config {
   size_t max_body;          /* bytes; larger bodies get 413 */
   long timeout_ms;          /* request deadline from arrival, 0 = none */
   size_t max_elems;         /* tensor element bound passed to proto/ */
+  const char *token;        /* bearer token required on POST routes; NULL
+                               or "" = none.  Health, metrics and the
+                               playground page stay open for probes. */
 };
 
 enum http_state {

@@ -164,6 +164,7 @@ static void main_config_parts(const struct config *cfg,
   /* One request may never decode into more floats than the whole
    * in-flight budget could hold. */
   hc->max_elems = budget / sizeof(float);
+  hc->token = cfg->token;
 }
 
 int main(int argc, char **argv) {

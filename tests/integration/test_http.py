@@ -437,5 +437,25 @@ class DeadlineTest(CheckMixin, harness.ServerTestCase):
                                         route="/v1/attention", code="504"), 1)
 
 
+class TokenTest(CheckMixin, harness.ServerTestCase):
+    server_args = ("--token", "s3cret-token")
+
+    def test_inference_needs_the_bearer_token(self):
+        body = json.dumps(make_request(1)).encode()
+        for hdrs in ({}, {"Authorization": "Bearer wrong-token!"},
+                     {"Authorization": "Bearer s3cret-toke"},
+                     {"Authorization": "Basic s3cret-token"}):
+            status, rh, data = self.srv.request("POST", "/v1/attention", body, hdrs)
+            self.assert_error(status, rh, data, 401)
+            self.assertEqual(rh.get("www-authenticate"), "Bearer")
+        status, _, data = self.srv.request("POST", "/v1/attention", body,
+                                           {"Authorization": "Bearer s3cret-token"})
+        self.assertEqual(status, 200, data)
+
+    def test_probes_and_metrics_stay_open(self):
+        for path in ("/healthz", "/readyz", "/metrics"):
+            self.assertEqual(self.srv.get(path)[0], 200, path)
+
+
 if __name__ == "__main__":
     harness.main()

@@ -12,6 +12,7 @@ import random
 import re
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -86,6 +87,24 @@ class ConfigTest(unittest.TestCase):
             code, _, err = run_attnd(args)
             self.assertEqual(code, 2, args)
             self.assertIn(name, err)
+
+    def test_token_file_is_read_and_a_missing_one_exits_2(self):
+        code, _, err = run_attnd(["--token-file", "/nonexistent/attnd-token"])
+        self.assertEqual(code, 2)
+        self.assertIn("--token-file", err)
+        fd, path = tempfile.mkstemp(prefix="attnd-token-")
+        with os.fdopen(fd, "w") as f:
+            f.write("from-a-file\n")
+        try:
+            with harness.Attnd(["--token-file", path]) as srv:
+                body = b'{"query": [[[1]]], "key": [[[1]]], "value": [[[5]]]}'
+                self.assertEqual(srv.request("POST", "/v1/attention", body)[0], 401)
+                status, _, data = srv.request("POST", "/v1/attention", body,
+                                              {"Authorization": "Bearer from-a-file"})
+                self.assertEqual(status, 200, data)
+                self.assertEqual(srv.stop(), 0)
+        finally:
+            os.unlink(path)
 
     def test_bad_env_value_exits_2_naming_the_variable(self):
         code, _, err = run_attnd([], env={"ATTND_MAX_QUEUE": "lots"})
