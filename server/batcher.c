@@ -368,8 +368,16 @@ static void batcher_run(struct pool_item *item, struct pool_worker *w,
 
 /* ---- dispatch (loop thread) ------------------------------------------ */
 
-/* Completes queued jobs whose deadline has passed with ATTND_ETIMEDOUT. */
-static void batcher_expire(struct batcher *b, uint64_t now) {
+/* Lowers *due to at, where 0 means "nothing due". */
+static void batcher_due(uint64_t *due, uint64_t at) {
+  if (*due == 0 || at < *due)
+    *due = at;
+}
+
+/* Completes queued jobs whose deadline has passed with ATTND_ETIMEDOUT,
+ * and lowers *due to the next deadline still ahead, so that a job stuck
+ * behind busy workers hears 504 on time rather than when one frees up. */
+static void batcher_expire(struct batcher *b, uint64_t now, uint64_t *due) {
   size_t i;
   for (i = 0; i < b->nq; i++) {
     struct batcher_queue *q = &b->queues[i];
@@ -384,6 +392,8 @@ static void batcher_expire(struct batcher *b, uint64_t now) {
         ep = &job->next;
         q->n--;
       } else {
+        if (job->deadline_ns)
+          batcher_due(due, job->deadline_ns + 1);
         q->tail = job;
         pp = &job->next;
       }
@@ -403,8 +413,7 @@ static int batcher_ready(struct batcher *b, struct batcher_queue *q,
   at = q->head->enqueued_ns + (uint64_t)b->cfg.max_delay_us * 1000u;
   if (now >= at)
     return 1;
-  if (*due == 0 || at < *due)
-    *due = at;
+  batcher_due(due, at);
   return 0;
 }
 
@@ -441,10 +450,10 @@ static void batcher_on_timer(uv_timer_t *t);
 
 /* Hands batches to idle workers, round-robin over keys with work. */
 static void batcher_dispatch(struct batcher *b, int closed) {
-  uint64_t now = clock_now_ns(), due = 0;
+  uint64_t now = clock_now_ns(), due = 0, expiry = 0;
   size_t scanned, i;
 
-  batcher_expire(b, now);
+  batcher_expire(b, now, &expiry);
   for (scanned = 0; b->idle > 0 && scanned < b->nq;) {
     i = (b->rr + scanned) % b->nq;
     if (!batcher_ready(b, &b->queues[i], now, closed, &due)) {
@@ -464,8 +473,10 @@ static void batcher_dispatch(struct batcher *b, int closed) {
       batcher_queue_remove(b, i);
     else
       i++;
+  if (expiry)
+    batcher_due(&due, expiry);
   if (due) {
-    uint64_t ms = (due - now + 999999u) / 1000000u;
+    uint64_t ms = due > now ? (due - now + 999999u) / 1000000u : 0;
     uv_timer_start(&b->timer, batcher_on_timer, ms ? ms : 1, 0);
   }
 }

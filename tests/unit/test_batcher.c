@@ -304,6 +304,25 @@ START_TEST(test_expired_deadline_is_not_computed) {
 }
 END_TEST
 
+START_TEST(test_deadline_fires_while_workers_are_busy) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
+  struct tjob t[2];
+  decode(&t[0], SHAPE_A);
+  decode(&t[1], SHAPE_A);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();
+  t[1].job.deadline_ns = clock_now_ns() + 20 * 1000000u;
+  ck_assert_int_eq(submit(b, &t[1]), 0);
+  wait_done(1);  /* answered by the loop's timer: the worker is held */
+  ck_assert_int_eq(t[1].err, ATTND_ETIMEDOUT);
+  open_gate();
+  wait_done(2);
+  finish(b, m, t, 2);
+}
+END_TEST
+
 START_TEST(test_close_refuses_and_abort_drops_queued) {
   struct metrics *m;
   struct batcher *b = start(&m, 1, 1, 64, 1 << 20);
@@ -363,6 +382,7 @@ static Suite *batcher_suite(void) {
   tcase_add_test(tc, test_queued_jobs_leave_together_up_to_max_batch);
   tcase_add_test(tc, test_keys_are_served_round_robin);
   tcase_add_test(tc, test_expired_deadline_is_not_computed);
+  tcase_add_test(tc, test_deadline_fires_while_workers_are_busy);
   tcase_add_test(tc, test_close_refuses_and_abort_drops_queued);
   tcase_add_test(tc, test_stop_answers_queued_jobs);
   suite_add_tcase(s, tc);
