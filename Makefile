@@ -5,6 +5,7 @@
 #   make test            unit tests (check) + integration tests (real attnd)
 #   make valgrind        the unit and integration tests under valgrind
 #   make deps            install (as root) or list the Debian packages needed
+#   make install         binary, man page, systemd unit (PREFIX, DESTDIR)
 #   make docker-test     build the image, run it, probe it, stop it (dockerd)
 #   make deploy-test     validate deploy/ offline and run it with podman
 #   make browser-test    the playground page in headless chromium
@@ -98,6 +99,28 @@ valgrind: deps-check all unit
 
 deps-check:
 	@sh tests/deps.sh --check
+
+# The binary, attnd(1) and the systemd unit, its ExecStart pointed at the
+# installed binary.  PREFIX=/usr for a distribution layout; DESTDIR stages
+# the tree for a package.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(BUILD)/attnd $(DESTDIR)$(BINDIR)/attnd
+	install -m 0644 deploy/attnd.1 $(DESTDIR)$(MANDIR)/man1/attnd.1
+	sed 's|^ExecStart=.*|ExecStart=$(BINDIR)/attnd|' deploy/systemd/attnd.service \
+	  > $(DESTDIR)$(UNITDIR)/attnd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/attnd.service
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/attnd $(DESTDIR)$(MANDIR)/man1/attnd.1 \
+	  $(DESTDIR)$(UNITDIR)/attnd.service
+
+.PHONY: install uninstall
 
 # Container and deployment checks (installs docker.io, podman, prometheus,
 # node packages as needed; see tests/deploy/).

@@ -7,7 +7,7 @@ set -eu
 
 PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcjson-dev
 libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-jsonschema
-python3-yaml curl valgrind"
+python3-yaml python3-numpy curl valgrind groff-base man-db systemd"
 
 missing=""
 for p in $PKGS; do
