@@ -52,11 +52,18 @@ struct batcher_job {
   size_t cost;              /* exactly what was passed to batcher_reserve */
   void (*done)(struct batcher_job *job);
   void *arg;                /* for the submitter; the batcher ignores it */
+  const char *coding;       /* "gzip"/"deflate" to compress the response
+                               (proto_accept_coding), NULL = identity */
 
   /* Set by the batcher before done(). */
   int err;                  /* 0 or ATTND_E* */
-  char *body;               /* on success: the encoded response (malloc) */
+  char *body;               /* on success: the encoded response (malloc),
+                               compressed with `coding` when that is set */
   size_t body_len;
+  size_t plain_len;         /* body length before compression */
+  size_t json_len;          /* length of its JSON part: less than
+                               plain_len when v2 binary outputs follow */
+  int compressed;           /* 1: body is compressed with `coding` */
   int batch_size;           /* jobs in its batch, 0 if it never ran */
   uint64_t enqueued_ns, started_ns, finished_ns;
 

@@ -39,6 +39,7 @@
 
 #include "assets.h"
 #include "clock.h"
+#include "config.h"
 #include "log.h"
 #include "status.h"
 
@@ -56,11 +57,15 @@ struct http {
   _Atomic size_t active;
 };
 
+struct http_route;
+
 struct http_req {
   struct http *h;
   struct MHD_Connection *conn;
   const char *method, *url; /* MHD keeps them valid until completion */
+  const struct http_route *rt;  /* NULL: no route */
   enum metrics_route route;
+  int model;                /* /v2/models/{m}: enum proto_model */
   enum http_req_state state;
   char *body;               /* accumulated request body */
   size_t len, cap;
@@ -78,11 +83,13 @@ static const char http_json[] = "application/json";
 /* ---- responses --------------------------------------------------------- */
 
 /* Queues body (len bytes) with status.  own != 0 hands body to MHD, which
- * frees it; own == 0 means body is static.  Adds Content-Type, and
- * Retry-After / Allow / Connection: close where they apply. */
+ * frees it; own == 0 means body is static.  Adds Content-Type, the
+ * name/value pairs of hdrs (NULL-terminated; NULL for none), and
+ * Retry-After / WWW-Authenticate / Connection: close where they apply. */
 static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
                                    char *body, size_t len, int own,
-                                   const char *ctype, const char *allow) {
+                                   const char *ctype,
+                                   const char *const *hdrs) {
   struct MHD_Response *resp;
   enum MHD_Result ret;
 
@@ -96,8 +103,8 @@ static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   if (status_wants_retry_after(status))
     MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-  if (allow)
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+  for (; hdrs && hdrs[0]; hdrs += 2)
+    MHD_add_response_header(resp, hdrs[0], hdrs[1]);
   if (status == 401)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                             "Bearer");
@@ -119,11 +126,22 @@ static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
 static enum MHD_Result http_fail(struct http_req *r, int err, const char *msg,
                                  const char *allow) {
   static char oom[] = "{\"error\": \"out of memory\"}";
+  const char *hdrs[] = {MHD_HTTP_HEADER_ALLOW, allow, NULL};
   char *body;
   size_t len;
   if (proto_error_body(msg ? msg : attnd_strerror(err), &body, &len) != 0)
     return http_answer(r, 503, oom, sizeof oom - 1, 0, http_json, NULL);
-  return http_answer(r, status_from_err(err), body, len, 1, http_json, allow);
+  return http_answer(r, status_from_err(err), body, len, 1, http_json,
+                     allow ? hdrs : NULL);
+}
+
+/* Queues a 200 (or status) with a malloc'd body from a proto_v2_* call
+ * that returned rc. */
+static enum MHD_Result http_send(struct http_req *r, unsigned int status,
+                                 int rc, char *body, size_t len) {
+  if (rc != 0)
+    return http_fail(r, rc, NULL, NULL);
+  return http_answer(r, status, body, len, 1, http_json, NULL);
 }
 
 /* ---- synchronous routes ------------------------------------------------ */
@@ -150,6 +168,49 @@ static enum MHD_Result http_get_metrics(struct http_req *r) {
   return http_answer(r, 200, body, len, 1, METRICS_CONTENT_TYPE, NULL);
 }
 
+/* ---- KServe v2 metadata and health ----------------------------------- */
+
+static enum MHD_Result http_get_v2_server(struct http_req *r) {
+  char *body;
+  size_t len;
+  int rc = proto_v2_server_metadata(ATTND_VERSION, &body, &len);
+  return http_send(r, 200, rc, body, len);
+}
+
+static enum MHD_Result http_get_v2_live(struct http_req *r) {
+  static char live[] = "{\"live\": true}";
+  return http_answer(r, 200, live, sizeof live - 1, 0, http_json, NULL);
+}
+
+static enum MHD_Result http_get_v2_ready(struct http_req *r) {
+  static char ready[] = "{\"ready\": true}";
+  static char draining[] = "{\"ready\": false, \"error\": \"draining\"}";
+  static char starting[] = "{\"ready\": false, \"error\": \"starting\"}";
+  int s = atomic_load(&r->h->state);
+  if (s == HTTP_READY)
+    return http_answer(r, 200, ready, sizeof ready - 1, 0, http_json, NULL);
+  if (s == HTTP_DRAINING)
+    return http_answer(r, 503, draining, sizeof draining - 1, 0, http_json,
+                       NULL);
+  return http_answer(r, 503, starting, sizeof starting - 1, 0, http_json,
+                     NULL);
+}
+
+static enum MHD_Result http_get_v2_model(struct http_req *r) {
+  char *body;
+  size_t len;
+  int rc = proto_v2_model_metadata(r->model, &body, &len);
+  return http_send(r, 200, rc, body, len);
+}
+
+static enum MHD_Result http_get_v2_model_ready(struct http_req *r) {
+  int ready = atomic_load(&r->h->state) == HTTP_READY;
+  char *body;
+  size_t len;
+  int rc = proto_v2_model_ready(r->model, ready, &body, &len);
+  return http_send(r, ready ? 200 : 503, rc, body, len);
+}
+
 /* The playground page's embedded files (assets.h); 1 if path is one. */
 static int http_is_asset(const char *path) {
   return assets_lookup(path, NULL, NULL, NULL) == 0;
@@ -167,33 +228,114 @@ static enum MHD_Result http_get_asset(struct http_req *r) {
 
 /* ---- routing ---------------------------------------------------------- */
 
+enum http_body { BODY_NONE, BODY_V1, BODY_V2 };
+
 struct http_route {
   const char *path;
   enum metrics_route metric;
   const char *allow;        /* the Allow header for a 405 */
   enum MHD_Result (*get)(struct http_req *r);  /* NULL for POST routes */
+  enum http_body body;      /* POST routes: how to decode the body */
+  int auth;                 /* 1: needs the bearer token, if one is set */
 };
 
 static const struct http_route http_routes[] = {
-  {"/v1/attention", METRICS_ROUTE_ATTENTION, "POST", NULL},
-  {"/healthz", METRICS_ROUTE_HEALTHZ, "GET, HEAD", http_get_healthz},
-  {"/readyz", METRICS_ROUTE_READYZ, "GET, HEAD", http_get_readyz},
-  {"/metrics", METRICS_ROUTE_METRICS, "GET, HEAD", http_get_metrics},
+  {"/v1/attention", METRICS_ROUTE_ATTENTION, "POST", NULL, BODY_V1, 1},
+  {"/healthz", METRICS_ROUTE_HEALTHZ, "GET, HEAD", http_get_healthz, 0, 0},
+  {"/readyz", METRICS_ROUTE_READYZ, "GET, HEAD", http_get_readyz, 0, 0},
+  {"/metrics", METRICS_ROUTE_METRICS, "GET, HEAD", http_get_metrics, 0, 0},
+  {"/v2", METRICS_ROUTE_V2, "GET, HEAD", http_get_v2_server, 0, 1},
+  {"/v2/health/live", METRICS_ROUTE_V2, "GET, HEAD", http_get_v2_live, 0, 0},
+  {"/v2/health/ready", METRICS_ROUTE_V2, "GET, HEAD", http_get_v2_ready, 0,
+   0},
 };
+
+/* /v2/models/{m}[/versions/{v}][/ready|/infer], resolved after the model. */
+static const struct http_route http_v2_model_route = {
+  "/v2/models/{m}", METRICS_ROUTE_V2, "GET, HEAD", http_get_v2_model, 0, 1};
+static const struct http_route http_v2_ready_route = {
+  "/v2/models/{m}/ready", METRICS_ROUTE_V2, "GET, HEAD",
+  http_get_v2_model_ready, 0, 1};
+static const struct http_route http_v2_infer_route = {
+  "/v2/models/{m}/infer", METRICS_ROUTE_V2_INFER, "POST", NULL, BODY_V2, 1};
 
 /* Every embedded file shares one route entry; its path is the URL. */
 static const struct http_route http_asset_route = {
-  "(static file)", METRICS_ROUTE_STATIC, "GET, HEAD", http_get_asset};
+  "(static file)", METRICS_ROUTE_STATIC, "GET, HEAD", http_get_asset, 0, 0};
 
-static const struct http_route *http_find_route(const char *url) {
+/* Splits the part of a /v2/models/ URL after the prefix into model,
+ * version (or NULL) and action ("" when none), in buf.  0 or -1. */
+static int http_v2_split(const char *rest, char *buf, size_t cap,
+                         const char **m, const char **v, const char **act) {
+  char *seg[4], *p;
+  int n = 0;
+  if (strlen(rest) >= cap)
+    return -1;
+  strcpy(buf, rest);
+  for (p = buf; n < 4; n++) {
+    seg[n] = p;
+    p = strchr(p, '/');
+    if (!p) {
+      n++;
+      break;
+    }
+    *p++ = '\0';
+  }
+  if (p || seg[0][0] == '\0')
+    return -1;  /* more than four segments, or no model name */
+  *m = seg[0];
+  *v = NULL;
+  *act = "";
+  if (n >= 3 && strcmp(seg[1], "versions") == 0) {
+    *v = seg[2];
+    if (n == 4)
+      *act = seg[3];
+    return 0;
+  }
+  if (n == 2)
+    *act = seg[1];
+  return n <= 2 ? 0 : -1;
+}
+
+/* Resolves /v2/models/... into a route and r->model; on failure fills msg
+ * (404: unknown path, model or version) and returns NULL. */
+static const struct http_route *http_find_v2_model(struct http_req *r,
+                                                   const char *url,
+                                                   char *msg, size_t cap) {
+  char buf[256], err[PROTO_ERR_MAX];
+  const char *m, *v, *act;
+  if (http_v2_split(url + 11, buf, sizeof buf, &m, &v, &act) != 0 ||
+      (act[0] && strcmp(act, "ready") && strcmp(act, "infer"))) {
+    snprintf(msg, cap, "no route for %.120s", url);
+    return NULL;
+  }
+  err[0] = '\0';
+  r->model = proto_v2_model_find(m, v, err);
+  if (r->model < 0) {
+    snprintf(msg, cap, "%s", err[0] ? err : "unknown model");
+    return NULL;
+  }
+  if (!act[0])
+    return &http_v2_model_route;
+  return act[0] == 'r' ? &http_v2_ready_route : &http_v2_infer_route;
+}
+
+static const struct http_route *http_find_route(struct http_req *r,
+                                                const char *url, char *msg,
+                                                size_t cap) {
   size_t i;
   for (i = 0; i < sizeof http_routes / sizeof http_routes[0]; i++)
     if (strcmp(url, http_routes[i].path) == 0)
       return &http_routes[i];
-  return http_is_asset(url) ? &http_asset_route : NULL;
+  if (strncmp(url, "/v2/models/", 11) == 0)
+    return http_find_v2_model(r, url, msg, cap);
+  if (http_is_asset(url))
+    return &http_asset_route;
+  snprintf(msg, cap, "no route for %.120s", url);
+  return NULL;
 }
 
-/* ---- POST /v1/attention --------------------------------------------- */
+/* ---- inference POSTs: /v1/attention, /v2/models/{m}/infer ------------ */
 
 /* 1 when no token is configured or the request carries exactly
  * "Authorization: Bearer <token>".  The comparison takes the same time
@@ -226,7 +368,7 @@ static enum MHD_Result http_post_begin(struct http_req *r) {
 
   /* Answered at the end of the body: an answer sent mid-upload tends to
    * reach the client as a connection reset. */
-  r->unauth = !http_authorized(r);
+  r->unauth = r->rt->auth && !http_authorized(r);
   if (cl) {
     unsigned long long n = strtoull(cl, NULL, 10);
     if (n > r->h->cfg.max_body) {
@@ -279,6 +421,60 @@ static void http_on_job_done(struct batcher_job *job) {
   MHD_resume_connection(r->conn);
 }
 
+/* The body as sent, or inflated per Content-Encoding into *plain (which
+ * the caller frees).  0 or ATTND_E* with a message in err. */
+static int http_post_plain(struct http_req *r, char **plain, const char **b,
+                           size_t *n, char err[PROTO_ERR_MAX]) {
+  const char *coding = MHD_lookup_connection_value(
+      r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+  int rc;
+  *plain = NULL;
+  *b = r->body ? r->body : "";
+  *n = r->len;
+  if (!coding)
+    return 0;
+  rc = proto_inflate(coding, *b, *n, r->h->cfg.max_body, plain, n, err);
+  if (rc == ATTND_ETOOBIG)
+    snprintf(err, PROTO_ERR_MAX, "decompressed body exceeds the limit of "
+             "%zu bytes", r->h->cfg.max_body);
+  if (rc == 0 && *plain)
+    *b = *plain;
+  else if (rc == 0)
+    *n = r->len;  /* identity */
+  return rc;
+}
+
+/* Decodes the body with the route's codec into r->job.req. */
+static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
+  struct http *h = r->h;
+  const char *b;
+  char *plain;
+  size_t n;
+  int rc = http_post_plain(r, &plain, &b, &n, err);
+  if (rc == 0 && r->rt->body == BODY_V2)
+    rc = proto_v2_decode(b, n, MHD_lookup_connection_value(
+                                   r->conn, MHD_HEADER_KIND,
+                                   "Inference-Header-Content-Length"),
+                         r->model, &r->job.req, h->cfg.max_elems, err);
+  else if (rc == 0)
+    rc = proto_v1_decode(b, n, &r->job.req, h->cfg.max_elems, err);
+  free(plain);
+  free(r->body);
+  r->body = NULL;
+  return rc;
+}
+
+/* The earlier of the server's --timeout-ms and the request's own
+ * timeout (v2 parameter, microseconds), from its arrival; 0 = none. */
+static uint64_t http_deadline(struct http_req *r) {
+  uint64_t d = 0, own = r->job.req.timeout_us;
+  if (r->h->cfg.timeout_ms)
+    d = r->start_ns + (uint64_t)r->h->cfg.timeout_ms * 1000000u;
+  if (own && (d == 0 || r->start_ns + own * 1000u < d))
+    d = r->start_ns + own * 1000u;
+  return d;
+}
+
 /* Final call: decode, admit, suspend, submit. */
 static enum MHD_Result http_post_end(struct http_req *r) {
   struct http *h = r->h;
@@ -299,10 +495,7 @@ static enum MHD_Result http_post_end(struct http_req *r) {
   if (atomic_load(&h->quiesced))
     return http_fail(r, ATTND_EDRAINING, NULL, NULL);
   err[0] = '\0';
-  rc = proto_v1_decode(r->body ? r->body : "", r->len, &r->job.req,
-                       h->cfg.max_elems, err);
-  free(r->body);
-  r->body = NULL;
+  rc = http_post_decode(r, err);
   if (rc != 0)
     return http_fail(r, rc, err[0] ? err : NULL, NULL);
   r->job.cost = r->job.req.in_bytes + r->job.req.out_bytes;
@@ -311,9 +504,9 @@ static enum MHD_Result http_post_end(struct http_req *r) {
     proto_request_free(&r->job.req);
     return http_fail(r, rc, NULL, NULL);
   }
-  r->job.deadline_ns =
-      h->cfg.timeout_ms ? r->start_ns + (uint64_t)h->cfg.timeout_ms * 1000000u
-                        : 0;
+  r->job.deadline_ns = http_deadline(r);
+  r->job.coding = proto_accept_coding(MHD_lookup_connection_value(
+      r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
   r->job.done = http_on_job_done;
   r->job.arg = r;
   r->state = REQ_QUEUED;
@@ -322,14 +515,34 @@ static enum MHD_Result http_post_end(struct http_req *r) {
   return MHD_YES;
 }
 
-/* Called again after the resume: queue what the worker produced. */
+/* Called again after the resume: queue what the worker produced, with
+ * the headers its form needs (v2 binary outputs, content coding). */
 static enum MHD_Result http_post_answer(struct http_req *r) {
-  if (r->job.err == 0) {
-    char *body = r->job.body;
-    r->job.body = NULL;
-    return http_answer(r, 200, body, r->job.body_len, 1, http_json, NULL);
+  struct batcher_job *job = &r->job;
+  const char *hdrs[7];
+  char hlen[32];
+  int n = 0, binary = job->json_len < job->plain_len;
+  char *body = job->body;
+
+  if (job->err != 0)
+    return http_fail(r, job->err, NULL, NULL);
+  if (binary) {
+    snprintf(hlen, sizeof hlen, "%zu", job->json_len);
+    hdrs[n++] = "Inference-Header-Content-Length";
+    hdrs[n++] = hlen;
   }
-  return http_fail(r, r->job.err, NULL, NULL);
+  if (job->compressed) {
+    hdrs[n++] = MHD_HTTP_HEADER_CONTENT_ENCODING;
+    hdrs[n++] = job->coding;
+  }
+  if (job->coding) {
+    hdrs[n++] = MHD_HTTP_HEADER_VARY;
+    hdrs[n++] = MHD_HTTP_HEADER_ACCEPT_ENCODING;
+  }
+  hdrs[n] = NULL;
+  job->body = NULL;
+  return http_answer(r, 200, body, job->body_len, 1,
+                     binary ? "application/octet-stream" : http_json, hdrs);
 }
 
 /* ---- MHD callbacks ---------------------------------------------------- */
@@ -338,9 +551,10 @@ static enum MHD_Result http_post_answer(struct http_req *r) {
 static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   void **con_cls) {
-  const struct http_route *route = http_find_route(url);
+  const struct http_route *route;
   struct http_req *r = calloc(1, sizeof *r);
-  char msg[160];
+  char msg[PROTO_ERR_MAX];
+  int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 
   if (!r)
     return MHD_NO;
@@ -349,16 +563,17 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
   r->url = url;
   r->method = method;
   r->start_ns = clock_now_ns();
-  r->route = route ? route->metric : METRICS_ROUTE_OTHER;
   *con_cls = r;
   atomic_fetch_add(&h->active, 1);
   metrics_add_inflight(h->m, 1);
-  if (!route) {
-    snprintf(msg, sizeof msg, "no route for %.120s", url);
+  route = r->rt = http_find_route(r, url, msg, sizeof msg);
+  r->route = route ? route->metric : METRICS_ROUTE_OTHER;
+  if (!route)
     return http_fail(r, ATTND_ENOTFOUND, msg, NULL);
-  }
-  if (route->get && (!strcmp(method, "GET") || !strcmp(method, "HEAD")))
-    return route->get(r);
+  if (route->get && get)
+    return route->auth && !http_authorized(r)
+               ? http_fail(r, ATTND_EUNAUTH, NULL, NULL)
+               : route->get(r);
   if (!route->get && !strcmp(method, "POST"))
     return http_post_begin(r);
   snprintf(msg, sizeof msg, "method %.16s not allowed on %.64s (allowed: %s)",

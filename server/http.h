@@ -6,6 +6,11 @@
  *   GET  /readyz         200 when accepting work, 503 starting/draining
  *   GET  /metrics        Prometheus text exposition
  *   GET  /, /index.html, /app.js, /style.css   the playground (assets.h)
+ *   KServe v2: GET /v2, /v2/health/live, /v2/health/ready,
+ *        /v2/models/{m}[/versions/{v}][/ready]; POST .../infer
+ * Inference bodies may be gzip/deflate (Content-Encoding); responses are
+ * compressed when Accept-Encoding asks.  With a token configured,
+ * inference and v2 metadata routes need "Authorization: Bearer <token>".
  * An unknown path is 404, a known path with another method 405 + Allow.
  * Every error body is {"error": "..."}; every request gets one access-log
  * line and is counted in the metrics.

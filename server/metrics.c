@@ -24,7 +24,8 @@ static const unsigned int metrics_codes[] = {200, 400, 401, 404, 405, 413,
 #define N_CODES (sizeof metrics_codes / sizeof metrics_codes[0])
 
 static const char *const metrics_route_names[METRICS_ROUTE_COUNT] = {
-  "/v1/attention", "/healthz", "/readyz", "/metrics", "static", "other"};
+  "/v1/attention", "/healthz", "/readyz", "/metrics", "static", "/v2",
+  "/v2/models/infer", "other"};
 
 /* Seconds buckets for the latency histograms. */
 static const double metrics_time_bounds[] = {

@@ -6,12 +6,14 @@ Prometheus exposition.  Tolerant of a loaded 2-core machine and of
 valgrind: no tight timing assertions, modest request counts.
 """
 
+import gzip
 import http.client
 import json
 import math
 import random
 import re
 import socket
+import struct
 import threading
 import time
 
@@ -437,6 +439,84 @@ class DeadlineTest(CheckMixin, harness.ServerTestCase):
                                         route="/v1/attention", code="504"), 1)
 
 
+DESIGN_V2 = {
+    "inputs": [
+        {"name": "query", "shape": [1, 2, 2], "datatype": "FP32", "data": [1, 0, 0, 2]},
+        {"name": "key", "shape": [1, 3, 2], "datatype": "FP32", "data": [1, 1, 2, 0, 0, 3]},
+        {"name": "value", "shape": [1, 3, 2], "datatype": "FP32", "data": [1, 0, 0, 1, 1, 1]},
+        {"name": "valid_lens", "shape": [1], "datatype": "INT32", "data": [2]}],
+    "parameters": {"scale": 0.7071}, "id": "v2-example"}
+
+
+class V2Test(CheckMixin, harness.ServerTestCase):
+    server_args = ("--workers", "2")
+
+    def reference(self):
+        return reference([[[1, 0], [0, 2]]], [[[1, 1], [2, 0], [0, 3]]],
+                         [[[1, 0], [0, 1], [1, 1]]], [2], 0.7071)
+
+    def test_v2_metadata_and_health(self):
+        for path in ("/v2", "/v2/health/live", "/v2/health/ready",
+                     "/v2/models/attention", "/v2/models/attention/ready",
+                     "/v2/models/additive_attention/versions/1"):
+            status, hdrs, body = self.srv.get(path)
+            self.assertEqual(status, 200, path)
+            json.loads(body)
+        status, _, body = self.srv.get("/v2")
+        self.assertIn("binary_tensor_data", json.loads(body)["extensions"])
+
+    def test_v2_unknown_model_version_or_action_is_404(self):
+        for path in ("/v2/models/nope", "/v2/models/attention/versions/9",
+                     "/v2/models/attention/bogus", "/v2/models/a/b/c/d/e"):
+            status, hdrs, body = self.srv.get(path)
+            self.assert_error(status, hdrs, body, 404)
+
+    def test_v2_infer_wrong_method_is_405(self):
+        status, hdrs, body = self.srv.get("/v2/models/attention/infer")
+        self.assert_error(status, hdrs, body, 405)
+        self.assertEqual(hdrs.get("allow"), "POST")
+
+    def test_v2_infer_json_returns_reference_numbers(self):
+        out, w = self.reference()
+        status, resp = self.srv.post_json("/v2/models/attention/infer", DESIGN_V2)
+        self.assertEqual(status, 200, resp)
+        self.assertEqual(resp["model_name"], "attention")
+        self.assertEqual(resp["id"], "v2-example")
+        got = {o["name"]: o for o in resp["outputs"]}
+        self.assertEqual(got["output"]["shape"], [1, 2, 2])
+        self.assert_close(got["output"]["data"], flat(out), "output")
+        self.assert_close(got["weights"]["data"], flat(w), "weights")
+
+    def test_v2_binary_output_follows_the_json_header(self):
+        req = dict(DESIGN_V2, outputs=[{"name": "output", "parameters": {"binary_data": True}}])
+        status, hdrs, body = self.srv.request("POST", "/v2/models/attention/infer",
+                                              json.dumps(req).encode())
+        self.assertEqual(status, 200, body[:200])
+        hl = int(hdrs["inference-header-content-length"])
+        header = json.loads(body[:hl])
+        self.assertEqual(header["outputs"][0]["parameters"]["binary_data_size"], 16)
+        self.assertEqual(len(header["outputs"]), 1)  # weights not asked for
+        self.assert_close(list(struct.unpack("<4f", body[hl:])), flat(self.reference()[0]),
+                          "binary output")
+
+    def test_gzip_request_and_response(self):
+        req = make_request(21, Lq=16, Lk=16, D=8, Dv=8)
+        out, w = reference(req["query"], req["key"], req["value"])
+        status, hdrs, body = self.srv.request(
+            "POST", "/v1/attention", gzip.compress(json.dumps(req).encode()),
+            {"Content-Encoding": "gzip", "Accept-Encoding": "gzip"})
+        self.assertEqual(status, 200, body[:200])
+        self.assertEqual(hdrs.get("content-encoding"), "gzip")
+        resp = json.loads(gzip.decompress(body))
+        self.assert_close(resp["output"], out, "output")
+        self.assert_close(resp["weights"], w, "weights")
+
+    def test_corrupt_gzip_body_is_400(self):
+        status, hdrs, body = self.srv.request("POST", "/v1/attention", b"\x1f\x8b not gzip",
+                                              {"Content-Encoding": "gzip"})
+        self.assert_error(status, hdrs, body, 400)
+
+
 class TokenTest(CheckMixin, harness.ServerTestCase):
     server_args = ("--token", "s3cret-token")
 
@@ -453,8 +533,15 @@ class TokenTest(CheckMixin, harness.ServerTestCase):
         self.assertEqual(status, 200, data)
 
     def test_probes_and_metrics_stay_open(self):
-        for path in ("/healthz", "/readyz", "/metrics"):
+        for path in ("/healthz", "/readyz", "/metrics", "/v2/health/live", "/v2/health/ready"):
             self.assertEqual(self.srv.get(path)[0], 200, path)
+
+    def test_v2_metadata_needs_the_token(self):
+        status, hdrs, body = self.srv.get("/v2/models/attention")
+        self.assert_error(status, hdrs, body, 401)
+        status, _, _ = self.srv.request("GET", "/v2/models/attention", None,
+                                        {"Authorization": "Bearer s3cret-token"})
+        self.assertEqual(status, 200)
 
 
 if __name__ == "__main__":
