@@ -203,6 +203,8 @@ class DrainTest(unittest.TestCase):
             status, _, body = srv.get("/readyz")
             self.assertIn("error", json.loads(body))
             self.assertEqual(srv.get("/healthz")[0], 200)
+            self.assertEqual(srv.get("/v2/health/ready")[0], 503)
+            self.assertEqual(srv.get("/v2/health/live")[0], 200)
             status, obj = srv.post_json("/v1/attention", {
                 "query": [[[1, 0]]], "key": [[[1, 0]]], "value": [[[2, 3]]]})
             self.assertEqual(status, 200, obj)
