@@ -296,13 +296,13 @@ static int batcher_split_run(struct batcher *b, const attn_problem *p,
 }
 
 /* Compresses the encoded response on the worker, where the CPU time is
- * parallel.  Tiny bodies are left alone: the framing would outweigh the
- * gain.  A compression failure is not the client's problem: the body
- * then goes out uncompressed. */
+ * parallel.  Whenever the client asked, so that what it gets is
+ * predictable.  A compression failure is not the client's problem: the
+ * body then goes out uncompressed. */
 static int batcher_compress(struct batcher_job *job) {
   char *z;
   size_t zlen;
-  if (!job->coding || job->body_len < 512)
+  if (!job->coding)
     return 0;
   if (proto_deflate(job->coding, job->body, job->body_len, &z, &zlen) != 0)
     return 0;

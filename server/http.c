@@ -122,17 +122,45 @@ static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
   return ret;
 }
 
-/* Queues {"error": msg} with the HTTP status for err. */
+/* Compresses *body in place when the client's Accept-Encoding asks for
+ * it; returns the coding used or NULL (body unchanged). */
+static const char *http_compress(struct http_req *r, char **body,
+                                 size_t *len) {
+  const char *coding = proto_accept_coding(MHD_lookup_connection_value(
+      r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
+  char *z;
+  size_t zlen;
+  if (!coding || proto_deflate(coding, *body, *len, &z, &zlen) != 0)
+    return NULL;
+  free(*body);
+  *body = z;
+  *len = zlen;
+  return coding;
+}
+
+/* Queues {"error": msg} with the HTTP status for err, compressed like a
+ * successful answer would be. */
 static enum MHD_Result http_fail(struct http_req *r, int err, const char *msg,
                                  const char *allow) {
   static char oom[] = "{\"error\": \"out of memory\"}";
-  const char *hdrs[] = {MHD_HTTP_HEADER_ALLOW, allow, NULL};
+  const char *hdrs[7], *coding;
   char *body;
   size_t len;
+  int n = 0;
   if (proto_error_body(msg ? msg : attnd_strerror(err), &body, &len) != 0)
     return http_answer(r, 503, oom, sizeof oom - 1, 0, http_json, NULL);
-  return http_answer(r, status_from_err(err), body, len, 1, http_json,
-                     allow ? hdrs : NULL);
+  if (allow) {
+    hdrs[n++] = MHD_HTTP_HEADER_ALLOW;
+    hdrs[n++] = allow;
+  }
+  if ((coding = http_compress(r, &body, &len)) != NULL) {
+    hdrs[n++] = MHD_HTTP_HEADER_CONTENT_ENCODING;
+    hdrs[n++] = coding;
+    hdrs[n++] = MHD_HTTP_HEADER_VARY;
+    hdrs[n++] = MHD_HTTP_HEADER_ACCEPT_ENCODING;
+  }
+  hdrs[n] = NULL;
+  return http_answer(r, status_from_err(err), body, len, 1, http_json, hdrs);
 }
 
 /* Queues a 200 (or status) with a malloc'd body from a proto_v2_* call
@@ -245,16 +273,18 @@ static const struct http_route http_routes[] = {
   {"/readyz", METRICS_ROUTE_READYZ, "GET, HEAD", http_get_readyz, 0, 0},
   {"/metrics", METRICS_ROUTE_METRICS, "GET, HEAD", http_get_metrics, 0, 0},
   {"/v2", METRICS_ROUTE_V2, "GET, HEAD", http_get_v2_server, 0, 1},
-  {"/v2/health/live", METRICS_ROUTE_V2, "GET, HEAD", http_get_v2_live, 0, 0},
-  {"/v2/health/ready", METRICS_ROUTE_V2, "GET, HEAD", http_get_v2_ready, 0,
+  {"/v2/health/live", METRICS_ROUTE_V2_LIVE, "GET, HEAD", http_get_v2_live, 0,
    0},
+  {"/v2/health/ready", METRICS_ROUTE_V2_READY, "GET, HEAD", http_get_v2_ready,
+   0, 0},
 };
 
 /* /v2/models/{m}[/versions/{v}][/ready|/infer], resolved after the model. */
 static const struct http_route http_v2_model_route = {
-  "/v2/models/{m}", METRICS_ROUTE_V2, "GET, HEAD", http_get_v2_model, 0, 1};
+  "/v2/models/{m}", METRICS_ROUTE_V2_MODEL, "GET, HEAD", http_get_v2_model, 0,
+  1};
 static const struct http_route http_v2_ready_route = {
-  "/v2/models/{m}/ready", METRICS_ROUTE_V2, "GET, HEAD",
+  "/v2/models/{m}/ready", METRICS_ROUTE_V2_MODEL_READY, "GET, HEAD",
   http_get_v2_model_ready, 0, 1};
 static const struct http_route http_v2_infer_route = {
   "/v2/models/{m}/infer", METRICS_ROUTE_V2_INFER, "POST", NULL, BODY_V2, 1};
@@ -304,20 +334,24 @@ static const struct http_route *http_find_v2_model(struct http_req *r,
                                                    char *msg, size_t cap) {
   char buf[256], err[PROTO_ERR_MAX];
   const char *m, *v, *act;
+  const struct http_route *route;
   if (http_v2_split(url + 11, buf, sizeof buf, &m, &v, &act) != 0 ||
       (act[0] && strcmp(act, "ready") && strcmp(act, "infer"))) {
     snprintf(msg, cap, "no route for %.120s", url);
     return NULL;
   }
   err[0] = '\0';
+  route = !act[0]          ? &http_v2_model_route
+          : act[0] == 'r' ? &http_v2_ready_route
+                          : &http_v2_infer_route;
   r->model = proto_v2_model_find(m, v, err);
   if (r->model < 0) {
+    /* Counted under the route it would have been, like any 404 there. */
+    r->route = route->metric;
     snprintf(msg, cap, "%s", err[0] ? err : "unknown model");
     return NULL;
   }
-  if (!act[0])
-    return &http_v2_model_route;
-  return act[0] == 'r' ? &http_v2_ready_route : &http_v2_infer_route;
+  return route;
 }
 
 static const struct http_route *http_find_route(struct http_req *r,
@@ -434,9 +468,6 @@ static int http_post_plain(struct http_req *r, char **plain, const char **b,
   if (!coding)
     return 0;
   rc = proto_inflate(coding, *b, *n, r->h->cfg.max_body, plain, n, err);
-  if (rc == ATTND_ETOOBIG)
-    snprintf(err, PROTO_ERR_MAX, "decompressed body exceeds the limit of "
-             "%zu bytes", r->h->cfg.max_body);
   if (rc == 0 && *plain)
     *b = *plain;
   else if (rc == 0)
@@ -566,8 +597,10 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
   *con_cls = r;
   atomic_fetch_add(&h->active, 1);
   metrics_add_inflight(h->m, 1);
+  r->route = METRICS_ROUTE_OTHER;
   route = r->rt = http_find_route(r, url, msg, sizeof msg);
-  r->route = route ? route->metric : METRICS_ROUTE_OTHER;
+  if (route)
+    r->route = route->metric;
   if (!route)
     return http_fail(r, ATTND_ENOTFOUND, msg, NULL);
   if (route->get && get)

@@ -25,7 +25,8 @@ static const unsigned int metrics_codes[] = {200, 400, 401, 404, 405, 413,
 
 static const char *const metrics_route_names[METRICS_ROUTE_COUNT] = {
   "/v1/attention", "/healthz", "/readyz", "/metrics", "static", "/v2",
-  "/v2/models/infer", "other"};
+  "/v2/health/live", "/v2/health/ready", "/v2/models/:m",
+  "/v2/models/:m/ready", "/v2/models/:m/infer", "other"};
 
 /* Seconds buckets for the latency histograms. */
 static const double metrics_time_bounds[] = {

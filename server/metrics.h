@@ -19,7 +19,11 @@ enum metrics_route {
   METRICS_ROUTE_READYZ,
   METRICS_ROUTE_METRICS,
   METRICS_ROUTE_STATIC,         /* the playground's embedded files */
-  METRICS_ROUTE_V2,             /* v2 metadata and health */
+  METRICS_ROUTE_V2,             /* GET /v2 (server metadata) */
+  METRICS_ROUTE_V2_LIVE,
+  METRICS_ROUTE_V2_READY,
+  METRICS_ROUTE_V2_MODEL,       /* /v2/models/{m}[/versions/{v}] */
+  METRICS_ROUTE_V2_MODEL_READY,
   METRICS_ROUTE_V2_INFER,       /* POST /v2/models/{m}/infer */
   METRICS_ROUTE_OTHER,
   METRICS_ROUTE_COUNT
