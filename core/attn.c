@@ -35,7 +35,7 @@ static int check_sizes(const attn_problem *p) {
   long long dims[][4] = {
     {p->B, p->H, p->Lq, p->D},   {p->B, p->Hkv, p->Lk, p->Dk},
     {p->B, p->Hkv, p->Lk, p->Dv}, {p->B, p->H, p->Lq, p->Dv},
-    {p->B, p->H, p->Lq, p->Lk},   {ATTN__QBLOCK, p->Lk, 4, 4},
+    {p->B, p->H, p->Lq, p->Lk},   {ATTN__QBLOCK_MAX, p->Lk, 4, 4},
     {p->Hd, p->Lk, 4, 4},         {p->Hd, p->D, p->Dk, 1},
   };
   for (size_t t = 0; t < sizeof dims / sizeof dims[0]; t++) {
@@ -80,8 +80,19 @@ int attn_check(const attn_problem *p) {
   return 0;
 }
 
+int attn__query_block(const attn_problem *p) {
+  size_t heads = (size_t)p->B * (size_t)p->H;
+  int qb = ATTN__QBLOCK;
+  while (qb < ATTN__QBLOCK_MAX &&
+         heads * (((size_t)p->Lq + 2 * qb - 1) / (2 * (size_t)qb)) >=
+             ATTN__MIN_TASKS)
+    qb *= 2;
+  return qb;
+}
+
 static size_t query_blocks(const attn_problem *p) {
-  return ((size_t)p->Lq + ATTN__QBLOCK - 1) / ATTN__QBLOCK;
+  size_t qb = (size_t)attn__query_block(p);
+  return ((size_t)p->Lq + qb - 1) / qb;
 }
 
 size_t attn_task_count(const attn_problem *p, int with_weights) {
@@ -96,20 +107,37 @@ static size_t take(size_t *off, size_t bytes) {
   return at;
 }
 
+/* Rows per weights-path chunk: as many as keep a (rows, Lk) block of
+ * scores within ATTN__WFLOATS, a multiple of 16 from 64 up to the task's
+ * rows. */
+static int weight_rows(const attn_problem *p, int qb) {
+  long long r = ATTN__WFLOATS / p->Lk;
+  r = r >= 64 ? r / 16 * 16 : 64;
+  return r < qb ? (int)r : qb;
+}
+
 void attn__scratch_layout(const attn_problem *p, int with_weights,
                           attn__scratch *s) {
-  size_t qb = (size_t)(p->Lq < ATTN__QBLOCK ? p->Lq : ATTN__QBLOCK);
-  size_t kb = (size_t)(p->Lk < ATTN__KBLOCK ? p->Lk : ATTN__KBLOCK);
+  int qrows = attn__query_block(p);
+  size_t qb = (size_t)(p->Lq < qrows ? p->Lq : qrows);
+  /* Key blocks are KBLOCK wide; only when every key fits in half a
+   * block does the scratch shrink to Lk columns. */
+  size_t kb = (size_t)(2 * (long long)p->Lk <= ATTN__KBLOCK ? p->Lk
+                                                           : ATTN__KBLOCK);
   size_t lk = (size_t)p->Lk, f = sizeof(float);
   size_t off = 0;
   memset(s, 0, sizeof *s);
   s->lo = take(&off, qb * sizeof(int));
   s->hi = take(&off, qb * sizeof(int));
   if (with_weights) {
+    s->wrows = weight_rows(p, (int)qb);
+    s->stream = (double)p->B * p->H * p->Lq * p->Lk * f > ATTN__STREAM_BYTES;
     s->flags = take(&off, lk * f);
+    s->scores = take(&off, (size_t)s->wrows * lk * f);
+    s->rowsum = take(&off, qb * f);
     if (p->dropout_p > 0.0f) s->drop = take(&off, qb * kb * f);
   } else {
-    s->flags = take(&off, qb * kb * f);
+    if (p->mask) s->flags = take(&off, qb * kb * f);
     s->scores = take(&off, qb * kb * f);
     s->acc = take(&off, qb * (size_t)p->Dv * f);
     s->rowmax = take(&off, qb * f);
@@ -137,9 +165,9 @@ void attn__task_of(const attn_problem *p, size_t t, attn__task *task) {
   task->b = (int)(bh / (size_t)p->H);
   task->h = (int)(bh % (size_t)p->H);
   task->kvh = task->h / (p->H / p->Hkv);
-  task->i0 = (int)qb * ATTN__QBLOCK;
-  task->rows = p->Lq - task->i0 < ATTN__QBLOCK ? p->Lq - task->i0
-                                                 : ATTN__QBLOCK;
+  int rows = attn__query_block(p);
+  task->i0 = (int)qb * rows;
+  task->rows = p->Lq - task->i0 < rows ? p->Lq - task->i0 : rows;
 }
 
 int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1, float *out,

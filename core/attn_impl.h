@@ -27,10 +27,50 @@
 #define ATTN__VEC_CLONES
 #endif
 
-/* Query rows per task and key columns per online block.  64 x 256 floats
- * of scores (64 KiB) plus the matching flags stay inside a core's L2. */
+/* The hottest loops (row maximum, exp and sum, row scaling) also exist as
+ * AVX2 + FMA intrinsics (vexp.c), picked per call when the CPU has both;
+ * see vexp.c for how their results relate to the portable ones. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define ATTN__HAVE_AVX2_FMA 1
+static inline int attn__use_avx2_fma(void) {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+#define ATTN__HAVE_AVX2_FMA 0
+static inline int attn__use_avx2_fma(void) { return 0; }
+#endif
+
+/* Query rows per task and key columns per online block.  OpenBLAS packs
+ * both operands of every sgemm, so a key block's K and V are packed once
+ * per task: more query rows per task amortize that packing (at 64 rows
+ * it took about a fifth of the sgemm time).  A task has ATTN__QBLOCK
+ * rows, doubled up to ATTN__QBLOCK_MAX while the problem still splits
+ * into at least ATTN__MIN_TASKS tasks (attn__query_block), so that small
+ * problems still spread over workers.  512 keys per block halve the running-max rescales of
+ * 256; 256 x 512 scores (512 KiB) stay in a core's L2. */
+#ifndef ATTN__QBLOCK
 #define ATTN__QBLOCK 64
-#define ATTN__KBLOCK 256
+#endif
+#ifndef ATTN__QBLOCK_MAX
+#define ATTN__QBLOCK_MAX 256
+#endif
+#ifndef ATTN__MIN_TASKS
+#define ATTN__MIN_TASKS 64
+#endif
+#ifndef ATTN__KBLOCK
+#define ATTN__KBLOCK 512
+#endif
+/* Weights path: a chunk of a task's rows holds at most this many scores
+ * (2 MiB) but never fewer than 64 rows, for the same packing reason;
+ * weights go out with streaming stores when the whole weights tensor is
+ * larger than ATTN__STREAM_BYTES (it cannot stay in a cache for whoever
+ * reads it next, and streaming saves reading it in before writing). */
+#ifndef ATTN__WFLOATS
+#define ATTN__WFLOATS 524288
+#endif
+#ifndef ATTN__STREAM_BYTES
+#define ATTN__STREAM_BYTES (32.0 * 1024 * 1024)
+#endif
 
 /* Scratch sub-buffers start on 64-byte boundaries. */
 #define ATTN__ALIGN 64
@@ -185,10 +225,15 @@ typedef struct attn__scratch {
   size_t qproj;       /* float[QB * Hd]: additive W_q q */
   size_t kproj;       /* float[Hd * KB]: additive W_k k, transposed */
   size_t total;
+  int wrows;          /* weights path: rows per chunk (scores wrows * Lk) */
+  int stream;         /* weights path: write weights with streaming stores */
 } attn__scratch;
 
 void attn__scratch_layout(const attn_problem *p, int with_weights,
                           attn__scratch *s);
+
+/* Query rows per task of a problem (ATTN__QBLOCK .. ATTN__QBLOCK_MAX). */
+int attn__query_block(const attn_problem *p);
 
 /* Task t of a (checked) problem: which (b, h) and which query rows. */
 void attn__task_of(const attn_problem *p, size_t t, attn__task *task);
@@ -237,10 +282,29 @@ int attn__row_count(const attn_problem *p, const attn__task *t, int i,
 float attn__row_scores(const attn_problem *p, const attn__task *t, int i,
                        int j0, const attn__span *sp, float *s);
 float attn__row_exp(float *s, int n, const attn__span *sp, float m);
-void attn__row_scale(float *s, int n, float f);
 
-/* Writes out rows of a task with +-inf clamped and NaN as 0. */
-void attn__sanitize_rows(float *out, size_t n);
+/* The exp-and-sum loop both ways, for the tests: s[c] = exp(s[c] - m)
+ * (times f[c] when f is not NULL) over [a, z), returning the sum.  The
+ * AVX2 one exists only when ATTN__HAVE_AVX2_FMA and may be called only
+ * when attn__use_avx2_fma().  attn__max_avx2 returns the maximum of
+ * s[a, z) (a < z) and sets *finite to 0 if an entry is inf or NaN. */
+float attn__exp_sum_portable(float *s, const float *f, int a, int z,
+                             float m);
+#if ATTN__HAVE_AVX2_FMA
+float attn__exp_sum_avx2(float *s, const float *f, int a, int z, float m);
+float attn__max_avx2(const float *s, int a, int z, int *finite);
+void attn__write_row_avx2(float *w, int lk, int klo, int khi,
+                          const float *s, float inv, int stream);
+void attn__sfence_avx2(void);
+#endif
+
+/* One row of returned weights: w[0, klo) = 0, w[klo, khi) = s * inv,
+ * w[khi, lk) = 0.  stream != 0 asks for streaming (non-temporal) stores
+ * where the CPU has them, for weights too large to stay in a cache; then
+ * attn__write_weights_done(stream) must follow a task's last row. */
+void attn__write_weight_row(float *w, int lk, int klo, int khi,
+                            const float *s, float inv, int stream);
+void attn__write_weights_done(int stream);
 
 /* The two paths, one task each. */
 void attn__task_weights(const attn_problem *p, const attn__task *t,

@@ -39,8 +39,8 @@ static void task_allowed(const attn_problem *p, const attn__task *t,
 int attn_diagnostics(const attn_problem *p, const float *weights,
                      int32_t *allowed_keys, float *entropy,
                      float *max_weight, float *jacobian_norm) {
-  int lo[ATTN__QBLOCK], hi[ATTN__QBLOCK];
-  int32_t allowed[ATTN__QBLOCK];
+  int lo[ATTN__QBLOCK_MAX], hi[ATTN__QBLOCK_MAX];
+  int32_t allowed[ATTN__QBLOCK_MAX];
   if (attn_check(p) != 0 || !weights) return ATTND_EINVAL;
   size_t tasks = attn_task_count(p, 1);
   for (size_t k = 0; k < tasks; k++) {

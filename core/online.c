@@ -39,7 +39,7 @@ static int block_spans(const attn_problem *p, const attn__task *t,
   int total = 0;
   for (int r = 0; r < t->rows; r++) {
     attn__row_span(p, t, t->i0 + r, st->lo[r], st->hi[r], j0, n,
-                   st->flags + (size_t)r * n, &st->span[r]);
+                   p->mask ? st->flags + (size_t)r * n : NULL, &st->span[r]);
     total += st->span[r].allowed;
   }
   return total;

@@ -52,6 +52,14 @@ float attn__row_scores(const attn_problem *p, const attn__task *t, int i,
   if (sp->a == sp->z) return -FLT_MAX;
   if (p->bias) row_bias(p, t, i, j0, sp->a, sp->z, s);
   if (sp->flags) return clean_max_masked(s, sp->flags, sp->a, sp->z);
+#if ATTN__HAVE_AVX2_FMA
+  /* Read-only when every score is finite (sanitize would change none). */
+  if (attn__use_avx2_fma()) {
+    int finite;
+    float m = attn__max_avx2(s, sp->a, sp->z, &finite);
+    if (finite) return m;
+  }
+#endif
   return clean_max(s, sp->a, sp->z);
 }
 
@@ -95,17 +103,39 @@ static float exp_sum_masked(float *s, const float *f, int a, int z,
   return lanes_sum(acc);
 }
 
+float attn__exp_sum_portable(float *s, const float *f, int a, int z,
+                             float m) {
+  if (f) return exp_sum_masked(s, f, a, z, m);
+  return exp_sum(s, a, z, m);
+}
+
 float attn__row_exp(float *s, int n, const attn__span *sp, float m) {
   memset(s, 0, (size_t)sp->a * sizeof *s);
   memset(s + sp->z, 0, (size_t)(n - sp->z) * sizeof *s);
-  if (sp->flags) return exp_sum_masked(s, sp->flags, sp->a, sp->z, m);
-  return exp_sum(s, sp->a, sp->z, m);
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx2_fma())
+    return attn__exp_sum_avx2(s, sp->flags, sp->a, sp->z, m);
+#endif
+  return attn__exp_sum_portable(s, sp->flags, sp->a, sp->z, m);
 }
 
-void attn__row_scale(float *s, int n, float f) {
-  for (int c = 0; c < n; c++) s[c] *= f;
+void attn__write_weight_row(float *w, int lk, int klo, int khi,
+                            const float *s, float inv, int stream) {
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx2_fma()) {
+    attn__write_row_avx2(w, lk, klo, khi, s, inv, stream);
+    return;
+  }
+#endif
+  (void)stream;
+  memset(w, 0, (size_t)klo * sizeof *w);
+  for (int c = klo; c < khi; c++) w[c] = s[c - klo] * inv;
+  memset(w + khi, 0, (size_t)(lk - khi) * sizeof *w);
 }
 
-void attn__sanitize_rows(float *out, size_t n) {
-  for (size_t c = 0; c < n; c++) out[c] = attn__sanitize(out[c]);
+void attn__write_weights_done(int stream) {
+#if ATTN__HAVE_AVX2_FMA
+  if (stream && attn__use_avx2_fma()) attn__sfence_avx2();
+#endif
+  (void)stream;
 }

@@ -1,13 +1,18 @@
-/* softmax.c - the weights path: one task materialises its (rows, Lk)
- * block of scores in the caller's weights buffer, masks it, turns it into
- * softmax weights in place and multiplies by V.
+/* softmax.c - the weights path.  A task's rows are taken a chunk at a
+ * time (lay->wrows rows, so that the chunk's scores stay in L2): scores
+ * of the keys some row of the chunk may see, [klo, khi), in one sgemm
+ * into scratch; per row the maximum (a read-only pass) and exp(s - m)
+ * with its sum (one read-write pass); then O = P V straight from the
+ * unnormalised P in scratch, each output row scaled by 1 / sum; last, the
+ * weights P / sum are written to the caller's buffer once, together with
+ * the zeros around [klo, khi).  Nothing is read back from the weights
+ * buffer, so a large one is written without being read (streaming
+ * stores where the CPU has them).
  *
  * Keys outside a row's span (valid_lens, causal, window) get weight 0
  * directly; keys inside it that the mask forbids hold -FLT_MAX as scores
  * and get weight 0 by their flag, not by exp underflow, so a row whose
  * allowed scores are themselves -FLT_MAX still gives them exactly 0.
- * Only the key range some row of the task may see, [klo, khi), is scored
- * and multiplied by V.
  */
 #include <cblas.h>
 
@@ -15,76 +20,142 @@
 
 static void zero(float *s, size_t n) { memset(s, 0, n * sizeof *s); }
 
-/* Softmax of one row over keys [klo, khi); everything else is 0.
- * Returns the number of allowed keys. */
-static int softmax_row(const attn_problem *p, const attn__task *t, int r,
-                       int lo, int hi, int klo, int khi, float *w,
-                       float *flags) {
-  int i = t->i0 + r, n = khi - klo;
+/* exp(s - max) over row r's span in place; returns the sum (0 when the
+ * row has no allowed key, and then the row is all 0). */
+static float softmax_row(const attn_problem *p, const attn__task *t, int r,
+                         int lo, int hi, int klo, float *s, int n,
+                         float *flags) {
+  int i = t->i0 + r;
   attn__span sp;
   attn__row_span(p, t, i, lo, hi, klo, n, flags, &sp);
-  zero(w, (size_t)klo);
-  zero(w + khi, (size_t)(p->Lk - khi));
   if (sp.allowed == 0) {
-    zero(w + klo, (size_t)n);
-    return 0;
+    zero(s, (size_t)n);
+    return 0.0f;
   }
-  float mx = attn__row_scores(p, t, i, klo, &sp, w + klo);
-  float sum = attn__row_exp(w + klo, n, &sp, mx);
-  attn__row_scale(w + klo + sp.a, sp.z - sp.a, 1.0f / sum);
-  return sp.allowed;
+  float mx = attn__row_scores(p, t, i, klo, &sp, s);
+  return attn__row_exp(s, n, &sp, mx);
 }
 
-/* dst (rows, n) = weights columns [j0, j0 + n) with dropout applied:
- * kept ones scaled by 1/(1-p), the rest 0. */
+/* dst (rows, n) = P columns [c0, c0 + n) of s (leading dimension lds)
+ * with dropout applied: kept ones scaled by 1/(1-p), the rest 0; keys are
+ * numbered from j0 = klo + c0. */
 static void drop_block(const attn_problem *p, const attn__task *t,
-                       const float *w, float *dst, int j0, int n) {
+                       const float *s, int lds, int c0, int j0, int n,
+                       float *dst) {
   float keep_scale = 1.0f / (1.0f - p->dropout_p);
   for (int r = 0; r < t->rows; r++) {
     uint64_t n0 = (((uint64_t)t->b * p->H + t->h) * p->Lq + t->i0 + r) *
                   (uint64_t)p->Lk;
-    const float *wr = w + (size_t)r * p->Lk + j0;
+    const float *sr = s + (size_t)r * lds + c0;
     float *dr = dst + (size_t)r * n;
     for (int c = 0; c < n; c++) {
       int keep = attn__dropout_keep(p->seed, n0 + (uint64_t)(j0 + c),
                                     p->dropout_p);
-      dr[c] = keep ? wr[c] * keep_scale : 0.0f;
+      dr[c] = keep ? sr[c] * keep_scale : 0.0f;
     }
   }
 }
 
-/* o (+)= W V over keys [j0, j0 + n); beta 0 starts the sum. */
-static void weights_times_v(const attn_problem *p, const attn__task *t,
-                            const float *w, int ldw, int j0, int n,
-                            float beta, float *o) {
+/* o (+)= P V over keys [j0, j0 + n); beta 0 starts the sum. */
+static void p_times_v(const attn_problem *p, const attn__task *t,
+                      const float *s, int lds, int j0, int n, float beta,
+                      float *o) {
   size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
   const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t->rows, p->Dv, n,
-              1.0f, w, ldw, v, p->Dv, beta, o, p->Dv);
+              1.0f, s, lds, v, p->Dv, beta, o, p->Dv);
 }
 
-/* o = dropout(W) V, a key block at a time so the dropped copy needs only
- * (rows, KBLOCK) scratch; the returned weights stay undropped. */
+/* o = dropout(P) V, a key block at a time so the dropped copy needs only
+ * (rows, KBLOCK) scratch. */
 static void dropped_times_v(const attn_problem *p, const attn__task *t,
-                            const float *w, int klo, int khi, float *d,
+                            const float *s, int klo, int khi, float *d,
                             float *o) {
+  int lds = khi - klo;
   for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
     int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
-    drop_block(p, t, w, d, j0, n);
-    weights_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o);
+    drop_block(p, t, s, lds, j0 - klo, j0, n, d);
+    p_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o);
   }
 }
 
-/* Raw scores for keys [klo, khi) into the weights rows: dot in one sgemm,
- * additive in key blocks (its projection scratch holds one block). */
-static void block_scores(const attn_problem *p, const attn__task *t,
-                         float *w, int klo, int khi, char *scratch,
+/* Raw scores for keys [klo, khi) into s (leading dimension khi - klo):
+ * dot in one sgemm, additive in key blocks (its projection scratch holds
+ * one block). */
+static void chunk_scores(const attn_problem *p, const attn__task *t,
+                         float *s, int klo, int khi, char *scratch,
                          const attn__scratch *lay) {
-  int step = p->scoring == ATTN_SCORING_ADDITIVE ? ATTN__KBLOCK : khi - klo;
+  int lds = khi - klo;
+  int step = p->scoring == ATTN_SCORING_ADDITIVE ? ATTN__KBLOCK : lds;
   for (int j0 = klo; j0 < khi; j0 += step) {
     int n = khi - j0 < step ? khi - j0 : step;
-    attn__scores(p, t, j0, n, w + j0, p->Lk, scratch, lay);
+    attn__scores(p, t, j0, n, s + (j0 - klo), lds, scratch, lay);
   }
+}
+
+/* Output rows: o * inv[r], +-inf clamped, NaN as 0; rows without keys
+ * are +0. */
+static void finish_out(const attn_problem *p, const attn__task *t,
+                       const float *inv, float *o) {
+  int dv = p->Dv;
+  for (int r = 0; r < t->rows; r++) {
+    float *orow = o + (size_t)r * dv;
+    if (inv[r] == 0.0f) {
+      zero(orow, (size_t)dv);
+      continue;
+    }
+    for (int c = 0; c < dv; c++) orow[c] = attn__sanitize(orow[c] * inv[r]);
+  }
+}
+
+/* Weights rows: 0 before klo and from khi on, P * inv[r] between. */
+static void write_weights(const attn_problem *p, const attn__task *t,
+                          const float *s, int klo, int khi,
+                          const float *inv, float *w,
+                          const attn__scratch *lay) {
+  int lds = khi - klo;
+  for (int r = 0; r < t->rows; r++)
+    attn__write_weight_row(w + (size_t)r * p->Lk, p->Lk, klo, khi,
+                           s + (size_t)r * lds, inv[r], lay->stream);
+  attn__write_weights_done(lay->stream);
+}
+
+/* One chunk of a task's rows (t describes the chunk). */
+static void chunk_weights(const attn_problem *p, const attn__task *t,
+                          float *o, float *w, char *scratch,
+                          const attn__scratch *lay) {
+  int *lo = (int *)(scratch + lay->lo), *hi = (int *)(scratch + lay->hi);
+  float *flags = (float *)(scratch + lay->flags);
+  float *s = (float *)(scratch + lay->scores);
+  float *inv = (float *)(scratch + lay->rowsum);
+  int klo, khi, any = 0;
+
+  attn__row_intervals(p, t, lo, hi, &klo, &khi);
+  if (klo >= khi) {
+    for (int r = 0; r < t->rows; r++) inv[r] = 0.0f;
+    write_weights(p, t, s, 0, 0, inv, w, lay);
+    zero(o, (size_t)t->rows * p->Dv);
+    return;
+  }
+  int n = khi - klo;
+  chunk_scores(p, t, s, klo, khi, scratch, lay);
+  for (int r = 0; r < t->rows; r++) {
+    float sum = softmax_row(p, t, r, lo[r], hi[r], klo, s + (size_t)r * n,
+                            n, flags);
+    /* sum >= 1 when the row has a key: its maximum contributes 1 */
+    inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    any |= sum > 0.0f;
+  }
+  if (!any) {
+    zero(o, (size_t)t->rows * p->Dv);
+  } else {
+    if (p->dropout_p > 0.0f)
+      dropped_times_v(p, t, s, klo, khi, (float *)(scratch + lay->drop), o);
+    else
+      p_times_v(p, t, s, n, klo, n, 0.0f, o);
+    finish_out(p, t, inv, o);
+  }
+  write_weights(p, t, s, klo, khi, inv, w, lay);
 }
 
 void attn__task_weights(const attn_problem *p, const attn__task *t,
@@ -92,34 +163,11 @@ void attn__task_weights(const attn_problem *p, const attn__task *t,
                         const attn__scratch *lay) {
   size_t row0 = ((size_t)t->b * p->H + t->h) * p->Lq + t->i0;
   float *w = weights + row0 * p->Lk, *o = out + row0 * p->Dv;
-  int *lo = (int *)(scratch + lay->lo), *hi = (int *)(scratch + lay->hi);
-  float *flags = (float *)(scratch + lay->flags);
-  int klo, khi, any = 0;
-
-  attn__row_intervals(p, t, lo, hi, &klo, &khi);
-  if (klo >= khi) {
-    zero(w, (size_t)t->rows * p->Lk);
-    zero(o, (size_t)t->rows * p->Dv);
-    return;
+  for (int r0 = 0; r0 < t->rows; r0 += lay->wrows) {
+    attn__task c = *t;
+    c.i0 = t->i0 + r0;
+    c.rows = t->rows - r0 < lay->wrows ? t->rows - r0 : lay->wrows;
+    chunk_weights(p, &c, o + (size_t)r0 * p->Dv, w + (size_t)r0 * p->Lk,
+                  scratch, lay);
   }
-  block_scores(p, t, w, klo, khi, scratch, lay);
-  /* lo[r] is spent once row r is done; its slot keeps the allowed count. */
-  int *allowed = lo;
-  for (int r = 0; r < t->rows; r++) {
-    allowed[r] = softmax_row(p, t, r, lo[r], hi[r], klo, khi,
-                             w + (size_t)r * p->Lk, flags);
-    any |= allowed[r] > 0;
-  }
-  if (!any) {
-    zero(o, (size_t)t->rows * p->Dv);
-    return;
-  }
-  if (p->dropout_p > 0.0f)
-    dropped_times_v(p, t, w, klo, khi, (float *)(scratch + lay->drop), o);
-  else
-    weights_times_v(p, t, w + klo, p->Lk, klo, khi - klo, 0.0f, o);
-  /* Huge values can overflow the product; rows without keys are +0. */
-  attn__sanitize_rows(o, (size_t)t->rows * p->Dv);
-  for (int r = 0; r < t->rows; r++)
-    if (allowed[r] == 0) zero(o + (size_t)r * p->Dv, (size_t)p->Dv);
 }

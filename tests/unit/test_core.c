@@ -1179,6 +1179,147 @@ START_TEST(test_dropout_keep_follows_documented_formula) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* The softmax row kernels, portable and AVX2 + FMA alike. */
+
+typedef float exp_sum_fn(float *s, const float *f, int a, int z, float m);
+
+/* s[a, z) = exp(s - m) * f within 2 ulp (exactly 0 below the cut-off or
+ * where f is 0), s outside [a, z) untouched, the sum within 1e-6. */
+static void check_exp_sum(exp_sum_fn *fn, const char *name) {
+  enum { N = 203 };
+  float s[N], x[N], f[N];
+  rng r = {17};
+  for (int round = 0; round < 40; round++) {
+    int a = rng_int(&r, 9), z = a + rng_int(&r, N - a);
+    int masked = round % 2;
+    float m = round % 3 == 0 ? 0.0f : rng_sym(&r, 50.0f);
+    for (int c = 0; c < N; c++) {
+      /* x - m spans [-95, 0]: below the cut-off too */
+      x[c] = m - (float)(95.0 * rng_unit(&r));
+      if (c % 17 == 3) x[c] = m; /* the maximum itself */
+      f[c] = rng_int(&r, 4) ? 1.0f : 0.0f;
+      s[c] = x[c];
+    }
+    double want_sum = 0.0;
+    float got_sum = fn(s, masked ? f : NULL, a, z, m);
+    for (int c = 0; c < N; c++) {
+      if (c < a || c >= z) {
+        EXPECT(s[c] == x[c], "%s: s[%d] outside [%d, %d) changed", name, c,
+               a, z);
+        continue;
+      }
+      float arg = x[c] - m;
+      double want = arg < -87.33654f ? 0.0 : exp((double)arg);
+      if (masked) want *= f[c];
+      want_sum += want;
+      if (want == 0.0)
+        EXPECT(s[c] == 0.0f, "%s: exp(%.9g) = %g, want exactly 0", name,
+               arg, s[c]);
+      else
+        EXPECT(ulps(s[c], want) <= 2.0, "%s: exp(%.9g) = %.9g, want %.9g",
+               name, arg, s[c], want);
+    }
+    EXPECT(fabs(got_sum - want_sum) <= 1e-6 * (1.0 + want_sum),
+           "%s: sum %.9g, want %.9g", name, got_sum, want_sum);
+  }
+  /* -inf and -FLT_MAX arguments give 0, never NaN */
+  float t[3] = {-INFINITY, -FLT_MAX, 0.0f};
+  ck_assert(fn(t, NULL, 0, 3, 0.0f) == 1.0f);
+  ck_assert(t[0] == 0.0f && t[1] == 0.0f && t[2] == 1.0f);
+}
+
+START_TEST(test_exp_sum_kernels_within_2_ulp) {
+  check_exp_sum(attn__exp_sum_portable, "portable");
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx2_fma()) check_exp_sum(attn__exp_sum_avx2, "avx2");
+#endif
+}
+END_TEST
+
+START_TEST(test_avx2_row_max_flags_non_finite) {
+#if ATTN__HAVE_AVX2_FMA
+  if (!attn__use_avx2_fma()) return;
+  enum { N = 70 };
+  float s[N];
+  rng r = {23};
+  for (int round = 0; round < 60; round++) {
+    int a = rng_int(&r, 10), z = a + 1 + rng_int(&r, N - a - 1), finite;
+    float want = -FLT_MAX;
+    for (int c = 0; c < N; c++) s[c] = rng_sym(&r, 1000.0f);
+    s[rng_int(&r, N)] = 5000.0f; /* maybe outside [a, z): ignored */
+    for (int c = a; c < z; c++) want = s[c] > want ? s[c] : want;
+    ck_assert(attn__max_avx2(s, a, z, &finite) == want);
+    ck_assert_int_eq(finite, 1);
+    int c = a + rng_int(&r, z - a);
+    float bad[3] = {INFINITY, -INFINITY, NAN};
+    s[c] = bad[round % 3];
+    attn__max_avx2(s, a, z, &finite);
+    ck_assert_msg(finite == 0, "%g at %d in [%d, %d) not seen", s[c], c, a,
+                  z);
+  }
+#endif
+}
+END_TEST
+
+/* Weights rows: zeros around [klo, khi), s * inv inside, whatever the
+ * alignment of the row and with or without streaming stores. */
+START_TEST(test_weight_rows_are_written_exactly) {
+  enum { LK = 75 };
+  float buf[LK + 16], s[LK];
+  rng r = {29};
+  for (int round = 0; round < 64; round++) {
+    int off = round % 8, klo = rng_int(&r, LK);
+    int khi = klo + rng_int(&r, LK - klo + 1);
+    float inv = (float)rng_unit(&r), *w = buf + off;
+    for (int c = 0; c < LK + 16; c++) buf[c] = 7.0f;
+    for (int c = 0; c < LK; c++) s[c] = rng_sym(&r, 1.0f);
+    attn__write_weight_row(w, LK, klo, khi, s, inv, round % 2);
+    attn__write_weights_done(round % 2);
+    for (int c = 0; c < LK; c++) {
+      float want = c >= klo && c < khi ? s[c - klo] * inv : 0.0f;
+      EXPECT(w[c] == want, "w[%d] = %g, want %g (klo %d khi %d off %d)", c,
+             w[c], want, klo, khi, off);
+    }
+    for (int c = 0; c < off; c++) ck_assert(buf[c] == 7.0f);
+    for (int c = off + LK; c < LK + 16; c++) ck_assert(buf[c] == 7.0f);
+  }
+}
+END_TEST
+
+/* Key lengths past ATTN__WFLOATS / (rows per task) split a task's rows
+ * into several weights-path chunks; 32 heads of 2 query blocks each get
+ * tasks of twice ATTN__QBLOCK rows. */
+START_TEST(test_weights_path_row_chunks_match_reference) {
+  if (under_valgrind()) return; /* 17 M weights: too slow there */
+  int lk = ATTN__WFLOATS / (2 * ATTN__QBLOCK) + 37;
+  shape s = {1, ATTN__MIN_TASKS / 2, 8, 2 * ATTN__QBLOCK + 3, lk, 2, 1};
+  tcase c;
+  make_case(&c, &s, K_VL2 | K_MASK | K_UL, 41);
+  attn__scratch lay;
+  attn__scratch_layout(&c.p, 1, &lay);
+  ck_assert_int_eq(attn__query_block(&c.p), 2 * ATTN__QBLOCK);
+  ck_assert_int_lt(lay.wrows, 2 * ATTN__QBLOCK);
+  compare_with_ref(&c.p, "row chunks");
+  free_case(&c);
+}
+END_TEST
+
+/* Weights larger than ATTN__STREAM_BYTES go out with streaming stores. */
+START_TEST(test_streamed_weights_match_reference) {
+  if (under_valgrind()) return; /* 9 M weights: too slow there */
+  int l = (int)sqrt(ATTN__STREAM_BYTES / 4 / 2) + 5;
+  shape s = {1, 2, 1, l, l + 3, 4, 3};
+  tcase c;
+  make_case(&c, &s, K_VL1 | K_LR | K_BIAS, 43);
+  attn__scratch lay;
+  attn__scratch_layout(&c.p, 1, &lay);
+  ck_assert_int_eq(lay.stream, 1);
+  compare_with_ref(&c.p, "streamed weights");
+  free_case(&c);
+}
+END_TEST
+
 static Suite *core_suite(void) {
   Suite *s = suite_create("core");
   TCase *ref = tcase_create("reference");
@@ -1234,6 +1375,11 @@ static Suite *core_suite(void) {
   tcase_add_test(api, test_tanhf_is_within_2_ulp);
   tcase_add_test(api, test_sanitize_maps_inf_to_flt_max_and_nan_to_zero);
   tcase_add_test(api, test_dropout_keep_follows_documented_formula);
+  tcase_add_test(api, test_exp_sum_kernels_within_2_ulp);
+  tcase_add_test(api, test_avx2_row_max_flags_non_finite);
+  tcase_add_test(api, test_weight_rows_are_written_exactly);
+  tcase_add_test(edge, test_weights_path_row_chunks_match_reference);
+  tcase_add_test(edge, test_streamed_weights_match_reference);
   suite_add_tcase(s, api);
   return s;
 }

@@ -1,0 +1,160 @@
+/* vexp.c - the softmax's hot row loops written for AVX2 + FMA with
+ * intrinsics, next to the portable versions in rowops.c.
+ *
+ * Which one runs is decided per call from the CPU's feature bits
+ * (__builtin_cpu_supports reads what libgcc found at start-up), so one
+ * binary built for baseline x86-64 uses eight-lane FMA code where the CPU
+ * has it and the SSE2 clones elsewhere.  The FMA code rounds differently
+ * from the portable code (a fused multiply-add rounds once), so the two
+ * may differ in the last bit; each is within 2 ulp of exp (test_core.c
+ * checks both), far inside the contract's 1e-5.  On one machine the
+ * choice never changes, so results stay bit-identical however the tasks
+ * are split.
+ *
+ * exp here only ever sees x = s - m <= 0 (m is the row maximum), so it
+ * needs no overflow clamp: arguments below ln(FLT_MIN) = -87.33 and -inf
+ * give exactly 0, as attn__expf does.
+ */
+#include "attn_impl.h"
+
+#if ATTN__HAVE_AVX2_FMA
+#include <immintrin.h>
+
+#define AVX2_FMA __attribute__((target("avx2,fma")))
+
+/* exp(x) for x <= 0 in eight lanes: Cody-Waite reduction to
+ * r = x - n ln2, the Cephes expf polynomial, 2^n in the exponent bits. */
+AVX2_FMA static inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654f);
+  __m256 xc = _mm256_max_ps(x, lo); /* -inf and NaN become lo */
+  __m256 n = _mm256_round_ps(
+      _mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 r2 = _mm256_mul_ps(r, r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_add_ps(_mm256_fmadd_ps(y, r2, r), _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  /* exactly 0 below the cut-off (and for NaN) */
+  return _mm256_and_ps(y, _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
+}
+
+AVX2_FMA static float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
+                        _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+AVX2_FMA static float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v),
+                        _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* Lanes [0, k) of a vector are live (0 <= k <= 8). */
+AVX2_FMA static __m256i tail_mask(int k) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), idx);
+}
+
+AVX2_FMA float attn__exp_sum_avx2(float *s, const float *f, int a, int z,
+                                  float m) {
+  __m256 vm = _mm256_set1_ps(m), acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  int c = a;
+  for (; c + 16 <= z; c += 16) {
+    __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c), vm));
+    __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c + 8), vm));
+    if (f) {
+      e0 = _mm256_mul_ps(e0, _mm256_loadu_ps(f + c));
+      e1 = _mm256_mul_ps(e1, _mm256_loadu_ps(f + c + 8));
+    }
+    _mm256_storeu_ps(s + c, e0);
+    _mm256_storeu_ps(s + c + 8, e1);
+    acc0 = _mm256_add_ps(acc0, e0);
+    acc1 = _mm256_add_ps(acc1, e1);
+  }
+  for (; c < z; c += 8) {
+    __m256i live = tail_mask(z - c);
+    __m256 x = _mm256_maskload_ps(s + c, live);
+    __m256 e = exp8(_mm256_sub_ps(x, vm));
+    if (f) e = _mm256_mul_ps(e, _mm256_maskload_ps(f + c, live));
+    e = _mm256_and_ps(e, _mm256_castsi256_ps(live));
+    _mm256_maskstore_ps(s + c, live, e);
+    acc0 = _mm256_add_ps(acc0, e);
+  }
+  return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+/* Maximum of s[a, z) (a < z); *finite = 0 when some entry is +-inf or
+ * NaN (then the maximum is meaningless and the caller sanitizes). */
+AVX2_FMA float attn__max_avx2(const float *s, int a, int z, int *finite) {
+  const __m256 big = _mm256_set1_ps(FLT_MAX);
+  const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 mx0 = _mm256_set1_ps(-FLT_MAX), mx1 = mx0;
+  __m256 bad = _mm256_setzero_ps();
+  int c = a;
+  for (; c + 16 <= z; c += 16) {
+    __m256 x0 = _mm256_loadu_ps(s + c), x1 = _mm256_loadu_ps(s + c + 8);
+    mx0 = _mm256_max_ps(mx0, x0);
+    mx1 = _mm256_max_ps(mx1, x1);
+    /* |x| > FLT_MAX or unordered: inf or NaN */
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(x0, absm), big,
+                                          _CMP_NLE_UQ));
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(x1, absm), big,
+                                          _CMP_NLE_UQ));
+  }
+  for (; c < z; c += 8) {
+    __m256i live = tail_mask(z - c);
+    __m256 x = _mm256_maskload_ps(s + c, live); /* dead lanes read 0 */
+    x = _mm256_blendv_ps(mx0, x, _mm256_castsi256_ps(live));
+    mx0 = _mm256_max_ps(mx0, x);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(x, absm), big,
+                                          _CMP_NLE_UQ));
+  }
+  *finite = _mm256_movemask_ps(bad) == 0;
+  return hmax8(_mm256_max_ps(mx0, mx1));
+}
+
+/* w[c] = x for c in [c0, c1): plain stores, or streaming stores from
+ * the first 32-byte boundary on.  src NULL writes zeros, else src * g. */
+AVX2_FMA static void put_span(float *w, int c0, int c1, const float *src,
+                              float g, int stream) {
+  __m256 vg = _mm256_set1_ps(g), zero = _mm256_setzero_ps();
+  int c = c0;
+  if (stream) {
+    for (; c < c1 && ((uintptr_t)(w + c) & 31) != 0; c++)
+      w[c] = src ? src[c - c0] * g : 0.0f;
+    for (; c + 8 <= c1; c += 8)
+      _mm256_stream_ps(w + c, src ? _mm256_mul_ps(_mm256_loadu_ps(
+                                        src + (c - c0)), vg) : zero);
+  } else {
+    for (; c + 8 <= c1; c += 8)
+      _mm256_storeu_ps(w + c, src ? _mm256_mul_ps(_mm256_loadu_ps(
+                                        src + (c - c0)), vg) : zero);
+  }
+  for (; c < c1; c++) w[c] = src ? src[c - c0] * g : 0.0f;
+}
+
+AVX2_FMA void attn__write_row_avx2(float *w, int lk, int klo, int khi,
+                                   const float *s, float inv, int stream) {
+  put_span(w, 0, klo, NULL, 0.0f, stream);
+  put_span(w, klo, khi, s, inv, stream);
+  put_span(w, khi, lk, NULL, 0.0f, stream);
+}
+
+AVX2_FMA void attn__sfence_avx2(void) { _mm_sfence(); }
+
+#endif /* ATTN__HAVE_AVX2_FMA */
