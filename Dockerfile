@@ -21,6 +21,8 @@ COPY Makefile ./
 COPY core/ core/
 COPY proto/ proto/
 COPY server/ server/
+# served as GET /openapi.json, embedded like server/static/
+COPY deploy/openapi.json deploy/openapi.json
 ARG OPTIMIZATION=-O2
 RUN make -j"$(nproc)" OPTIMIZATION="${OPTIMIZATION}" \
  && strip build/attnd

@@ -65,8 +65,9 @@ $(BUILD)/obj/%.o: %.c
 	@[ "$(V)" = 1 ] || echo "  CC    $<"
 	$(Q)$(CC) $(FINAL_CFLAGS) -c $< -o $@
 
-# assets.o embeds server/static/ with .incbin, which -MMD cannot see.
-$(BUILD)/obj/server/assets.o: $(wildcard server/static/*)
+# assets.o embeds server/static/ and deploy/openapi.json with .incbin,
+# which -MMD cannot see.
+$(BUILD)/obj/server/assets.o: $(wildcard server/static/*) deploy/openapi.json
 
 $(BUILD)/libattnd.a: $(LIB_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^

@@ -32,6 +32,8 @@
 ATTND_INCBIN(attnd_asset_index_html, "server/static/index.html");
 ATTND_INCBIN(attnd_asset_app_js, "server/static/app.js");
 ATTND_INCBIN(attnd_asset_style_css, "server/static/style.css");
+/* The OpenAPI document of every route, served as GET /openapi.json. */
+ATTND_INCBIN(attnd_asset_openapi_json, "deploy/openapi.json");
 
 typedef struct asset {
   const char *path;
@@ -49,6 +51,8 @@ static const asset ASSETS[] = {
      "text/javascript; charset=utf-8"},
     {"/style.css", attnd_asset_style_css_start, attnd_asset_style_css_end,
      "text/css; charset=utf-8"},
+    {"/openapi.json", attnd_asset_openapi_json_start,
+     attnd_asset_openapi_json_end, "application/json"},
 };
 
 int assets_lookup(const char *path, const unsigned char **data, size_t *len,

@@ -8,8 +8,9 @@
  * Contract:
  *   assets_lookup(path, &data, &len, &content_type)
  *     path          the request path exactly as the HTTP layer sees it,
- *                   without a query string: "/", "/index.html", "/app.js"
- *                   or "/style.css" ("/" is index.html).  Matching is exact
+ *                   without a query string: "/", "/index.html", "/app.js",
+ *                   "/style.css" ("/" is index.html) or "/openapi.json"
+ *                   (deploy/openapi.json).  Matching is exact
  *                   and case-sensitive; NULL is not found.
  *     returns 0     when path names an embedded asset; then *data points at
  *                   its bytes (static storage, valid for the life of the
@@ -22,7 +23,8 @@
  *
  * No globals are written, no allocation, no I/O: safe from any thread.
  * The bytes are the files as they were when assets.o was compiled; the
- * Makefile makes assets.o depend on the files of server/static/, so an edit rebuilds it.
+ * Makefile makes assets.o depend on the files of server/static/ and on
+ * deploy/openapi.json, so an edit rebuilds it.
  */
 #ifndef ATTND_ASSETS_H
 #define ATTND_ASSETS_H

@@ -156,6 +156,11 @@ class V1Tests:
         self.assertFalse(dead.ready())
         self.assertIn("attnd_requests_total", self.c.metrics())
 
+    def test_openapi_helper(self):
+        doc = self.c.openapi()
+        self.assertTrue(doc["openapi"].startswith("3."))
+        self.assertIn("/v1/attention", doc["paths"])
+
     def test_readme_example(self):
         q, k, v = [[[1, 0], [0, 2]]], [[[1, 1], [2, 0], [0, 3]]], [[[1, 0], [0, 1], [1, 1]]]
         res = self.c.attention(self.tensor(q), self.tensor(k), self.tensor(v),
