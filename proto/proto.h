@@ -156,8 +156,9 @@ int proto_inflate(const char *coding, const char *in, size_t len,
 const char *proto_accept_coding(const char *accept_encoding);
 
 /* Compresses len bytes with coding ("gzip" or "deflate", the zlib
- * format).  *out is malloc'd (free()).  Returns 0, ATTND_EINVAL (other
- * coding) or ATTND_ENOMEM. */
+ * format) at level 1.  *out is malloc'd (free()).  Returns 0,
+ * ATTND_EINVAL (another coding, or more than 1 GiB: send it as it is) or
+ * ATTND_ENOMEM. */
 int proto_deflate(const char *coding, const char *in, size_t len,
                   char **out, size_t *out_len);
 

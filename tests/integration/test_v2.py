@@ -1,0 +1,582 @@
+"""KServe v2 / Open Inference Protocol against the real build/attnd.
+
+Every endpoint; JSON and binary (Triton binary tensor extension) requests
+and responses through v2client, which speaks like tritonclient.http; every
+input datatype checked against the float64 reference (FP16/BF16 inputs:
+the reference gets the same rounded values); mixed binary and JSON
+outputs; the error paths; gzip/deflate requests and responses on /v1 and
+/v2 and a gzip bomb; v2 JSON responses validated against the protocol's
+OpenAPI schema with Debian's python3-jsonschema; metrics by v2 route.
+"""
+
+import gzip
+import json
+import os
+import random
+import struct
+import subprocess
+import zlib
+
+import harness
+from reference import attention, flatten, nest, rand_tensor
+from v2client import (InferenceServerClient, InferenceServerException, InferInput,
+                      InferRequestedOutput, bf16_round, f16_round)
+
+SCHEMA = os.path.join(harness.ROOT, "..", "shared", "specs", "open_inference_rest.yaml")
+if not os.path.exists(SCHEMA):
+    SCHEMA = "/work/shared/specs/open_inference_rest.yaml"
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+ROUND = {"FP32": lambda x: x, "FP64": lambda x: x, "FP16": f16_round, "BF16": bf16_round}
+
+
+def shape_of(t):
+    s = []
+    while isinstance(t, list):
+        s.append(len(t))
+        t = t[0]
+    return s
+
+
+def rand_inputs(seed, B=2, H=None, Hkv=None, Lq=3, Lk=5, D=4, Dv=3):
+    """(query, key, value) nested float lists; H None means rank 3."""
+    rng = random.Random(seed)
+    head = [] if H is None else [H]
+    kvh = [] if H is None else [Hkv or H]
+    return (rand_tensor(rng, [B] + head + [Lq, D]), rand_tensor(rng, [B] + kvh + [Lk, D]),
+            rand_tensor(rng, [B] + kvh + [Lk, Dv]))
+
+
+def tensor_input(name, t, datatype="FP32", binary=True, nested=False):
+    """An InferInput holding nested list t (its values as given)."""
+    i = InferInput(name, shape_of(t), datatype)
+    i.set_data_from_list(t if nested else flatten(t), binary_data=binary)
+    return i
+
+
+def rounded(t, datatype):
+    return nest([ROUND[datatype](x) for x in flatten(t)], shape_of(t))
+
+
+class V2Case(harness.ServerTestCase):
+    server_args = ("--workers", "2")
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.client = InferenceServerClient("127.0.0.1:%d" % cls.srv.port)
+
+    def assert_close(self, got, ref, what):
+        ref = flatten(ref)
+        self.assertEqual(len(got), len(ref), what + " size")
+        for n, (g, r) in enumerate(zip(got, ref)):
+            self.assertLessEqual(abs(g - r), 1e-5 + 1e-5 * abs(r),
+                                 "%s[%d]: got %r, want %r" % (what, n, g, r))
+
+    def assert_weights(self, got, ref):
+        ref = flatten(ref)
+        self.assertEqual(len(got), len(ref), "weights size")
+        for n, (g, r) in enumerate(zip(got, ref)):
+            if r == 0.0:
+                self.assertEqual(g, 0.0, "weights[%d] must be exactly 0" % n)
+            else:
+                self.assertLessEqual(abs(g - r), 1e-5, "weights[%d]" % n)
+
+    def check_result(self, res, req, outputs=("output", "weights")):
+        ref_out, ref_w = attention(req)
+        names = [o["name"] for o in res.get_response()["outputs"]]
+        self.assertEqual(names, list(outputs))
+        if "output" in outputs:
+            out = res.get_output("output")
+            self.assertEqual(out["datatype"], "FP32")
+            self.assertEqual(out["shape"], shape_of(ref_out))
+            self.assert_close(res.as_list("output"), ref_out, "output")
+        if "weights" in outputs:
+            self.assertEqual(res.get_output("weights")["shape"], shape_of(ref_w))
+            self.assert_weights(res.as_list("weights"), ref_w)
+        self.assertEqual(res.trailing, 0, "bytes after the binary outputs")
+
+    def raw(self, path, body, headers=None, method="POST"):
+        return self.srv.request(method, path, body, headers or {})
+
+    def assert_error(self, status, hdrs, body, want, *phrases):
+        self.assertEqual(status, want, body[:300])
+        self.assertTrue(hdrs.get("content-type", "").startswith("application/json"))
+        msg = json.loads(body)["error"]
+        for p in phrases:
+            self.assertIn(p, msg)
+        return msg
+
+
+class EndpointTest(V2Case):
+    def test_server_metadata(self):
+        meta = self.client.get_server_metadata()
+        self.assertEqual(meta["name"], "attnd")
+        self.assertTrue(meta["version"])
+        self.assertIn("binary_tensor_data", meta["extensions"])
+
+    def test_health_live_and_ready(self):
+        self.assertTrue(self.client.is_server_live())
+        self.assertTrue(self.client.is_server_ready())
+        status, _, body = self.srv.get("/v2/health/ready")
+        self.assertEqual(status, 200, body)
+
+    def test_model_metadata_with_and_without_version(self):
+        for model, n_inputs in (("attention", 6), ("additive_attention", 9)):
+            for version in ("", "1"):
+                meta = self.client.get_model_metadata(model, version)
+                self.assertEqual(meta["name"], model)
+                self.assertEqual(meta["versions"], ["1"])
+                names = [i["name"] for i in meta["inputs"]]
+                self.assertEqual(names[:3], ["query", "key", "value"])
+                self.assertEqual(len(names), n_inputs)
+                q = meta["inputs"][0]
+                self.assertEqual((q["datatype"], q["shape"]), ("FP32", [-1, -1, -1, -1]))
+                self.assertEqual(dict((o["name"], o["datatype"]) for o in meta["outputs"]),
+                                 {"output": "FP32", "weights": "FP32"})
+
+    def test_model_ready(self):
+        for path in ("/v2/models/attention/ready", "/v2/models/attention/versions/1/ready",
+                     "/v2/models/additive_attention/ready"):
+            status, _, body = self.srv.get(path)
+            self.assertEqual(status, 200, path)
+            self.assertEqual(json.loads(body)["ready"], True)
+
+    def test_unknown_model_or_version_is_404(self):
+        for method, path, phrase in (
+                ("GET", "/v2/models/bert", "unknown model 'bert'"),
+                ("GET", "/v2/models/attention/versions/2", "no version '2'"),
+                ("GET", "/v2/models/bert/ready", "unknown model"),
+                ("POST", "/v2/models/bert/infer", "unknown model"),
+                ("POST", "/v2/models/attention/versions/7/infer", "no version '7'"),
+                ("GET", "/v2/models/attention/config", None),
+                ("GET", "/v2/health/dead", None)):
+            status, hdrs, body = self.raw(path, b"{}" if method == "POST" else None,
+                                          method=method)
+            self.assert_error(status, hdrs, body, 404, *([phrase] if phrase else []))
+
+    def test_wrong_method_is_405(self):
+        for method, path in (("GET", "/v2/models/attention/infer"), ("POST", "/v2"),
+                             ("DELETE", "/v2/models/attention"),
+                             ("POST", "/v2/health/live")):
+            status, hdrs, body = self.raw(path, None, method=method)
+            self.assert_error(status, hdrs, body, 405)
+            self.assertTrue(hdrs.get("allow"))
+
+
+class InferJsonTest(V2Case):
+    def test_rank3_nested_and_flat_data_with_id(self):
+        q, k, v = rand_inputs(1)
+        for nested in (False, True):
+            res = self.client.infer(
+                "attention", [tensor_input("query", q, binary=False, nested=nested),
+                              tensor_input("key", k, binary=False, nested=nested),
+                              tensor_input("value", v, binary=False, nested=nested)],
+                outputs=[InferRequestedOutput("output", False),
+                         InferRequestedOutput("weights", False)], request_id="abc")
+            body = res.get_response()
+            self.assertEqual((body["model_name"], body["model_version"], body["id"]),
+                             ("attention", "1", "abc"))
+            self.check_result(res, {"query": q, "key": k, "value": v})
+
+    def test_rank4_grouped_heads_with_lengths_mask_bias_and_parameters(self):
+        q, k, v = rand_inputs(2, B=2, H=4, Hkv=2, Lq=3, Lk=6)
+        rng = random.Random(3)
+        mask = [[[rng.random() < 0.8 for _ in range(6)] for _ in range(3)]]
+        bias = rand_tensor(rng, [3, 6], 0.5)
+        for lens_type in ("INT32", "INT64"):
+            req = {"query": q, "key": k, "value": v, "valid_lens": [4, 6], "mask": mask,
+                   "bias": bias, "causal": "lower_right", "scale": 0.3}
+            inputs = [tensor_input("query", q, binary=False),
+                      tensor_input("key", k, binary=False),
+                      tensor_input("value", v, binary=False),
+                      InferInput("valid_lens", [2], lens_type).set_data_from_list(
+                          [4, 6], binary_data=False),
+                      InferInput("mask", [1, 3, 6], "BOOL").set_data_from_list(
+                          mask, binary_data=False),
+                      tensor_input("bias", bias, binary=False)]
+            res = self.client.infer("attention", inputs,
+                                    outputs=[InferRequestedOutput("output", False),
+                                             InferRequestedOutput("weights", False)],
+                                    parameters={"causal": "lower_right", "scale": 0.3,
+                                                "unknown_parameter": {"x": 1}})
+            self.check_result(res, req)
+
+    def test_fp16_and_bf16_accepted_in_json(self):
+        q, k, v = rand_inputs(4)
+        for dt in ("FP16", "BF16", "FP64"):
+            res = self.client.infer(
+                "attention", [tensor_input("query", q, dt, binary=False),
+                              tensor_input("key", k, dt, binary=False),
+                              tensor_input("value", v, dt, binary=False)],
+                outputs=[InferRequestedOutput("output", False),
+                         InferRequestedOutput("weights", False)])
+            self.check_result(res, {"query": rounded(q, dt), "key": rounded(k, dt),
+                                    "value": rounded(v, dt)})
+
+    def test_additive_model(self):
+        q, k, v = rand_inputs(5, Lq=2, Lk=4, D=3, Dv=2)
+        rng = random.Random(6)
+        wq, wk, wv = rand_tensor(rng, [5, 3]), rand_tensor(rng, [5, 3]), rand_tensor(rng, [5])
+        req = {"query": q, "key": k, "value": v, "scoring": "additive",
+               "w_q": wq, "w_k": wk, "w_v": wv, "valid_lens": [3, 4]}
+        inputs = [tensor_input(n, t) for n, t in
+                  (("query", q), ("key", k), ("value", v), ("w_q", wq), ("w_k", wk),
+                   ("w_v", wv))]
+        inputs.append(InferInput("valid_lens", [2], "INT32").set_data_from_list([3, 4]))
+        self.check_result(self.client.infer("additive_attention", inputs), req)
+
+    def test_dropout_with_seed(self):
+        q, k, v = rand_inputs(7)
+        req = {"query": q, "key": k, "value": v, "dropout": {"p": 0.3, "seed": 11}}
+        res = self.client.infer("attention", [tensor_input("query", q),
+                                              tensor_input("key", k),
+                                              tensor_input("value", v)],
+                                parameters={"dropout_p": 0.3, "seed": 11})
+        self.check_result(res, req)
+
+
+class InferBinaryTest(V2Case):
+    def test_every_float_datatype_binary_in_and_out(self):
+        q, k, v = rand_inputs(8, B=1, H=2, Lq=4, Lk=5, D=8, Dv=3)
+        for dt in ("FP32", "FP64", "FP16", "BF16"):
+            res = self.client.infer("attention", [tensor_input("query", q, dt),
+                                                  tensor_input("key", k, dt),
+                                                  tensor_input("value", v, dt)])
+            hdrs = self.client.last_headers
+            self.assertEqual(hdrs["content-type"], "application/octet-stream")
+            self.assertIn("inference-header-content-length", hdrs)
+            for o in res.get_response()["outputs"]:
+                self.assertNotIn("data", o)
+            self.check_result(res, {"query": rounded(q, dt), "key": rounded(k, dt),
+                                    "value": rounded(v, dt)})
+
+    def test_mixed_binary_and_json_outputs_keep_the_requested_order(self):
+        q, k, v = rand_inputs(9)
+        inputs = [tensor_input("query", q, "FP16"), tensor_input("key", k, binary=False),
+                  tensor_input("value", v, "BF16")]
+        req = {"query": rounded(q, "FP16"), "key": k, "value": rounded(v, "BF16")}
+        res = self.client.infer("attention", inputs,
+                                outputs=[InferRequestedOutput("weights", True),
+                                         InferRequestedOutput("output", False)])
+        self.assertIn("data", res.get_output("output"))
+        self.assertEqual(res.get_output("weights")["parameters"]["binary_data_size"],
+                         2 * 3 * 5 * 4)
+        self.check_result(res, req, outputs=("weights", "output"))
+        # binary_data_output for all, overridden by one output's binary_data
+        res = self.client.infer("attention", inputs,
+                                outputs=[InferRequestedOutput("output", False)],
+                                parameters={"binary_data_output": True})
+        self.check_result(res, req, outputs=("output",))
+        self.assertIn("data", res.get_output("output"))
+
+    def test_output_only_skips_weights(self):
+        q, k, v = rand_inputs(10, Lq=4, Lk=9)
+        res = self.client.infer("attention", [tensor_input("query", q),
+                                              tensor_input("key", k),
+                                              tensor_input("value", v)],
+                                outputs=[InferRequestedOutput("output")])
+        self.check_result(res, {"query": q, "key": k, "value": v}, outputs=("output",))
+        res = self.client.infer("attention", [tensor_input("query", q),
+                                              tensor_input("key", k),
+                                              tensor_input("value", v)],
+                                outputs=[InferRequestedOutput("weights")])
+        self.check_result(res, {"query": q, "key": k, "value": v}, outputs=("weights",))
+
+    def test_binary_lengths_and_mask(self):
+        q, k, v = rand_inputs(11, B=2, Lq=3, Lk=4)
+        mask = [[[True, False, True, True]]]
+        for lens_type in ("INT32", "INT64"):
+            inputs = [tensor_input("query", q), tensor_input("key", k),
+                      tensor_input("value", v),
+                      InferInput("valid_lens", [2, 3], lens_type).set_data_from_list(
+                          [1, 2, 3, 0, 4, 4]),
+                      InferInput("mask", [1, 1, 4], "BOOL").set_data_from_list(flatten(mask))]
+            res = self.client.infer("attention", inputs,
+                                    parameters={"causal": True})
+            self.check_result(res, {"query": q, "key": k, "value": v, "mask": mask,
+                                    "valid_lens": [[1, 2, 3], [0, 4, 4]], "causal": True})
+
+    def test_any_content_type_is_accepted(self):
+        q, k, v = rand_inputs(12)
+        from v2client import build_request
+        body, jl = build_request([tensor_input("query", q), tensor_input("key", k),
+                                  tensor_input("value", v)])
+        for ctype in (None, "application/octet-stream", "text/plain", "application/json"):
+            h = {"Inference-Header-Content-Length": str(jl)}
+            if ctype:
+                h["Content-Type"] = ctype
+            status, hdrs, data = self.raw("/v2/models/attention/versions/1/infer", body, h)
+            self.assertEqual(status, 200, data[:200])
+            header_len = int(hdrs["inference-header-content-length"])
+            outs = json.loads(data[:header_len])["outputs"]
+            self.assertEqual(len(data) - header_len,
+                             sum(o["parameters"]["binary_data_size"] for o in outs))
+
+
+class ErrorTest(V2Case):
+    def qkv(self, seed=13):
+        q, k, v = rand_inputs(seed)
+        return [tensor_input("query", q), tensor_input("key", k), tensor_input("value", v)]
+
+    def infer_error(self, inputs, want, *phrases, **kw):
+        with self.assertRaises(InferenceServerException) as cm:
+            self.client.infer("attention", inputs, **kw)
+        self.assertEqual(cm.exception.status, want, cm.exception.msg)
+        for p in phrases:
+            self.assertIn(p, cm.exception.msg)
+        return cm.exception.msg
+
+    def test_wrong_byte_size(self):
+        inputs = self.qkv()
+        raw = inputs[1]._raw
+        inputs[1].set_raw(raw[:-4] + b"\0\0", size=len(raw) - 2)
+        self.infer_error(inputs, 400, "key: binary_data_size is %d bytes" % (len(raw) - 2),
+                         "needs %d" % len(raw))
+
+    def test_size_past_the_body_and_trailing_bytes(self):
+        inputs = self.qkv()
+        raw = inputs[2]._raw
+        inputs[2].set_raw(raw[:-4], size=len(raw))
+        self.infer_error(inputs, 400, "value: binary_data_size", "runs past the end")
+        inputs = self.qkv()
+        inputs[2].set_raw(inputs[2]._raw + b"1234", size=len(inputs[2]._raw))
+        self.infer_error(inputs, 400, "4 bytes after the binary inputs")
+
+    def test_header_length_errors(self):
+        from v2client import build_request
+        body, jl = build_request(self.qkv())
+        for value, phrase in ((str(len(body) + 1), "exceeds the body length %d" % len(body)),
+                              ("abc", "'abc' is not a byte count"),
+                              ("0", "raw binary body"),
+                              (str(jl - 3), "not valid JSON"),
+                              (str(jl + 3), "unexpected data after the JSON object")):
+            status, hdrs, data = self.raw("/v2/models/attention/infer", body,
+                                          {"Inference-Header-Content-Length": value})
+            self.assert_error(status, hdrs, data, 400, phrase)
+        status, hdrs, data = self.raw("/v2/models/attention/infer", body)
+        self.assert_error(status, hdrs, data, 400, "Inference-Header-Content-Length")
+
+    def test_unknown_datatype_and_missing_inputs(self):
+        inputs = self.qkv()
+        inputs[0]._datatype = "FP8"
+        self.infer_error(inputs, 400, "query: unknown datatype 'FP8'")
+        inputs = self.qkv()
+        inputs[2]._datatype = "INT8"
+        self.infer_error(inputs, 400, "value: datatype INT8 is not supported")
+        self.infer_error(self.qkv()[:2], 400, "value: required input is missing")
+        with self.assertRaises(InferenceServerException) as cm:
+            self.client.infer("additive_attention", self.qkv())
+        self.assertEqual(cm.exception.status, 400)
+        self.assertIn("w_q: required input is missing", cm.exception.msg)
+        self.infer_error(self.qkv() + [tensor_input("extra", [[1.0]])], 400,
+                         "has no input 'extra'")
+
+    def test_bad_parameters_and_outputs(self):
+        for params, phrase in (({"causal": "maybe"}, "parameters.causal"),
+                               ({"scale": 0}, "parameters.scale: must be non-zero"),
+                               ({"scale": "big"}, "parameters.scale: expected a number"),
+                               ({"dropout_p": 1.5}, "parameters.dropout_p"),
+                               ({"seed": -1}, "parameters.seed"),
+                               ({"timeout": 1.5}, "parameters.timeout"),
+                               ({"binary_data_output": "yes"},
+                                "parameters.binary_data_output")):
+            # outputs listed, or the client sets binary_data_output itself
+            self.infer_error(self.qkv(), 400, phrase, parameters=params,
+                             outputs=[InferRequestedOutput("output")])
+        self.infer_error(self.qkv(), 400, "unknown output 'logits'",
+                         outputs=[InferRequestedOutput("logits")])
+
+    def test_non_finite_inputs(self):
+        inputs = self.qkv()
+        raw = bytearray(inputs[0]._raw)
+        raw[4:8] = struct.pack("<f", float("inf"))
+        inputs[0].set_raw(bytes(raw))
+        self.infer_error(inputs, 400, "query[0][0][1]: FP32 value is not finite")
+        inputs = self.qkv()
+        q = InferInput("query", [2, 3, 4], "FP16")
+        q.set_raw(b"\x00\x7e" * 24)  # FP16 NaN
+        self.infer_error([q] + inputs[1:], 400, "query[0][0][0]: FP16 value is not finite")
+
+    def test_deadline_parameter(self):
+        # one microsecond has passed before the request reaches the queue
+        self.infer_error(self.qkv(), 504, timeout=1)
+        res = self.client.infer("attention", self.qkv(), timeout=60 * 1000000)
+        self.assertEqual(len(res.get_response()["outputs"]), 2)
+
+    def test_server_keeps_serving_after_errors(self):
+        for _ in range(3):
+            self.test_unknown_datatype_and_missing_inputs()
+        self.assertTrue(self.client.is_server_ready())
+        q, k, v = rand_inputs(14)
+        res = self.client.infer("attention", [tensor_input("query", q),
+                                              tensor_input("key", k),
+                                              tensor_input("value", v)])
+        self.check_result(res, {"query": q, "key": k, "value": v})
+
+
+class CompressionTest(V2Case):
+    def test_gzip_and_deflate_requests_and_responses_on_v2(self):
+        q, k, v = rand_inputs(15, Lq=6, Lk=7)
+        req = {"query": q, "key": k, "value": v}
+        for req_alg in ("gzip", "deflate"):
+            for resp_alg in (None, "gzip", "deflate"):
+                res = self.client.infer("attention", [tensor_input("query", q),
+                                                      tensor_input("key", k, binary=False),
+                                                      tensor_input("value", v)],
+                                        request_compression_algorithm=req_alg,
+                                        response_compression_algorithm=resp_alg)
+                self.assertEqual(self.client.last_headers.get("content-encoding"), resp_alg)
+                self.check_result(res, req)
+
+    def test_raw_deflate_is_accepted(self):
+        q, k, v = rand_inputs(16)
+        body = json.dumps({"query": q, "key": k, "value": v}).encode()
+        z = zlib.compressobj(6, zlib.DEFLATED, -15)
+        raw = z.compress(body) + z.flush()
+        status, _, data = self.raw("/v1/attention", raw, {"Content-Encoding": "deflate"})
+        self.assertEqual(status, 200, data[:200])
+
+    def test_v1_gzip_request_and_response(self):
+        q, k, v = rand_inputs(17)
+        req = {"query": q, "key": k, "value": v}
+        body = gzip.compress(json.dumps(req).encode())
+        status, hdrs, data = self.raw("/v1/attention", body,
+                                      {"Content-Encoding": "gzip",
+                                       "Accept-Encoding": "deflate;q=0.5, gzip"})
+        self.assertEqual(status, 200, data[:200])
+        self.assertEqual(hdrs.get("content-encoding"), "gzip")
+        self.assertIn("Accept-Encoding", hdrs.get("vary", ""))
+        resp = json.loads(gzip.decompress(data))
+        ref_out, ref_w = attention(req)
+        self.assert_close(flatten(resp["output"]), ref_out, "output")
+        self.assert_weights(flatten(resp["weights"]), ref_w)
+        status, hdrs, data = self.raw("/v1/attention", json.dumps(req).encode(),
+                                      {"Accept-Encoding": "gzip;q=0, identity"})
+        self.assertEqual(status, 200)
+        self.assertNotIn("content-encoding", hdrs)
+        json.loads(data)
+
+    def test_error_bodies_compress_too_and_bad_streams_are_400(self):
+        status, hdrs, data = self.raw("/v1/attention", b"not gzip at all",
+                                      {"Content-Encoding": "gzip", "Accept-Encoding": "gzip"})
+        self.assertEqual(status, 400)
+        self.assertEqual(hdrs.get("content-encoding"), "gzip")
+        self.assertIn("corrupt gzip stream", json.loads(gzip.decompress(data))["error"])
+        status, hdrs, data = self.raw("/v1/attention", gzip.compress(b"{}")[:-6],
+                                      {"Content-Encoding": "gzip"})
+        self.assert_error(status, hdrs, data, 400, "truncated")
+        status, hdrs, data = self.raw("/v1/attention", b"{}", {"Content-Encoding": "br"})
+        self.assert_error(status, hdrs, data, 400, "Content-Encoding: 'br'")
+
+
+def vm_hwm_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+class BombTest(harness.ServerTestCase):
+    server_args = ("--workers", "1", "--max-body-mb", "2")
+
+    def test_gzip_bomb_is_413_without_ballooning(self):
+        bomb = gzip.compress(b"\0" * (512 << 20), 9)
+        self.assertLess(len(bomb), 1 << 20)  # within the body limit compressed
+        before = vm_hwm_kb(self.srv.proc.pid)
+        for path in ("/v1/attention", "/v2/models/attention/infer"):
+            status, hdrs, data = self.srv.request("POST", path, bomb,
+                                                  {"Content-Encoding": "gzip"})
+            self.assertEqual(status, 413, data[:200])
+            self.assertIn("inflates past the limit of 2097152 bytes",
+                          json.loads(data)["error"])
+        if not harness.VALGRIND:
+            grown = vm_hwm_kb(self.srv.proc.pid) - before
+            self.assertLess(grown, 64 << 10, "peak RSS grew %d KiB" % grown)
+        status, _, _ = self.srv.get("/v2/health/ready")
+        self.assertEqual(status, 200)
+
+
+SCHEMA_CHECK = r"""
+import json, sys, yaml, jsonschema
+spec = yaml.safe_load(open(sys.argv[1]))
+schemas = spec["components"]["schemas"]
+bad = 0
+for line in sys.stdin:
+    name, doc = json.loads(line)
+    schema = dict(schemas[name], components={"schemas": schemas})
+    try:
+        jsonschema.validate(doc, schema)
+    except jsonschema.ValidationError as e:
+        bad += 1
+        print("%s: %s" % (name, e.message))
+print("checked")
+sys.exit(1 if bad else 0)
+"""
+
+
+class SchemaTest(V2Case):
+    def test_json_responses_validate_against_the_openapi_schema(self):
+        docs = []
+        status, _, body = self.srv.get("/v2")
+        docs.append(("metadata_server_response", json.loads(body)))
+        for model in ("attention", "additive_attention"):
+            status, _, body = self.srv.get("/v2/models/" + model)
+            docs.append(("metadata_model_response", json.loads(body)))
+        q, k, v = rand_inputs(18)
+        res = self.client.infer("attention", [tensor_input("query", q, binary=False),
+                                              tensor_input("key", k, binary=False),
+                                              tensor_input("value", v, binary=False)],
+                                outputs=[InferRequestedOutput("output", False),
+                                         InferRequestedOutput("weights", False)],
+                                request_id="s1")
+        docs.append(("inference_response", res.get_response()))
+        status, _, body = self.srv.get("/v2/models/nope")
+        docs.append(("metadata_model_error_response", json.loads(body)))
+        status, _, body = self.raw("/v2/models/attention/infer", b"{}")
+        docs.append(("inference_error_response", json.loads(body)))
+        # the checker must be able to fail: a response missing "outputs"
+        proc = subprocess.run([SYSTEM_PYTHON, "-c", SCHEMA_CHECK, SCHEMA],
+                              input=json.dumps(["inference_response", {"model_name": "x"}]),
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        feed = "".join(json.dumps(d) + "\n" for d in docs)
+        proc = subprocess.run([SYSTEM_PYTHON, "-c", SCHEMA_CHECK, SCHEMA], input=feed,
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("checked", proc.stdout)
+
+
+class MetricsTest(V2Case):
+    def samples(self):
+        from test_http import parse_metrics
+        status, _, body = self.srv.get("/metrics")
+        return parse_metrics(body.decode())
+
+    def count(self, samples, route, code):
+        return samples.get(("attnd_requests_total",
+                            frozenset({("route", route), ("code", code)})), 0.0)
+
+    def test_v2_routes_are_counted(self):
+        before = self.samples()
+        self.srv.get("/v2")
+        self.srv.get("/v2/health/ready")
+        self.srv.get("/v2/models/attention")
+        self.srv.get("/v2/models/attention/ready")
+        self.srv.get("/v2/models/bert")
+        q, k, v = rand_inputs(19)
+        self.client.infer("attention", [tensor_input("query", q), tensor_input("key", k),
+                                        tensor_input("value", v)])
+        self.raw("/v2/models/attention/infer", b"{")
+        after = self.samples()
+        for route, code in (("/v2", "200"), ("/v2/health/ready", "200"),
+                            ("/v2/models/:m", "200"), ("/v2/models/:m/ready", "200"),
+                            ("/v2/models/:m", "404"), ("/v2/models/:m/infer", "200"),
+                            ("/v2/models/:m/infer", "400")):
+            self.assertEqual(self.count(after, route, code),
+                             self.count(before, route, code) + 1, (route, code))
+
+
+if __name__ == "__main__":
+    harness.main()
