@@ -224,6 +224,51 @@ START_TEST(binary_converters_check_values) {
 }
 END_TEST
 
+/* The bulk converters work in blocks: a bad element anywhere (first,
+ * block edges, the partial last block) is found at its index, and the
+ * bulk FP16 path agrees with the scalar one on every finite half. */
+START_TEST(bulk_converters_find_the_first_bad_element) {
+  enum { N = 1000 };
+  static const size_t at[] = {0, 255, 256, 511, 700, 999};
+  float out[N];
+  uint16_t h[N], b[N];
+  uint32_t f[N];
+  uint64_t d[N];
+  for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+    for (size_t i = 0; i < N; i++) {
+      h[i] = (uint16_t)(0x3c00 + i % 64);
+      b[i] = (uint16_t)(0x3f80 + i % 64);
+      f[i] = 0x3f800000u + (uint32_t)i;
+      double x = 1.0 + (double)i / 1024;
+      memcpy(&d[i], &x, 8);
+    }
+    h[at[k]] = 0x7c00;             /* FP16 +inf */
+    b[at[k]] = 0xff81;             /* BF16 NaN */
+    f[at[k]] = 0xff800000u;        /* FP32 -inf */
+    double big = 1e39;             /* finite, past float32 */
+    memcpy(&d[at[k]], &big, 8);
+    ck_assert_uint_eq(proto__bin_to_f32(PROTO__DT_FP16, h, N, out), at[k]);
+    ck_assert_uint_eq(proto__bin_to_f32(PROTO__DT_BF16, b, N, out), at[k]);
+    ck_assert_uint_eq(proto__bin_to_f32(PROTO__DT_FP32, f, N, out), at[k]);
+    ck_assert_uint_eq(proto__bin_to_f32(PROTO__DT_FP64, d, N, out), at[k]);
+    if (at[k] > 0)
+      ck_assert(out[at[k] - 1] == (float)(1.0 + (double)(at[k] - 1) / 1024));
+  }
+  static uint16_t all[65536];
+  static float bulk[65536];
+  size_t n = 0;
+  for (uint32_t x = 0; x < 65536; x++)
+    if (((x >> 10) & 0x1f) != 0x1f)
+      all[n++] = (uint16_t)x;
+  ck_assert_uint_eq(proto__bin_to_f32(PROTO__DT_FP16, all, n, bulk), n);
+  for (size_t i = 0; i < n; i++) {
+    float one;
+    ck_assert_int_eq(proto__f16_to_f32(all[i], &one), 0);
+    ck_assert_msg(!memcmp(&one, &bulk[i], 4), "half %04x", all[i]);
+  }
+}
+END_TEST
+
 /* ---- JSON requests ---------------------------------------------------------- */
 
 START_TEST(json_request_decodes) {
@@ -678,7 +723,8 @@ static Suite *v2_suite(void) {
     {"dtype", {f16_widens_exactly, f16_inf_and_nan_are_rejected,
                f64_to_f16_rounds_to_nearest_even, bf16_rounds_and_widens,
                f64_to_f32_rounds_to_nearest_even,
-               binary_converters_check_values}},
+               binary_converters_check_values,
+               bulk_converters_find_the_first_bad_element}},
     {"json", {json_request_decodes, json_fp16_values_are_rounded_to_fp16,
               json_errors_name_the_input, additive_model_needs_its_weights,
               budget_applies_to_v2}},
