@@ -9,6 +9,7 @@
 #   make docker-test     build the image, run it, probe it, stop it (dockerd)
 #   make deploy-test     validate deploy/ offline and run it with podman
 #   make browser-test    the playground page in headless chromium
+#   make bench           build/attnd-bench and the numpy peer: one table
 #   make SANITIZE=address,undefined test
 #
 # Knobs: OPTIMIZATION, SANITIZE, CC, PORT, V=1 for loud compile lines.
@@ -135,9 +136,19 @@ deploy-test: all
 browser-test: all
 	@sh tests/browser/run.sh
 
+# Benchmarks (tests/bench/run.sh prints one table of figures and ratios).
+$(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o $(BUILD)/libattnd.a
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
+
+bench: $(BUILD)/attnd-bench
+	@sh tests/bench/run.sh
+
+-include $(BUILD)/obj/tests/bench/bench_core.d
+
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

@@ -1,22 +1,42 @@
-/* bench_core.c - throughput of attn_forward against plain sgemm.
+/* bench_core.c - throughput of core/ the way attnd's workers run it.
  *
- * Prints GFLOP/s of attn_forward for (B, H, Lq, Lk, D) = (4, 16, 512, 512,
- * 64) with Dv = D, with and without weights, next to one-thread
- * cblas_sgemm 512x512x64 measured in the same run.  Both run on one BLAS
- * thread, as an attnd worker does.  The attention FLOP count is that of its
- * two products, 2 * B * H * Lq * Lk * (D + Dv); softmax and masking are
- * the overhead this bench shows.
+ * build/attnd-bench (make bench builds it and tests/bench/run.sh runs it)
+ * prints one JSON object per line:
  *
- *   cc -std=c11 -D_GNU_SOURCE -O3 -I. $(pkg-config --cflags openblas) \
- *      tests/bench/bench_core.c $(ls core/[a-z]*.c) -o build/bench_core \
- *      $(pkg-config --libs openblas) -lm
+ *   {"kind":"ceiling", ...}   one-thread cblas_sgemm 512x512x64 GFLOP/s,
+ *                             the best of many timings spread over the run
+ *   {"kind":"core", ...}      one shape, path (weights or not), thread
+ *                             count: best wall time per call, GFLOP/s,
+ *                             and the best CPU seconds per call summed
+ *                             over the workers (blind to time other
+ *                             processes take from them)
+ *   {"kind":"mem", ...}       (mode "mem") peak resident memory beyond the
+ *                             inputs and outputs of the no-weights path
  *
- * Optional arguments: B H Lq Lk D [causal(0/1)].
+ * Work is split as in the server: T threads, each with its own scratch of
+ * attn_scratch_bytes() allocated before timing, claim chunks of tasks
+ * from an atomic counter and call attn_run_tasks on them; OpenBLAS runs
+ * one thread per worker (openblas_set_num_threads(1)).  The calling
+ * thread is worker 0; the others wait on a barrier between calls, so a
+ * call costs no thread creation.
+ *
+ * FLOPs are those of the two products, 4 * B * H * Lq * Lk * D (Dv = D);
+ * for causal shapes the same dense count is used and the line says so.
+ * Every shape uses valid_lens (B,) = Lk, so the masked code path runs
+ * with every key allowed and the FLOP count is exact.
+ *
+ *   attnd-bench [--threads N] [--quick]     the core table
+ *   attnd-bench mem L D [--threads N]        the memory figure
  */
 #include <cblas.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/attn.h"
 
@@ -26,89 +46,362 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static float *rand_buf(size_t n, unsigned *seed) {
-  float *x = malloc(n * sizeof *x);
+static void *xalloc(size_t bytes) {
+  void *x = aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!x) {
-    fprintf(stderr, "out of memory\n");
+    fprintf(stderr, "attnd-bench: out of memory (%zu bytes)\n", bytes);
     exit(1);
   }
-  for (size_t i = 0; i < n; i++) x[i] = (float)rand_r(seed) / RAND_MAX - 0.5f;
   return x;
 }
 
-/* Best time of reps runs of fn (best-of filters out a loaded machine). */
-typedef void bench_fn(void *ctx);
+static float *rand_buf(size_t n, uint64_t *seed) {
+  float *x = xalloc(n * sizeof *x);
+  uint64_t s = *seed;
+  for (size_t i = 0; i < n; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = (float)(s >> 40) * 0x1p-24f - 0.5f;
+  }
+  *seed = s;
+  return x;
+}
 
-static double best_time(bench_fn *fn, void *ctx, int reps) {
-  double best = 1e30;
-  fn(ctx); /* warm-up: page faults, BLAS buffers */
+/* ------------------------------------------------------------------ */
+/* Workers: T threads run one problem's tasks per call. */
+
+typedef struct run {
+  const attn_problem *p;
+  float *out, *w;
+  size_t ntasks, chunk;
+  atomic_size_t next;
+  atomic_int err;
+  pthread_mutex_t mu;
+  double cpu;     /* CPU seconds of all workers on this call */
+} run;
+
+typedef struct pool pool;
+typedef struct worker_arg { pool *pl; int id; } worker_arg;
+
+struct pool {
+  int n;
+  pthread_t *th;
+  pthread_barrier_t start, done;
+  void **scratch;
+  size_t cap;
+  worker_arg *args;
+  run *job;       /* NULL tells the workers to exit */
+};
+
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void claim(run *r, void *scratch) {
+  double c0 = cpu_s();
+  for (;;) {
+    size_t t0 = atomic_fetch_add(&r->next, r->chunk), t1;
+    if (t0 >= r->ntasks) break;
+    t1 = t0 + r->chunk < r->ntasks ? t0 + r->chunk : r->ntasks;
+    if (attn_run_tasks(r->p, t0, t1, r->out, r->w, scratch) != 0)
+      atomic_store(&r->err, 1);
+  }
+  double c = cpu_s() - c0;
+  pthread_mutex_lock(&r->mu);
+  r->cpu += c;
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void *worker_main(void *v) {
+  worker_arg *a = v;
+  pool *pl = a->pl;
+  for (;;) {
+    pthread_barrier_wait(&pl->start);
+    if (!pl->job) return NULL;
+    claim(pl->job, pl->scratch[a->id]);
+    pthread_barrier_wait(&pl->done);
+  }
+}
+
+static void pool_init(pool *pl, int n) {
+  pl->n = n;
+  pl->th = calloc((size_t)n, sizeof *pl->th);
+  pl->scratch = calloc((size_t)n, sizeof *pl->scratch);
+  pl->args = calloc((size_t)n, sizeof *pl->args);
+  pl->cap = 0;
+  pl->job = NULL;
+  pthread_barrier_init(&pl->start, NULL, (unsigned)n);
+  pthread_barrier_init(&pl->done, NULL, (unsigned)n);
+  for (int i = 1; i < n; i++) {
+    pl->args[i].pl = pl;
+    pl->args[i].id = i;
+    pthread_create(&pl->th[i], NULL, worker_main, &pl->args[i]);
+  }
+}
+
+static void pool_free(pool *pl) {
+  pl->job = NULL;
+  pthread_barrier_wait(&pl->start);
+  for (int i = 1; i < pl->n; i++) pthread_join(pl->th[i], NULL);
+  for (int i = 0; i < pl->n; i++) free(pl->scratch[i]);
+  pthread_barrier_destroy(&pl->start);
+  pthread_barrier_destroy(&pl->done);
+  free(pl->th); free(pl->scratch); free(pl->args);
+}
+
+/* Scratch for every worker, allocated (and touched) outside the timing. */
+static void pool_reserve(pool *pl, size_t bytes) {
+  if (bytes <= pl->cap) return;
+  for (int i = 0; i < pl->n; i++) {
+    free(pl->scratch[i]);
+    pl->scratch[i] = xalloc(bytes);
+    memset(pl->scratch[i], 0, bytes);
+  }
+  pl->cap = bytes;
+}
+
+/* One call: every task of p on the pool's threads; 0 or -1.  *cpu gets
+ * the CPU seconds the workers spent on it. */
+static int pool_run(pool *pl, const attn_problem *p, float *out, float *w,
+                    double *cpu) {
+  run r;
+  pthread_mutex_init(&r.mu, NULL);
+  r.cpu = 0.0;
+  r.p = p;
+  r.out = out;
+  r.w = w;
+  r.ntasks = attn_task_count(p, w != NULL);
+  /* a few chunks per thread, as the server's split does */
+  r.chunk = r.ntasks / ((size_t)pl->n * 8);
+  if (r.chunk < 1) r.chunk = 1;
+  atomic_init(&r.next, 0);
+  atomic_init(&r.err, 0);
+  if (pl->n == 1) {
+    claim(&r, pl->scratch[0]);
+  } else {
+    pl->job = &r;
+    pthread_barrier_wait(&pl->start);
+    claim(&r, pl->scratch[0]);
+    pthread_barrier_wait(&pl->done);
+  }
+  pthread_mutex_destroy(&r.mu);
+  if (cpu) *cpu = r.cpu;
+  return atomic_load(&r.err) ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The sgemm ceiling. */
+
+typedef struct ceiling {
+  float *a, *b, *c;
+  double best;      /* seconds per product, best seen so far */
+  double best_cpu;  /* the same in CPU seconds */
+} ceiling;
+
+static void ceiling_init(ceiling *cl, uint64_t *seed) {
+  cl->a = rand_buf(512 * 64, seed);
+  cl->b = rand_buf(512 * 64, seed);
+  cl->c = rand_buf(512 * 512, seed);
+  cl->best = cl->best_cpu = 1e30;
+}
+
+/* Times reps batches of 10 products and keeps the best per product. */
+static void ceiling_sample(ceiling *cl, int reps) {
   for (int r = 0; r < reps; r++) {
+    double t0 = now_s(), c0 = cpu_s();
+    for (int i = 0; i < 10; i++)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 512, 512, 64,
+                  1.0f, cl->a, 64, cl->b, 64, 0.0f, cl->c, 512);
+    double t = (now_s() - t0) / 10, c = (cpu_s() - c0) / 10;
+    cl->best = t < cl->best ? t : cl->best;
+    cl->best_cpu = c < cl->best_cpu ? c : cl->best_cpu;
+  }
+}
+
+static double ceiling_gflops(const ceiling *cl) {
+  return 2.0 * 512 * 512 * 64 / cl->best * 1e-9;
+}
+
+/* ------------------------------------------------------------------ */
+/* One shape. */
+
+typedef struct shape {
+  const char *name;
+  int B, H, L, D, causal;
+  int weights_too;  /* 0: the no-weights path only */
+  int one_thread;   /* 1: too small to split, one thread only */
+  double min_s;     /* time each figure for at least this long */
+} shape;
+
+typedef struct problem {
+  attn_problem p;
+  float *q, *k, *v, *out, *w;
+  int32_t *vl;
+} problem;
+
+static void problem_init(problem *pb, const shape *s, int with_w,
+                         uint64_t *seed) {
+  size_t nq = (size_t)s->B * s->H * s->L * s->D;
+  attn_problem_init(&pb->p);
+  pb->p.B = s->B; pb->p.H = pb->p.Hkv = s->H;
+  pb->p.Lq = pb->p.Lk = s->L;
+  pb->p.D = pb->p.Dk = pb->p.Dv = s->D;
+  pb->q = rand_buf(nq, seed);
+  pb->k = rand_buf(nq, seed);
+  pb->v = rand_buf(nq, seed);
+  pb->out = rand_buf(nq, seed);
+  pb->w = with_w ? rand_buf((size_t)s->B * s->H * s->L * s->L, seed) : NULL;
+  pb->vl = xalloc((size_t)s->B * sizeof *pb->vl);
+  for (int b = 0; b < s->B; b++) pb->vl[b] = s->L;
+  pb->p.q = pb->q; pb->p.k = pb->k; pb->p.v = pb->v;
+  pb->p.valid_lens = pb->vl;
+  pb->p.scale = 1.0f / 8.0f;
+  pb->p.causal = s->causal ? ATTN_CAUSAL_UPPER_LEFT : ATTN_CAUSAL_NONE;
+}
+
+static void problem_free(problem *pb) {
+  free(pb->q); free(pb->k); free(pb->v); free(pb->out); free(pb->w);
+  free(pb->vl);
+}
+
+/* Best wall seconds per call (and best CPU seconds summed over the
+ * workers in *cpu): at least min_reps calls and min_s seconds. */
+static double time_calls(pool *pl, problem *pb, float *w, int min_reps,
+                         double min_s, double *cpu) {
+  double best = 1e30, start = now_s(), c;
+  *cpu = 1e30;
+  pool_reserve(pl, attn_scratch_bytes(&pb->p, w != NULL));
+  if (pool_run(pl, &pb->p, pb->out, w, &c) != 0) { /* warm-up */
+    fprintf(stderr, "attnd-bench: attn_run_tasks failed\n");
+    exit(1);
+  }
+  for (int r = 0; r < min_reps || now_s() - start < min_s; r++) {
     double t0 = now_s();
-    fn(ctx);
+    pool_run(pl, &pb->p, pb->out, w, &c);
     double t = now_s() - t0;
     best = t < best ? t : best;
+    *cpu = c < *cpu ? c : *cpu;
+    if (r > 100000) break;
   }
   return best;
 }
 
-typedef struct gemm_ctx { float *a, *b, *c; int m, n, k, iters; } gemm_ctx;
-
-static void run_gemm(void *v) {
-  gemm_ctx *g = v;
-  for (int i = 0; i < g->iters; i++)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->m, g->n, g->k,
-                1.0f, g->a, g->k, g->b, g->k, 0.0f, g->c, g->n);
+static void bench_shape(const shape *s, pool **pools, const int *nthreads,
+                        int npools, ceiling *cl, int quick,
+                        uint64_t *seed) {
+  problem pb;
+  double flops = 4.0 * s->B * s->H * (double)s->L * s->L * s->D;
+  int reps = quick ? 2 : 5;
+  double min_s = quick ? 0.05 : s->min_s, cpu;
+  problem_init(&pb, s, s->weights_too, seed);
+  for (int with_w = s->weights_too; with_w >= 0; with_w--)
+    for (int k = 0; k < npools; k++) {
+      if (s->one_thread && nthreads[k] != 1) continue;
+      ceiling_sample(cl, 3);
+      double t = time_calls(pools[k], &pb, with_w ? pb.w : NULL, reps, min_s,
+                            &cpu);
+      printf("{\"kind\":\"core\",\"shape\":\"%s\",\"B\":%d,\"H\":%d,"
+             "\"Lq\":%d,\"Lk\":%d,\"D\":%d,\"causal\":%d,\"weights\":%d,"
+             "\"threads\":%d,\"sec\":%.9g,\"gflops\":%.6g,"
+             "\"cpu_sec\":%.9g}\n",
+             s->name, s->B, s->H, s->L, s->L, s->D, s->causal, with_w,
+             nthreads[k], t, flops / t * 1e-9, cpu);
+      fflush(stdout);
+    }
+  problem_free(&pb);
 }
 
-typedef struct attn_ctx { attn_problem p; float *out, *w; int rc; } attn_ctx;
+/* ------------------------------------------------------------------ */
+/* Memory of the no-weights path at length L: resident set before the
+ * call (inputs and outputs touched) against the peak after it. */
 
-static void run_attn(void *v) {
-  attn_ctx *a = v;
-  a->rc = attn_forward(&a->p, a->out, a->w);
+static long rss_kib(void) {
+  long pages = 0, res = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (!f || fscanf(f, "%ld %ld", &pages, &res) != 2) {
+    if (f) fclose(f);
+    return -1;
+  }
+  fclose(f);
+  return res * (sysconf(_SC_PAGESIZE) / 1024);
 }
+
+static int bench_mem(int L, int D, int threads) {
+  shape s = {"nw", 1, 1, L, D, 0, 0, 0, 0.0};
+  uint64_t seed = 7;
+  problem pb;
+  pool pl;
+  struct rusage ru;
+  problem_init(&pb, &s, 0, &seed);
+  long before = rss_kib();
+  pool_init(&pl, threads);
+  size_t scratch = attn_scratch_bytes(&pb.p, 0);
+  pool_reserve(&pl, scratch);
+  double t0 = now_s();
+  int rc = pool_run(&pl, &pb.p, pb.out, NULL, NULL);
+  double t = now_s() - t0;
+  getrusage(RUSAGE_SELF, &ru);
+  pool_free(&pl);
+  size_t io = (size_t)4 * L * D * sizeof(float);
+  printf("{\"kind\":\"mem\",\"L\":%d,\"D\":%d,\"threads\":%d,\"rc\":%d,"
+         "\"inputs_outputs_mib\":%.3f,\"rss_before_kib\":%ld,"
+         "\"maxrss_kib\":%ld,\"peak_beyond_io_mib\":%.3f,"
+         "\"scratch_per_thread_kib\":%.1f,\"sec\":%.6g}\n",
+         L, D, threads, rc, io / 1048576.0, before, ru.ru_maxrss,
+         (ru.ru_maxrss - before) / 1024.0, scratch / 1024.0, t);
+  problem_free(&pb);
+  return rc != 0;
+}
+
+/* ------------------------------------------------------------------ */
+
+/* The shared machines this runs on are noisy: the best of many calls
+ * over a second or more per figure finds the quiet moments. */
+static const shape shapes[] = {
+  {"tiny", 1, 1, 16, 32, 0, 1, 1, 0.5},
+  {"small", 2, 8, 128, 64, 0, 1, 0, 1.0},
+  {"medium", 4, 16, 512, 64, 0, 1, 0, 2.0},
+  {"large", 1, 16, 2048, 64, 0, 1, 0, 3.0},
+  {"large-causal", 1, 16, 2048, 64, 1, 1, 0, 2.0},
+  {"xl", 1, 1, 16384, 64, 0, 1, 0, 3.0},
+};
 
 int main(int argc, char **argv) {
-  int B = 4, H = 16, Lq = 512, Lk = 512, D = 64, causal = 0;
-  unsigned seed = 1;
-  if (argc >= 6) {
-    B = atoi(argv[1]); H = atoi(argv[2]); Lq = atoi(argv[3]);
-    Lk = atoi(argv[4]); D = atoi(argv[5]);
+  int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0;
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--quick"))
+      quick = 1;
   }
-  if (argc >= 7) causal = atoi(argv[6]);
+  if (threads < 1) threads = 1;
   openblas_set_num_threads(1);
+  if (argc >= 4 && !strcmp(argv[1], "mem"))
+    return bench_mem(atoi(argv[2]), atoi(argv[3]), threads);
 
-  gemm_ctx g = {rand_buf(512 * 64, &seed), rand_buf(512 * 64, &seed),
-                rand_buf(512 * 512, &seed), 512, 512, 64, 20};
-  double tg = best_time(run_gemm, &g, 5) / g.iters;
-  double gemm_gf = 2.0 * 512 * 512 * 64 / tg * 1e-9;
-  printf("sgemm 512x512x64 (1 thread): %7.2f GFLOP/s\n", gemm_gf);
-
-  attn_ctx a;
-  attn_problem_init(&a.p);
-  a.p.B = B; a.p.H = H; a.p.Hkv = H; a.p.Lq = Lq; a.p.Lk = Lk;
-  a.p.D = a.p.Dk = a.p.Dv = D;
-  a.p.q = rand_buf((size_t)B * H * Lq * D, &seed);
-  a.p.k = rand_buf((size_t)B * H * Lk * D, &seed);
-  a.p.v = rand_buf((size_t)B * H * Lk * D, &seed);
-  a.p.scale = 0.125f;
-  a.p.causal = causal ? ATTN_CAUSAL_UPPER_LEFT : ATTN_CAUSAL_NONE;
-  a.out = rand_buf((size_t)B * H * Lq * D, &seed);
-  double flops = 2.0 * B * H * Lq * Lk * (2.0 * D);
-  for (int with_w = 1; with_w >= 0; with_w--) {
-    a.w = with_w ? rand_buf((size_t)B * H * Lq * Lk, &seed) : NULL;
-    double t = best_time(run_attn, &a, 3);
-    if (a.rc != 0) {
-      fprintf(stderr, "attn_forward: %s\n", attnd_strerror(a.rc));
-      return 1;
-    }
-    printf("attn_forward (%d,%d,%d,%d,%d)%s %s weights: %7.2f GFLOP/s "
-           "(%.1f ms, %.0f%% of sgemm)\n", B, H, Lq, Lk, D,
-           causal ? " causal (dense-equivalent FLOPs)" : "",
-           with_w ? "with   " : "without",
-           flops / t * 1e-9, t * 1e3, 100.0 * flops / t * 1e-9 / gemm_gf);
-    free(a.w);
+  ceiling cl;
+  ceiling_init(&cl, &seed);
+  ceiling_sample(&cl, 20);
+  pool p1, pn;
+  pool_init(&p1, 1);
+  pool_init(&pn, threads);
+  pool *pools[2] = {&p1, &pn};
+  int nth[2] = {1, threads};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    int np = threads > 1 ? 2 : 1;
+    if (quick && shapes[i].L > 4096) continue;
+    bench_shape(&shapes[i], pools, nth, np, &cl, quick, &seed);
   }
-  free((void *)a.p.q); free((void *)a.p.k); free((void *)a.p.v);
-  free(a.out); free(g.a); free(g.b); free(g.c);
+  ceiling_sample(&cl, 20);
+  printf("{\"kind\":\"ceiling\",\"m\":512,\"n\":512,\"k\":64,"
+         "\"threads\":1,\"gflops\":%.6g,\"cpu_gflops\":%.6g,"
+         "\"workers\":%d}\n",
+         ceiling_gflops(&cl), 2.0 * 512 * 512 * 64 / cl.best_cpu * 1e-9,
+         threads);
+  pool_free(&p1);
+  pool_free(&pn);
+  free(cl.a); free(cl.b); free(cl.c);
   return 0;
 }

@@ -1,0 +1,149 @@
+"""Prints the table of make bench from the JSON lines of its pieces.
+
+Usage: python3 tests/bench/report.py FILE.jsonl...
+
+Targets (design figures for the core):
+  - (4,16,512,512,64) and (1,16,2048,2048,64), with and without weights,
+    on the workers: at least 70% of the ceiling (one-thread sgemm
+    512x512x64 GFLOP/s times the workers, measured in the same run) and
+    at least 3x the numpy peer;
+  - (1,1,16,16,32): at least 10x the numpy peer per call;
+  - no weights at Lq = Lk = 16384, D = 64: peak memory beyond inputs and
+    outputs under 64 MiB, and at most 1.1x the weights path per FLOP.
+Needs no numpy.
+"""
+import json
+import sys
+
+TARGET_CEIL, TARGET_NUMPY, TARGET_TINY = 0.70, 3.0, 10.0
+TARGET_MEM_MIB, TARGET_NW_COST = 64.0, 1.1
+TARGET_SHAPES = ("medium", "large")
+
+
+def load(paths):
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            rows += [json.loads(line) for line in f if line.strip()]
+    return rows
+
+
+def mark(ok):
+    return "ok" if ok else "BELOW TARGET"
+
+
+def shape_label(r):
+    return "{shape} ({B},{H},{Lq},{Lk},{D}){c}".format(
+        c=" causal" if r["causal"] else "", **r)
+
+
+def core_table(core, ceiling, numpy, out):
+    workers = ceiling["workers"]
+    out.append("| workload (B,H,Lq,Lk,D) | path | threads | time | GFLOP/s |"
+               " of ceiling | vs numpy | target | of ceiling, CPU time |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    checks = []
+    for r in core:
+        ceil = ceiling["gflops"] * r["threads"]
+        frac = r["gflops"] / ceil
+        np_row = numpy.get(r["shape"])
+        ratio = np_row["sec"] / r["sec"] if np_row else None
+        target = ""
+        if r["shape"] in TARGET_SHAPES and r["threads"] == workers:
+            ok = frac >= TARGET_CEIL and (ratio is None or
+                                          ratio >= TARGET_NUMPY)
+            target = ">= 70%% and >= 3x: %s" % mark(ok)
+            checks.append(ok)
+        elif r["shape"] == "tiny" and r["threads"] == 1:
+            ok = ratio is not None and ratio >= TARGET_TINY
+            target = ">= 10x per call: %s" % mark(ok)
+            checks.append(ok)
+        t = r["sec"]
+        tstr = "%.1f us" % (t * 1e6) if t < 1e-3 else "%.2f ms" % (t * 1e3)
+        # per worker-CPU-second against the ceiling's: blind to time that
+        # other processes took from the workers
+        cpu_frac = (r["gflops"] * r["sec"] / r["cpu_sec"] /
+                    ceiling["cpu_gflops"])
+        out.append("| %s | %s | %d | %s | %.1f | %.0f%% | %s | %s | %.0f%% |"
+                   % (shape_label(r),
+                      "weights" if r["weights"] else "no weights",
+                      r["threads"], tstr, r["gflops"], 100 * frac,
+                      "%.1fx" % ratio if ratio else "-", target,
+                      100 * cpu_frac))
+    return checks
+
+
+def xl_lines(core, mem, workers, out):
+    checks = []
+    xl = {(r["weights"], r["threads"]): r for r in core if r["shape"] == "xl"}
+    for threads in sorted({k[1] for k in xl}):
+        nw, w = xl.get((0, threads)), xl.get((1, threads))
+        if nw and w:
+            cost = nw["sec"] / w["sec"]
+            ok = cost <= TARGET_NW_COST
+            if threads == workers:
+                checks.append(ok)
+            out.append("- 16384 x 16384, %d thread(s): no-weights path costs "
+                       "%.2fx the weights path per FLOP (target <= 1.1x: %s)"
+                       % (threads, cost, mark(ok)))
+    for m in mem:
+        ok = m["rc"] == 0 and m["peak_beyond_io_mib"] < TARGET_MEM_MIB
+        checks.append(ok)
+        out.append("- no weights at %d x %d, D %d, %d worker(s): peak "
+                   "resident memory %.1f MiB beyond the %.0f MiB of inputs "
+                   "and outputs (scratch %.0f KiB per worker; target < 64 "
+                   "MiB: %s)" % (m["L"], m["L"], m["D"], m["threads"],
+                                 m["peak_beyond_io_mib"],
+                                 m["inputs_outputs_mib"],
+                                 m["scratch_per_thread_kib"], mark(ok)))
+    return checks
+
+
+def main():
+    rows = load(sys.argv[1:])
+    by_kind = {}
+    for r in rows:
+        by_kind.setdefault(r["kind"], []).append(r)
+    out = []
+    for e in by_kind.get("env", []):
+        out.append("machine: %s, %d cores, %d workers; load average %s; "
+                   "OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s (attnd ran "
+                   "with these)" % (e["cpu"], e["nproc"], e["workers"],
+                                    e["loadavg"], e["OPENBLAS_CORETYPE"],
+                                    e["OPENBLAS_L2_SIZE"]))
+    for e in by_kind.get("numpy_env", []):
+        b = e["blas"]
+        out.append("numpy %s peer: %s, OpenBLAS kernel %s, %s threads "
+                   "(run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE "
+                   "unset)" % (e["numpy"], b["library"], b["corename"],
+                               b["threads"]))
+    checks = []
+    ceiling = (by_kind.get("ceiling") or [None])[0]
+    if ceiling:
+        out.append("ceiling: one-thread sgemm 512x512x64 %.1f GFLOP/s, x %d "
+                   "workers = %.1f GFLOP/s (best over the run; %.1f GFLOP/s "
+                   "per CPU-second)" % (
+                       ceiling["gflops"], ceiling["workers"],
+                       ceiling["gflops"] * ceiling["workers"],
+                       ceiling["cpu_gflops"]))
+        out.append("time: best wall time per call; GFLOP/s count "
+                   "4*B*H*Lq*Lk*D (dense, also for causal); the last "
+                   "column divides by the workers' CPU seconds instead, "
+                   "which other processes on the machine do not inflate.")
+        out.append("")
+        numpy = {r["shape"]: r for r in by_kind.get("numpy", [])}
+        core = [r for r in by_kind.get("core", []) if r["shape"] != "xl"]
+        checks += core_table(core, ceiling, numpy, out)
+        out.append("")
+        checks += xl_lines(by_kind.get("core", []), by_kind.get("mem", []),
+                           ceiling["workers"], out)
+    known = {"env", "numpy_env", "ceiling", "core", "numpy", "mem"}
+    for kind in sorted(set(by_kind) - known):
+        out.append("(%d %s lines not tabulated)" % (len(by_kind[kind]), kind))
+    out.append("")
+    out.append("targets: %d of %d met" % (sum(checks), len(checks)))
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+#!/bin/sh
+# make bench: runs attnd's benchmarks and prints one table of figures and
+# ratios against the targets.  Each piece writes JSON lines into
+# $ATTND_BENCH_DIR (build/bench by default); report.py reads them all.
+# To add a piece (the HTTP benchmarks, say): write a function that puts
+# its JSON lines into "$dir/<name>.jsonl" and call it below; report.py
+# prints the kinds it knows and lists the rest.
+#
+# attnd's own benchmark runs with the machine's environment as it is.
+# Only the numpy peer is run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE
+# unset (set on some machines for older OpenBLAS builds, they slow a
+# current numpy down); it prints which OpenBLAS kernel it then runs.
+set -eu
+cd "$(dirname "$0")/../.."
+
+dir=${ATTND_BENCH_DIR:-build/bench}
+workers=${ATTND_BENCH_WORKERS:-$(nproc)}
+mkdir -p "$dir"
+rm -f "$dir"/*.jsonl
+
+env_line() {
+  printf '{"kind":"env","cpu":"%s","nproc":%s,"workers":%s,' \
+    "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" \
+    "$(nproc)" "$workers"
+  printf '"OPENBLAS_CORETYPE":"%s","OPENBLAS_L2_SIZE":"%s","loadavg":"%s"}\n' \
+    "${OPENBLAS_CORETYPE-(unset)}" "${OPENBLAS_L2_SIZE-(unset)}" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+core_bench() {
+  echo "bench: core (build/attnd-bench, $workers workers)..." >&2
+  build/attnd-bench --threads "$workers" > "$dir/core.jsonl"
+}
+
+# The no-weights path at Lq = Lk = 16384 in a process of its own, so its
+# peak resident set is its own.
+core_memory() {
+  echo "bench: no-weights memory at 16384..." >&2
+  build/attnd-bench mem 16384 64 --threads "$workers" > "$dir/mem.jsonl"
+}
+
+numpy_peer() {
+  if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    echo "bench: /usr/bin/python3 has no numpy (apt-get install" \
+         "python3-numpy); the numpy column stays empty" >&2
+    return 0
+  fi
+  echo "bench: numpy peer..." >&2
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+    /usr/bin/python3 tests/bench/numpy_peer.py > "$dir/numpy.jsonl"
+}
+
+env_line > "$dir/env.jsonl"
+core_bench
+core_memory
+numpy_peer
+python3 tests/bench/report.py "$dir"/*.jsonl | tee "$dir/report.txt"
