@@ -7,7 +7,8 @@ set -eu
 
 PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcjson-dev
 libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-jsonschema
-python3-yaml python3-numpy curl valgrind groff-base man-db systemd"
+python3-yaml python3-numpy curl valgrind groff-base man-db systemd
+prometheus"
 
 missing=""
 for p in $PKGS; do

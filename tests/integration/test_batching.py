@@ -1,0 +1,388 @@
+"""Shape-keyed batching, backpressure and drain, against the real build/attnd.
+
+- Many concurrent clients of one shape share batches (attnd_batch_size in
+  /metrics shows a batch of more than one request).
+- Two shapes sent interleaved both batch (the JSON access log's "batch"
+  field, attributed to a shape by the request's body size), and neither
+  waits behind the other's queue: a request of one shape arriving behind a
+  long queue of the other is answered while most of that queue still waits.
+- Concurrent mixed-shape load with distinct inputs and ids: every answer
+  carries its own id and matches the float64 reference for its own inputs.
+- --max-inflight-mb: over the tensor budget the answer is 503 with
+  Retry-After, and the budget is released afterwards.
+- Drain: after SIGTERM /readyz is 503 on new connections that are still
+  served; after --drain-delay-ms new connections are no longer served
+  while an unfinished request keeps the process alive; it then exits 0.
+
+Built for a loaded 2-core machine and for valgrind: work is made
+worker-bound on purpose (one worker, responses with large weight matrices,
+so the worker's encoding dominates), waits poll with generous limits, and
+nothing asserts on wall-clock latency.
+"""
+
+import http.client
+import json
+import random
+import re
+import signal
+import socket
+import threading
+import time
+
+import harness
+import reference
+
+SLOW = 20 if harness.VALGRIND else 1
+
+
+def v1_body(seed, Lq, Lk, D=4, Dv=4, B=1, weights=True, rid=None):
+    """A /v1/attention body (bytes) in the flat tensor form."""
+    rng = random.Random(seed)
+
+    def t(shape):
+        n = 1
+        for s in shape:
+            n *= s
+        return {"shape": shape, "data": [round(rng.uniform(-1, 1), 4) for _ in range(n)]}
+    req = {"query": t([B, Lq, D]), "key": t([B, Lk, D]), "value": t([B, Lk, Dv]),
+           "return_weights": weights}
+    if rid is not None:
+        req["id"] = rid
+    return json.dumps(req).encode()
+
+
+def post(srv, body, path="/v1/attention", timeout=300):
+    """(status, headers, body) over a fresh connection."""
+    return srv.request("POST", path, body, {"Content-Type": "application/json"},
+                       timeout=timeout)
+
+
+def scrape(srv):
+    status, _, body = srv.get("/metrics")
+    assert status == 200, status
+    samples = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$', line)
+            labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""))
+            samples[(m.group(1), labels)] = float(m.group(4))
+    return samples
+
+
+def sample(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def wait_for(pred, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def run_clients(fns, timeout=600):
+    """Runs each fn on its own thread, all released together; returns the
+    exceptions they raised."""
+    errors, barrier = [], threading.Barrier(len(fns))
+
+    def wrap(fn):
+        try:
+            barrier.wait()
+            fn()
+        except Exception as e:  # collected and reported by the caller
+            errors.append(repr(e))
+    threads = [threading.Thread(target=wrap, args=(fn,)) for fn in fns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return errors
+
+
+def access_lines(srv):
+    """The JSON access-log lines of inference requests, in log order."""
+    out = []
+    for line in list(srv.log):
+        if line.startswith("{") and '"path":"/v1/attention"' in line:
+            out.append(json.loads(line))
+    return out
+
+
+# Two shapes whose responses carry large weight matrices: the worker spends
+# its time encoding them, far longer than an HTTP thread spends decoding the
+# much smaller request, so requests queue while the one worker is busy.
+SHAPE_X = dict(Lq=192, Lk=192)
+SHAPE_Y = dict(Lq=160, Lk=224)
+
+
+class SameShapeTest(harness.ServerTestCase):
+    server_args = ("--workers", "1", "--max-batch", "16")
+
+    def test_many_concurrent_clients_of_one_shape_share_batches(self):
+        n_clients, per_client = 16, 3
+        bodies = [v1_body(7, rid="c%02d-%d" % (c, i), **SHAPE_X)
+                  for c in range(n_clients) for i in range(per_client)]
+        before = scrape(self.srv)
+        statuses = []
+
+        def client(c):
+            def run():
+                for i in range(per_client):
+                    status, _, data = post(self.srv, bodies[c * per_client + i])
+                    statuses.append(status)
+                    assert json.loads(data)["id"] == "c%02d-%d" % (c, i)
+            return run
+        errors = run_clients([client(c) for c in range(n_clients)])
+        self.assertEqual(errors, [])
+        self.assertEqual(statuses, [200] * (n_clients * per_client))
+        after = scrape(self.srv)
+        n = n_clients * per_client
+
+        def delta(name, **labels):
+            return sample(after, name, **labels) - sample(before, name, **labels)
+        self.assertEqual(delta("attnd_batch_size_sum"), n)
+        batches = delta("attnd_batch_size_count")
+        singles = delta("attnd_batch_size_bucket", le="1")
+        # Some batch held more than one request, so there were fewer
+        # batches than requests, and not every batch was a single.
+        self.assertLess(batches, n)
+        self.assertLess(singles, batches)
+        self.assertEqual(delta("attnd_requests_total", route="/v1/attention", code="200"), n)
+
+
+class TwoShapesTest(harness.ServerTestCase):
+    server_args = ("--workers", "1", "--max-batch", "2", "--log", "json")
+
+    def setUp(self):
+        self.bx = v1_body(11, **SHAPE_X)
+        self.by = v1_body(12, **SHAPE_Y)
+        # The access log tells the shapes apart by request size.
+        self.assertNotEqual(len(self.bx), len(self.by))
+
+    def shape_of_line(self, line):
+        return {len(self.bx): "x", len(self.by): "y"}.get(line["bytes_in"])
+
+    def test_two_shapes_interleaved_both_batch(self):
+        n_clients, per_client = 12, 3
+        start = len(access_lines(self.srv))
+
+        def client(c):
+            def run():
+                for i in range(per_client):
+                    body = self.bx if (c + i) % 2 == 0 else self.by
+                    status, _, data = post(self.srv, body)
+                    assert status == 200, (status, data[:200])
+            return run
+        errors = run_clients([client(c) for c in range(n_clients)])
+        self.assertEqual(errors, [])
+        n = n_clients * per_client
+        self.assertTrue(wait_for(lambda: len(access_lines(self.srv)) - start >= n, 30 * SLOW))
+        lines = access_lines(self.srv)[start:]
+        most = {"x": 0, "y": 0}
+        for line in lines:
+            shape = self.shape_of_line(line)
+            self.assertIsNotNone(shape, line)
+            self.assertLessEqual(line["batch"], 2, line)
+            most[shape] = max(most[shape], line["batch"])
+        self.assertEqual(most, {"x": 2, "y": 2}, "each shape must batch on its own")
+
+    def check_not_stuck_behind(self, flood, single, flood_name):
+        """Queues many `flood` requests behind the one worker, then sends
+        one `single` request of the other shape; returns how many flood
+        requests were logged as answered after it."""
+        n_flood = 16
+        start = len(access_lines(self.srv))
+        threads = [threading.Thread(target=post, args=(self.srv, flood))
+                   for _ in range(n_flood)]
+        for t in threads:
+            t.start()
+        queued = wait_for(lambda: sample(scrape(self.srv), "attnd_queue_depth") >= 8,
+                          60 * SLOW)
+        status, _, data = post(self.srv, single)
+        for t in threads:
+            t.join(300 * SLOW)
+        self.assertTrue(queued, "the flood never queued up behind the worker")
+        self.assertEqual(status, 200, data[:200])
+        self.assertTrue(wait_for(lambda: len(access_lines(self.srv)) - start >= n_flood + 1,
+                                 30 * SLOW))
+        lines = access_lines(self.srv)[start:]
+        names = [self.shape_of_line(l) for l in lines]
+        self.assertEqual([l["status"] for l in lines], [200] * len(lines))
+        self.assertEqual(sorted(names).count(flood_name), n_flood)
+        single_at = [i for i, name in enumerate(names) if name != flood_name]
+        self.assertEqual(len(single_at), 1, names)
+        return len(names) - 1 - single_at[0]
+
+    def test_neither_shape_waits_behind_the_others_queue(self):
+        # At least 8 flood requests were queued when the single one
+        # arrived; with one queue per shape served in turn it leaves with
+        # the next batch (of 2), so at least 4 of them finish after it.
+        # A single FIFO would answer it last.
+        after = self.check_not_stuck_behind(self.bx, self.by, "x")
+        self.assertGreaterEqual(after, 4, "y waited behind x's queue")
+        after = self.check_not_stuck_behind(self.by, self.bx, "y")
+        self.assertGreaterEqual(after, 4, "x waited behind y's queue")
+
+
+# Shapes for the mixed load: different ranks, heads, lengths, widths,
+# masks and outputs, so that each is its own batch key.
+MIXED_SHAPES = [
+    dict(B=2, Lq=5, Lk=7, D=4, Dv=3),
+    dict(B=1, H=2, Lq=9, Lk=6, D=8, Dv=5),
+    dict(B=2, H=2, Hkv=1, Lq=4, Lk=11, D=6, Dv=2),
+    dict(B=3, Lq=8, Lk=8, D=16, Dv=8),
+]
+
+
+def mixed_request(i):
+    shape = MIXED_SHAPES[i % len(MIXED_SHAPES)]
+    req = reference.rand_request(1000 + i, **shape)
+    req["id"] = "mixed-%03d" % i
+    req["return_weights"] = i % 3 != 0
+    if i % 4 == 1:
+        req["causal"] = True
+    if i % 4 == 3:
+        req["valid_lens"] = [((i * 5 + b) % (shape["Lk"] + 1)) for b in range(shape["B"])]
+    return req
+
+
+class MixedShapesTest(harness.ServerTestCase):
+    server_args = ("--workers", "2", "--max-batch", "8")
+
+    def assert_close(self, got, want, what):
+        g, w = reference.flatten(got), reference.flatten(want)
+        self.assertEqual(len(g), len(w), what + " size")
+        for n, (x, y) in enumerate(zip(g, w)):
+            self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y),
+                                 "%s[%d]: got %r, want %r" % (what, n, x, y))
+
+    def test_concurrent_mixed_shapes_each_get_their_own_answer(self):
+        n_clients, per_client = 12, 8
+        reqs = [mixed_request(i) for i in range(n_clients * per_client)]
+        refs = [reference.attention(r) for r in reqs]
+        results = [None] * len(reqs)
+        before = scrape(self.srv)
+
+        def client(c):
+            def run():
+                for i in range(c, len(reqs), n_clients):
+                    status, _, data = post(self.srv, json.dumps(reqs[i]).encode())
+                    results[i] = (status, json.loads(data))
+            return run
+        self.assertEqual(run_clients([client(c) for c in range(n_clients)]), [])
+        for req, ref, (status, resp) in zip(reqs, refs, results):
+            self.assertEqual(status, 200, resp)
+            self.assertEqual(resp["id"], req["id"])
+            self.assert_close(resp["output"], ref[0], req["id"] + " output")
+            if req["return_weights"]:
+                self.assert_close(resp["weights"], ref[1], req["id"] + " weights")
+            else:
+                self.assertNotIn("weights", resp)
+        after = scrape(self.srv)
+        batches = sample(after, "attnd_batch_size_count") - sample(before, "attnd_batch_size_count")
+        # The check above means something only if answers shared batches.
+        self.assertLess(batches, len(reqs), "no batch held more than one request")
+
+
+class InflightBudgetTest(harness.ServerTestCase):
+    # Each request below holds about 0.3 MiB of tensors (inputs, output and
+    # its 192x192 weights, float32), so a 1 MiB budget admits three.
+    server_args = ("--workers", "1", "--max-batch", "1", "--max-inflight-mb", "1",
+                   "--max-queue", "1000")
+
+    def test_over_the_tensor_budget_is_503_with_retry_after(self):
+        body = v1_body(21, B=2, **SHAPE_X)
+        results = []
+        for _ in range(5):  # rounds, until the flood overflows the budget
+            results = []
+
+            def client():
+                results.append(post(self.srv, body))
+            self.assertEqual(run_clients([client] * 16), [])
+            if any(s == 503 for s, _, _ in results):
+                break
+        codes = sorted(s for s, _, _ in results)
+        self.assertEqual(len(codes), 16)
+        self.assertTrue(set(codes) <= {200, 503}, codes)
+        self.assertIn(503, codes)
+        self.assertIn(200, codes)
+        for status, hdrs, data in results:
+            if status == 503:
+                self.assertGreaterEqual(int(hdrs["retry-after"]), 1)
+                self.assertTrue(json.loads(data)["error"])
+        # The queue never filled (1000 slots), so these 503s were the
+        # budget's, and it is given back: one request alone is served.
+        self.assertTrue(wait_for(lambda: sample(scrape(self.srv), "attnd_queue_depth") == 0,
+                                 30 * SLOW))
+        self.assertEqual(post(self.srv, body)[0], 200)
+
+
+def served(port):
+    """True when a new connection gets an HTTP answer to GET /healthz;
+    False when it is refused or nothing answers within 2 s."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+    except OSError:  # refused, or the handshake timed out
+        return False
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        return sock.recv(16).startswith(b"HTTP/1.1 ")
+    except OSError:  # timed out or reset
+        return False
+    finally:
+        sock.close()
+
+
+class DrainOrderTest(harness.ServerTestCase):
+    server_args = ("--drain-delay-ms", str(3000 * SLOW), "--drain-s", "60")
+
+    @classmethod
+    def tearDownClass(cls):
+        # The test lets the server exit on its own; kill it only if a
+        # failure left it running.
+        if cls.srv.proc.poll() is None:
+            cls.srv.proc.kill()
+            cls.srv.proc.wait()
+
+    def test_readiness_flips_before_the_listener_closes(self):
+        srv = self.srv
+        port = srv.port
+        tiny = json.dumps({"query": [[[1, 0]]], "key": [[[1, 0]]],
+                           "value": [[[2, 3]]]}).encode()
+        self.assertEqual(srv.get("/readyz")[0], 200)
+        # An unfinished upload: a started request that keeps the process
+        # draining (alive) after the listener has closed.
+        held = socket.create_connection(("127.0.0.1", port), timeout=120 * SLOW)
+        held.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(tiny) + tiny[:10])
+        self.assertTrue(wait_for(lambda: sample(scrape(srv), "attnd_inflight_requests") >= 2,
+                                 30 * SLOW))
+        srv.proc.send_signal(signal.SIGTERM)
+        # Readiness turns 503 while new connections are still served.
+        self.assertTrue(wait_for(lambda: srv.get("/readyz")[0] == 503, 30 * SLOW))
+        status, _, data = post(srv, tiny)
+        self.assertEqual(status, 200, data)
+        self.assertEqual(json.loads(data)["output"], [[[2, 3]]])
+        self.assertEqual(srv.get("/v2/health/live")[0], 200)
+        # Then new connections go unserved while the process is still up.
+        self.assertTrue(wait_for(lambda: not served(port), 60 * SLOW),
+                        "new connections were still served")
+        self.assertIsNone(srv.proc.poll(), "exited instead of draining")
+        # The held request still gets an answer: 200, or 503 now that the
+        # server is draining; never a reset.
+        held.sendall(tiny[10:])
+        resp = http.client.HTTPResponse(held)
+        resp.begin()
+        self.assertIn(resp.status, (200, 503))
+        if resp.status == 503:
+            self.assertGreaterEqual(int(resp.getheader("Retry-After")), 1)
+        resp.read()
+        held.close()
+        self.assertEqual(srv.proc.wait(120 * SLOW), 0)
+
+
+if __name__ == "__main__":
+    harness.main()
