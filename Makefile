@@ -11,6 +11,7 @@
 #   make browser-test    the playground page in headless chromium
 #   make bench           build/attnd-bench and the numpy peer: one table
 #   make SANITIZE=address,undefined test
+#   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (tests/fuzz)
 #
 # Knobs: OPTIMIZATION, SANITIZE, CC, PORT, V=1 for loud compile lines.
 
@@ -93,7 +94,7 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	./$(BUILD)/attnd --port $(PORT)
 
-test: deps-check all unit
+test: deps-check all unit $(if $(FUZZ_AVAILABLE),fuzz-build)
 	@sh tests/run.sh
 
 valgrind: deps-check all unit
@@ -146,9 +147,44 @@ bench: $(BUILD)/attnd-bench
 
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
+# libFuzzer harnesses (tests/fuzz/): proto/ and core/ rebuilt with clang,
+# -fsanitize=fuzzer,address,undefined, in build/fuzz.  `make fuzz` runs
+# each harness FUZZ_SECONDS on a copy of its seed corpus; make test runs
+# them for 3 s each (tests/run.sh).  Without clang the suite is skipped.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_DIR := $(BUILD)/fuzz
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
+            -fno-omit-frame-pointer
+FUZZ_CFLAGS = $(STD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+              $(PKG_CFLAGS) -I. -MMD -MP
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(PROTO_SRC))
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,\
+              $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_MAIN_OBJ := $(FUZZ_BIN:$(FUZZ_DIR)/%=$(FUZZ_DIR)/obj/tests/fuzz/%.o)
+FUZZ_AVAILABLE := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo 1)
+.SECONDARY: $(FUZZ_LIB_OBJ) $(FUZZ_MAIN_OBJ)
+
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@[ "$(V)" = 1 ] || echo "  FUZZCC $<"
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) \
+	  -lpthread -lm
+
+fuzz-build: $(FUZZ_BIN)
+
+fuzz: fuzz-build
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh
+
+-include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_MAIN_OBJ:.o=.d)
+
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench fuzz fuzz-build
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

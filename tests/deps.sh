@@ -9,9 +9,12 @@ PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcjson-dev
 libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-jsonschema
 python3-yaml python3-numpy curl valgrind groff-base man-db systemd
 prometheus"
+# Test-only tools, kept apart from PKGS (the list the image build mirrors):
+# clang with its compiler-rt for the libFuzzer harnesses (tests/fuzz).
+TEST_PKGS="clang libclang-rt-14-dev"
 
 missing=""
-for p in $PKGS; do
+for p in $PKGS $TEST_PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
     missing="$missing $p"
 done

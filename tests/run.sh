@@ -34,5 +34,16 @@ for t in tests/integration/test_*.py; do
   count "$t" $?
 done
 
+# libFuzzer harnesses, a few seconds each (make fuzz runs them longer).
+# ASan builds: not under valgrind.  Exit 77: clang is not installed.
+if [ "${ATTND_VALGRIND:-0}" = 1 ]; then
+  echo "== tests/fuzz: skipped under valgrind (the harnesses are ASan builds)"
+else
+  echo "== tests/fuzz"
+  FUZZ_SECONDS=${FUZZ_SECONDS:-3} sh tests/fuzz/run.sh
+  rc=$?
+  [ "$rc" = 77 ] || count tests/fuzz "$rc"
+fi
+
 echo "suites: $passed passed, $failed failed"
 [ "$failed" = 0 ]

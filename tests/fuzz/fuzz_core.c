@@ -1,0 +1,266 @@
+/* fuzz_core.c - the core on any request proto/ accepts.
+ *
+ * proto/ promises that a decoded request is a valid problem; the core
+ * promises (design.md, attn.h) that no input within float range yields
+ * NaN or Inf, that weights are in [0, 1] with rows summing to 1 (or all
+ * 0 for a row with no allowed key), and that the online path (no
+ * weights) computes the same output as the materialised one.  This
+ * harness decodes, runs attn_forward both ways and checks all of that:
+ * these are our invariants, not the client's data.
+ *
+ * Input: one byte choosing the form, then
+ *   0  a /v1/attention body;
+ *   1  a v2 binary request as fuzz_v2_binary reads it;
+ *   2  a v2 binary request this harness builds from the bytes: a few
+ *      bytes of shapes and options (fuzz_build below), then raw tensor
+ *      bytes in the chosen datatype (FP32, FP64, FP16 or BF16), so that
+ *      the fuzzer controls every bit of every number: huge, tiny,
+ *      subnormal, mixed signs. */
+#include <float.h>
+#include <stdarg.h>
+
+#include "fuzz.h"
+#include "proto/proto_impl.h"
+
+/* A smaller budget than the codec harnesses': the core's cost grows as
+ * Lq * Lk * D, and the online path does not count Lq * Lk. */
+#define CORE_MAX_ELEMS 4096
+
+/* ---- form 2: a v2 binary request built from the bytes ------------------ */
+
+typedef struct fuzz_build {
+  char json[4096];
+  size_t jlen;
+  uint8_t bin[1 << 16];
+  size_t blen;
+  const uint8_t *pool;      /* tensor bytes, read cyclically */
+  size_t npool, at;
+  int comma;
+} fuzz_build;
+
+__attribute__((format(printf, 2, 3)))
+static void jput(fuzz_build *f, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(f->json + f->jlen, sizeof f->json - f->jlen, fmt, ap);
+  va_end(ap);
+  if (n > 0 && (size_t)n < sizeof f->json - f->jlen)
+    f->jlen += (size_t)n;
+}
+
+static uint8_t next_byte(fuzz_build *f) {
+  if (!f->npool)
+    return 0;
+  uint8_t b = f->pool[f->at % f->npool];
+  f->at++;
+  return b;
+}
+
+/* Appends one binary input; kind 0 floats of dtype dt, 1 INT32 lengths
+ * (in [0, hi]), 2 BOOL. */
+static void input(fuzz_build *f, const char *name, const int *shape,
+                  int rank, int kind, const char *dt, size_t es, int hi) {
+  size_t n = 1;
+  for (int i = 0; i < rank; i++)
+    n *= (size_t)shape[i];
+  size_t bytes = n * (kind == 0 ? es : kind == 1 ? 4 : 1);
+  if (bytes > sizeof f->bin - f->blen)
+    return;  /* the decoder then reports the missing input */
+  jput(f, "%s{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":[", f->comma++
+       ? "," : "", name, kind == 0 ? dt : kind == 1 ? "INT32" : "BOOL");
+  for (int i = 0; i < rank; i++)
+    jput(f, "%s%d", i ? "," : "", shape[i]);
+  jput(f, "],\"parameters\":{\"binary_data_size\":%zu}}", bytes);
+  uint8_t *dst = f->bin + f->blen;
+  for (size_t i = 0; i < n; i++) {
+    if (kind == 1) {
+      int32_t v = next_byte(f) % (hi + 1);
+      memcpy(dst + 4 * i, &v, 4);
+    } else if (kind == 2) {
+      dst[i] = next_byte(f) & 1;
+    } else {
+      for (size_t b = 0; b < es; b++)
+        dst[es * i + b] = next_byte(f);
+    }
+  }
+  f->blen += bytes;
+}
+
+/* Builds the request; returns 0, or -1 when the bytes are too few. */
+static int build(fuzz_build *f, const uint8_t *c, size_t size) {
+  static const char *const dts[4] = {"FP32", "FP64", "FP16", "BF16"};
+  static const size_t ess[4] = {4, 8, 2, 2};
+  static const char *const causal[4] = {"false", "true", "\"lower_right\"",
+                                        "\"upper_left\""};
+  if (size < 12)
+    return -1;
+  int additive = c[0] & 1, dti = (c[0] >> 1) & 3, only_out = (c[0] >> 5) & 1;
+  int rank4 = (c[0] >> 6) & 1, dropout = c[0] >> 7;
+  int B = 1 + c[1] % 2, H = 1 + (c[1] >> 1) % 3;
+  int Hkv = (c[1] >> 3) & 1 ? 1 : H;
+  int Lq = 1 + c[2] % 8, Lk = 1 + (c[2] >> 3) % 8;
+  int D = 1 + c[3] % 8, Dv = 1 + (c[3] >> 3) % 4, Hd = 1 + (c[3] >> 5) % 4;
+  int flags = c[4];
+  float scale;
+  memcpy(&scale, c + 5, 4);
+  f->pool = c + 12;
+  f->npool = size - 12;
+  if (!rank4)
+    H = Hkv = 1;
+
+  int qs[4], ks[4], vs[4], r = 0;
+  qs[r] = ks[r] = vs[r] = B, r++;
+  if (rank4) {
+    qs[r] = H, ks[r] = vs[r] = Hkv, r++;
+  }
+  qs[r] = Lq, ks[r] = vs[r] = Lk, r++;
+  qs[r] = D, ks[r] = D, vs[r] = Dv, r++;
+
+  jput(f, "{\"id\":\"fuzz\",\"inputs\":[");
+  input(f, "query", qs, r, 0, dts[dti], ess[dti], 0);
+  input(f, "key", ks, r, 0, dts[dti], ess[dti], 0);
+  input(f, "value", vs, r, 0, dts[dti], ess[dti], 0);
+  if (flags & 1) {
+    int vl[2] = {B, Lq};
+    input(f, "valid_lens", vl, flags & 2 ? 2 : 1, 1, NULL, 0, Lk);
+  }
+  if (flags & 4) {  /* (Lq, Lk) broadcast, or the full shape */
+    int ms[4], mr = 0;
+    if (flags & 8) {
+      ms[mr++] = B;
+      if (rank4)
+        ms[mr++] = H;
+    }
+    ms[mr++] = Lq;
+    ms[mr++] = Lk;
+    input(f, "mask", ms, mr, 2, NULL, 0, 0);
+  }
+  if (flags & 16) {
+    int bs[4], br = 0;
+    if (flags & 32) {
+      bs[br++] = B;
+      if (rank4)
+        bs[br++] = H;
+    }
+    bs[br++] = Lq;
+    bs[br++] = Lk;
+    input(f, "bias", bs, br, 0, dts[dti], ess[dti], 0);
+  }
+  if (additive) {
+    int wq[2] = {Hd, D}, wv[1] = {Hd};
+    input(f, "w_q", wq, 2, 0, dts[dti], ess[dti], 0);
+    input(f, "w_k", wq, 2, 0, dts[dti], ess[dti], 0);
+    input(f, "w_v", wv, 1, 0, dts[dti], ess[dti], 0);
+  }
+  jput(f, "],\"parameters\":{\"causal\":%s", causal[(c[0] >> 3) & 3]);
+  if ((flags & 64) && !additive && isfinite(scale) && scale != 0.0f)
+    jput(f, ",\"scale\":%.9g", (double)scale);
+  if (dropout)
+    jput(f, ",\"dropout_p\":%.9g,\"seed\":%u", c[9] / 256.0, c[10]);
+  jput(f, "},\"outputs\":[{\"name\":\"output\"}%s]}",
+       only_out ? "" : ",{\"name\":\"weights\"}");
+  return 0;
+}
+
+/* ---- the checks ---------------------------------------------------------- */
+
+static float max_abs(const float *x, size_t n) {
+  float m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (fabsf(x[i]) > m)
+      m = fabsf(x[i]);
+  return m;
+}
+
+static void check_core(proto_request *req) {
+  const attn_problem *p = &req->prob;
+  size_t nout = (size_t)p->B * p->H * p->Lq * p->Dv;
+  size_t rows = (size_t)p->B * p->H * p->Lq;
+  float *online = malloc(nout * sizeof *online);
+  float *w = req->return_weights ? req->weights : NULL;
+  int rc;
+  FUZZ_CHECK(online != NULL, "out of memory");
+
+  rc = attn_forward(p, req->out, w);
+  FUZZ_CHECK(rc == 0, "attn_forward rc %d", rc);
+  for (size_t i = 0; i < nout; i++)
+    FUZZ_CHECK(isfinite(req->out[i]), "output[%zu] = %g", i,
+               (double)req->out[i]);
+  for (size_t r = 0; w && r < rows; r++) {
+    double sum = 0;
+    for (int j = 0; j < p->Lk; j++) {
+      float x = w[r * (size_t)p->Lk + (size_t)j];
+      FUZZ_CHECK(isfinite(x) && x >= 0.0f && x <= 1.0f,
+                 "weights[%zu][%d] = %g", r, j, (double)x);
+      sum += x;
+    }
+    FUZZ_CHECK(sum == 0.0 || fabs(sum - 1.0) <= 1e-4 * p->Lk,
+               "weights row %zu sums to %.9g", r, sum);
+  }
+
+  /* The online path (no weights) must agree with the materialised one.
+   * Without dropout the output is a convex combination of value rows, so
+   * the two differ by rounding relative to the largest value. */
+  if (w) {
+    rc = attn_forward(p, online, NULL);
+    FUZZ_CHECK(rc == 0, "online attn_forward rc %d", rc);
+    size_t nv = (size_t)p->B * p->Hkv * p->Lk * p->Dv;
+    double tol = 1e-5 * p->Lk * (double)max_abs(p->v, nv) + 1e-30;
+    if (p->dropout_p > 0)
+      tol /= 1.0 - p->dropout_p;
+    for (size_t i = 0; i < nout; i++) {
+      FUZZ_CHECK(isfinite(online[i]), "online output[%zu] = %g", i,
+                 (double)online[i]);
+      FUZZ_CHECK(fabs((double)online[i] - req->out[i]) <= tol,
+                 "output[%zu]: online %.9g, with weights %.9g (tol %g)", i,
+                 (double)online[i], (double)req->out[i], tol);
+    }
+  }
+  free(online);
+  fuzz_check_encode(req);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  static fuzz_build f;  /* 70 KB: off the stack */
+  proto_request req;
+  char err[PROTO_ERR_MAX], hbuf[48];
+  int rc;
+  if (size < 2)
+    return 0;
+  int form = data[0] % 3;
+  data++;
+  size--;
+  if (form == 0) {
+    rc = proto_v1_decode((const char *)data, size, &req, CORE_MAX_ELEMS,
+                         err);
+  } else if (form == 1) {
+    int model = data[0] & 1;
+    data++;
+    size--;
+    const char *hdr = fuzz_split_header(&data, &size, hbuf);
+    rc = proto_v2_decode((const char *)data, size, hdr, model, &req,
+                         CORE_MAX_ELEMS, err);
+  } else {
+    memset(&f, 0, sizeof f);
+    if (build(&f, data, size) != 0)
+      return 0;
+    char hdr[32];
+    snprintf(hdr, sizeof hdr, "%zu", f.jlen);
+    char *body = malloc(f.jlen + f.blen + 1);
+    FUZZ_CHECK(body != NULL, "out of memory");
+    memcpy(body, f.json, f.jlen);
+    memcpy(body + f.jlen, f.bin, f.blen);
+    rc = proto_v2_decode(body, f.jlen + f.blen, hdr, data[0] & 1, &req,
+                         CORE_MAX_ELEMS, err);
+    free(body);
+  }
+  fuzz_check_decode_rc(rc, err);
+  if (getenv("FUZZ_VERBOSE"))  /* to see what the seeds decode to */
+    fprintf(stderr, "form %d: decode rc %d %s\n", form, rc, err);
+  if (rc != 0)
+    return 0;
+  fuzz_check_request(&req);
+  check_core(&req);
+  proto_request_free(&req);
+  return 0;
+}
