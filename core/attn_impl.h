@@ -298,6 +298,10 @@ void attn__write_row_avx2(float *w, int lk, int klo, int khi,
 void attn__sfence_avx2(void);
 #endif
 
+/* dst[c] = src[c] * g with +-inf clamped to +-FLT_MAX and NaN as 0;
+ * dst may be src. */
+void attn__scale_sanitize(float *dst, const float *src, int n, float g);
+
 /* One row of returned weights: w[0, klo) = 0, w[klo, khi) = s * inv,
  * w[khi, lk) = 0.  stream != 0 asks for streaming (non-temporal) stores
  * where the CPU has them, for weights too large to stay in a cache; then

@@ -112,8 +112,7 @@ static void write_out(const attn_problem *p, const attn__task *t,
     float *orow = o + (size_t)r * dv;
     const float *acc = st->acc + (size_t)r * dv;
     if (st->l[r] > 0.0f) {
-      float inv = 1.0f / st->l[r];
-      for (int c = 0; c < dv; c++) orow[c] = attn__sanitize(acc[c] * inv);
+      attn__scale_sanitize(orow, acc, dv, 1.0f / st->l[r]);
     } else {
       memset(orow, 0, (size_t)dv * sizeof *orow);
     }

@@ -139,3 +139,8 @@ void attn__write_weights_done(int stream) {
 #endif
   (void)stream;
 }
+
+ATTN__VEC_CLONES
+void attn__scale_sanitize(float *dst, const float *src, int n, float g) {
+  for (int c = 0; c < n; c++) dst[c] = attn__sanitize(src[c] * g);
+}

@@ -104,7 +104,7 @@ static void finish_out(const attn_problem *p, const attn__task *t,
       zero(orow, (size_t)dv);
       continue;
     }
-    for (int c = 0; c < dv; c++) orow[c] = attn__sanitize(orow[c] * inv[r]);
+    attn__scale_sanitize(orow, orow, dv, inv[r]);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "proto_impl.h"
 
 int proto__buf_reserve(proto__buf *b, size_t extra) {
@@ -23,7 +24,7 @@ int proto__buf_reserve(proto__buf *b, size_t extra) {
       goto err;
     cap *= 2;
   }
-  char *p = realloc(b->p, cap);
+  char *p = mem_realloc(b->p, cap);
   if (!p)
     goto err;
   b->p = p;
@@ -58,7 +59,7 @@ void proto__buf_put_i64(proto__buf *b, long long v) {
 }
 
 void proto__buf_free(proto__buf *b) {
-  free(b->p);
+  mem_free(b->p);
   memset(b, 0, sizeof *b);
 }
 

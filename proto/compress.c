@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <zlib.h>
 
+#include "mem.h"
 #include "proto_impl.h"
 
 #define ERR(...) (snprintf(err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
@@ -31,7 +32,7 @@ static int grow(char **buf, size_t *size, size_t cap) {
   size_t n = *size ? *size * 2 : 64 * 1024;
   if (n > cap + 1)
     n = cap + 1;
-  char *p = realloc(*buf, n);
+  char *p = mem_realloc(*buf, n);
   if (!p)
     return ATTND_ENOMEM;
   *buf = p;
@@ -67,6 +68,8 @@ static int inflate_all(int wb, const char *in, size_t len, size_t cap,
   size_t size = 0, left = len;
   int rc = 1;
   memset(&z, 0, sizeof z);
+  z.zalloc = mem_zalloc;
+  z.zfree = mem_zfree;
   if (inflateInit2(&z, wb) != Z_OK)
     return ATTND_ENOMEM;
   z.next_in = (Bytef *)in;
@@ -96,10 +99,10 @@ static int inflate_all(int wb, const char *in, size_t len, size_t cap,
   *out_len = z.total_out;
   inflateEnd(&z);
   if (rc) {
-    free(buf);
+    mem_free(buf);
     return rc;
   }
-  *out = buf ? buf : malloc(1);
+  *out = buf ? buf : mem_malloc(1);
   return *out ? 0 : ATTND_ENOMEM;
 }
 
@@ -189,10 +192,12 @@ int proto_deflate(const char *coding, const char *in, size_t len,
   if (!wb || len > CHUNK)
     return ATTND_EINVAL;
   memset(&z, 0, sizeof z);
+  z.zalloc = mem_zalloc;
+  z.zfree = mem_zfree;
   if (deflateInit2(&z, 1, Z_DEFLATED, wb, 8, Z_DEFAULT_STRATEGY) != Z_OK)
     return ATTND_ENOMEM;
   size_t cap = deflateBound(&z, (uLong)len) + 32;
-  char *buf = malloc(cap);
+  char *buf = mem_malloc(cap);
   if (!buf) {
     deflateEnd(&z);
     return ATTND_ENOMEM;
@@ -205,7 +210,7 @@ int proto_deflate(const char *coding, const char *in, size_t len,
   *out_len = z.total_out;
   deflateEnd(&z);
   if (zr != Z_STREAM_END) {
-    free(buf);
+    mem_free(buf);
     return ATTND_ENOMEM;
   }
   *out = buf;

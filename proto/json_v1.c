@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mem.h"
 #include "proto_impl.h"
 
 #define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
@@ -67,7 +68,11 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, cJSON **root) {
     return ATTND_ETOOBIG;
   }
   const char *end = NULL;
+  unsigned long failed = mem_thread_failures();
   *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+  /* cJSON returns NULL for bad JSON and for a failed allocation alike */
+  if (!*root && mem_thread_failures() != failed)
+    return ATTND_ENOMEM;
   if (!*root) {
     size_t at = end && end >= body && end <= body + len
                     ? (size_t)(end - body) : 0;

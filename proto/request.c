@@ -6,13 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "proto_impl.h"
 
 void *proto__own(proto_request *req, size_t n) {
   int cap = (int)(sizeof req->owned / sizeof req->owned[0]);
   if (req->n_owned >= cap)
     return NULL; /* more buffers than a v1 request can have: a bug */
-  void *p = calloc(1, n ? n : 1);
+  void *p = mem_calloc(1, n ? n : 1);
   if (p)
     req->owned[req->n_owned++] = p;
   return p;
@@ -22,6 +23,6 @@ void proto_request_free(proto_request *req) {
   if (!req)
     return;
   for (int i = 0; i < req->n_owned; i++)
-    free(req->owned[i]);
+    mem_free(req->owned[i]);
   memset(req, 0, sizeof *req);
 }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "proto_impl.h"
 
 #define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
@@ -112,7 +113,11 @@ static int parse_json(v2_ctx *c, size_t max_elems, cJSON **root) {
              "elements, the server's limit", max_elems);
     return ATTND_ETOOBIG;
   }
+  unsigned long failed = mem_thread_failures();
   *root = cJSON_ParseWithLengthOpts(c->body, c->hlen, &end, 0);
+  /* cJSON returns NULL for bad JSON and for a failed allocation alike */
+  if (!*root && mem_thread_failures() != failed)
+    return ATTND_ENOMEM;
   if (!*root) {
     size_t at = end && end >= c->body && end <= c->body + c->hlen
                     ? (size_t)(end - c->body) : 0;

@@ -1,0 +1,138 @@
+/* mem.c - the allocation wrapper and its failure injection (see mem.h). */
+#include "mem.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+/* > 0: the allocation that brings it from 1 to 0 fails; 0: off. */
+static _Atomic long mem_countdown;
+static _Atomic int mem_persistent;  /* 1: every allocation fails */
+static _Atomic int mem_sticky;      /* persistent failure has started */
+static _Atomic unsigned long mem_injected_n;
+static _Atomic unsigned long mem_calls;
+static _Atomic long mem_live_n;
+static _Thread_local unsigned long mem_thread_failed;
+
+/* 1 when this allocation is to fail. */
+static int mem_should_fail(void) {
+  long v;
+  atomic_fetch_add_explicit(&mem_calls, 1, memory_order_relaxed);
+  if (atomic_load_explicit(&mem_sticky, memory_order_relaxed))
+    goto fail;
+  v = atomic_load_explicit(&mem_countdown, memory_order_relaxed);
+  while (v > 0 && !atomic_compare_exchange_weak(&mem_countdown, &v, v - 1)) {
+  }
+  if (v != 1)
+    return 0;
+  if (atomic_load(&mem_persistent))
+    atomic_store(&mem_sticky, 1);
+fail:
+  atomic_fetch_add(&mem_injected_n, 1);
+  return 1;
+}
+
+/* Counts p as a new live block, or a failure when it is NULL. */
+static void *mem_track(void *p) {
+  if (p)
+    atomic_fetch_add_explicit(&mem_live_n, 1, memory_order_relaxed);
+  else
+    mem_thread_failed++;
+  return p;
+}
+
+void *mem_malloc(size_t n) {
+  if (mem_should_fail())
+    return mem_track(NULL);
+  return mem_track(malloc(n ? n : 1));
+}
+
+void *mem_calloc(size_t count, size_t size) {
+  if (mem_should_fail())
+    return mem_track(NULL);
+  return mem_track(calloc(count ? count : 1, size ? size : 1));
+}
+
+void *mem_realloc(void *p, size_t n) {
+  void *np;
+  if (!p)
+    return mem_malloc(n);
+  if (mem_should_fail()) {
+    mem_thread_failed++;
+    return NULL;
+  }
+  np = realloc(p, n ? n : 1);
+  if (!np)
+    mem_thread_failed++;
+  return np;
+}
+
+void *mem_aligned_alloc(size_t align, size_t n) {
+  n = (n + align - 1) / align * align;
+  if (mem_should_fail())
+    return mem_track(NULL);
+  return mem_track(aligned_alloc(align, n ? n : align));
+}
+
+char *mem_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = mem_malloc(n);
+  if (d)
+    memcpy(d, s, n);
+  return d;
+}
+
+void mem_free(void *p) {
+  if (!p)
+    return;
+  atomic_fetch_sub_explicit(&mem_live_n, 1, memory_order_relaxed);
+  free(p);
+}
+
+void *mem_zalloc(void *opaque, unsigned items, unsigned size) {
+  (void)opaque;
+  if (size && items > SIZE_MAX / size)
+    return NULL;
+  return mem_malloc((size_t)items * size);
+}
+
+void mem_zfree(void *opaque, void *p) {
+  (void)opaque;
+  mem_free(p);
+}
+
+void mem_init(void) {
+  cJSON_Hooks hooks = {mem_malloc, mem_free};
+  cJSON_InitHooks(&hooks);
+}
+
+void mem_fail_at(long n, int persistent) {
+  atomic_store(&mem_countdown, 0);
+  atomic_store(&mem_sticky, 0);
+  atomic_store(&mem_persistent, persistent != 0);
+  atomic_store(&mem_countdown, n > 0 ? n : 0);
+}
+
+long mem_fail_from_env(void) {
+  const char *s = getenv("ATTND_FAIL_ALLOC_AT");
+  char *end;
+  long n;
+  if (!s || !*s)
+    return 0;
+  n = strtol(s, &end, 10);
+  if (n <= 0 || (*end && strcmp(end, "+")))
+    return -1;
+  mem_fail_at(n, *end == '+');
+  return n;
+}
+
+unsigned long mem_thread_failures(void) { return mem_thread_failed; }
+
+unsigned long mem_injected(void) { return atomic_load(&mem_injected_n); }
+
+unsigned long mem_allocations(void) { return atomic_load(&mem_calls); }
+
+long mem_live(void) { return atomic_load(&mem_live_n); }

@@ -1,0 +1,77 @@
+/* mem.h - the one allocation wrapper of proto/ and server/.
+ *
+ * Every allocation on the request path (decode, batching, encode, the
+ * HTTP context and body) goes through these functions, cJSON's included
+ * (mem_init installs them as its hooks) and zlib's (mem_zalloc and
+ * mem_zfree as z_stream.zalloc/zfree).  The core allocates nothing on
+ * the server's path (workers pass it their own scratch).
+ *
+ * They are thin: a pointer from mem_malloc is the C library's, so a
+ * library that frees with free() (MHD's MHD_RESPMEM_MUST_FREE) may be
+ * handed one.  What they add:
+ *
+ * - Failure injection, the way SQLite tests out-of-memory paths
+ *   (test/malloc*.test, "cause the N-th malloc to fail"):
+ *   mem_fail_at(n, persistent) makes the n-th wrapped allocation from
+ *   now on fail (return NULL) - and, when persistent, every one after
+ *   it - until mem_fail_at(0, 0).  attnd arms it from the environment
+ *   variable ATTND_FAIL_ALLOC_AT=N once it is ready (main.c), for the
+ *   integration test; unit tests call mem_fail_at directly.  Off, it
+ *   costs one relaxed atomic load per allocation.
+ * - Counters: allocation calls; allocations that failed on the calling thread (injected or
+ *   real), so that a caller whose library reports an allocation failure
+ *   no differently from bad input (cJSON_Parse returns NULL for both)
+ *   can tell them apart; injected failures in the process; live blocks
+ *   (mem_live, exact while every block is released with mem_free or
+ *   mem_realloc, which unit tests use to check that an error path freed
+ *   everything).
+ *
+ * This module's counters are the only process-wide mutable state of
+ * proto/: atomics, safe from any thread.
+ */
+#ifndef ATTND_MEM_H
+#define ATTND_MEM_H
+
+#include <stddef.h>
+
+/* Installs the wrapper as cJSON's allocator (cJSON_InitHooks).  Call once
+ * at startup, before any thread uses cJSON. */
+void mem_init(void);
+
+void *mem_malloc(size_t n);
+void *mem_calloc(size_t count, size_t size);
+/* As realloc; mem_realloc(NULL, n) allocates.  On failure the old block
+ * is left as it was. */
+void *mem_realloc(void *p, size_t n);
+/* As aligned_alloc, with n rounded up to a multiple of align. */
+void *mem_aligned_alloc(size_t align, size_t n);
+char *mem_strdup(const char *s);
+void mem_free(void *p);
+
+/* zlib's allocator signature (z_stream.zalloc and zfree). */
+void *mem_zalloc(void *opaque, unsigned items, unsigned size);
+void mem_zfree(void *opaque, void *p);
+
+/* Arms failure injection: the n-th wrapped allocation from now fails;
+ * persistent != 0 makes every later one fail too.  n = 0 disarms. */
+void mem_fail_at(long n, int persistent);
+
+/* Reads ATTND_FAIL_ALLOC_AT ("N", or "N+" for persistent) and arms
+ * mem_fail_at accordingly.  Returns N, 0 when the variable is unset, or
+ * -1 when it is not a positive integer. */
+long mem_fail_from_env(void);
+
+/* Failed allocations on the calling thread so far (injected or real). */
+unsigned long mem_thread_failures(void);
+
+/* Injected failures so far, in the whole process. */
+unsigned long mem_injected(void);
+
+/* Wrapped allocation calls so far (failed ones included), in the whole
+ * process: what an N for mem_fail_at counts. */
+unsigned long mem_allocations(void);
+
+/* Blocks allocated and not yet released through this wrapper. */
+long mem_live(void);
+
+#endif /* ATTND_MEM_H */

@@ -1,0 +1,382 @@
+/* test_oom.c - out-of-memory paths of proto/, the SQLite way: for every N,
+ * make the N-th allocation of an operation fail (proto/mem.h), once
+ * (transient) and from then on (persistent), and check that the operation
+ * returns ATTND_ENOMEM - never a wrong answer, never "invalid input" for
+ * a valid request, never a crash - and releases every block it took.
+ * The loop ends at the first N the operation gets through without the
+ * fault firing; that run must give the same answer as a run without
+ * injection.  Covers decode (v1, v2 JSON, v2 binary), encode (v1, v2 with
+ * binary outputs), gzip/deflate both ways, error bodies and metadata.
+ * Leaks are checked through mem_live() here, and by valgrind (make
+ * valgrind) or LeakSanitizer (make SANITIZE=address test). */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "proto/mem.h"
+#include "proto/proto.h"
+
+/* ---- requests ------------------------------------------------------------ */
+
+/* Every v1 field that allocates: tensors of each kind, mask, bias, id. */
+static const char v1_body[] =
+    "{\"query\":[[[0.5,-1,2],[1,1,0]],[[1,2,3],[-1,0.5,0]]],"
+    "\"key\":[[[1,0,0],[0,1,0],[0,0,1]],[[2,0,1],[0,-1,1],[1,1,0]]],"
+    "\"value\":[[[1,2],[3,4],[5,6]],[[-1,0],[0,-1],[2,2]]],"
+    "\"valid_lens\":[2,3],\"causal\":true,\"id\":\"req-7\","
+    "\"mask\":[[true,true,false],[true,true,true]],"
+    "\"bias\":{\"shape\":[1,3],\"data\":[0.5,0,-0.5]}}";
+
+static const char v1_additive[] =
+    "{\"scoring\":\"additive\",\"query\":{\"shape\":[1,2,2],"
+    "\"data\":[1,2,3,4]},\"key\":{\"shape\":[1,2,2],\"data\":[0,1,1,0]},"
+    "\"value\":{\"shape\":[1,2,1],\"data\":[5,6]},"
+    "\"w_q\":[[1,0],[0,1]],\"w_k\":[[1,1],[0,1]],\"w_v\":[1,-1],"
+    "\"return_weights\":false,\"id\":3}";
+
+static const char v2_json[] =
+    "{\"id\":\"v2-json\",\"parameters\":{\"causal\":\"lower_right\"},"
+    "\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP16\",\"shape\":[1,2,2],"
+    "\"data\":[1,0,0,1]},{\"name\":\"key\",\"datatype\":\"FP32\","
+    "\"shape\":[1,3,2],\"data\":[[1,1],[2,0],[0,3]]},{\"name\":\"value\","
+    "\"datatype\":\"BF16\",\"shape\":[1,3,2],\"data\":[1,0,0,1,1,1]},"
+    "{\"name\":\"valid_lens\",\"datatype\":\"INT32\",\"shape\":[1],"
+    "\"data\":[2]}],\"outputs\":[{\"name\":\"weights\"},{\"name\":\"output\"}]}";
+
+/* A v2 binary request: JSON header, then query, key, value FP32 and a BOOL
+ * mask; asks for binary outputs. */
+typedef struct bin_req {
+  char body[1024];
+  size_t len;
+  char hlen[32];
+} bin_req;
+
+static void make_v2_binary(bin_req *r) {
+  static const char hdr[] =
+      "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+      "\"shape\":[1,2,2],\"parameters\":{\"binary_data_size\":16}},"
+      "{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"
+      "\"parameters\":{\"binary_data_size\":24}},"
+      "{\"name\":\"value\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"
+      "\"parameters\":{\"binary_data_size\":24}},"
+      "{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[2,3],"
+      "\"parameters\":{\"binary_data_size\":6}}],"
+      "\"parameters\":{\"binary_data_output\":true}}";
+  static const float q[4] = {1, 0, 0, 2}, k[6] = {1, 1, 2, 0, 0, 3},
+                     v[6] = {1, 0, 0, 1, 1, 1};
+  static const unsigned char m[6] = {1, 1, 0, 1, 0, 1};
+  size_t n = strlen(hdr);
+  memcpy(r->body, hdr, n);
+  memcpy(r->body + n, q, sizeof q);
+  memcpy(r->body + n + 16, k, sizeof k);
+  memcpy(r->body + n + 40, v, sizeof v);
+  memcpy(r->body + n + 64, m, sizeof m);
+  r->len = n + 70;
+  snprintf(r->hlen, sizeof r->hlen, "%zu", n);
+}
+
+/* ---- the loop -------------------------------------------------------------- */
+
+/* One operation under test: runs, returns 0 or an ATTND_E* code, and on
+ * success leaves its result in *out (malloc'd through mem_, *out_len
+ * bytes) for comparison with the reference run. */
+typedef int (*op_fn)(const void *arg, char **out, size_t *out_len);
+
+/* Runs op with the N-th allocation failing for N = 1, 2, ... until a run
+ * does not reach the N-th allocation; returns how many runs failed. */
+static int sweep(const char *name, op_fn op, const void *arg,
+                 int persistent) {
+  char *ref = NULL, *got = NULL;
+  size_t ref_len = 0, got_len = 0;
+  long live0 = mem_live();
+  int rc = op(arg, &ref, &ref_len);
+  ck_assert_msg(rc == 0, "%s: reference run rc %d", name, rc);
+  for (long n = 1;; n++) {
+    unsigned long inj0 = mem_injected();
+    long live = mem_live();
+    mem_fail_at(n, persistent);
+    got = NULL;
+    rc = op(arg, &got, &got_len);
+    mem_fail_at(0, 0);
+    int fired = mem_injected() != inj0;
+    if (!fired) {
+      ck_assert_msg(rc == 0, "%s: rc %d without a failure", name, rc);
+      ck_assert_msg(got_len == ref_len && !memcmp(got, ref, ref_len),
+                    "%s: answer differs from the reference run", name);
+      mem_free(got);
+      mem_free(ref);
+      ck_assert_msg(mem_live() == live0, "%s: %ld blocks leaked", name,
+                    mem_live() - live0);
+      return (int)(n - 1);
+    }
+    /* A failed allocation must surface as ENOMEM, and nothing may be
+     * left allocated; or, where the failure is benign, as the same answer
+     * as without it. */
+    if (rc == 0) {
+      ck_assert_msg(got_len == ref_len && !memcmp(got, ref, ref_len),
+                    "%s: allocation %ld failed and the answer changed",
+                    name, n);
+      mem_free(got);
+    } else {
+      ck_assert_msg(rc == ATTND_ENOMEM, "%s: allocation %ld failed, rc %d "
+                    "(%s), expected ATTND_ENOMEM", name, n, rc,
+                    attnd_strerror(rc));
+    }
+    ck_assert_msg(mem_live() == live, "%s: allocation %ld failed and %ld "
+                  "blocks leaked", name, n, mem_live() - live);
+  }
+}
+
+/* ---- operations ------------------------------------------------------------- */
+
+/* Copies a decoded request's problem as bytes (shape fields and tensors)
+ * so that two decodes can be compared. */
+static int describe(const proto_request *r, char **out, size_t *len) {
+  const attn_problem *p = &r->prob;
+  size_t nq = (size_t)p->B * p->H * p->Lq * p->D;
+  size_t nk = (size_t)p->B * p->Hkv * p->Lk * p->Dk;
+  size_t nv = (size_t)p->B * p->Hkv * p->Lk * p->Dv;
+  size_t n = sizeof(int) * 8 + (nq + nk + nv) * sizeof(float) + 64;
+  char *s = mem_malloc(n), *o = s;
+  if (!s)
+    return ATTND_ENOMEM;  /* counted like the operation's own */
+  memcpy(o, &p->B, sizeof(int) * 8);  /* B, H, Hkv, Lq, Lk, D, Dk, Dv */
+  o += sizeof(int) * 8;
+  memcpy(o, p->q, nq * sizeof(float));
+  o += nq * sizeof(float);
+  memcpy(o, p->k, nk * sizeof(float));
+  o += nk * sizeof(float);
+  memcpy(o, p->v, nv * sizeof(float));
+  o += nv * sizeof(float);
+  o += snprintf(o, 64, "%.20s|%d|%d|%g", r->id_json ? r->id_json : "-",
+                r->return_weights, p->causal, (double)p->scale);
+  *out = s;
+  *len = (size_t)(o - s);
+  return 0;
+}
+
+static int op_v1_decode(const void *arg, char **out, size_t *len) {
+  const char *body = arg;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  int rc = proto_v1_decode(body, strlen(body), &r, 0, err);
+  if (rc) {
+    ck_assert_int_eq(r.n_owned, 0);
+    ck_assert_msg(err[0], "error %d without a message", rc);
+    return rc;
+  }
+  rc = describe(&r, out, len);
+  proto_request_free(&r);
+  return rc;
+}
+
+static int op_v2_json_decode(const void *arg, char **out, size_t *len) {
+  const char *body = arg;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  int rc = proto_v2_decode(body, strlen(body), NULL, PROTO_MODEL_ATTENTION,
+                           &r, 0, err);
+  if (rc) {
+    ck_assert_int_eq(r.n_owned, 0);
+    return rc;
+  }
+  rc = describe(&r, out, len);
+  proto_request_free(&r);
+  return rc;
+}
+
+static int op_v2_binary_decode(const void *arg, char **out, size_t *len) {
+  const bin_req *b = arg;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  int rc = proto_v2_decode(b->body, b->len, b->hlen, PROTO_MODEL_ATTENTION,
+                           &r, 0, err);
+  if (rc) {
+    ck_assert_int_eq(r.n_owned, 0);
+    return rc;
+  }
+  rc = describe(&r, out, len);
+  proto_request_free(&r);
+  return rc;
+}
+
+/* Encoding only: the request is decoded and computed beforehand. */
+static int op_encode(const void *arg, char **out, size_t *len) {
+  size_t json_len;
+  return proto_encode(arg, out, len, &json_len);
+}
+
+static int op_error_body(const void *arg, char **out, size_t *len) {
+  return proto_error_body(arg, out, len);
+}
+
+static int op_metadata(const void *arg, char **out, size_t *len) {
+  (void)arg;
+  char *a, *b;
+  size_t na, nb;
+  int rc = proto_v2_model_metadata(PROTO_MODEL_ADDITIVE, &a, &na);
+  if (rc)
+    return rc;
+  rc = proto_v2_server_metadata("1.0", &b, &nb);
+  if (rc) {
+    mem_free(a);
+    return rc;
+  }
+  mem_free(b);
+  *out = a;
+  *len = na;
+  return 0;
+}
+
+/* Compresses arg with the coding, inflates it back. */
+typedef struct coding_arg {
+  const char *coding;
+  const char *text;
+} coding_arg;
+
+static int op_deflate_inflate(const void *arg, char **out, size_t *len) {
+  const coding_arg *c = arg;
+  char *z, err[PROTO_ERR_MAX];
+  size_t zlen;
+  int rc = proto_deflate(c->coding, c->text, strlen(c->text), &z, &zlen);
+  if (rc)
+    return rc;
+  rc = proto_inflate(c->coding, z, zlen, 1 << 20, out, len, err);
+  mem_free(z);
+  return rc;
+}
+
+/* ---- tests --------------------------------------------------------------------- */
+
+static void decode_compute(proto_request *r, const char *body,
+                           const bin_req *b) {
+  char err[PROTO_ERR_MAX];
+  int rc = b ? proto_v2_decode(b->body, b->len, b->hlen,
+                               PROTO_MODEL_ATTENTION, r, 0, err)
+             : proto_v1_decode(body, strlen(body), r, 0, err);
+  ck_assert_msg(rc == 0, "decode: %s", err);
+  ck_assert_int_eq(attn_forward(&r->prob, r->out,
+                                r->return_weights ? r->weights : NULL), 0);
+}
+
+START_TEST(v1_decode_every_allocation) {
+  for (int persistent = 0; persistent < 2; persistent++) {
+    int n = sweep("v1 decode", op_v1_decode, v1_body, persistent);
+    ck_assert_msg(n >= 20, "only %d allocations: is cJSON hooked?", n);
+    ck_assert_int_gt(sweep("v1 additive decode", op_v1_decode, v1_additive,
+                           persistent), 10);
+  }
+}
+END_TEST
+
+START_TEST(v2_decode_every_allocation) {
+  bin_req b;
+  make_v2_binary(&b);
+  for (int persistent = 0; persistent < 2; persistent++) {
+    ck_assert_int_gt(sweep("v2 json decode", op_v2_json_decode, v2_json,
+                           persistent), 20);
+    ck_assert_int_gt(sweep("v2 binary decode", op_v2_binary_decode, &b,
+                           persistent), 10);
+  }
+}
+END_TEST
+
+START_TEST(encode_every_allocation) {
+  proto_request r1, r2, r3;
+  bin_req b;
+  make_v2_binary(&b);
+  decode_compute(&r1, v1_body, NULL);
+  decode_compute(&r2, v1_additive, NULL);
+  decode_compute(&r3, NULL, &b);
+  for (int persistent = 0; persistent < 2; persistent++) {
+    ck_assert_int_ge(sweep("v1 encode", op_encode, &r1, persistent), 1);
+    ck_assert_int_ge(sweep("v1 flat encode", op_encode, &r2, persistent), 1);
+    ck_assert_int_ge(sweep("v2 binary encode", op_encode, &r3, persistent),
+                     1);
+    ck_assert_int_ge(sweep("error body", op_error_body,
+                           "key: width 3 \"bad\"", persistent), 1);
+    ck_assert_int_ge(sweep("metadata", op_metadata, NULL, persistent), 2);
+  }
+  proto_request_free(&r1);
+  proto_request_free(&r2);
+  proto_request_free(&r3);
+}
+END_TEST
+
+START_TEST(content_coding_every_allocation) {
+  coding_arg gz = {"gzip", v1_body}, df = {"deflate", v2_json};
+  for (int persistent = 0; persistent < 2; persistent++) {
+    ck_assert_int_ge(sweep("gzip", op_deflate_inflate, &gz, persistent), 4);
+    ck_assert_int_ge(sweep("deflate", op_deflate_inflate, &df, persistent),
+                     4);
+  }
+}
+END_TEST
+
+/* The wrapper itself: the countdown, persistence, the counters, and the
+ * environment variable attnd reads. */
+START_TEST(wrapper_counts_and_fails_the_nth) {
+  long live = mem_live();
+  unsigned long inj = mem_injected(), thr = mem_thread_failures();
+  void *a, *b, *c;
+  mem_fail_at(2, 0);
+  a = mem_malloc(8);
+  b = mem_calloc(2, 8);
+  c = mem_strdup("x");
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_null(b);
+  ck_assert_ptr_nonnull(c);  /* transient: only the 2nd fails */
+  ck_assert_uint_eq(mem_injected(), inj + 1);
+  ck_assert_uint_eq(mem_thread_failures(), thr + 1);
+  ck_assert_int_eq(mem_live(), live + 2);
+  mem_fail_at(1, 1);
+  ck_assert_ptr_null(mem_realloc(a, 64));  /* old block intact */
+  ck_assert_ptr_null(mem_aligned_alloc(64, 100));
+  ck_assert_ptr_null(mem_zalloc(NULL, 4, 4));
+  mem_fail_at(0, 0);
+  a = mem_realloc(a, 64);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_int_eq(((uintptr_t)(b = mem_aligned_alloc(64, 100))) % 64, 0);
+  mem_free(a);
+  mem_free(b);
+  mem_free(c);
+  mem_free(NULL);
+  ck_assert_int_eq(mem_live(), live);
+
+  setenv("ATTND_FAIL_ALLOC_AT", "3", 1);
+  ck_assert_int_eq(mem_fail_from_env(), 3);
+  setenv("ATTND_FAIL_ALLOC_AT", "2+", 1);
+  ck_assert_int_eq(mem_fail_from_env(), 2);
+  setenv("ATTND_FAIL_ALLOC_AT", "x", 1);
+  ck_assert_int_eq(mem_fail_from_env(), -1);
+  setenv("ATTND_FAIL_ALLOC_AT", "0", 1);
+  ck_assert_int_eq(mem_fail_from_env(), -1);
+  unsetenv("ATTND_FAIL_ALLOC_AT");
+  ck_assert_int_eq(mem_fail_from_env(), 0);
+  mem_fail_at(0, 0);
+}
+END_TEST
+
+static Suite *oom_suite(void) {
+  Suite *s = suite_create("oom");
+  TCase *tc = tcase_create("oom");
+  tcase_add_test(tc, wrapper_counts_and_fails_the_nth);
+  tcase_add_test(tc, v1_decode_every_allocation);
+  tcase_add_test(tc, v2_decode_every_allocation);
+  tcase_add_test(tc, encode_every_allocation);
+  tcase_add_test(tc, content_coding_every_allocation);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  mem_init();  /* cJSON through the wrapper, as attnd does at startup */
+  SRunner *sr = srunner_create(oom_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
