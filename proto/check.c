@@ -163,17 +163,21 @@ static int add_elems(size_t *total, size_t n) {
 
 int proto__check_budget(proto__check *c) {
   const attn_problem *p = c->p;
-  size_t total = 0, rows, out, w = 0;
+  size_t total = 0, rows, out, w = 0, diag = 0;
   int bad = 0;
   for (int i = 0; i < PROTO__IN_COUNT; i++)
     bad |= add_elems(&total, c->t[i].json ? c->t[i].n : 0);
   bad |= __builtin_mul_overflow((size_t)p->B * (size_t)p->H, (size_t)p->Lq,
                                 &rows);
   bad |= __builtin_mul_overflow(rows, (size_t)p->Dv, &out);
-  if (c->req->return_weights)
+  /* diagnostics need the weights (returned or not) and 4 values a row */
+  if (c->req->return_weights || c->req->diagnostics)
     bad |= __builtin_mul_overflow(rows, (size_t)p->Lk, &w);
-  bad |= add_elems(&total, out) | add_elems(&total, w);
-  bad |= out > SIZE_MAX / 8 || w > SIZE_MAX / 8;
+  if (c->req->diagnostics)
+    bad |= __builtin_mul_overflow(rows, (size_t)4, &diag);
+  bad |= add_elems(&total, out) | add_elems(&total, w) |
+         add_elems(&total, diag);
+  bad |= out > SIZE_MAX / 8 || w > SIZE_MAX / 8 || diag > SIZE_MAX / 8;
   if (bad || (c->max_elems && total > c->max_elems)) {
     if (bad)
       snprintf(c->err, PROTO_ERR_MAX, "request is too large: its tensor "
@@ -184,7 +188,7 @@ int proto__check_budget(proto__check *c) {
                total, c->max_elems);
     return ATTND_ETOOBIG;
   }
-  c->req->out_bytes = (out + w) * sizeof(float);
+  c->req->out_bytes = (out + w + diag) * sizeof(float);
   return 0;
 }
 
@@ -194,10 +198,20 @@ int proto__alloc_outputs(proto__check *c) {
   c->req->out = proto__own(c->req, rows * p->Dv * sizeof(float));
   if (!c->req->out)
     return ATTND_ENOMEM;
-  if (c->req->return_weights) {
+  if (c->req->return_weights || c->req->diagnostics) {
     c->req->weights = proto__own(c->req, rows * p->Lk * sizeof(float));
     if (!c->req->weights)
       return ATTND_ENOMEM;
+  }
+  if (c->req->diagnostics) {
+    /* one buffer, four (B, H, Lq) slices: int32 and float are 4 bytes */
+    char *d = proto__own(c->req, rows * 4 * sizeof(float));
+    if (!d)
+      return ATTND_ENOMEM;
+    c->req->allowed_keys = (int32_t *)(void *)d;
+    c->req->entropy = (float *)(void *)(d + rows * sizeof(float));
+    c->req->max_weight = (float *)(void *)(d + 2 * rows * sizeof(float));
+    c->req->jacobian_norm = (float *)(void *)(d + 3 * rows * sizeof(float));
   }
   return 0;
 }

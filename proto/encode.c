@@ -1,9 +1,12 @@
-/* encode.c - computed request -> {"id": .., "output": .., "weights": ..}.
+/* encode.c - computed request -> {"id": .., "output": .., "weights": ..,
+ * "diagnostics": {..}}.
  *
  * The response mirrors the query's form: nested arrays of the query's rank
  * when the query came nested, {"shape": [..], "data": [..]} when it came
  * flat.  A rank-3 query (B, Lq, D) has H = 1, so its output is printed as
- * (B, Lq, Dv) and its weights as (B, Lq, Lk). */
+ * (B, Lq, Dv) and its weights as (B, Lq, Lk); each diagnostic is shaped
+ * like the output without its last axis, (B, [H,] Lq). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +27,30 @@ static int out_shape(const proto_request *req, int w, int *dims) {
   return r;
 }
 
-static void put_row(proto__buf *b, const float *x, int n) {
+/* A tensor to print: float32 values, or int32 ones (allowed_keys) when
+ * ix is set. */
+typedef struct vals {
+  const float *x;
+  const int32_t *ix;
+} vals;
+
+/* Writes element i of v at s; returns the length written (at most
+ * PROTO__F32_MAX - 1, an int32 included). */
+static int fmt_val(char *s, vals v, size_t i) {
+  if (v.ix)
+    return snprintf(s, PROTO__F32_MAX, "%d", (int)v.ix[i]);
+  return proto__fmt_f32(s, v.x[i]);
+}
+
+static vals offset(vals v, size_t i) {
+  if (v.ix)
+    v.ix += i;
+  else
+    v.x += i;
+  return v;
+}
+
+static void put_row(proto__buf *b, vals x, int n) {
   if (proto__buf_reserve(b, (size_t)n * (PROTO__F32_MAX + 1) + 2))
     return;
   char *s = b->p + b->len;
@@ -32,7 +58,7 @@ static void put_row(proto__buf *b, const float *x, int n) {
   for (int i = 0; i < n; i++) {
     if (i)
       *s++ = ',';
-    s += proto__fmt_f32(s, x[i]);
+    s += fmt_val(s, x, (size_t)i);
   }
   *s++ = ']';
   *s = '\0';
@@ -40,8 +66,7 @@ static void put_row(proto__buf *b, const float *x, int n) {
 }
 
 /* Nested arrays: brackets open and close as the multi-index rolls over. */
-static void put_nested(proto__buf *b, const float *x, const int *dims,
-                       int r) {
+static void put_nested(proto__buf *b, vals x, const int *dims, int r) {
   size_t rows = 1;
   for (int d = 0; d < r - 1; d++)
     rows *= (size_t)dims[d];
@@ -58,7 +83,7 @@ static void put_nested(proto__buf *b, const float *x, const int *dims,
       proto__buf_putc(b, ',');
     for (int i = 0; i < opens; i++)
       proto__buf_putc(b, '[');
-    put_row(b, x + row * (size_t)w, w);
+    put_row(b, offset(x, row * (size_t)w), w);
     /* close the brackets of the axes whose index is at its end */
     rest = row + 1;
     for (int d = r - 2; d >= 0 && rest % (size_t)dims[d] == 0; d--) {
@@ -68,7 +93,7 @@ static void put_nested(proto__buf *b, const float *x, const int *dims,
   }
 }
 
-static void put_flat(proto__buf *b, const float *x, const int *dims, int r) {
+static void put_flat(proto__buf *b, vals x, const int *dims, int r) {
   size_t n = 1;
   proto__buf_puts(b, "{\"shape\":[");
   for (int d = 0; d < r; d++) {
@@ -83,9 +108,10 @@ static void put_flat(proto__buf *b, const float *x, const int *dims, int r) {
     return;
   proto__buf_putc(b, '[');
   for (size_t i = 0; i < n && !b->oom; i++) {
+    char num[PROTO__F32_MAX];
     if (i)
       proto__buf_putc(b, ',');
-    proto__buf_put_f32(b, x[i]);
+    proto__buf_put(b, num, (size_t)fmt_val(num, x, i));
   }
   proto__buf_puts(b, "]}");
 }
@@ -93,18 +119,46 @@ static void put_flat(proto__buf *b, const float *x, const int *dims, int r) {
 static void put_tensor(proto__buf *b, const proto_request *req,
                        const float *x, int w) {
   int dims[4], r = out_shape(req, w, dims);
+  vals v = {x, NULL};
   if (req->flat)
-    put_flat(b, x, dims, r);
+    put_flat(b, v, dims, r);
   else
-    put_nested(b, x, dims, r);
+    put_nested(b, v, dims, r);
+}
+
+/* A (B, H, Lq) diagnostic at the output's rank without its last axis. */
+static void put_diag(proto__buf *b, const proto_request *req, const char *name,
+                     vals v) {
+  int dims[4], r = out_shape(req, 1, dims) - 1;
+  proto__buf_putc(b, '"');
+  proto__buf_puts(b, name);
+  proto__buf_puts(b, "\":");
+  if (req->flat)
+    put_flat(b, v, dims, r);
+  else
+    put_nested(b, v, dims, r);
+}
+
+static void put_diagnostics(proto__buf *b, const proto_request *req) {
+  proto__buf_puts(b, ",\"diagnostics\":{");
+  put_diag(b, req, "allowed_keys", (vals){NULL, req->allowed_keys});
+  proto__buf_putc(b, ',');
+  put_diag(b, req, "entropy", (vals){req->entropy, NULL});
+  proto__buf_putc(b, ',');
+  put_diag(b, req, "max_weight", (vals){req->max_weight, NULL});
+  proto__buf_putc(b, ',');
+  put_diag(b, req, "jacobian_norm", (vals){req->jacobian_norm, NULL});
+  proto__buf_putc(b, '}');
 }
 
 int proto_v1_encode(const proto_request *req, char **body, size_t *len) {
   const attn_problem *p = &req->prob;
   proto__buf b = {0};
   size_t n = (size_t)p->B * p->H * p->Lq * (size_t)p->Dv;
-  if (req->weights)
+  if (req->return_weights && req->weights)
     n += (size_t)p->B * p->H * p->Lq * (size_t)p->Lk;
+  if (req->diagnostics)
+    n += (size_t)p->B * p->H * p->Lq * 4;
   proto__buf_reserve(&b, n * BYTES_PER_FLOAT + 64);
   proto__buf_putc(&b, '{');
   if (req->id_json) {
@@ -118,6 +172,8 @@ int proto_v1_encode(const proto_request *req, char **body, size_t *len) {
     proto__buf_puts(&b, ",\"weights\":");
     put_tensor(&b, req, req->weights, p->Lk);
   }
+  if (req->diagnostics && req->allowed_keys)
+    put_diagnostics(&b, req);
   proto__buf_putc(&b, '}');
   if (b.oom) {
     proto__buf_free(&b);

@@ -30,13 +30,13 @@
 enum field {
   F_QUERY, F_KEY, F_VALUE, F_VALID_LENS, F_MASK, F_BIAS, F_CAUSAL, F_SCALE,
   F_RETURN_WEIGHTS, F_ID, F_SCORING, F_W_Q, F_W_K, F_W_V, F_DROPOUT,
-  F_WINDOW, F_COUNT
+  F_WINDOW, F_DIAGNOSTICS, F_COUNT
 };
 
 static const char *const field_names[F_COUNT] = {
   "query", "key", "value", "valid_lens", "mask", "bias", "causal", "scale",
   "return_weights", "id", "scoring", "w_q", "w_k", "w_v", "dropout",
-  "window"
+  "window", "diagnostics"
 };
 
 typedef struct v1_ctx {
@@ -242,6 +242,21 @@ static int opt_return_weights(v1_ctx *c) {
   return 0;
 }
 
+/* "diagnostics": true asks for the per-row figures; they need the weights,
+ * which are then computed whether or not they are returned. */
+static int opt_diagnostics(v1_ctx *c) {
+  const cJSON *j = c->f[F_DIAGNOSTICS];
+  if (!j)
+    return 0;
+  if (!cJSON_IsBool(j)) {
+    char what[48];
+    proto__describe(j, what, sizeof what);
+    return ERR("diagnostics: expected true or false, got %s", what);
+  }
+  c->req->diagnostics = cJSON_IsTrue(j);
+  return 0;
+}
+
 static int opt_id(v1_ctx *c) {
   const cJSON *j = c->f[F_ID];
   proto__buf b = {0};
@@ -419,9 +434,9 @@ static int decode_root(v1_ctx *c, const cJSON *root) {
   int rc;
   if ((rc = collect_fields(c, root)) || (rc = opt_scoring(c)) ||
       (rc = opt_causal(c)) || (rc = opt_return_weights(c)) ||
-      (rc = opt_dropout(c)) || (rc = qkv_shapes(c)) ||
-      (rc = valid_lens_shape(c)) || (rc = mask_bias_shapes(c)) ||
-      (rc = weight_shapes(c)) || (rc = proto__check_budget(&c->ck)) ||
+      (rc = opt_diagnostics(c)) || (rc = opt_dropout(c)) ||
+      (rc = qkv_shapes(c)) || (rc = valid_lens_shape(c)) ||
+      (rc = mask_bias_shapes(c)) || (rc = weight_shapes(c)) || (rc = proto__check_budget(&c->ck)) ||
       (rc = opt_scale(c)) || (rc = opt_window(c)) || (rc = opt_id(c)) ||
       (rc = fill_all(c)))
     return rc;

@@ -33,10 +33,15 @@ enum proto_model {
   PROTO_MODEL_COUNT
 };
 
-/* The v2 outputs. */
+/* The v2 outputs.  The diagnostics (design.md) are shaped like the output
+ * without its last axis and are computed only when named in "outputs". */
 enum proto_output {
   PROTO_OUT_OUTPUT = 0,     /* "output"  (B, [H,] Lq, Dv) FP32 */
   PROTO_OUT_WEIGHTS = 1,    /* "weights" (B, [H,] Lq, Lk) FP32 */
+  PROTO_OUT_ALLOWED_KEYS,   /* "allowed_keys"  (B, [H,] Lq) INT32 */
+  PROTO_OUT_ENTROPY,        /* "entropy"       (B, [H,] Lq) FP32, nats */
+  PROTO_OUT_MAX_WEIGHT,     /* "max_weight"    (B, [H,] Lq) FP32 */
+  PROTO_OUT_JACOBIAN_NORM,  /* "jacobian_norm" (B, [H,] Lq) FP32 */
   PROTO_OUT_COUNT
 };
 
@@ -49,14 +54,24 @@ typedef struct proto_request {
   int flat;                 /* 1: the query came as {"shape","data"}, so the
                                response uses that form too; 0: nested */
   int return_weights;       /* 1: compute and return the weights */
+  int diagnostics;          /* 1: compute the per-row diagnostics (the
+                               weights are then computed too, into
+                               req->weights, returned or not) */
   char *id_json;            /* the request's "id" printed as JSON (a string
                                or number), or NULL when absent */
 
   float *out;               /* (B, H, Lq, Dv), allocated by the decoder */
-  float *weights;           /* (B, H, Lq, Lk) or NULL when not requested */
+  float *weights;           /* (B, H, Lq, Lk) or NULL when neither the
+                               weights nor diagnostics were requested: the
+                               worker passes it to the core as it is */
+
+  /* Diagnostics, each (B, H, Lq), allocated when req->diagnostics; the
+   * worker fills them with attn_diagnostics after the core ran. */
+  int32_t *allowed_keys;
+  float *entropy, *max_weight, *jacobian_norm;
 
   size_t in_bytes;          /* bytes of decoded input tensors */
-  size_t out_bytes;         /* bytes of out + weights */
+  size_t out_bytes;         /* bytes of out, weights and diagnostics */
 
   void *owned[16];          /* every allocation of this request */
   int n_owned;
@@ -64,7 +79,7 @@ typedef struct proto_request {
   /* v2 only (codec PROTO_CODEC_V2). */
   int model;                /* enum proto_model */
   int outputs[PROTO_OUT_COUNT]; /* enum proto_output, in response order */
-  int n_outputs;            /* 1 or 2 */
+  int n_outputs;            /* 1 to PROTO_OUT_COUNT */
   int binary[PROTO_OUT_COUNT];  /* by enum proto_output: 1 = binary data */
   uint64_t timeout_us;      /* parameter "timeout"; 0 = none given */
 } proto_request;
@@ -85,7 +100,10 @@ int proto_v1_decode(const char *body, size_t len, proto_request *req,
                     size_t max_elems, char err[PROTO_ERR_MAX]);
 
 /* Encodes the response for a computed request: {"id": .., "output": ..,
- * "weights": ..} in the form of the query (nested or flat).  *body is
+ * "weights": .., "diagnostics": {"allowed_keys": .., "entropy": ..,
+ * "max_weight": .., "jacobian_norm": ..}} in the form of the query (nested
+ * or flat); weights only when return_weights, diagnostics only when
+ * requested.  *body is
  * malloc'd and NUL-terminated, *len excludes the NUL; the caller frees it
  * with free().  Returns 0 or ATTND_ENOMEM. */
 int proto_v1_encode(const proto_request *req, char **body, size_t *len);

@@ -175,10 +175,12 @@ int proto__check_valid_lens(proto__check *c);
 int proto__check_mask_bias(proto__check *c);
 /* w_q (Hd, D), w_k (Hd, Dk), w_v (Hd), all present; fills Hd. */
 int proto__check_additive(proto__check *c);
-/* Inputs plus outputs (weights when req->return_weights) within
+/* Inputs plus outputs (weights when req->return_weights or
+ * req->diagnostics, and the four diagnostics when requested) within
  * max_elems; ATTND_ETOOBIG otherwise.  Sets req->out_bytes. */
 int proto__check_budget(proto__check *c);
-/* Allocates req->out and (when return_weights) req->weights. */
+/* Allocates req->out, req->weights (when return_weights or diagnostics)
+ * and the diagnostics (when requested). */
 int proto__alloc_outputs(proto__check *c);
 
 /* ---- datatypes (dtype.c) -------------------------------------------------

@@ -48,6 +48,7 @@ typedef struct v2_ctx {
   int has_header;           /* Inference-Header-Content-Length was sent */
   int model;
   const cJSON *id, *params, *inputs, *outputs;
+  const cJSON *window[2];   /* parameters window_left, window_right */
   proto_request *req;
   attn_problem *p;
   char *err;
@@ -55,8 +56,14 @@ typedef struct v2_ctx {
 
 static const char *const model_names[PROTO_MODEL_COUNT] = {
   "attention", "additive_attention"};
-static const char *const output_names[PROTO_OUT_COUNT] = {"output",
-                                                          "weights"};
+static const char *const output_names[PROTO_OUT_COUNT] = {
+  "output", "weights", "allowed_keys", "entropy", "max_weight",
+  "jacobian_norm"};
+
+/* Outputs returned when a request names none: the diagnostics cost a
+ * weights pass even when the weights are not wanted, so they are returned
+ * only when named. */
+#define DEFAULT_OUTPUTS 2
 
 static void describe(const cJSON *j, char *s, size_t cap) {
   if (cJSON_IsString(j)) {
@@ -244,6 +251,11 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
     if (get_count(j, &x))
       return ERR("parameters.seed: must be an integer in [0, 2^53]");
     c->p->seed = (uint64_t)x;
+  } else if (!strcmp(n, "window_left") || !strcmp(n, "window_right")) {
+    if (!cJSON_IsNull(j) && get_count(j, &x))
+      return ERR("parameters.%s: must be a non-negative integer (or null: "
+                 "unbounded)", n);
+    c->window[n[7] == 'r'] = j;
   } else if (!strcmp(n, "timeout")) {
     if (get_count(j, &x))
       return ERR("parameters.timeout: must be a whole number of "
@@ -263,15 +275,17 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
   char got[48];
   int k;
   if (!cJSON_IsObject(o) || !cJSON_IsString(name))
-    return ERR("outputs[%d]: expected {\"name\": \"output\" or "
-               "\"weights\"}", i);
+    return ERR("outputs[%d]: expected {\"name\": \"output\", \"weights\", "
+               "\"allowed_keys\", \"entropy\", \"max_weight\" or "
+               "\"jacobian_norm\"}", i);
   for (k = 0; k < PROTO_OUT_COUNT; k++)
     if (!strcmp(name->valuestring, output_names[k]))
       break;
   proto__quote_name(name->valuestring, got, sizeof got);
   if (k == PROTO_OUT_COUNT)
     return ERR("outputs[%d]: unknown output '%s' (model %s has output, "
-               "weights)", i, got, model_names[c->model]);
+               "weights, allowed_keys, entropy, max_weight, jacobian_norm)",
+               i, got, model_names[c->model]);
   for (int m = 0; m < c->req->n_outputs; m++)
     if (c->req->outputs[m] == k)
       return ERR("outputs[%d]: output '%s' requested twice", i, got);
@@ -292,21 +306,26 @@ static int params_outputs(v2_ctx *c) {
       if ((rc = param_one(c, j, &bin_all)))
         return rc;
   if (!c->outputs || !c->outputs->child) {
-    /* none listed: every output, with the request-wide binary setting */
-    for (int k = 0; k < PROTO_OUT_COUNT; k++) {
+    /* none listed: output and weights, with the request-wide binary
+     * setting (the diagnostics only when named: DEFAULT_OUTPUTS) */
+    for (int k = 0; k < DEFAULT_OUTPUTS; k++) {
       c->req->outputs[k] = k;
       c->req->binary[k] = bin_all;
     }
-    c->req->n_outputs = PROTO_OUT_COUNT;
+    c->req->n_outputs = DEFAULT_OUTPUTS;
   } else {
     for (const cJSON *o = c->outputs->child; o; o = o->next, i++)
       if ((rc = output_one(c, o, i, bin_all)))
         return rc;
   }
   c->req->return_weights = 0;
-  for (int m = 0; m < c->req->n_outputs; m++)
+  c->req->diagnostics = 0;
+  for (int m = 0; m < c->req->n_outputs; m++) {
     if (c->req->outputs[m] == PROTO_OUT_WEIGHTS)
       c->req->return_weights = 1;
+    if (c->req->outputs[m] >= PROTO_OUT_ALLOWED_KEYS)
+      c->req->diagnostics = 1;
+  }
   return 0;
 }
 
@@ -437,12 +456,31 @@ static int inputs_all(v2_ctx *c) {
 
 /* ---- phase 4: relations, layout, counts ------------------------------------ */
 
+/* parameters window_left / window_right, once Lq and Lk are known: either
+ * turns the window on; an absent or null side is unbounded; a side wider
+ * than the problem is clamped, as /v1 does, so that the core's i - left
+ * and i + right cannot overflow. */
+static void window(v2_ctx *c) {
+  int lim[2] = {c->p->Lq, c->p->Lk}, side[2];
+  if (!c->window[0] && !c->window[1])
+    return;
+  for (int s = 0; s < 2; s++) {
+    const cJSON *j = c->window[s];
+    side[s] = !j || cJSON_IsNull(j) ? -1
+              : j->valuedouble > lim[s] ? lim[s] : (int)j->valuedouble;
+  }
+  c->p->has_window = 1;
+  c->p->window_left = side[0];
+  c->p->window_right = side[1];
+}
+
 static int shapes(v2_ctx *c) {
   int rc;
   if ((rc = proto__check_qkv(&c->ck)) ||
       (rc = proto__check_valid_lens(&c->ck)) ||
       (rc = proto__check_mask_bias(&c->ck)))
     return rc;
+  window(c);
   if (c->model == PROTO_MODEL_ADDITIVE)
     return proto__check_additive(&c->ck);
   return 0;

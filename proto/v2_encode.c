@@ -2,8 +2,8 @@
  * responses (JSON and binary outputs), and the codec dispatch the worker
  * calls.
  *
- * A response lists its outputs in the order the request named them (both,
- * output first, when it named none).  A JSON output carries flat "data";
+ * A response lists its outputs in the order the request named them
+ * (output and weights when it named none).  A JSON output carries flat "data";
  * a binary one carries parameters.binary_data_size instead, and its bytes
  * (float32, little-endian, row-major) follow the JSON part in the same
  * order, as Triton's binary tensor data extension lays them out. */
@@ -15,8 +15,9 @@
 
 static const char *const model_names[PROTO_MODEL_COUNT] = {
   "attention", "additive_attention"};
-static const char *const output_names[PROTO_OUT_COUNT] = {"output",
-                                                          "weights"};
+static const char *const output_names[PROTO_OUT_COUNT] = {
+  "output", "weights", "allowed_keys", "entropy", "max_weight",
+  "jacobian_norm"};
 
 /* The only version of every model. */
 #define MODEL_VERSION "1"
@@ -95,8 +96,13 @@ int proto_v2_model_metadata(int model, char **body, size_t *len) {
   for (int i = 0; i < n; i++)
     put_meta_tensor(&b, ins[i].name, ins[i].dtype, ins[i].rank, i > 0);
   proto__buf_puts(&b, "],\"outputs\":[");
+  /* the diagnostics, (B, H, Lq), are computed only when named */
   put_meta_tensor(&b, "output", "FP32", 4, 0);
   put_meta_tensor(&b, "weights", "FP32", 4, 1);
+  put_meta_tensor(&b, "allowed_keys", "INT32", 3, 1);
+  put_meta_tensor(&b, "entropy", "FP32", 3, 1);
+  put_meta_tensor(&b, "max_weight", "FP32", 3, 1);
+  put_meta_tensor(&b, "jacobian_norm", "FP32", 3, 1);
   proto__buf_puts(&b, "]}");
   return finish(&b, body, len);
 }
@@ -111,7 +117,8 @@ int proto_v2_model_ready(int model, int ready, char **body, size_t *len) {
 
 /* ---- inference responses -------------------------------------------------- */
 
-/* The output's shape at the query's rank; returns the rank. */
+/* The output's shape at the query's rank (a diagnostic: without the last
+ * axis); returns the rank. */
 static int out_dims(const proto_request *req, int which, int *dims) {
   const attn_problem *p = &req->prob;
   int r = 0;
@@ -119,17 +126,37 @@ static int out_dims(const proto_request *req, int which, int *dims) {
   if (req->qrank == 4)
     dims[r++] = p->H;
   dims[r++] = p->Lq;
-  dims[r++] = which == PROTO_OUT_OUTPUT ? p->Dv : p->Lk;
+  if (which == PROTO_OUT_OUTPUT || which == PROTO_OUT_WEIGHTS)
+    dims[r++] = which == PROTO_OUT_OUTPUT ? p->Dv : p->Lk;
   return r;
 }
 
-static const float *out_data(const proto_request *req, int which,
-                             size_t *n) {
+/* The output's elements: float32, or int32 for allowed_keys (the same
+ * size, so n * 4 bytes either way). */
+static const void *out_data(const proto_request *req, int which,
+                            size_t *n) {
   int dims[4], r = out_dims(req, which, dims);
   *n = 1;
   for (int d = 0; d < r; d++)
     *n *= (size_t)dims[d];
-  return which == PROTO_OUT_OUTPUT ? req->out : req->weights;
+  switch (which) {
+  case PROTO_OUT_OUTPUT: return req->out;
+  case PROTO_OUT_WEIGHTS: return req->weights;
+  case PROTO_OUT_ALLOWED_KEYS: return req->allowed_keys;
+  case PROTO_OUT_ENTROPY: return req->entropy;
+  case PROTO_OUT_MAX_WEIGHT: return req->max_weight;
+  default: return req->jacobian_norm;
+  }
+}
+
+static void put_i32s(proto__buf *b, const int32_t *x, size_t n) {
+  proto__buf_putc(b, '[');
+  for (size_t i = 0; i < n && !b->oom; i++) {
+    if (i)
+      proto__buf_putc(b, ',');
+    proto__buf_put_i64(b, x[i]);
+  }
+  proto__buf_putc(b, ']');
 }
 
 static void put_f32s(proto__buf *b, const float *x, size_t n) {
@@ -153,10 +180,12 @@ static void put_f32s(proto__buf *b, const float *x, size_t n) {
 static void put_output(proto__buf *b, const proto_request *req, int which) {
   int dims[4], r = out_dims(req, which, dims);
   size_t n;
-  const float *x = out_data(req, which, &n);
+  const void *x = out_data(req, which, &n);
+  int i32 = which == PROTO_OUT_ALLOWED_KEYS;
   proto__buf_puts(b, "{\"name\":\"");
   proto__buf_puts(b, output_names[which]);
-  proto__buf_puts(b, "\",\"datatype\":\"FP32\",\"shape\":[");
+  proto__buf_puts(b, i32 ? "\",\"datatype\":\"INT32\",\"shape\":["
+                         : "\",\"datatype\":\"FP32\",\"shape\":[");
   for (int d = 0; d < r; d++) {
     if (d)
       proto__buf_putc(b, ',');
@@ -170,7 +199,10 @@ static void put_output(proto__buf *b, const proto_request *req, int which) {
     return;
   }
   proto__buf_puts(b, ",\"data\":");
-  put_f32s(b, x, n);
+  if (i32)
+    put_i32s(b, x, n);
+  else
+    put_f32s(b, x, n);
   proto__buf_putc(b, '}');
 }
 
@@ -179,13 +211,13 @@ static void put_binary(proto__buf *b, const proto_request *req) {
   for (int i = 0; i < req->n_outputs; i++) {
     int which = req->outputs[i];
     size_t n;
-    const float *x = out_data(req, which, &n);
+    const char *x = out_data(req, which, &n);  /* 4-byte elements */
     if (!req->binary[which])
       continue;
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     for (size_t j = 0; j < n; j++) {
       uint32_t v;
-      memcpy(&v, x + j, 4);
+      memcpy(&v, x + 4 * j, 4);
       v = __builtin_bswap32(v);
       proto__buf_put(b, (const char *)&v, 4);
     }

@@ -144,6 +144,7 @@ static void batcher_key_of(const proto_request *r, struct batcher_key *k) {
   k->dims[i++] = p->mask != NULL;
   k->dims[i++] = p->bias != NULL;
   k->dims[i++] = r->return_weights;
+  k->dims[i++] = r->diagnostics;
   k->dims[i++] = p->dropout_p > 0;
   for (j = 0; j < 4; j++) {
     k->strides[j] = p->mask ? p->mask_stride[j] : 0;
@@ -318,7 +319,9 @@ static int batcher_compress(struct batcher_job *job) {
 static int batcher_compute(struct batcher *b, struct batcher_job *job,
                            struct pool_worker *w) {
   const attn_problem *p = &job->req.prob;
-  float *weights = job->req.return_weights ? job->req.weights : NULL;
+  /* proto/ allocated weights when they are returned or the diagnostics
+   * need them; NULL selects the core's online path */
+  float *weights = job->req.weights;
   size_t tasks, bytes;
   void *scratch;
   int nh, rc;
@@ -346,6 +349,10 @@ static int batcher_compute(struct batcher *b, struct batcher_job *job,
              : 0;
   if (rc != 0)
     return rc;
+  if (job->req.diagnostics &&
+      attn_diagnostics(p, weights, job->req.allowed_keys, job->req.entropy,
+                       job->req.max_weight, job->req.jacobian_norm) != 0)
+    return ATTND_EINTERNAL;
   if (proto_encode(&job->req, &job->body, &job->body_len, &job->json_len))
     return ATTND_ENOMEM;
   job->plain_len = job->body_len;

@@ -77,6 +77,12 @@ def _as4(t, rank):
 
 def attention(req):
     """Returns (output, weights) for a /v1/attention request dict."""
+    out, wts, _ = _attention(req)
+    return out, wts
+
+
+def _attention(req):
+    """(output, weights, allowed key count per row) of a request dict."""
     q, k, v = req["query"], req["key"], req["value"]
     rank = len(shape_of(q))
     Q, K, V = _as4(q, rank), _as4(k, rank), _as4(v, rank)
@@ -122,6 +128,7 @@ def attention(req):
 
     out = [[[[0.0] * Dv for _ in range(Lq)] for _ in range(H)] for _ in range(B)]
     wts = [[[[0.0] * Lk for _ in range(Lq)] for _ in range(H)] for _ in range(B)]
+    counts = [[[0] * Lq for _ in range(H)] for _ in range(B)]
     for b in range(B):
         for h in range(H):
             g = h // (H // Hkv)
@@ -143,6 +150,7 @@ def attention(req):
                         idx = [b, h, i, j] if rank == 4 else [b, i, j]
                         x += _bcast_get(bias, bshape, idx)
                     s[j] = x
+                counts[b][h][i] = len(s)
                 if not s:
                     continue
                 m = max(s.values())
@@ -160,7 +168,44 @@ def attention(req):
     if rank == 3:
         out = [o[0] for o in out]
         wts = [w[0] for w in wts]
-    return out, wts
+        counts = [c[0] for c in counts]
+    return out, wts, counts
+
+
+def row_diagnostics(a, allowed):
+    """The four per-row figures of one row of weights a (float64 sums):
+    entropy in nats, largest weight and the Frobenius norm of the softmax
+    Jacobian diag(a) - a a^T, summed entry by entry (not by the closed
+    form, so that the two are checked against each other).  A row with no
+    allowed key is 0 everywhere."""
+    if allowed == 0:
+        return {"allowed_keys": 0, "entropy": 0.0, "max_weight": 0.0, "jacobian_norm": 0.0}
+    n = len(a)
+    fro2 = 0.0
+    for i in range(n):
+        for j in range(n):
+            x = (a[i] if i == j else 0.0) - a[i] * a[j]
+            fro2 += x * x
+    return {"allowed_keys": allowed,
+            "entropy": -sum(x * math.log(x) for x in a if x > 0.0),
+            "max_weight": max(a),
+            "jacobian_norm": math.sqrt(fro2)}
+
+
+DIAGNOSTICS = ("allowed_keys", "entropy", "max_weight", "jacobian_norm")
+
+
+def diagnostics(req):
+    """The per-row diagnostics of a request (design.md), each a nested list
+    shaped like the output without its last axis, (B, [H,] Lq), computed
+    from the float64 reference weights."""
+    _, wts, counts = _attention(req)
+    rows = flatten(counts)
+    Lk = shape_of(wts)[-1]
+    flat_w = flatten(wts)
+    shape = shape_of(counts)
+    per = [row_diagnostics(flat_w[r * Lk:(r + 1) * Lk], c) for r, c in enumerate(rows)]
+    return {name: nest([d[name] for d in per], shape) for name in DIAGNOSTICS}
 
 
 def rand_request(seed, B=2, H=None, Hkv=None, Lq=5, Lk=7, D=4, Dv=3):

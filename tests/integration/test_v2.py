@@ -133,7 +133,9 @@ class EndpointTest(V2Case):
                 q = meta["inputs"][0]
                 self.assertEqual((q["datatype"], q["shape"]), ("FP32", [-1, -1, -1, -1]))
                 self.assertEqual(dict((o["name"], o["datatype"]) for o in meta["outputs"]),
-                                 {"output": "FP32", "weights": "FP32"})
+                                 {"output": "FP32", "weights": "FP32",
+                                  "allowed_keys": "INT32", "entropy": "FP32",
+                                  "max_weight": "FP32", "jacobian_norm": "FP32"})
 
     def test_model_ready(self):
         for path in ("/v2/models/attention/ready", "/v2/models/attention/versions/1/ready",
