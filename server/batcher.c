@@ -46,6 +46,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "../proto/mem.h"
 #include "clock.h"
 #include "log.h"
 #include "pool.h"
@@ -161,7 +162,7 @@ static struct batcher_queue *batcher_queue_for(struct batcher *b,
       return &b->queues[i];
   if (b->nq == b->capq) {
     size_t cap = b->capq ? b->capq * 2 : 8;
-    struct batcher_queue *nqs = realloc(b->queues, cap * sizeof *nqs);
+    struct batcher_queue *nqs = mem_realloc(b->queues, cap * sizeof *nqs);
     if (!nqs)
       return NULL;
     b->queues = nqs;
@@ -307,7 +308,7 @@ static int batcher_compress(struct batcher_job *job) {
     return 0;
   if (proto_deflate(job->coding, job->body, job->body_len, &z, &zlen) != 0)
     return 0;
-  free(job->body);
+  mem_free(job->body);
   job->body = z;
   job->body_len = zlen;
   job->compressed = 1;
@@ -724,7 +725,7 @@ void batcher_stop(struct batcher *b) {
   if (rc != 0)
     log_error("batcher: uv_loop_close: %s", uv_strerror(rc));
   pthread_mutex_destroy(&b->mu);
-  free(b->queues);
+  mem_free(b->queues);
   free(b->slots);
   free(b);
 }

@@ -42,6 +42,7 @@
 #include "config.h"
 #include "log.h"
 #include "status.h"
+#include "../proto/mem.h"
 
 enum http_req_state { REQ_RECEIVING, REQ_QUEUED, REQ_JOB_DONE, REQ_ANSWERED };
 
@@ -97,7 +98,7 @@ static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
       len, body, own ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
   if (!resp) {
     if (own)
-      free(body);
+      mem_free(body);
     return MHD_NO;
   }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
@@ -132,7 +133,7 @@ static const char *http_compress(struct http_req *r, char **body,
   size_t zlen;
   if (!coding || proto_deflate(coding, *body, *len, &z, &zlen) != 0)
     return NULL;
-  free(*body);
+  mem_free(*body);
   *body = z;
   *len = zlen;
   return coding;
@@ -412,7 +413,7 @@ static enum MHD_Result http_post_begin(struct http_req *r) {
     }
     /* Reserve once; a wrong Content-Length only costs a realloc. */
     if (!r->unauth) {
-      r->body = malloc(n ? (size_t)n : 1);
+      r->body = mem_malloc(n ? (size_t)n : 1);
       r->cap = r->body ? (size_t)n : 0;
     }
   }
@@ -428,14 +429,14 @@ static void http_post_chunk(struct http_req *r, const char *data, size_t n) {
     return;
   if (n > r->h->cfg.max_body - r->len) {
     r->too_big = 1;
-    free(r->body);
+    mem_free(r->body);
     r->body = NULL;
     r->len = r->cap = 0;
     return;
   }
   if (r->len + n > r->cap) {
     size_t cap = r->cap * 2 > r->len + n ? r->cap * 2 : r->len + n + 4096;
-    char *nb = realloc(r->body, cap);
+    char *nb = mem_realloc(r->body, cap);
     if (!nb) {
       r->too_big = -1;  /* out of memory: answered on the final call */
       return;
@@ -489,8 +490,8 @@ static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
                          r->model, &r->job.req, h->cfg.max_elems, err);
   else if (rc == 0)
     rc = proto_v1_decode(b, n, &r->job.req, h->cfg.max_elems, err);
-  free(plain);
-  free(r->body);
+  mem_free(plain);
+  mem_free(r->body);
   r->body = NULL;
   return rc;
 }
@@ -578,17 +579,37 @@ static enum MHD_Result http_post_answer(struct http_req *r) {
 
 /* ---- MHD callbacks ---------------------------------------------------- */
 
+/* The context of a request whose own context could not be allocated: its
+ * body is read and dropped, then it is answered 503 (http_answer_oom). */
+static char http_oom_ctx;
+
+static enum MHD_Result http_answer_oom(struct MHD_Connection *c) {
+  static char oom[] = "{\"error\": \"out of memory\"}";
+  struct MHD_Response *resp = MHD_create_response_from_buffer(
+      sizeof oom - 1, oom, MHD_RESPMEM_PERSISTENT);
+  enum MHD_Result ret;
+  if (!resp)
+    return MHD_NO;
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, http_json);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  ret = MHD_queue_response(c, 503, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
 /* First call of any request: allocate the context and route. */
 static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   void **con_cls) {
   const struct http_route *route;
-  struct http_req *r = calloc(1, sizeof *r);
+  struct http_req *r = mem_calloc(1, sizeof *r);
   char msg[PROTO_ERR_MAX];
   int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 
-  if (!r)
-    return MHD_NO;
+  if (!r) {
+    *con_cls = &http_oom_ctx;
+    return MHD_YES;
+  }
   r->h = h;
   r->conn = c;
   r->url = url;
@@ -624,6 +645,12 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c,
   (void)version;
   if (!r)
     return http_begin(cls, c, url, method, con_cls);
+  if (*con_cls == &http_oom_ctx) {
+    if (!*upload_data_size)
+      return http_answer_oom(c);
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
   switch (r->state) {
   case REQ_RECEIVING:
     if (*upload_data_size) {
@@ -650,8 +677,10 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   struct log_access a;
   (void)c;
   (void)toe;
-  if (!r)
+  if (!r || *con_cls == &http_oom_ctx) {
+    *con_cls = NULL;
     return;
+  }
   a.method = r->method;
   a.path = r->url;
   a.status = r->status;
@@ -663,10 +692,10 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   a.compute_ns = r->job.started_ns ? r->job.finished_ns - r->job.started_ns
                                    : 0;
   log_access(&a);
-  free(r->body);
-  free(r->job.body);
+  mem_free(r->body);
+  mem_free(r->job.body);
   proto_request_free(&r->job.req);
-  free(r);
+  mem_free(r);
   *con_cls = NULL;
   metrics_add_inflight(h->m, -1);
   atomic_fetch_sub(&h->active, 1);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "../proto/mem.h"
 #include "batcher.h"
 #include "clock.h"
 #include "config.h"
@@ -174,6 +175,8 @@ int main(int argc, char **argv) {
   struct metrics *m = NULL;
   struct batcher *b = NULL;
   struct http *h = NULL;
+  long fail_at = 0;         /* ATTND_FAIL_ALLOC_AT (proto/mem.h) */
+  unsigned long allocs = 0;
   int rc = config_parse(&cfg, argc, argv, stdout, stderr);
 
   if (rc == CONFIG_EXIT)
@@ -185,6 +188,7 @@ int main(int argc, char **argv) {
   log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
   main_config_parts(&cfg, &bc, &hc);
   main_raise_nofile(cfg.max_conns);
+  mem_init();  /* cJSON's allocator, before any thread */
   /* One BLAS thread per worker: the workers are the parallelism. */
   openblas_set_num_threads(1);
   if (main_signals() != 0 || !(m = metrics_new()) ||
@@ -198,6 +202,13 @@ int main(int argc, char **argv) {
     goto out;
   }
   http_set_state(h, HTTP_READY);
+  /* A test setting: fail the N-th allocation from here on. */
+  if ((fail_at = mem_fail_from_env()) > 0)
+    log_info("ATTND_FAIL_ALLOC_AT: allocation %ld from now will fail",
+             fail_at);
+  else if (fail_at < 0)
+    log_error("ATTND_FAIL_ALLOC_AT: not a positive integer; ignored");
+  allocs = mem_allocations();
   log_info(strchr(cfg.host, ':') ? "listening on [%s]:%d (%d workers)"
                                   : "listening on %s:%d (%d workers)",
            cfg.host, http_port(h), cfg.workers);
@@ -207,6 +218,9 @@ int main(int argc, char **argv) {
     log_error("drain: jobs still running; exiting without cleanup");
     _exit(1);
   }
+  if (fail_at > 0)
+    log_info("failure injection: %lu of %lu allocations failed",
+             mem_injected(), mem_allocations() - allocs);
   log_info("stopped");
   rc = 0;
 out:

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../core/attnd_err.h"
+#include "../proto/mem.h"
 #include "config.h"
 
 /* HTTP statuses attnd can send; anything else is counted as "other". */
@@ -132,7 +133,7 @@ static void metrics_printf(struct metrics_buf *b, const char *fmt, ...) {
       b->len += (size_t)n;
       return;
     }
-    char *np = realloc(b->p, b->cap * 2 + (size_t)n);
+    char *np = mem_realloc(b->p, b->cap * 2 + (size_t)n);
     if (!np) {
       b->oom = 1;
       return;
@@ -223,7 +224,7 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
 }
 
 int metrics_render(struct metrics *m, char **body, size_t *len) {
-  struct metrics_buf b = {malloc(8192), 0, 8192, 0};
+  struct metrics_buf b = {mem_malloc(8192), 0, 8192, 0};
   if (!b.p)
     return ATTND_ENOMEM;
   metrics_render_requests(&b, m);
@@ -241,7 +242,7 @@ int metrics_render(struct metrics *m, char **body, size_t *len) {
   metrics_hist_render(&b, "attnd_batch_size", "", &m->batch_size,
                       metrics_batch_bounds, N_BATCH, 1);
   if (b.oom) {
-    free(b.p);
+    mem_free(b.p);
     return ATTND_ENOMEM;
   }
   *body = b.p;

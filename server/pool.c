@@ -17,6 +17,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "../proto/mem.h"
+
 struct pool_worker {
   struct pool *pool;
   pthread_t thread;
@@ -126,10 +128,10 @@ void *pool_scratch(struct pool_worker *w, size_t bytes) {
   cap = (cap + 63) & ~(size_t)63;
   if (cap == 0)
     cap = 64;
-  np = aligned_alloc(64, cap);
+  np = mem_aligned_alloc(64, cap);
   if (!np)
     return NULL;
-  free(w->scratch);
+  mem_free(w->scratch);
   w->scratch = np;
   w->scratch_cap = cap;
   return np;
@@ -146,7 +148,7 @@ void pool_stop(struct pool *p) {
   for (i = 0; i < p->n; i++)
     pthread_join(p->workers[i].thread, NULL);
   for (i = 0; i < p->n; i++)
-    free(p->workers[i].scratch);
+    mem_free(p->workers[i].scratch);
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->mu);
   free(p->workers);

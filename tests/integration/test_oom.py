@@ -1,0 +1,145 @@
+"""Out-of-memory paths of the real attnd, the SQLite way: for every N, a
+fresh attnd whose N-th allocation after start-up fails
+(ATTND_FAIL_ALLOC_AT=N, proto/mem.h) gets one request, then the same
+request again.  Through decoding, batching, computing and encoding:
+
+  * the first answer is a 500 or 503 with a JSON {"error": "..."} body, or,
+    where the failure is benign (a response that could not be compressed
+    goes out uncompressed), the correct answer;
+  * the second answer is the correct one: the server keeps serving;
+  * attnd exits 0 on SIGTERM - under valgrind (make valgrind) or
+    LeakSanitizer (make SANITIZE=address test) that also means it leaked
+    nothing.
+
+A first run with the fault set past the end counts the allocations the
+request makes (attnd logs the count and the failures at exit); N then
+covers every one of them.  Under valgrind, where each start costs
+seconds, N advances in steps of VALGRIND_STRIDE.
+"""
+
+import gzip
+import json
+import os
+import re
+import struct
+import sys
+import unittest
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+VALGRIND_STRIDE = 7
+INJECTED_RE = re.compile(r"failure injection: (\d+) of (\d+) allocations failed")
+
+V1_BODY = json.dumps({
+    "query": [[[1, 0], [0, 2]]], "key": [[[1, 1], [2, 0], [0, 3]]],
+    "value": [[[1, 0], [0, 1], [1, 1]]], "valid_lens": [3],
+    "causal": True, "id": "oom"}).encode()
+
+
+def v2_binary_body():
+    """A gzip-compressed v2 request with binary inputs and outputs:
+    returns (body, headers)."""
+    header = json.dumps({
+        "inputs": [
+            {"name": "query", "datatype": "FP32", "shape": [1, 2, 2],
+             "parameters": {"binary_data_size": 16}},
+            {"name": "key", "datatype": "FP16", "shape": [1, 3, 2],
+             "parameters": {"binary_data_size": 12}},
+            {"name": "value", "datatype": "FP32", "shape": [1, 3, 2],
+             "parameters": {"binary_data_size": 24}}],
+        "parameters": {"binary_data_output": True}}).encode()
+    raw = (header + struct.pack("<4f", 1, 0, 0, 2) +
+           struct.pack("<6e", 1, 1, 2, 0, 0, 3) +
+           struct.pack("<6f", 1, 0, 0, 1, 1, 1))
+    return gzip.compress(raw), {
+        "Inference-Header-Content-Length": str(len(header)),
+        "Content-Encoding": "gzip", "Accept-Encoding": "deflate"}
+
+
+def decoded(headers, body):
+    coding = headers.get("content-encoding")
+    if coding == "gzip":
+        return gzip.decompress(body)
+    if coding == "deflate":
+        return zlib.decompress(body)
+    return body
+
+
+class FailEveryAllocation(unittest.TestCase):
+
+    def run_one(self, n, method, path, body, headers, twice):
+        """Starts attnd failing allocation n, sends the request (twice when
+        asked), stops it; returns (answers, injected, allocations)."""
+        srv = harness.Attnd(["--workers", "1"],
+                            env={"ATTND_FAIL_ALLOC_AT": str(n)})
+        try:
+            answers = [srv.request(method, path, body, headers)
+                       for _ in range(2 if twice else 1)]
+        finally:
+            code = srv.stop()
+        log = "".join(srv.log)
+        self.assertEqual(code, 0, "allocation %d: exit %d\n%s"
+                         % (n, code, log[-3000:]))
+        m = INJECTED_RE.search(log)
+        self.assertIsNotNone(m, "attnd did not report the injection:\n"
+                             + log[-3000:])
+        return answers, int(m.group(1)), int(m.group(2))
+
+    def sweep(self, name, method, path, body=None, headers=None,
+              same_answer=True):
+        """Fails each allocation the request makes in turn; returns how
+        many allocations that was."""
+        # Counting run: the fault set past the end never fires.
+        answers, injected, total = self.run_one(10 ** 9, method, path, body,
+                                                headers, False)
+        st, hd, data = answers[0]
+        self.assertEqual((st, injected), (200, 0), data[:200])
+        want = decoded(hd, data)
+        self.assertGreater(total, 0)
+        step = VALGRIND_STRIDE if harness.VALGRIND else 1
+        for n in range(1, total + 1, step):
+            where = "%s, allocation %d of %d" % (name, n, total)
+            answers, injected, _ = self.run_one(n, method, path, body,
+                                                headers, True)
+            (st, hd, data), (st2, hd2, data2) = answers
+            self.assertEqual(injected, 1, where)
+            self.assertEqual(st2, 200, "%s: the request after the failure "
+                             "got %d %r" % (where, st2, data2[:200]))
+            if same_answer:
+                self.assertEqual(decoded(hd2, data2), want, where)
+            if st == 200:  # benign: e.g. the answer went out uncompressed
+                if same_answer:
+                    self.assertEqual(decoded(hd, data), want, where)
+                continue
+            self.assertIn(st, (500, 503), "%s: %d %r" % (where, st, data[:200]))
+            self.assertTrue(hd.get("content-type", "").startswith(
+                "application/json"), where)
+            err = json.loads(decoded(hd, data))
+            self.assertIsInstance(err.get("error"), str, where)
+            self.assertTrue(err["error"], where)
+            if st == 503:
+                self.assertIn("retry-after", hd, where)
+        return total
+
+    def test_v1_json_compressed_answer(self):
+        # cJSON's nodes, the tensors, the queue, scratch, the answer, zlib
+        self.assertGreater(self.sweep(
+            "v1", "POST", "/v1/attention", V1_BODY,
+            {"Content-Type": "application/json", "Accept-Encoding": "gzip"}),
+            30)
+
+    def test_v2_binary_gzip_body(self):
+        body, headers = v2_binary_body()
+        self.assertGreater(self.sweep(
+            "v2 binary", "POST", "/v2/models/attention/infer", body,
+            headers), 30)
+
+    def test_metadata_and_metrics(self):
+        self.sweep("v2 metadata", "GET", "/v2/models/additive_attention")
+        self.sweep("metrics", "GET", "/metrics", same_answer=False)
+
+
+if __name__ == "__main__":
+    harness.main()
