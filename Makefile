@@ -10,6 +10,7 @@
 #   make deploy-test     validate deploy/ offline and run it with podman
 #   make browser-test    the playground page in headless chromium
 #   make bench           build/attnd-bench and the numpy peer: one table
+#   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off (wrk)
 #   make SANITIZE=address,undefined test
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (tests/fuzz)
 #
@@ -144,6 +145,14 @@ $(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o $(BUILD)/libattnd.a
 
 bench: $(BUILD)/attnd-bench
 	@sh tests/bench/run.sh
+	@$(MAKE) --no-print-directory http-bench
+
+# The HTTP benchmarks (tests/load/): attnd against nginx and a FastAPI +
+# numpy peer (table, ratios, docs/bench-http.png), then batching on and
+# off.  wrk, nginx, gnuplot and the peer's packages come from Debian.
+http-bench: all
+	@sh tests/load/bench_http.sh
+	@sh tests/load/bench_batching.sh
 
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
@@ -189,6 +198,6 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench fuzz fuzz-build fuzz-if-clang
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench fuzz fuzz-build fuzz-if-clang http-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

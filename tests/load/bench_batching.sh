@@ -1,0 +1,48 @@
+#!/bin/sh
+# bench_batching.sh - attnd with batching on (default) and off
+# (--max-batch 1) under wrk, tiny /v1/attention requests (1x1x16x16x32 with
+# weights), at 1 and 64 connections; prints requests/s and latency
+# percentiles side by side and the ratios.  A benchmark, not a test.
+#
+#   sh tests/load/bench_batching.sh            (or: make http-bench)
+#
+# Knobs (environment): BENCH_SECONDS (5) per run, BENCH_ROUNDS (3): the
+# on/off runs alternate, round after round, and the table shows each
+# figure's median, so that a noisy neighbour hurts both sides alike.
+# Both servers run for the whole benchmark on their own loopback ports,
+# with the default --workers (cores); only one is loaded at a time.
+set -eu
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/tests/load/lib.sh"
+
+SECS=${BENCH_SECONDS:-5}
+ROUNDS=${BENCH_ROUNDS:-3}
+
+load_need wrk curl
+[ -x "$ROOT/build/attnd" ] || make -C "$ROOT" --no-print-directory all
+load_bodies
+load_attnd on
+load_attnd off --max-batch 1
+BODY="$LOAD_TMP/bodies/tiny.json"
+
+echo "batching benchmark: $ROUNDS rounds x ${SECS}s, tiny JSON, $(nproc) cores" >&2
+for c in 1 64; do
+  # A short warm-up of each server at this concurrency.
+  load_wrk warm $c 1 "$ATTND_URL_on" post.lua LOAD_BODY="$BODY" 2>/dev/null
+  load_wrk warm $c 1 "$ATTND_URL_off" post.lua LOAD_BODY="$BODY" 2>/dev/null
+done
+before_on=$(curl -s "$ATTND_URL_on/metrics")
+r=1
+while [ $r -le "$ROUNDS" ]; do
+  for c in 1 64; do
+    load_wrk on $c "$SECS" "$ATTND_URL_on" post.lua LOAD_BODY="$BODY"
+    load_wrk off $c "$SECS" "$ATTND_URL_off" post.lua LOAD_BODY="$BODY"
+  done
+  r=$((r + 1))
+done
+after_on=$(curl -s "$ATTND_URL_on/metrics")
+after_off=$(curl -s "$ATTND_URL_off/metrics")
+printf '%s\n' "$before_on" >"$LOAD_TMP/metrics_on_before"
+printf '%s\n' "$after_on" >"$LOAD_TMP/metrics_on_after"
+printf '%s\n' "$after_off" >"$LOAD_TMP/metrics_off_after"
+python3 "$LOAD_DIR/report.py" batching "$LOAD_TMP"
