@@ -364,7 +364,7 @@ try {
     await checkDrawing(page, r, response, (i, j) => j >= i - 2 && j <= i + 1 && j !== 5);
   });
 
-  await test('diagnostics: a per-row table when the server returns them, hidden otherwise', async () => {
+  await test('diagnostics: the per-row table matches the rendered weights, hidden when not asked', async () => {
     await fill(page, { preset: '', B: 1, H: 1, Lq: 5, Lk: 5, D: 8, Dv: 2, seed: 4, causal: 'upper_left',
       valid_lens: '', window_left: '', window_right: '', scale: '', mask: '' });
     await page.check('#diagnostics');
@@ -372,36 +372,86 @@ try {
     let got;
     try {
       got = await runOk(page);
-    } catch (e) {
-      if (/unknown field 'diagnostics'/.test(e.message)) {
-        throw new Error('attnd rejects the request field "diagnostics" that design.md lists ' +
-          '(Diagnostics, optional); the page shows: ' + e.message.replace('page shows an error: ', ''));
-      }
-      throw e;
     } finally {
       await page.uncheck('#diagnostics');
     }
     const { render: r, response } = got;
     const body = JSON.parse(await page.locator('#request-json').textContent());
     assert(body.diagnostics === true, 'diagnostics not requested');
-    const visible = await page.locator('#diag-section').isVisible();
-    if (response.diagnostics) {
-      assert(visible, 'the response has diagnostics but the table is hidden');
-      const rows = await page.locator('#diag-wrap tbody tr').allInnerTexts();
-      assert(rows.length === 5, `${rows.length} diagnostics rows, want 5`);
-      const d = response.diagnostics;
-      const allowed = Array.isArray(d.allowed_keys) ? d.allowed_keys[0] : d.allowed_keys.data;
-      for (let i = 0; i < 5; i++) assert(Number(allowed[i]) === i + 1, `allowed_keys[${i}] = ${allowed[i]}`);
-      const cells = await page.locator('#diag-wrap tbody tr').nth(4).locator('td').allTextContents();
-      assert(Number(cells[0]) === 5, 'table allowed keys of row 4: ' + cells[0]);
-      const ent = -r.weights[4].reduce((s, w) => s + (w > 0 ? w * Math.log(w) : 0), 0);
-      near(Number(cells[1]), ent, 2e-3, 'entropy of row 4 in the table');
-    } else {
-      assert(!visible, 'no diagnostics in the response, yet the table is shown');
-      assert(/no diagnostics/.test(await page.locator('#status').textContent()), 'status does not say diagnostics are missing');
+    assert(response.diagnostics, 'the response has no diagnostics');
+    assert(await page.locator('#diag-section').isVisible(), 'the diagnostics table is hidden');
+    const d = response.diagnostics;
+    for (const f of ['allowed_keys', 'entropy', 'max_weight', 'jacobian_norm']) {
+      assert(Array.isArray(d[f]) && d[f].length === 1 && d[f][0].length === 5,
+        `diagnostics.${f} is not shaped (B, Lq) = (1, 5): ${JSON.stringify(d[f])}`);
     }
+    const rows = await page.locator('#diag-wrap tbody tr').allInnerTexts();
+    assert(rows.length === 5, `${rows.length} diagnostics rows, want 5`);
+    for (let i = 0; i < 5; i++) {
+      // causal: row i may attend to keys 0..i
+      assert(d.allowed_keys[0][i] === i + 1, `allowed_keys[${i}] = ${d.allowed_keys[0][i]}`);
+      const a = r.weights[i];
+      const s2 = a.reduce((s, w) => s + w * w, 0);
+      const s3 = a.reduce((s, w) => s + w * w * w, 0);
+      const want = [i + 1, -a.reduce((s, w) => s + (w > 0 ? w * Math.log(w) : 0), 0), Math.max(...a),
+        Math.sqrt(Math.max(0, s2 - 2 * s3 + s2 * s2))];
+      const cells = await page.locator('#diag-wrap tbody tr').nth(i).locator('td').allTextContents();
+      assert(cells.length === 4, `row ${i}: ${cells.length} cells`);
+      ['allowed keys', 'entropy', 'max weight', 'Jacobian norm'].forEach((what, k) => {
+        near(Number(cells[k]), want[k], 1e-3 + 1e-3 * Math.abs(want[k]), `${what} of row ${i} in the table`);
+      });
+    }
+    // row 0 sees one key: one-hot, entropy 0, Jacobian norm 0
+    assert(d.entropy[0][0] === 0 && d.max_weight[0][0] === 1 && d.jacobian_norm[0][0] === 0,
+      'row 0 with one allowed key: ' + JSON.stringify([d.entropy[0][0], d.max_weight[0][0], d.jacobian_norm[0][0]]));
     await runOk(page);
     assert(!(await page.locator('#diag-section').isVisible()), 'diagnostics table shown without diagnostics');
+    assert(!('diagnostics' in JSON.parse(await page.locator('#request-json').textContent())),
+      'diagnostics sent while unchecked');
+  });
+
+  await test('window preset with diagnostics: allowed keys follow the band', async () => {
+    await page.selectOption('#preset', 'window');
+    await page.waitForFunction(() => window.attndLastRender && window.attndLastRender.Lq === 12 &&
+      window.attndLastRender.Lk === 12, null, { timeout: 15000 });
+    await page.check('#diagnostics');
+    let got;
+    try {
+      got = await runOk(page);
+    } finally {
+      await page.uncheck('#diagnostics');
+    }
+    const { render: r, response } = got;
+    const body = JSON.parse(await page.locator('#request-json').textContent());
+    assert(JSON.stringify(body.window) === '[3,null]', 'request window ' + JSON.stringify(body.window));
+    await checkDrawing(page, r, response, (i, j) => j <= i && j >= i - 3);
+    const allowed = response.diagnostics.allowed_keys[0];
+    for (let i = 0; i < 12; i++) assert(allowed[i] === Math.min(i + 1, 4), `allowed_keys[${i}] = ${allowed[i]}`);
+  });
+
+  await test('saturation preset: unscaled scores give near one-hot rows, a tiny scale near-uniform ones', async () => {
+    await page.selectOption('#preset', 'saturation');
+    await page.waitForFunction(() => window.attndLastRender && window.attndLastRender.Lk === 64, null,
+      { timeout: 15000 });
+    let { response } = await runOk(page);
+    const hard = response.diagnostics;
+    for (let i = 0; i < 4; i++) {
+      assert(hard.allowed_keys[0][i] === 64, `allowed_keys[${i}] = ${hard.allowed_keys[0][i]}`);
+      assert(hard.entropy[0][i] < 0.5 && hard.max_weight[0][i] > 0.8,
+        `row ${i} is not saturated at scale 1: entropy ${hard.entropy[0][i]}, max ${hard.max_weight[0][i]}`);
+    }
+    await fill(page, { scale: '0.0001' });
+    ({ response } = await runOk(page));
+    const soft = response.diagnostics;
+    const uniformJ = Math.sqrt(1 / 64 - 1 / 64 / 64);
+    for (let i = 0; i < 4; i++) {
+      near(soft.entropy[0][i], Math.log(64), 1e-3, `entropy of row ${i} at scale 1e-4`);
+      near(soft.jacobian_norm[0][i], uniformJ, 1e-3, `Jacobian norm of row ${i} at scale 1e-4`);
+      assert(soft.jacobian_norm[0][i] > 2 * hard.jacobian_norm[0][i], `row ${i}: the saturated Jacobian is not smaller`);
+    }
+    const cells = await page.locator('#diag-wrap tbody tr').nth(0).locator('td').allTextContents();
+    near(Number(cells[1]), Math.log(64), 2e-3, 'entropy in the table');
+    await page.uncheck('#diagnostics');
   });
 
   await test('a validation error from the server is shown with its status and message', async () => {
@@ -427,6 +477,10 @@ try {
     await page.selectOption('#preset', 'causal8');
     await page.waitForFunction(() => window.attndLastRender && window.attndLastRender.Lq === 8 &&
       window.attndLastRender.drawnCells.length === 36, null, { timeout: 15000 });
+    // with the per-row diagnostics table under the output
+    await page.check('#diagnostics');
+    await runOk(page);
+    assert(await page.locator('#diag-section').isVisible(), 'diagnostics table hidden in the screenshot');
     const g = await page.evaluate(() => window.attndLastRender.geometry);
     await page.evaluate(() => window.scrollTo(0, 0));
     const box = await page.locator('#heatmap').boundingBox();
@@ -444,6 +498,9 @@ try {
     await phone.selectOption('#preset', 'causal8');
     await phone.waitForFunction(() => window.attndLastRender && window.attndLastRender.Lq === 8, null,
       { timeout: 15000 });
+    await phone.check('#diagnostics');
+    await runOk(phone);
+    assert(await phone.locator('#diag-section').isVisible(), 'no diagnostics table on the phone');
     const m = await phone.evaluate(() => ({
       sw: document.documentElement.scrollWidth, iw: window.innerWidth,
       cw: document.getElementById('heatmap').getBoundingClientRect().right,
