@@ -81,28 +81,33 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
   st->m[r] = mnew;
 }
 
+/* acc = alpha acc + P V; the task's first computed block sets acc = P V
+ * instead (beta 0), so acc needs no zeroing. */
 static void block_accumulate(const attn_problem *p, const attn__task *t,
-                             const online_state *st, int j0, int n) {
+                             const online_state *st, int j0, int n,
+                             int first) {
   size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
   const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
   int dv = p->Dv;
-  for (int r = 0; r < t->rows; r++) {
+  for (int r = 0; r < t->rows && !first; r++) {
     float a = st->alpha[r], *acc = st->acc + (size_t)r * dv;
     if (a != 1.0f)
       for (int c = 0; c < dv; c++) acc[c] *= a;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t->rows, dv, n,
-              1.0f, st->s, n, v, dv, 1.0f, st->acc, dv);
+              1.0f, st->s, n, v, dv, first ? 0.0f : 1.0f, st->acc, dv);
 }
 
-static void run_block(const attn_problem *p, const attn__task *t,
-                      const online_state *st, int j0, int n, char *scratch,
-                      const attn__scratch *lay) {
-  if (block_spans(p, t, st, j0, n) == 0) return; /* skipped, not filled */
+/* Returns 1 when the block was computed, 0 when it was skipped. */
+static int run_block(const attn_problem *p, const attn__task *t,
+                     const online_state *st, int j0, int n, int first,
+                     char *scratch, const attn__scratch *lay) {
+  if (block_spans(p, t, st, j0, n) == 0) return 0; /* skipped, not filled */
   attn__scores(p, t, j0, n, st->s, n, scratch, lay);
   for (int r = 0; r < t->rows; r++) block_row_update(p, t, st, r, j0, n);
   if (p->dropout_p > 0.0f) block_dropout(p, t, st->s, j0, n);
-  block_accumulate(p, t, st, j0, n);
+  block_accumulate(p, t, st, j0, n, first);
+  return 1;
 }
 
 static void write_out(const attn_problem *p, const attn__task *t,
@@ -126,14 +131,16 @@ void attn__task_online(const attn_problem *p, const attn__task *t,
   int klo, khi;
   state_of(scratch, lay, &st);
   attn__row_intervals(p, t, st.lo, st.hi, &klo, &khi);
-  memset(st.acc, 0, (size_t)t->rows * p->Dv * sizeof(float));
   for (int r = 0; r < t->rows; r++) {
     st.m[r] = -FLT_MAX;
     st.l[r] = 0.0f;
   }
+  /* acc is written by the first computed block; write_out reads it only
+   * for rows whose sum l grew, which only a computed block does. */
+  int first = 1;
   for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
     int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
-    run_block(p, t, &st, j0, n, scratch, lay);
+    if (run_block(p, t, &st, j0, n, first, scratch, lay)) first = 0;
   }
   write_out(p, t, &st, out + row0 * p->Dv);
 }
