@@ -139,7 +139,9 @@ browser-test: all
 	@sh tests/browser/run.sh
 
 # Benchmarks (tests/bench/run.sh prints one table of figures and ratios).
-$(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o $(BUILD)/libattnd.a
+# core/ only, so that work in progress elsewhere cannot stop a benchmark.
+$(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o \
+                      $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC))
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
 

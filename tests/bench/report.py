@@ -37,11 +37,12 @@ def shape_label(r):
         c=" causal" if r["causal"] else "", **r)
 
 
-def core_table(core, ceiling, numpy, out):
+def core_table(core, ceiling, numpy, numpy1, out):
     workers = ceiling["workers"]
     out.append("| workload (B,H,Lq,Lk,D) | path | threads | time | GFLOP/s |"
-               " of ceiling | vs numpy | target | of ceiling, CPU time |")
-    out.append("|---|---|---|---|---|---|---|---|---|")
+               " of ceiling | vs numpy | target | of ceiling, CPU time |"
+               " vs numpy, CPU time |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
     checks = []
     for r in core:
         ceil = ceiling["gflops"] * r["threads"]
@@ -64,12 +65,16 @@ def core_table(core, ceiling, numpy, out):
         # other processes took from the workers
         cpu_frac = (r["gflops"] * r["sec"] / r["cpu_sec"] /
                     ceiling["cpu_gflops"])
+        np1 = numpy1.get(r["shape"])
+        cpu_ratio = np1["cpu_sec"] / r["cpu_sec"] if np1 else None
         out.append("| %s | %s | %d | %s | %.1f | %.0f%% | %s | %s | %.0f%% |"
+                   " %s |"
                    % (shape_label(r),
                       "weights" if r["weights"] else "no weights",
                       r["threads"], tstr, r["gflops"], 100 * frac,
                       "%.1fx" % ratio if ratio else "-", target,
-                      100 * cpu_frac))
+                      100 * cpu_frac,
+                      "%.1fx" % cpu_ratio if cpu_ratio else "-"))
     return checks
 
 
@@ -127,13 +132,19 @@ def main():
                        ceiling["gflops"] * ceiling["workers"],
                        ceiling["cpu_gflops"]))
         out.append("time: best wall time per call; GFLOP/s count "
-                   "4*B*H*Lq*Lk*D (dense, also for causal); the last "
-                   "column divides by the workers' CPU seconds instead, "
-                   "which other processes on the machine do not inflate.")
+                   "4*B*H*Lq*Lk*D (dense, also for causal); vs numpy: "
+                   "numpy's wall time (its OpenBLAS on every core) over "
+                   "attnd's.  The CPU-time columns divide by CPU seconds "
+                   "instead (attnd's workers summed; numpy on one BLAS "
+                   "thread), which other processes on the machine do not "
+                   "inflate.")
         out.append("")
-        numpy = {r["shape"]: r for r in by_kind.get("numpy", [])}
+        numpy = {r["shape"]: r for r in by_kind.get("numpy", [])
+                 if r["blas_threads"] != 1 or ceiling["workers"] == 1}
+        numpy1 = {r["shape"]: r for r in by_kind.get("numpy", [])
+                  if r["blas_threads"] == 1}
         core = [r for r in by_kind.get("core", []) if r["shape"] != "xl"]
-        checks += core_table(core, ceiling, numpy, out)
+        checks += core_table(core, ceiling, numpy, numpy1, out)
         out.append("")
         checks += xl_lines(by_kind.get("core", []), by_kind.get("mem", []),
                            ceiling["workers"], out)

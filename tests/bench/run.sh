@@ -45,9 +45,14 @@ numpy_peer() {
          "python3-numpy); the numpy column stays empty" >&2
     return 0
   fi
+  # as numpy runs by default (its OpenBLAS on every core), then on one
+  # BLAS thread, whose CPU seconds compare with attnd's CPU seconds
   echo "bench: numpy peer..." >&2
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
     /usr/bin/python3 tests/bench/numpy_peer.py > "$dir/numpy.jsonl"
+  echo "bench: numpy peer, one BLAS thread..." >&2
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
+    /usr/bin/python3 tests/bench/numpy_peer.py > "$dir/numpy1.jsonl"
 }
 
 env_line > "$dir/env.jsonl"
