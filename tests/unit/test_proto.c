@@ -1030,6 +1030,113 @@ START_TEST(round_trip_through_core_matches_float64_reference) {
 }
 END_TEST
 
+/* ---- diagnostics ------------------------------------------------------------ */
+
+START_TEST(diagnostics_field_decodes_and_allocates) {
+  proto_request r;
+  OK("{" QKV3 ",\"diagnostics\":true,\"return_weights\":false}", &r);
+  ck_assert_int_eq(r.diagnostics, 1);
+  ck_assert_int_eq(r.return_weights, 0);
+  ck_assert_ptr_nonnull(r.weights);   /* computed for the diagnostics */
+  ck_assert_ptr_nonnull(r.allowed_keys);
+  ck_assert_ptr_nonnull(r.entropy);
+  ck_assert_ptr_nonnull(r.max_weight);
+  ck_assert_ptr_nonnull(r.jacobian_norm);
+  /* out 4 + weights 12 + diagnostics 4 x 4 floats */
+  ck_assert_uint_eq(r.out_bytes, (4 + 12 + 16) * sizeof(float));
+  proto_request_free(&r);
+  OK("{" QKV3 ",\"diagnostics\":false}", &r);
+  ck_assert_int_eq(r.diagnostics, 0);
+  ck_assert_ptr_null(r.allowed_keys);
+  proto_request_free(&r);
+  OK("{" QKV3 ",\"diagnostics\":null}", &r);
+  ck_assert_int_eq(r.diagnostics, 0);
+  proto_request_free(&r);
+  BAD("{" QKV3 ",\"diagnostics\":1}", "diagnostics", "true or false");
+  BAD("{" QKV3 ",\"diagnostics\":\"yes\"}", "diagnostics", "true or false");
+}
+END_TEST
+
+START_TEST(diagnostics_count_in_the_element_budget) {
+  const char *json = "{" QKV3 ",\"diagnostics\":true,"
+                     "\"return_weights\":false}";
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  /* inputs 8 + 12 + 6, output 4, weights 12, diagnostics 16: 58 */
+  ck_assert_int_eq(proto_v1_decode(json, strlen(json), &r, 57, err),
+                   ATTND_ETOOBIG);
+  ck_assert_int_eq(proto_v1_decode(json, strlen(json), &r, 58, err), 0);
+  proto_request_free(&r);
+}
+END_TEST
+
+/* Distinct values in the diagnostics, so that order is visible. */
+static void fill_diagnostics(proto_request *r) {
+  size_t rows = (size_t)r->prob.B * r->prob.H * r->prob.Lq;
+  for (size_t i = 0; i < rows; i++) {
+    r->allowed_keys[i] = (int32_t)(1000000 + i); /* an integer, not 1e+06 */
+    r->entropy[i] = 0.25f + (float)i;
+    r->max_weight[i] = 1.0f / (float)(i + 2);
+    r->jacobian_norm[i] = 0.125f * (float)i;
+  }
+}
+
+static void check_ints(const cJSON *a, const int32_t *x, size_t n) {
+  ck_assert_int_eq(cJSON_GetArraySize(a), (int)n);
+  size_t i = 0;
+  for (const cJSON *e = a->child; e; e = e->next, i++) {
+    ck_assert(cJSON_IsNumber(e));
+    ck_assert(e->valuedouble == (double)x[i]);
+  }
+}
+
+START_TEST(encode_diagnostics_nested_and_flat) {
+  proto_request r;
+  char *body;
+  size_t len;
+  /* nested rank 3: each (B, Lq) = (2, 2); weights left out */
+  OK("{" QKV3 ",\"diagnostics\":true,\"return_weights\":false}", &r);
+  fill_outputs(&r);
+  fill_diagnostics(&r);
+  ck_assert_int_eq(proto_v1_encode(&r, &body, &len), 0);
+  ck_assert_ptr_nonnull(strstr(body, "\"allowed_keys\":[[1000000,1000001],"
+                                     "[1000002,1000003]]"));
+  free(body);
+  cJSON *j = encode_parse(&r);
+  ck_assert_ptr_null(cJSON_GetObjectItem(j, "weights"));
+  cJSON *d = cJSON_GetObjectItem(j, "diagnostics");
+  ck_assert_int_eq(cJSON_GetArraySize(d), 4);
+  check_nested(cJSON_GetObjectItem(d, "entropy"), r.entropy, (int[]){2, 2}, 2);
+  check_nested(cJSON_GetObjectItem(d, "max_weight"), r.max_weight,
+               (int[]){2, 2}, 2);
+  check_nested(cJSON_GetObjectItem(d, "jacobian_norm"), r.jacobian_norm,
+               (int[]){2, 2}, 2);
+  cJSON *ak = cJSON_GetObjectItem(d, "allowed_keys");
+  check_ints(cJSON_GetArrayItem(ak, 1), r.allowed_keys + 2, 2);
+  cJSON_Delete(j);
+  proto_request_free(&r);
+  /* flat rank 4: each {"shape": [1, 2, 2], "data": [4 values]} */
+  OK("{\"query\":{\"shape\":[1,2,2,1],\"data\":[1,2,3,4]},"
+     "\"key\":[[[[1],[2],[3]],[[4],[5],[6]]]],"
+     "\"value\":[[[[1],[2],[3]],[[4],[5],[6]]]],\"diagnostics\":true}", &r);
+  fill_outputs(&r);
+  fill_diagnostics(&r);
+  j = encode_parse(&r);
+  check_flat(cJSON_GetObjectItem(j, "weights"), r.weights,
+             (int[]){1, 2, 2, 3}, 4);
+  d = cJSON_GetObjectItem(j, "diagnostics");
+  check_flat(cJSON_GetObjectItem(d, "entropy"), r.entropy, (int[]){1, 2, 2},
+             3);
+  check_flat(cJSON_GetObjectItem(d, "jacobian_norm"), r.jacobian_norm,
+             (int[]){1, 2, 2}, 3);
+  ak = cJSON_GetObjectItem(d, "allowed_keys");
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(ak, "shape")), 3);
+  check_ints(cJSON_GetObjectItem(ak, "data"), r.allowed_keys, 4);
+  cJSON_Delete(j);
+  proto_request_free(&r);
+}
+END_TEST
+
 /* ---- suite -------------------------------------------------------------------- */
 
 static Suite *proto_suite(void) {
@@ -1082,6 +1189,9 @@ static Suite *proto_suite(void) {
                 error_body_escapes_quotes_backslashes_and_controls,
                 error_body_replaces_invalid_utf8,
                 field_names_in_messages_are_sanitised}},
+    {"diagnostics", {diagnostics_field_decodes_and_allocates,
+                     diagnostics_count_in_the_element_budget,
+                     encode_diagnostics_nested_and_flat}},
     {"core", {round_trip_through_core_matches_float64_reference}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

@@ -717,6 +717,111 @@ START_TEST(accept_encoding_and_deflate) {
 }
 END_TEST
 
+/* ---- window parameters and diagnostics outputs --------------------------- */
+
+START_TEST(window_parameters_decode) {
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  /* none: no window */
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s", err);
+  ck_assert_int_eq(r.prob.has_window, 0);
+  proto_request_free(&r);
+  /* one side: the other is unbounded; wider than the problem is clamped */
+  body_json(&b, "{\"parameters\":{\"window_right\":99},\"inputs\":[" IN_Q
+                "," IN_K "," IN_V "]}");
+  ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s", err);
+  ck_assert_int_eq(r.prob.has_window, 1);
+  ck_assert_int_eq(r.prob.window_left, -1);
+  ck_assert_int_eq(r.prob.window_right, 3); /* Lk */
+  proto_request_free(&r);
+  body_json(&b, "{\"parameters\":{\"window_left\":1,\"window_right\":null},"
+                "\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s", err);
+  ck_assert_int_eq(r.prob.has_window, 1);
+  ck_assert_int_eq(r.prob.window_left, 1);
+  ck_assert_int_eq(r.prob.window_right, -1);
+  proto_request_free(&r);
+  body_json(&b, "{\"parameters\":{\"window_left\":-1},\"inputs\":[" IN_Q
+                "," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "parameters.window_left", "non-negative integer");
+  body_json(&b, "{\"parameters\":{\"window_right\":0.5},\"inputs\":[" IN_Q
+                "," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "parameters.window_right", "non-negative integer");
+  body_json(&b, "{\"parameters\":{\"window_right\":\"1\"},\"inputs\":[" IN_Q
+                "," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "parameters.window_right");
+}
+END_TEST
+
+START_TEST(diagnostics_outputs_decode_and_encode) {
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX], *out;
+  size_t len, jlen;
+  /* no outputs named: output and weights only, no diagnostics */
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s", err);
+  ck_assert_int_eq(r.n_outputs, 2);
+  ck_assert_int_eq(r.diagnostics, 0);
+  ck_assert_ptr_null(r.allowed_keys);
+  proto_request_free(&r);
+  /* diagnostics without weights: weights computed, not returned */
+  body_json(&b, "{\"parameters\":{\"window_left\":0},\"inputs\":[" IN_Q ","
+                IN_K "," IN_V "],\"outputs\":[{\"name\":\"allowed_keys\"},"
+                "{\"name\":\"jacobian_norm\",\"parameters\":{\"binary_data\":"
+                "true}},{\"name\":\"entropy\"},{\"name\":\"max_weight\"}]}");
+  ck_assert_msg(dec(&b, b.hlen, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s",
+                err);
+  ck_assert_int_eq(r.n_outputs, 4);
+  ck_assert_int_eq(r.diagnostics, 1);
+  ck_assert_int_eq(r.return_weights, 0);
+  ck_assert_ptr_nonnull(r.weights);
+  ck_assert_ptr_nonnull(r.allowed_keys);
+  ck_assert_int_eq(attn_forward(&r.prob, r.out, r.weights), 0);
+  ck_assert_int_eq(attn_diagnostics(&r.prob, r.weights, r.allowed_keys,
+                                    r.entropy, r.max_weight,
+                                    r.jacobian_norm), 0);
+  /* window left 0: query i sees keys i .. Lk-1 */
+  ck_assert_int_eq(r.allowed_keys[0], 3);
+  ck_assert_int_eq(r.allowed_keys[1], 2);
+  ck_assert_int_eq(proto_encode(&r, &out, &len, &jlen), 0);
+  ck_assert_uint_eq(len, jlen + 2 * sizeof(float)); /* jacobian_norm (1,2) */
+  cJSON *j = cJSON_ParseWithLength(out, jlen);
+  ck_assert_ptr_nonnull(j);
+  cJSON *o = cJSON_GetObjectItem(j, "outputs");
+  ck_assert_int_eq(cJSON_GetArraySize(o), 4);
+  static const char *const names[4] = {"allowed_keys", "jacobian_norm",
+                                       "entropy", "max_weight"};
+  for (int i = 0; i < 4; i++) {
+    cJSON *t = cJSON_GetArrayItem(o, i);
+    cJSON *shape = cJSON_GetObjectItem(t, "shape");
+    ck_assert_str_eq(cJSON_GetObjectItem(t, "name")->valuestring, names[i]);
+    ck_assert_str_eq(cJSON_GetObjectItem(t, "datatype")->valuestring,
+                     i == 0 ? "INT32" : "FP32");
+    ck_assert_int_eq(cJSON_GetArraySize(shape), 2);
+    ck_assert_int_eq(cJSON_GetArrayItem(shape, 0)->valueint, 1);
+    ck_assert_int_eq(cJSON_GetArrayItem(shape, 1)->valueint, 2);
+  }
+  cJSON *ak = cJSON_GetObjectItem(cJSON_GetArrayItem(o, 0), "data");
+  ck_assert_int_eq(cJSON_GetArrayItem(ak, 0)->valueint, 3);
+  ck_assert_int_eq(cJSON_GetArrayItem(ak, 1)->valueint, 2);
+  cJSON *en = cJSON_GetObjectItem(cJSON_GetArrayItem(o, 2), "data");
+  ck_assert((float)cJSON_GetArrayItem(en, 1)->valuedouble == r.entropy[1]);
+  float jn[2];
+  memcpy(jn, out + jlen, sizeof jn);
+  ck_assert(jn[0] == r.jacobian_norm[0] && jn[1] == r.jacobian_norm[1]);
+  ck_assert(jn[0] > 0.0f);
+  cJSON_Delete(j);
+  free(out);
+  proto_request_free(&r);
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V "],\"outputs\":"
+                "[{\"name\":\"entropies\"}]}");
+  BAD(&b, NULL, "outputs[0]", "unknown output 'entropies'", "jacobian_norm");
+}
+END_TEST
+
 static Suite *v2_suite(void) {
   Suite *s = suite_create("v2");
   struct { const char *name; const TTest *tests[12]; } cases[] = {
@@ -732,6 +837,8 @@ static Suite *v2_suite(void) {
                 binary_value_errors, binary_lengths_int32_and_int64,
                 mutated_bodies_are_refused_cleanly}},
     {"models", {models_and_metadata}},
+    {"diagnostics", {window_parameters_decode,
+                     diagnostics_outputs_decode_and_encode}},
     {"coding", {inflate_gzip_zlib_and_raw, inflate_bomb_stops_at_the_cap,
                 accept_encoding_and_deflate}},
   };
