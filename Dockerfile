@@ -11,8 +11,9 @@
 FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      gcc libc6-dev make pkg-config \
+      gcc g++ libc6-dev make pkg-config \
       libmicrohttpd-dev libcjson-dev libopenblas-dev libuv1-dev zlib1g-dev \
+      libfast-float-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only what `make` needs (see .dockerignore): editing tests or deploy/ does
@@ -33,6 +34,7 @@ FROM debian:bookworm-slim AS runtime
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libmicrohttpd12 libcjson1 libopenblas0-pthread libuv1 zlib1g \
+      libstdc++6 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/cache/apt/*.bin \
  && useradd --system --uid 10001 --user-group --no-create-home \
       --home-dir /nonexistent --shell /usr/sbin/nologin attnd

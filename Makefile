@@ -38,7 +38,10 @@ endif
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
                $(PKG_CFLAGS) -I. $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
-FINAL_LIBS = $(PKG_LIBS) -lpthread -lm $(LIBS)
+# proto/fpconv.cc, the C++ shim over fast_float and std::to_chars.
+FINAL_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -Wall -Wextra \
+                 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. $(CXXFLAGS) -MMD -MP
+FINAL_LIBS = $(PKG_LIBS) -lstdc++ -lpthread -lm $(LIBS)
 
 ifeq ($(V),1)
 Q :=
@@ -48,8 +51,10 @@ endif
 
 CORE_SRC := $(wildcard core/*.c)
 PROTO_SRC := $(wildcard proto/*.c)
+PROTO_CXX_SRC := $(wildcard proto/*.cc)
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
-LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC))
+LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC)) \
+           $(patsubst %.cc,$(BUILD)/obj/%.o,$(PROTO_CXX_SRC))
 MAIN_OBJ := $(BUILD)/obj/server/main.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
@@ -67,6 +72,11 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@[ "$(V)" = 1 ] || echo "  CC    $<"
 	$(Q)$(CC) $(FINAL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(dir $@)
+	@[ "$(V)" = 1 ] || echo "  CXX   $<"
+	$(Q)$(CXX) $(FINAL_CXXFLAGS) -c $< -o $@
 
 # assets.o embeds server/static/ and deploy/openapi.json with .incbin,
 # which -MMD cannot see.
@@ -158,6 +168,14 @@ http-bench: all
 
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
+# The JSON number path (tests/bench/bench_json.c): decode and encode,
+# numscan against the cJSON path in the same run.
+$(BUILD)/attnd-bench-json: $(BUILD)/obj/tests/bench/bench_json.o                            $(BUILD)/libattnd.a
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
+
+-include $(BUILD)/obj/tests/bench/bench_json.d
+
 # libFuzzer harnesses (tests/fuzz/): proto/ and core/ rebuilt with clang,
 # -fsanitize=fuzzer,address,undefined, in build/fuzz.  `make fuzz` runs
 # each harness FUZZ_SECONDS on a copy of its seed corpus; make test runs
@@ -169,7 +187,9 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
             -fno-omit-frame-pointer
 FUZZ_CFLAGS = $(STD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
               $(PKG_CFLAGS) -I. -MMD -MP
-FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(PROTO_SRC))
+FUZZ_CXX ?= clang++
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(PROTO_SRC)) \
+                $(patsubst %.cc,$(FUZZ_DIR)/obj/%.o,$(PROTO_CXX_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,\
               $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_MAIN_OBJ := $(FUZZ_BIN:$(FUZZ_DIR)/%=$(FUZZ_DIR)/obj/tests/fuzz/%.o)
@@ -181,10 +201,16 @@ $(FUZZ_DIR)/obj/%.o: %.c
 	@[ "$(V)" = 1 ] || echo "  FUZZCC $<"
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 
+$(FUZZ_DIR)/obj/%.o: %.cc
+	@mkdir -p $(dir $@)
+	@[ "$(V)" = 1 ] || echo "  FUZZCXX $<"
+	$(Q)$(FUZZ_CXX) -std=c++17 -fno-exceptions -fno-rtti -O1 -g $(FUZZ_SAN) \
+	  -fsanitize=fuzzer-no-link -I. -MMD -MP -c $< -o $@
+
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) \
-	  -lpthread -lm
+	  -lstdc++ -lpthread -lm
 
 fuzz-build: $(FUZZ_BIN)
 

@@ -143,7 +143,7 @@ static int sig_digits(const char *s) {
  * float; try fewer while they still do.  %g drops trailing zeros, so a
  * result with k < p digits means no precision between k and p can be
  * shorter.  Correct but slow (about 1.4 us a float), so it only backs up
- * the fast path below. */
+ * std::to_chars below, should that ever fail. */
 static int fmt_f32_slow(char *s, float x) {
   int n = snprintf(s, PROTO__F32_MAX, "%.9g", (double)x);
   int p = sig_digits(s);
@@ -159,19 +159,6 @@ static int fmt_f32_slow(char *s, float x) {
       p = k;
   }
   return n;
-}
-
-/* x * 10^k in double; exact powers of ten up to 10^22, so one or two
- * roundings for the exponents a float needs. */
-static double mul_pow10(double x, int k) {
-  static const double p10[23] = {
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
-    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-  for (; k > 22; k -= 22)
-    x *= 1e22;
-  for (; k < -22; k += 22)
-    x /= 1e22;
-  return k >= 0 ? x * p10[k] : x / p10[-k];
 }
 
 /* Writes the decimal m * 10^k (m > 0) as a JSON number: plain notation for
@@ -218,15 +205,9 @@ static int put_decimal(char *s, int neg, uint64_t m, int k) {
   return o;
 }
 
-/* 1 when the text s reads back as x. */
-static int reads_back(const char *s, float x) {
-  return strtof(s, NULL) == x;
-}
-
 int proto__fmt_f32(char *s, float x) {
-  static const double p10[9] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
-  static const double inv10[9] = {1e0,  1e-1, 1e-2, 1e-3, 1e-4,
-                                  1e-5, 1e-6, 1e-7, 1e-8};
+  uint64_t m;
+  int k;
   if (x == 0.0f) {
     s[0] = '0';
     s[1] = '\0';
@@ -236,32 +217,9 @@ int proto__fmt_f32(char *s, float x) {
     memcpy(s, "null", 5);
     return 4;
   }
-  /* Fast path.  Every decimal strictly between the midpoints to x's float
-   * neighbours reads back as x.  Scale x and those midpoints so that x has
-   * 9 digits before the point (S, L, H); the p-digit rounding of x is then
-   * round(S / 10^(9-p)) * 10^(9-p), tested against (L, H).  The scaling is
-   * off by a few double roundings at most, far inside tol, so a candidate
-   * clear of the bounds by tol is decided; one within tol of a bound (a
-   * tie, say) is decided by strtof on its text. */
-  float ax = fabsf(x);
-  double a = ax, lo = nextafterf(ax, 0.0f), hi = nextafterf(ax, INFINITY);
-  double mid_lo = (lo + a) / 2;
-  double mid_hi = isinf(hi) ? a + (a - mid_lo) : (a + hi) / 2;
-  int e10 = (int)floor(log10(a));
-  double lead = mul_pow10(a, -e10);
-  e10 += lead >= 10.0 ? 1 : lead < 1.0 ? -1 : 0;
-  double S = mul_pow10(a, 8 - e10), L = mul_pow10(mid_lo, 8 - e10);
-  double H = mul_pow10(mid_hi, 8 - e10), tol = S * 1e-12;
-  for (int p = 1; p <= 9; p++) {
-    /* inv10 is inexact, which only moves m in cases where any nearby
-     * integer is as good; c is what gets tested */
-    double m = (double)(int64_t)(S * inv10[9 - p] + 0.5), c = m * p10[9 - p];
-    if (c < L - tol || c > H + tol)
-      continue;
-    int n = put_decimal(s, x < 0, (uint64_t)m, e10 - p + 1);
-    if ((c > L + tol && c < H - tol) || reads_back(s, x))
-      return n;
-  }
+  /* The shortest digits (std::to_chars, fpconv.cc), laid out here. */
+  if (!proto__num_shortest_f32(x, &m, &k))
+    return put_decimal(s, x < 0, m, k);
   return fmt_f32_slow(s, x);
 }
 

@@ -55,7 +55,10 @@ static int is_ws(char ch) {
   return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
 }
 
-static int parse_body(v1_ctx *c, const char *body, size_t len, cJSON **root) {
+/* leaves: parse with numscan (tensor arrays as leaves); 0: cJSON on the
+ * whole body. */
+static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
+                      cJSON **root) {
   size_t i = 0;
   while (i < len && is_ws(body[i]))
     i++;
@@ -67,6 +70,8 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, cJSON **root) {
              "elements, the server's limit", c->max_elems);
     return ATTND_ETOOBIG;
   }
+  if (leaves)
+    return proto__json_parse_leaves(body, len, PROTO_CODEC_V1, root);
   const char *end = NULL;
   unsigned long failed = mem_thread_failures();
   *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
@@ -445,8 +450,8 @@ static int decode_root(v1_ctx *c, const cJSON *root) {
   return 0;
 }
 
-int proto_v1_decode(const char *body, size_t len, proto_request *req,
-                    size_t max_elems, char err[PROTO_ERR_MAX]) {
+static int decode(const char *body, size_t len, proto_request *req,
+                  size_t max_elems, char *err, int leaves) {
   v1_ctx c = {.req = req, .p = &req->prob, .max_elems = max_elems,
               .err = err};
   c.ck.req = req;
@@ -457,14 +462,28 @@ int proto_v1_decode(const char *body, size_t len, proto_request *req,
   memset(req, 0, sizeof *req);
   attn_problem_init(&req->prob);
   err[0] = '\0';
-  int rc = parse_body(&c, body, len, &root);
+  int rc = parse_body(&c, body, len, leaves, &root);
   if (!rc)
     rc = decode_root(&c, root);
+  if (!rc && leaves && !proto__json_leaves_read(root, PROTO_CODEC_V1))
+    rc = ATTND_EINVAL;
   cJSON_Delete(root);
   if (rc) {
     if (rc == ATTND_ENOMEM && !err[0])
       snprintf(err, PROTO_ERR_MAX, "out of memory decoding the request");
     proto_request_free(req);
   }
+  return rc;
+}
+
+/* The tensors' numbers are read by numscan (numscan.c) when it can.  On
+ * any failure but memory, the cJSON path decodes the body again and
+ * decides: the same answer and message as ever, for a second pass over a
+ * bad request. */
+int proto_v1_decode(const char *body, size_t len, proto_request *req,
+                    size_t max_elems, char err[PROTO_ERR_MAX]) {
+  int rc = decode(body, len, req, max_elems, err, 1);
+  if (rc && rc != ATTND_ENOMEM)
+    rc = decode(body, len, req, max_elems, err, 0);
   return rc;
 }

@@ -223,6 +223,50 @@ size_t proto__bin_to_len(int dt, const void *src, size_t n, long long hi,
  * other byte. */
 size_t proto__bin_to_bool(const void *src, size_t n, uint8_t *dst);
 
+/* ---- tensor numbers outside cJSON (numscan.c, fpconv.cc) ----------------
+ *
+ * The JSON decoders first try numscan: cJSON parses a copy of the body in
+ * which each innermost tensor array ("leaf") is empty, and the leaf's node
+ * points at its elements' text in the body (see numscan.c for the node
+ * layout).  tensor.c converts a leaf with the functions below.  Any error
+ * on this path sends the decoder back to cJSON on the original body, which
+ * then decides the request and words the message. */
+
+/* Set in a leaf node's type once its elements are converted. */
+#define PROTO__LEAF_READ 0x4000
+
+/* 1 when a is a leaf whose elements are still text. */
+static inline int proto__is_leaf(const cJSON *a) {
+  return a && cJSON_IsArray(a) && (a->type & cJSON_IsReference) &&
+         a->valuestring;
+}
+
+/* Parses body[0..len) (codec: enum proto_codec) with its tensor arrays as
+ * leaves.  Returns 0 with *root the object (cJSON_Delete frees it),
+ * ATTND_ENOMEM, or ATTND_EINVAL when this path does not apply (cJSON on
+ * the original body then decides); *root is NULL on error. */
+int proto__json_parse_leaves(const char *body, size_t len, int codec,
+                             cJSON **root);
+
+/* 1 when every leaf under root has been converted (PROTO__LEAF_READ), so
+ * that no element went unchecked. */
+int proto__json_leaves_read(cJSON *root, int codec);
+
+/* One JSON number token at p (the JSON grammar exactly, no leading space):
+ * the correctly rounded double, or float32 within the cJSON path's range
+ * (|double| <= FLT_MAX).  Return the token's end, or NULL. */
+const char *proto__num_f64(const char *p, const char *end, double *out);
+const char *proto__num_f32(const char *p, const char *end, float *out);
+
+/* n comma-separated JSON numbers (whitespace around them) filling exactly
+ * [p, end) -> dst, as proto__num_f32.  Returns 0 or -1. */
+int proto__num_list_f32(const char *p, const char *end, float *dst,
+                        size_t n);
+
+/* The shortest decimal digits * 10^exp10 that read back as |x| (finite,
+ * non-zero).  Returns 0 or -1. */
+int proto__num_shortest_f32(float x, uint64_t *digits, int *exp10);
+
 /* ---- request memory (request.c) ------------------------------------------ */
 
 /* Allocates n zeroed bytes owned by req (freed by proto_request_free).

@@ -88,13 +88,21 @@ static int shape_count(const proto__tensor *t, size_t *n) {
   return 0;
 }
 
+/* Elements of an array: a leaf's count (numscan.c), else its children. */
+static size_t arr_len(const cJSON *a) {
+  if (proto__is_leaf(a))
+    return (size_t)a->valueint;
+  size_t len = 0;
+  for (const cJSON *c = a->child; c; c = c->next)
+    len++;
+  return len;
+}
+
 static int nested_shape(const cJSON *j, proto__tensor *t, char *err) {
   const cJSON *node = j;
   int d = 0;
   while (cJSON_IsArray(node)) {
-    size_t len = 0;
-    for (const cJSON *c = node->child; c; c = c->next)
-      len++;
+    size_t len = arr_len(node);
     if (len == 0)
       return ERR("%s: axis %d is empty", t->name, d);
     if (len > INT_MAX)
@@ -175,9 +183,7 @@ static int flat_shape(const cJSON *j, proto__tensor *t, char *err) {
   }
   if (shape_count(t, &t->n))
     return ERR("%s: too many elements", t->name);
-  size_t len = 0;
-  for (const cJSON *c = data->child; c; c = c->next)
-    len++;
+  size_t len = arr_len(data);
   if (len != t->n) {
     proto__shape_str(t->shape, t->rank, name, sizeof name);
     return ERR("%s: \"data\" has %zu elements, shape %s needs %zu", t->name,
@@ -310,6 +316,90 @@ static int put_elem(fill_ctx *f, const cJSON *e) {
   }
 }
 
+/* ---- leaves: elements still as text (numscan.c) ------------------------
+ *
+ * The decoder falls back to the cJSON path on any error here, and that
+ * path words the message; these only say which leaf was refused. */
+
+static const char *skip_ws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+    p++;
+  return p;
+}
+
+/* One element of a leaf into dst[pos], by kind, with the cJSON path's
+ * checks on the double it would have read.  Returns the end of the token,
+ * or NULL when the element is not accepted. */
+static const char *leaf_elem(fill_ctx *f, const char *p, const char *end) {
+  double x;
+  uint16_t h;
+  if (f->kind == PROTO__KIND_BOOL && end - p >= 4 && !memcmp(p, "true", 4)) {
+    ((uint8_t *)f->dst)[f->pos++] = 1;
+    return p + 4;
+  }
+  if (f->kind == PROTO__KIND_BOOL && end - p >= 5 &&
+      !memcmp(p, "false", 5)) {
+    ((uint8_t *)f->dst)[f->pos++] = 0;
+    return p + 5;
+  }
+  if (f->kind == PROTO__KIND_F32)
+    return proto__num_f32(p, end, (float *)f->dst + f->pos++);
+  const char *q = proto__num_f64(p, end, &x);
+  if (!q)
+    return NULL;
+  switch (f->kind) {
+  case PROTO__KIND_LEN:
+    if (x != floor(x) || x < 0 || x > (double)f->hi)
+      return NULL;
+    ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
+    return q;
+  case PROTO__KIND_BOOL:
+    if (x != 0 && x != 1)
+      return NULL;
+    ((uint8_t *)f->dst)[f->pos++] = x == 1;
+    return q;
+  case PROTO__KIND_BF16:
+    if (proto__f64_to_bf16(x, &h))
+      return NULL;
+    proto__bf16_to_f32(h, (float *)f->dst + f->pos++);
+    return q;
+  default:
+    if (proto__f64_to_f16(x, &h))
+      return NULL;
+    proto__f16_to_f32(h, (float *)f->dst + f->pos++);
+    return q;
+  }
+}
+
+/* Converts all of leaf a at f->pos and marks it read. */
+static int fill_leaf(fill_ctx *f, const cJSON *a) {
+  const char *p = a->valuestring, *end = p + (size_t)a->valuedouble;
+  size_t n = (size_t)a->valueint;
+  char *err = f->err;
+  if (f->kind == PROTO__KIND_F32) {
+    if (proto__num_list_f32(p, end, (float *)f->dst + f->pos, n))
+      goto bad;
+    f->pos += n;
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      p = skip_ws(p, end);
+      if (!(p = leaf_elem(f, p, end)))
+        goto bad;
+      p = skip_ws(p, end);
+      if (i + 1 < n && (p == end || *p++ != ','))
+        goto bad;
+    }
+    if (p != end)
+      goto bad;
+  }
+  ((cJSON *)a)->type |= PROTO__LEAF_READ;
+  return 0;
+bad:
+  return ERR("%s: an array holds something other than %s", f->t->name,
+             f->kind == PROTO__KIND_BOOL ? "true, false, 0 or 1"
+                                         : "JSON numbers in range");
+}
+
 /* An array at depth d (path f->idx[0..d)) whose length or type is wrong. */
 static int ragged(fill_ctx *f, int d, const cJSON *got) {
   char *err = f->err, at[64], what[48];
@@ -319,17 +409,19 @@ static int ragged(fill_ctx *f, int d, const cJSON *got) {
     return ERR("%s: ragged array at %s (expected an array of %d, got %s)",
                f->t->name, at, f->t->shape[d], what);
   }
-  size_t len = 0;
-  for (const cJSON *c = got->child; c; c = c->next)
-    len++;
   return ERR("%s: ragged array at %s (length %zu, expected %d)", f->t->name,
-             at, len, f->t->shape[d]);
+             at, arr_len(got), f->t->shape[d]);
 }
 
 static int fill_nested(fill_ctx *f, const cJSON *arr, int d) {
   if (!cJSON_IsArray(arr))
     return ragged(f, d, arr);
   int i = 0, last = d == f->t->rank - 1;
+  if (proto__is_leaf(arr)) {
+    if (!last || arr_len(arr) != (size_t)f->t->shape[d])
+      return ragged(f, d, arr);
+    return fill_leaf(f, arr);
+  }
   for (const cJSON *c = arr->child; c; c = c->next, i++) {
     if (i >= f->t->shape[d])
       return ragged(f, d, arr);
@@ -346,6 +438,8 @@ static int fill_nested(fill_ctx *f, const cJSON *arr, int d) {
 static int fill_flat(fill_ctx *f) {
   int r = f->t->rank;
   memset(f->idx, 0, sizeof f->idx);
+  if (proto__is_leaf(f->t->data))
+    return fill_leaf(f, f->t->data);
   for (const cJSON *c = f->t->data->child; c; c = c->next) {
     int rc = put_elem(f, c);
     if (rc)
@@ -371,6 +465,8 @@ static void odometer(fill_ctx *f) {
 /* PROTO__FORM_ANY: leaves depth first; proto__count_any has already
  * checked the count and that every array is non-empty. */
 static int fill_any(fill_ctx *f, const cJSON *arr) {
+  if (proto__is_leaf(arr))
+    return fill_leaf(f, arr);
   for (const cJSON *c = arr->child; c; c = c->next) {
     int rc = cJSON_IsArray(c) ? fill_any(f, c) : put_elem(f, c);
     if (rc)
@@ -388,6 +484,10 @@ static int count_any(const cJSON *a, int depth, const char *name, size_t *n,
                      char *err) {
   if (depth > MAX_NEST)
     return ERR("%s: \"data\" is nested deeper than %d", name, MAX_NEST);
+  if (proto__is_leaf(a)) {
+    *n += (size_t)a->valueint;
+    return 0;
+  }
   if (!a->child)
     return ERR("%s: \"data\" holds an empty array", name);
   for (const cJSON *c = a->child; c; c = c->next) {

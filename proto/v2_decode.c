@@ -106,7 +106,10 @@ static int header_len(v2_ctx *c, const char *h) {
   return 0;
 }
 
-static int parse_json(v2_ctx *c, size_t max_elems, cJSON **root) {
+/* leaves: parse with numscan (tensor arrays as leaves); 0: cJSON on the
+ * whole JSON part. */
+static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
+                      cJSON **root) {
   const char *end = NULL;
   size_t i = 0;
   while (i < c->hlen && strchr(" \t\r\n", c->body[i]))
@@ -120,6 +123,8 @@ static int parse_json(v2_ctx *c, size_t max_elems, cJSON **root) {
              "elements, the server's limit", max_elems);
     return ATTND_ETOOBIG;
   }
+  if (leaves)
+    return proto__json_parse_leaves(c->body, c->hlen, PROTO_CODEC_V2, root);
   unsigned long failed = mem_thread_failures();
   *root = cJSON_ParseWithLengthOpts(c->body, c->hlen, &end, 0);
   /* cJSON returns NULL for bad JSON and for a failed allocation alike */
@@ -651,9 +656,9 @@ static int decode_root(v2_ctx *c, const cJSON *root) {
   return 0;
 }
 
-int proto_v2_decode(const char *body, size_t len, const char *hdr,
-                    int model, proto_request *req, size_t max_elems,
-                    char err[PROTO_ERR_MAX]) {
+static int decode(const char *body, size_t len, const char *hdr, int model,
+                  proto_request *req, size_t max_elems, char *err,
+                  int leaves) {
   v2_ctx c = {.body = body, .len = len, .model = model, .req = req,
               .p = &req->prob, .err = err};
   cJSON *root = NULL;
@@ -671,9 +676,11 @@ int proto_v2_decode(const char *body, size_t len, const char *hdr,
   err[0] = '\0';
   int rc = header_len(&c, hdr);
   if (!rc)
-    rc = parse_json(&c, max_elems, &root);
+    rc = parse_json(&c, max_elems, leaves, &root);
   if (!rc)
     rc = decode_root(&c, root);
+  if (!rc && leaves && !proto__json_leaves_read(root, PROTO_CODEC_V2))
+    rc = ATTND_EINVAL;
   cJSON_Delete(root);
   if (!rc && req->prob.scale == 0)
     req->prob.scale = (float)(1.0 / sqrt((double)req->prob.D));
@@ -682,5 +689,16 @@ int proto_v2_decode(const char *body, size_t len, const char *hdr,
       snprintf(err, PROTO_ERR_MAX, "out of memory decoding the request");
     proto_request_free(req);
   }
+  return rc;
+}
+
+/* As proto_v1_decode: numscan first; on any failure but memory the cJSON
+ * path decodes the body again and decides. */
+int proto_v2_decode(const char *body, size_t len, const char *hdr,
+                    int model, proto_request *req, size_t max_elems,
+                    char err[PROTO_ERR_MAX]) {
+  int rc = decode(body, len, hdr, model, req, max_elems, err, 1);
+  if (rc && rc != ATTND_ENOMEM)
+    rc = decode(body, len, hdr, model, req, max_elems, err, 0);
   return rc;
 }

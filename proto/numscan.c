@@ -1,0 +1,348 @@
+/* numscan.c - keep the tensor numbers of a JSON body away from cJSON.
+ *
+ * cJSON builds one node per number (about 100 ns each, most of a large
+ * request's decode).  Here a single pass over the body finds the arrays
+ * that hold tensor elements and writes a copy of the body in which each
+ * innermost such array ("leaf": no array, object or string inside) is
+ * empty.  cJSON parses that copy: the envelope, the shapes and options,
+ * and every nested array above the leaves, so duplicate and unknown
+ * fields are found exactly as before.  Each leaf's node is then tagged
+ * with the byte range of its elements in the original body and their
+ * count, and tensor.c converts those bytes straight into the tensor's
+ * buffer (fpconv.cc), checking each token against the JSON grammar.
+ *
+ * The tensor arrays are, for /v1, the value of a top-level query, key,
+ * value, valid_lens, mask, bias, w_q, w_k or w_v member (nested arrays) or
+ * the "data" member of such a member's object (flat form); for v2, the
+ * "data" member of each object in the top-level "inputs" array.  The scan
+ * and the tagging walk over cJSON's tree apply the same rules; they must
+ * agree on every tensor array, in order, or the tree is not used.
+ *
+ * This path only ever decides a request it can decode: a body it cannot
+ * scan, a copy cJSON refuses, a leaf that is not a list of JSON numbers
+ * (or true/false for a mask), or any other error sends the decoder back
+ * to cJSON on the original body, which gives today's answer and message.
+ *
+ * A tagged leaf node: cJSON_Array | cJSON_IsReference (so cJSON_Delete
+ * frees neither child nor valuestring), valuestring = first byte after
+ * the '[' in the original body, valuedouble = bytes up to the ']',
+ * valueint = elements (commas + 1).  PROTO__LEAF_READ is set in type once
+ * its elements have been converted. */
+#include <stdlib.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#include "mem.h"
+#include "proto_impl.h"
+
+/* Deeper than any request attnd accepts (v2 "data" nests at most 32). */
+#define MAX_DEPTH 64
+
+/* Where a container sits. */
+enum ctx {
+  C_NONE,    /* not under a tensor */
+  C_ROOT,    /* the top-level object */
+  C_TOBJ,    /* v1: {"shape", "data"} of a tensor member */
+  C_INPUTS,  /* v2: the "inputs" array */
+  C_INOBJ,   /* v2: one input object */
+  C_TENSOR   /* an array of tensor elements, at any depth */
+};
+
+/* What the current member's key makes of its value. */
+enum key { K_NONE, K_TENSOR, K_DATA, K_INPUTS };
+
+/* One array in a tensor context, in document order. */
+typedef struct arr_rec {
+  size_t off, len;  /* leaf: elements' bytes in the body */
+  size_t n;         /* leaf: elements; 0: not a leaf */
+} arr_rec;
+
+typedef struct scan {
+  const char *body;
+  size_t len;
+  int codec;
+  char *out;        /* the copy for cJSON */
+  size_t olen;
+  arr_rec *arrs;
+  size_t narr, cap;
+} scan;
+
+static const char *const v1_tensors[] = {
+  "query", "key", "value", "valid_lens", "mask", "bias", "w_q", "w_k",
+  "w_v"};
+
+static int v1_tensor_name(const char *s, size_t n) {
+  for (size_t i = 0; i < sizeof v1_tensors / sizeof *v1_tensors; i++)
+    if (strlen(v1_tensors[i]) == n && !memcmp(v1_tensors[i], s, n))
+      return 1;
+  return 0;
+}
+
+static int is_ws(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
+static int is_name(const char *s, size_t n, const char *name) {
+  return strlen(name) == n && !memcmp(name, s, n);
+}
+
+/* The key's meaning inside a container of context ctx. */
+static int key_class(const scan *s, int ctx, const char *k, size_t n) {
+  if (ctx == C_ROOT && s->codec == PROTO_CODEC_V1)
+    return v1_tensor_name(k, n) ? K_TENSOR : K_NONE;
+  if (ctx == C_ROOT)
+    return is_name(k, n, "inputs") ? K_INPUTS : K_NONE;
+  if (ctx == C_TOBJ || ctx == C_INOBJ)
+    return is_name(k, n, "data") ? K_DATA : K_NONE;
+  return K_NONE;
+}
+
+static int push_rec(scan *s, size_t off, size_t len, size_t n) {
+  if (s->narr == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 256;
+    arr_rec *a = mem_realloc(s->arrs, cap * sizeof *a);
+    if (!a)
+      return -1;
+    s->arrs = a;
+    s->cap = cap;
+  }
+  s->arrs[s->narr++] = (arr_rec){off, len, n};
+  return 0;
+}
+
+/* Bytes that end a leaf's lookahead: anything that opens or closes a
+ * container or a string. */
+static int is_stop(unsigned char ch) {
+  return ch == '[' || ch == ']' || ch == '{' || ch == '}' || ch == '"';
+}
+
+/* Set bits of a 16-bit mask (no popcnt instruction in baseline x86-64). */
+static unsigned bits16(unsigned x) {
+  x = x - ((x >> 1) & 0x5555u);
+  x = (x & 0x3333u) + ((x >> 2) & 0x3333u);
+  x = (x + (x >> 4)) & 0x0f0fu;
+  return (x + (x >> 8)) & 0x1fu;
+}
+
+/* Index of the first stop byte in b[j, len) (len when none), and the
+ * commas before it added to *commas.  SSE2 (every x86-64) takes 16 bytes
+ * a step; leaves are most of a large body. */
+static size_t find_stop(const unsigned char *b, size_t j, size_t len,
+                        size_t *commas) {
+#ifdef __SSE2__
+  const __m128i lb = _mm_set1_epi8('['), rb = _mm_set1_epi8(']');
+  const __m128i lc = _mm_set1_epi8('{'), rc = _mm_set1_epi8('}');
+  const __m128i qu = _mm_set1_epi8('"'), cm = _mm_set1_epi8(',');
+  for (; j + 16 <= len; j += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(b + j));
+    __m128i st = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(v, lb), _mm_cmpeq_epi8(v, rb)),
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, lc),
+                                  _mm_cmpeq_epi8(v, rc)),
+                     _mm_cmpeq_epi8(v, qu)));
+    unsigned sm = (unsigned)_mm_movemask_epi8(st);
+    unsigned cmask = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, cm));
+    if (sm) {
+      unsigned k = (unsigned)__builtin_ctz(sm);
+      *commas += bits16(cmask & ((1u << k) - 1));
+      return j + k;
+    }
+    *commas += bits16(cmask);
+  }
+#endif
+  for (; j < len && !is_stop(b[j]); j++)
+    *commas += b[j] == ',';
+  return j;
+}
+
+/* At s->body[i] == '[' in a tensor context: if the array holds only
+ * scalars, records it as a leaf and returns the index of its ']';
+ * otherwise records it as an inner array and returns 0. */
+static size_t leaf_at(scan *s, size_t i, int *err) {
+  const unsigned char *b = (const unsigned char *)s->body;
+  size_t commas = 0, j = find_stop(b, i + 1, s->len, &commas);
+  int empty = !commas;
+  for (size_t k = i + 1; empty && k < j; k++)
+    empty = b[k] <= ' ';
+  if (j == s->len || b[j] != ']' || empty || commas >= (size_t)INT32_MAX) {
+    *err = push_rec(s, 0, 0, 0);
+    return 0;
+  }
+  *err = push_rec(s, i + 1, j - i - 1, commas + 1);
+  return j;
+}
+
+/* Appends body[from, to) to the copy. */
+static void emit(scan *s, size_t from, size_t to) {
+  memcpy(s->out + s->olen, s->body + from, to - from);
+  s->olen += to - from;
+}
+
+/* Writes the copy.  Returns 0, or -1 when the body is not one the scan
+ * understands (cJSON then parses the original). */
+static int scan_body(scan *s) {
+  unsigned char type[MAX_DEPTH], ctx[MAX_DEPTH], key[MAX_DEPTH];
+  int depth = 0, err = 0;
+  size_t i = 0, done = 0, kstart = 0, klen = 0;
+  while (i < s->len && is_ws(s->body[i]))
+    i++;
+  if (i == s->len || s->body[i] != '{')
+    return -1;
+  for (; i < s->len; i++) {
+    char ch = s->body[i];
+    if (ch == '"') {
+      size_t j = i + 1;
+      while (j < s->len && s->body[j] != '"')
+        j += s->body[j] == '\\' ? 2 : 1;
+      if (j >= s->len)
+        return -1;
+      kstart = i + 1;
+      klen = j - i - 1;
+      i = j;
+    } else if (ch == ':') {
+      if (!depth || type[depth - 1] != '{')
+        return -1;
+      key[depth - 1] = (unsigned char)key_class(s, ctx[depth - 1],
+                                                s->body + kstart, klen);
+    } else if (ch == ',') {
+      if (depth && type[depth - 1] == '{')
+        key[depth - 1] = K_NONE;
+    } else if (ch == '{' || ch == '[') {
+      int up = depth ? ctx[depth - 1] : C_NONE;
+      int k = depth && type[depth - 1] == '{' ? key[depth - 1] : K_NONE;
+      int c = C_NONE;
+      if (ch == '{')
+        c = !depth                ? C_ROOT
+            : k == K_TENSOR       ? C_TOBJ
+            : up == C_INPUTS      ? C_INOBJ : C_NONE;
+      else
+        c = k == K_TENSOR || k == K_DATA || up == C_TENSOR ? C_TENSOR
+            : k == K_INPUTS                                 ? C_INPUTS
+                                                            : C_NONE;
+      if (c == C_TENSOR) {
+        size_t j = leaf_at(s, i, &err);
+        if (err)
+          return -1;
+        if (j) { /* a leaf: the copy gets "[]" */
+          emit(s, done, i + 1);
+          s->out[s->olen++] = ']';
+          done = j + 1;
+          i = j;
+          continue;
+        }
+      }
+      if (depth == MAX_DEPTH)
+        return -1;
+      type[depth] = (unsigned char)ch;
+      ctx[depth] = (unsigned char)c;
+      key[depth++] = K_NONE;
+    } else if (ch == '}' || ch == ']') {
+      if (!depth || type[depth - 1] != (ch == '}' ? '{' : '['))
+        return -1;
+      if (--depth == 0)
+        break; /* cJSON judges whatever follows the object */
+    }
+  }
+  emit(s, done, s->len);
+  s->out[s->olen] = '\0';
+  return 0;
+}
+
+/* ---- tagging cJSON's tree ------------------------------------------------ */
+
+/* Tags (mode 0) or checks (mode 1: every leaf read) the arrays under a
+ * tensor array a, in document order, against the scan's records. */
+static int walk_tensor(cJSON *a, const scan *s, size_t *k, int mode) {
+  if (mode == 1) {
+    if (proto__is_leaf(a))
+      return a->type & PROTO__LEAF_READ ? 0 : -1;
+  } else {
+    if (*k >= s->narr)
+      return -1;
+    const arr_rec *r = &s->arrs[(*k)++];
+    if (r->n) {
+      if (a->child)
+        return -1;
+      a->type |= cJSON_IsReference;
+      a->valuestring = (char *)(uintptr_t)(s->body + r->off);
+      a->valuedouble = (double)r->len;
+      a->valueint = (int)r->n;
+      return 0;
+    }
+  }
+  for (cJSON *c = a->child; c; c = c->next)
+    if (cJSON_IsArray(c) && walk_tensor(c, s, k, mode))
+      return -1;
+  return 0;
+}
+
+/* The "data" arrays of an object (v1 tensor object, v2 input). */
+static int walk_data(cJSON *o, const scan *s, size_t *k, int mode) {
+  for (cJSON *m = o->child; m; m = m->next)
+    if (!strcmp(m->string, "data") && cJSON_IsArray(m) &&
+        walk_tensor(m, s, k, mode))
+      return -1;
+  return 0;
+}
+
+static int walk_root(cJSON *root, int codec, const scan *s, int mode) {
+  size_t k = 0;
+  for (cJSON *m = root->child; m; m = m->next) {
+    const char *n = m->string;
+    int rc = 0;
+    if (codec == PROTO_CODEC_V1 && v1_tensor_name(n, strlen(n))) {
+      if (cJSON_IsArray(m))
+        rc = walk_tensor(m, s, &k, mode);
+      else if (cJSON_IsObject(m))
+        rc = walk_data(m, s, &k, mode);
+    } else if (codec == PROTO_CODEC_V2 && !strcmp(n, "inputs") &&
+               cJSON_IsArray(m)) {
+      for (cJSON *in = m->child; in && !rc; in = in->next)
+        if (cJSON_IsObject(in))
+          rc = walk_data(in, s, &k, mode);
+    }
+    if (rc)
+      return -1;
+  }
+  return mode == 0 && k != s->narr ? -1 : 0;
+}
+
+int proto__json_parse_leaves(const char *body, size_t len, int codec,
+                              cJSON **rootp) {
+  scan s = {.body = body, .len = len, .codec = codec};
+  cJSON *root = NULL;
+  const char *end = NULL;
+  unsigned long failed = mem_thread_failures();
+  int rc = ATTND_EINVAL;
+  s.out = mem_malloc(len + 1);
+  if (!s.out || scan_body(&s))
+    goto out;
+  root = cJSON_ParseWithLengthOpts(s.out, s.olen, &end, 0);
+  if (!root)
+    goto out;
+  for (const char *e = end; e < s.out + s.olen; e++)
+    if (!is_ws(*e))
+      goto fail;
+  if (!cJSON_IsObject(root) || walk_root(root, codec, &s, 0))
+    goto fail;
+  rc = 0;
+  goto out;
+fail:
+  cJSON_Delete(root);
+  root = NULL;
+out:
+  mem_free(s.out);
+  mem_free(s.arrs);
+  *rootp = root;
+  /* cJSON says NULL for bad JSON and for a failed allocation alike */
+  if (rc && mem_thread_failures() != failed)
+    rc = ATTND_ENOMEM;
+  return rc;
+}
+
+int proto__json_leaves_read(cJSON *root, int codec) {
+  scan s = {.codec = codec};
+  return walk_root(root, codec, &s, 1) == 0;
+}

@@ -1,0 +1,441 @@
+/* bench_json.c - the JSON number path of proto/, before and after numscan.
+ *
+ * build/attnd-bench-json prints a table (or, with --json, one JSON object
+ * per line) of the best of several timings (thread CPU time) of:
+ *
+ *   decode   proto_v1_decode / proto_v2_decode of a request whose q, k, v
+ *            are random floats as their shortest round-trip text:
+ *            "numscan" is the decoder as shipped; "cjson" is the same
+ *            decoder on the same body behind one leading \x01 byte, which
+ *            cJSON skips as whitespace and numscan refuses, so the
+ *            decoder goes straight to the cJSON path (the decoder as it
+ *            was before numscan).  ns per number and body MB/s.
+ *   encode   proto_v1_encode (nested) and proto_v2_encode (flat data) of
+ *            output and weights; ns per number and response MB/s.
+ *   print    one float32 to text: proto__fmt_f32 (as shipped), the
+ *            midpoint printer it replaced (kept here), std::to_chars'
+ *            digits alone, and snprintf("%.9g").
+ *
+ *   attnd-bench-json [--json] [--quick]
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "proto/proto.h"
+#include "proto/proto_impl.h"
+
+static int json_out, quick;
+
+/* The calling thread's CPU time: on a shared, busy machine this leaves out
+ * the time other processes take, which wall time cannot. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static double uniform(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (double)(rng >> 11) * 0x1p-53;
+}
+
+/* Roughly N(0, 1): what q, k and v hold. */
+static float normal(void) {
+  double s = 0;
+  for (int i = 0; i < 4; i++)
+    s += uniform();
+  return (float)((s - 2.0) * 1.7320508);
+}
+
+static void report(const char *what, const char *path, double ns,
+                   double mbs) {
+  if (json_out)
+    printf("{\"kind\":\"json\",\"what\":\"%s\",\"path\":\"%s\","
+           "\"ns_per_number\":%.2f,\"mb_per_s\":%.1f}\n", what, path, ns,
+           mbs);
+  else if (mbs > 0)
+    printf("  %-34s %-10s %9.2f ns/number %9.1f MB/s\n", what, path, ns,
+           mbs);
+  else
+    printf("  %-34s %-10s %9.2f ns/number\n", what, path, ns);
+}
+
+/* ---- request bodies ------------------------------------------------------ */
+
+static void put_nested(proto__buf *b, int rank, const int *dims) {
+  size_t n = 1;
+  for (int d = 0; d < rank; d++)
+    n *= (size_t)dims[d];
+  for (size_t i = 0; i < n; i++) {
+    size_t period = 1;
+    int opens = 0;
+    for (int d = rank - 1; d >= 0; d--) { /* axes whose index is 0 */
+      period *= (size_t)dims[d];
+      if (i % period == 0)
+        opens++;
+    }
+    if (i)
+      proto__buf_putc(b, ',');
+    for (int k = 0; k < opens; k++)
+      proto__buf_putc(b, '[');
+    proto__buf_put_f32(b, normal());
+    period = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+      period *= (size_t)dims[d];
+      if ((i + 1) % period == 0)
+        proto__buf_putc(b, ']');
+    }
+  }
+}
+
+/* A /v1 body with nested q, k, v of shape (B, H, L, D). */
+static char *v1_body(const int *dims, size_t *len, size_t *numbers) {
+  proto__buf b = {0};
+  const char *names[3] = {"query", "key", "value"};
+  proto__buf_putc(&b, '{');
+  for (int t = 0; t < 3; t++) {
+    proto__buf_puts(&b, t ? ",\"" : "\"");
+    proto__buf_puts(&b, names[t]);
+    proto__buf_puts(&b, "\":");
+    put_nested(&b, 4, dims);
+  }
+  proto__buf_puts(&b, ",\"return_weights\":false}");
+  *len = b.len;
+  *numbers = 3 * (size_t)dims[0] * dims[1] * dims[2] * dims[3];
+  return b.p;
+}
+
+/* A v2 JSON body with flat FP32 data for q, k, v. */
+static char *v2_body(const int *dims, size_t *len, size_t *numbers) {
+  proto__buf b = {0};
+  const char *names[3] = {"query", "key", "value"};
+  size_t n = (size_t)dims[0] * dims[1] * dims[2] * dims[3];
+  proto__buf_puts(&b, "{\"inputs\":[");
+  for (int t = 0; t < 3; t++) {
+    char head[160];
+    snprintf(head, sizeof head, "%s{\"name\":\"%s\",\"datatype\":\"FP32\","
+             "\"shape\":[%d,%d,%d,%d],\"data\":[", t ? "," : "", names[t],
+             dims[0], dims[1], dims[2], dims[3]);
+    proto__buf_puts(&b, head);
+    for (size_t i = 0; i < n; i++) {
+      if (i)
+        proto__buf_putc(&b, ',');
+      proto__buf_put_f32(&b, normal());
+    }
+    proto__buf_puts(&b, "]}");
+  }
+  proto__buf_puts(&b, "],\"outputs\":[{\"name\":\"output\"}]}");
+  *len = b.len;
+  *numbers = 3 * n;
+  return b.p;
+}
+
+/* Best seconds per decode of body (v2 when v2); exits on a failure. */
+static double time_decode(const char *body, size_t len, int v2, int reps) {
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    proto_request req;
+    char err[PROTO_ERR_MAX];
+    double t0 = now_s();
+    int rc = v2 ? proto_v2_decode(body, len, NULL, PROTO_MODEL_ATTENTION,
+                                  &req, 0, err)
+                : proto_v1_decode(body, len, &req, 0, err);
+    double t = now_s() - t0;
+    if (rc) {
+      fprintf(stderr, "bench_json: decode failed: %s\n", err);
+      exit(1);
+    }
+    proto_request_free(&req);
+    if (t < best)
+      best = t;
+  }
+  return best;
+}
+
+static void bench_decode(const char *what, char *body, size_t len,
+                         size_t numbers, int v2, int reps) {
+  /* the same body behind \x01: cJSON skips it, numscan refuses it */
+  char *slow = malloc(len + 1);
+  slow[0] = '\x01';
+  memcpy(slow + 1, body, len);
+  double t_old = time_decode(slow, len + 1, v2, reps);
+  double t_new = time_decode(body, len, v2, reps);
+  report(what, "cjson", t_old * 1e9 / (double)numbers,
+         (double)len / t_old / 1e6);
+  report(what, "numscan", t_new * 1e9 / (double)numbers,
+         (double)len / t_new / 1e6);
+  free(slow);
+}
+
+/* ---- encode ------------------------------------------------------------- */
+
+static void bench_encode(int reps) {
+  static const int dims[4] = {1, 16, 128, 64};
+  proto_request req;
+  memset(&req, 0, sizeof req);
+  attn_problem *p = &req.prob;
+  p->B = dims[0], p->H = p->Hkv = dims[1], p->Lq = p->Lk = dims[2];
+  p->D = p->Dk = p->Dv = dims[3];
+  req.qrank = 4;
+  req.return_weights = 1;
+  size_t no = (size_t)p->B * p->H * p->Lq * p->Dv;
+  size_t nw = (size_t)p->B * p->H * p->Lq * p->Lk;
+  req.out = malloc(no * sizeof(float));
+  req.weights = malloc(nw * sizeof(float));
+  for (size_t i = 0; i < no; i++)
+    req.out[i] = normal();
+  for (size_t i = 0; i < nw; i++) /* softmax-like weights in (0, 0.05) */
+    req.weights[i] = (float)(uniform() * uniform() * 0.05);
+  req.n_outputs = 2;
+  req.outputs[0] = PROTO_OUT_OUTPUT;
+  req.outputs[1] = PROTO_OUT_WEIGHTS;
+  for (int v2 = 0; v2 < 2; v2++) {
+    double best = 1e30;
+    size_t len = 0;
+    req.codec = v2 ? PROTO_CODEC_V2 : PROTO_CODEC_V1;
+    for (int r = 0; r < reps; r++) {
+      char *body;
+      size_t jl;
+      double t0 = now_s();
+      int rc = proto_encode(&req, &body, &len, &jl);
+      double t = now_s() - t0;
+      if (rc) {
+        fprintf(stderr, "bench_json: encode failed\n");
+        exit(1);
+      }
+      free(body);
+      if (t < best)
+        best = t;
+    }
+    report(v2 ? "encode v2 flat (1,16,128,64)+w" :
+                "encode v1 nested (1,16,128,64)+w", "as built",
+           best * 1e9 / (double)(no + nw), (double)len / best / 1e6);
+  }
+  free(req.out);
+  free(req.weights);
+}
+
+/* ---- one float to text ---------------------------------------------------- */
+
+/* The midpoint printer proto__fmt_f32 used before std::to_chars (proto/
+ * buf.c at commit 3b93b45), kept verbatim as the "before" of the print
+ * figures. */
+/* Significant digits in a %g mantissa (leading zeros do not count). */
+static int sig_digits(const char *s) {
+  int n = 0, started = 0;
+  for (; *s && *s != 'e'; s++) {
+    if (*s >= '1' && *s <= '9')
+      started = 1;
+    if (started && *s >= '0' && *s <= '9')
+      n++;
+  }
+  return n;
+}
+
+/* The snprintf path: 9 significant digits always read back as the same
+ * float; try fewer while they still do.  %g drops trailing zeros, so a
+ * result with k < p digits means no precision between k and p can be
+ * shorter.  Correct but slow (about 1.4 us a float), so it only backs up
+ * the fast path below. */
+static int fmt_f32_slow(char *s, float x) {
+  int n = snprintf(s, PROTO__F32_MAX, "%.9g", (double)x);
+  int p = sig_digits(s);
+  for (p = p < 9 ? p - 1 : 8; p >= 1; p--) {
+    char t[PROTO__F32_MAX];
+    int m = snprintf(t, sizeof t, "%.*g", p, (double)x);
+    if (strtof(t, NULL) != x)
+      break;
+    memcpy(s, t, (size_t)m + 1);
+    n = m;
+    int k = sig_digits(t);
+    if (k < p)
+      p = k;
+  }
+  return n;
+}
+
+/* x * 10^k in double; exact powers of ten up to 10^22, so one or two
+ * roundings for the exponents a float needs. */
+static double mul_pow10(double x, int k) {
+  static const double p10[23] = {
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  for (; k > 22; k -= 22)
+    x *= 1e22;
+  for (; k < -22; k += 22)
+    x /= 1e22;
+  return k >= 0 ? x * p10[k] : x / p10[-k];
+}
+
+/* Writes the decimal m * 10^k (m > 0) as a JSON number: plain notation for
+ * moderate exponents, d.ddde-X otherwise. */
+static int put_decimal(char *s, int neg, uint64_t m, int k) {
+  char dig[24];
+  int n = 0, o = 0;
+  while (m % 10 == 0) {
+    m /= 10;
+    k++;
+  }
+  for (; m; m /= 10)
+    dig[n++] = (char)('0' + m % 10); /* reversed */
+  int e = k + n - 1;                   /* exponent of the leading digit */
+  if (neg)
+    s[o++] = '-';
+  if (e >= 0 && e < 9 && k >= 0) {     /* integer */
+    while (n)
+      s[o++] = dig[--n];
+    for (; k > 0; k--)
+      s[o++] = '0';
+  } else if (e >= 0 && e < 9) {        /* ddd.ddd */
+    for (int i = 0; n; i++) {
+      if (i == e + 1)
+        s[o++] = '.';
+      s[o++] = dig[--n];
+    }
+  } else if (e < 0 && e >= -5) {       /* 0.000ddd */
+    s[o++] = '0';
+    s[o++] = '.';
+    for (int i = -1; i > e; i--)
+      s[o++] = '0';
+    while (n)
+      s[o++] = dig[--n];
+  } else {                             /* d.ddde-X */
+    s[o++] = dig[--n];
+    if (n)
+      s[o++] = '.';
+    while (n)
+      s[o++] = dig[--n];
+    o += snprintf(s + o, PROTO__F32_MAX - (size_t)o, "e%d", e);
+  }
+  s[o] = '\0';
+  return o;
+}
+
+/* 1 when the text s reads back as x. */
+static int reads_back(const char *s, float x) {
+  return strtof(s, NULL) == x;
+}
+
+static int old_fmt_f32(char *s, float x) {
+  static const double p10[9] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
+  static const double inv10[9] = {1e0,  1e-1, 1e-2, 1e-3, 1e-4,
+                                  1e-5, 1e-6, 1e-7, 1e-8};
+  if (x == 0.0f) {
+    s[0] = '0';
+    s[1] = '\0';
+    return 1;
+  }
+  if (!isfinite(x)) {
+    memcpy(s, "null", 5);
+    return 4;
+  }
+  /* Fast path.  Every decimal strictly between the midpoints to x's float
+   * neighbours reads back as x.  Scale x and those midpoints so that x has
+   * 9 digits before the point (S, L, H); the p-digit rounding of x is then
+   * round(S / 10^(9-p)) * 10^(9-p), tested against (L, H).  The scaling is
+   * off by a few double roundings at most, far inside tol, so a candidate
+   * clear of the bounds by tol is decided; one within tol of a bound (a
+   * tie, say) is decided by strtof on its text. */
+  float ax = fabsf(x);
+  double a = ax, lo = nextafterf(ax, 0.0f), hi = nextafterf(ax, INFINITY);
+  double mid_lo = (lo + a) / 2;
+  double mid_hi = isinf(hi) ? a + (a - mid_lo) : (a + hi) / 2;
+  int e10 = (int)floor(log10(a));
+  double lead = mul_pow10(a, -e10);
+  e10 += lead >= 10.0 ? 1 : lead < 1.0 ? -1 : 0;
+  double S = mul_pow10(a, 8 - e10), L = mul_pow10(mid_lo, 8 - e10);
+  double H = mul_pow10(mid_hi, 8 - e10), tol = S * 1e-12;
+  for (int p = 1; p <= 9; p++) {
+    /* inv10 is inexact, which only moves m in cases where any nearby
+     * integer is as good; c is what gets tested */
+    double m = (double)(int64_t)(S * inv10[9 - p] + 0.5), c = m * p10[9 - p];
+    if (c < L - tol || c > H + tol)
+      continue;
+    int n = put_decimal(s, x < 0, (uint64_t)m, e10 - p + 1);
+    if ((c > L + tol && c < H - tol) || reads_back(s, x))
+      return n;
+  }
+  return fmt_f32_slow(s, x);
+}
+
+static void bench_print(int n) {
+  float *x = malloc((size_t)n * sizeof *x);
+  char s[64];
+  size_t sink = 0;
+  for (int i = 0; i < n; i++)
+    x[i] = i % 2 ? normal() : (float)(uniform() * uniform() * 0.05);
+  for (int which = 0; which < 4; which++) {
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+      double t0 = now_s();
+      for (int i = 0; i < n; i++) {
+        uint64_t m;
+        int k;
+        switch (which) {
+        case 0: sink += (size_t)proto__fmt_f32(s, x[i]); break;
+        case 1: sink += (size_t)old_fmt_f32(s, x[i]); break;
+        case 2: sink += (size_t)proto__num_shortest_f32(x[i], &m, &k) + m;
+                break;
+        default: sink += (size_t)snprintf(s, sizeof s, "%.9g", (double)x[i]);
+        }
+      }
+      double t = now_s() - t0;
+      if (t < best)
+        best = t;
+    }
+    static const char *const names[4] = {
+      "proto__fmt_f32 (to_chars digits)", "midpoint printer (before)",
+      "std::to_chars digits only", "snprintf %.9g"};
+    report(names[which], "print", best * 1e9 / n, 0);
+  }
+  if (sink == 42)
+    puts("");
+  free(x);
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--json"))
+      json_out = 1;
+    else if (!strcmp(argv[i], "--quick"))
+      quick = 1;
+    else {
+      fprintf(stderr, "usage: attnd-bench-json [--json] [--quick]\n");
+      return 2;
+    }
+  }
+  int reps = quick ? 3 : 7;
+  static const int big[4] = {1, 16, 128, 64}, tiny[4] = {1, 1, 16, 32};
+  size_t len, numbers;
+  char *body;
+  if (!json_out)
+    printf("decode (best of %d; cjson = before numscan, same body):\n",
+           reps);
+  body = v1_body(big, &len, &numbers);
+  bench_decode("v1 nested q,k,v (1,16,128,64)", body, len, numbers, 0, reps);
+  free(body);
+  body = v2_body(big, &len, &numbers);
+  bench_decode("v2 JSON FP32 q,k,v (1,16,128,64)", body, len, numbers, 1,
+               reps);
+  free(body);
+  body = v1_body(tiny, &len, &numbers);
+  bench_decode("v1 nested q,k,v (1,1,16,32)", body, len, numbers, 0,
+               reps * 30);
+  free(body);
+  if (!json_out)
+    printf("encode (best of %d):\n", reps);
+  bench_encode(reps);
+  if (!json_out)
+    printf("print one float32 (mixed N(0,1) and small weights):\n");
+  bench_print(quick ? 200000 : 1000000);
+  return 0;
+}

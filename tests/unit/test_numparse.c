@@ -1,0 +1,672 @@
+/* test_numparse.c - the JSON number path: numscan (proto/numscan.c) and the
+ * fast_float / std::to_chars shim (proto/fpconv.cc).
+ *
+ *  - proto__num_f32 against strtof (bit for bit, the sign of zero too) over
+ *    random bit patterns printed many ways, exact midpoints between
+ *    neighbours and decimals just either side of them, subnormals, the
+ *    float range's edges, mantissas hundreds of digits long, and exponents
+ *    far outside float range; float32 range exactly as the cJSON path
+ *    judged it (|strtod| <= FLT_MAX); proto__num_f64 against strtod; the
+ *    JSON number grammar, token by token.
+ *  - The decoders: tensor numbers come out correctly rounded (a decimal
+ *    that double rounding would get wrong proves numscan read it), in
+ *    every form (v1 nested and flat, v2 data, FP16, BF16, BOOL, INT32).
+ *  - The decoders against themselves on the cJSON path: a body behind a
+ *    leading ' ' goes through numscan, the same body behind '\x01' (a byte
+ *    cJSON skips as whitespace and numscan refuses) through cJSON alone.
+ *    Thousands of mutated bodies must give the same code, the same message
+ *    and the same tensors both ways.
+ *  - The printer: shortest digits that read back, not longer than a
+ *    brute-force search, over random and swept bit patterns. */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto.h"
+#include "proto/proto_impl.h"
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+
+static uint64_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+/* A random finite float: any bit pattern, a third of them subnormal. */
+static float rnd_float(void) {
+  for (;;) {
+    uint32_t u = (uint32_t)rnd();
+    if (rnd() % 3 == 0)
+      u &= 0x807fffffu;
+    float f = bits_f32(u);
+    if (isfinite(f))
+      return f;
+  }
+}
+
+/* What the cJSON path did with text s: accept when |strtod(s)| <= FLT_MAX.
+ * What numscan must give for an accepted s: strtof(s), bit for bit. */
+static void check_f32(const char *s) {
+  float got = 0;
+  const char *end = s + strlen(s);
+  const char *q = proto__num_f32(s, end, &got);
+  double d = strtod(s, NULL);
+  if (!(fabs(d) <= FLT_MAX)) {
+    ck_assert_msg(q == NULL, "%s: accepted, strtod says %g", s, d);
+    return;
+  }
+  ck_assert_msg(q == end, "%s: refused or cut short", s);
+  float want = strtof(s, NULL);
+  ck_assert_msg(f32_bits(got) == f32_bits(want), "%s: %a, strtof %a", s,
+                (double)got, (double)want);
+  double g;
+  ck_assert_ptr_eq(proto__num_f64(s, end, &g), end);
+  ck_assert_msg(g == d && signbit(g) == signbit(d), "%s: %a, strtod %a", s,
+                g, d);
+}
+
+/* ---- parsing one number ------------------------------------------------ */
+
+START_TEST(random_floats_printed_many_ways) {
+  char s[64];
+  for (int i = 0; i < 60000; i++) {
+    float f = rnd_float();
+    int p = 1 + (int)(rnd() % 17);
+    snprintf(s, sizeof s, "%.*g", p, (double)f);
+    check_f32(s);
+    snprintf(s, sizeof s, "%.*e", p, (double)f);
+    check_f32(s);
+    proto__fmt_f32(s, f);
+    check_f32(s);
+  }
+}
+END_TEST
+
+/* The exact midpoint between a float and the next one up (exact in a
+ * double), printed exactly, and the decimals one unit in its last digit
+ * below and above: ties go to even, the others go their way. */
+START_TEST(midpoints_between_neighbours) {
+  char s[128];
+  for (int i = 0; i < 20000; i++) {
+    float f = fabsf(rnd_float());
+    float g = nextafterf(f, INFINITY);
+    if (!isfinite(g))
+      continue;
+    double mid = ((double)f + (double)g) / 2;
+    int n = snprintf(s, sizeof s, "%.70e", mid);
+    char *e = strchr(s, 'e');
+    /* trim trailing zeros of the mantissa, keep it exact */
+    char *z = e - 1;
+    while (*z == '0')
+      z--;
+    if (*z == '.')
+      z--;
+    memmove(z + 1, e, strlen(e) + 1);
+    (void)n;
+    check_f32(s);
+    /* just above: append digits before the exponent */
+    char t[160];
+    e = strchr(s, 'e');
+    snprintf(t, sizeof t, "%.*s%s000000000000001%s", (int)(e - s), s,
+             strchr(s, '.') ? "" : ".", e);
+    check_f32(t);
+    /* just below: mid - 2^-100 * mid, printed with 60 digits */
+    snprintf(t, sizeof t, "%.60e", mid * (1 - 0x1p-52));
+    check_f32(t);
+  }
+}
+END_TEST
+
+START_TEST(subnormals_and_range_edges) {
+  char s[128];
+  for (uint32_t u = 1; u < 0x800000u; u += 997) {
+    snprintf(s, sizeof s, "%.9g", (double)bits_f32(u));
+    check_f32(s);
+    snprintf(s, sizeof s, "%.20e", (double)bits_f32(u) * 0.75);
+    check_f32(s);
+  }
+  static const char *const edges[] = {
+    "1e-45", "1.4e-45", "1.401298464324817e-45", "7e-46", "7.1e-46",
+    "7.006492321624085e-46", "7.006492321624086e-46", "1e-46", "-1e-46",
+    "1.1754943e-38", "1.17549435e-38", "1.1754942e-38", "3.4028234e38",
+    "3.4028235e38", "3.40282346638528859811704183484516925440e+38",
+    "3.4028234663852886e38", "3.4028234663852887e38", "3.40282356e38",
+    "3.4028235677973366e38", "3.4028235677973365e38", "-3.4028234e38",
+    "-3.4028236e38", "1e38", "1e39", "-1e39", "1e-400", "-1e-400",
+    "1e400", "1e99999999999999999999", "1e-99999999999999999999", "0",
+    "-0", "0.0", "-0.0e0", "0e-5", "0e999999", "1E+2", "1e-2", "123456789",
+    "16777217", "16777216.5", "33554431", "1.00000005960464477539062500001",
+    "1.000000059604644775390625", "0.999999970197677612304687499999"};
+  for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+    check_f32(edges[i]);
+}
+END_TEST
+
+START_TEST(long_mantissas) {
+  char s[2200];
+  for (int i = 0; i < 400; i++) {
+    int len = 20 + (int)(rnd() % 2000), o = 0;
+    if (rnd() % 2)
+      s[o++] = '-';
+    s[o++] = (char)('1' + rnd() % 9);
+    int dot = (int)(rnd() % (unsigned)len);
+    for (int k = 1; k < len; k++) {
+      if (k == dot)
+        s[o++] = '.';
+      /* long runs of 0 or 9 put the value next to a boundary */
+      s[o++] = i % 3 == 0 ? '0' : i % 3 == 1 ? '9' : (char)('0' + rnd() % 10);
+    }
+    if (i % 3 != 2)
+      s[o - 1] = '1';
+    o += snprintf(s + o, 32, "e%d", (int)(rnd() % 90) - 45 - (dot ? dot : len));
+    s[o] = '\0';
+    check_f32(s);
+  }
+  /* the midpoint between 1 and its upper neighbour, then a 1 far out */
+  snprintf(s, sizeof s, "1.000000059604644775390625%0*d1", 900, 0);
+  check_f32(s);
+}
+END_TEST
+
+START_TEST(json_number_grammar) {
+  static const char *const bad[] = {
+    "", "-", "+1", "01", "-01", "00", "1.", "-1.", "1.e5", ".5", "-.5",
+    "1e", "1e+", "1E-", "inf", "-inf", "nan", "NaN", "Infinity", "0x10",
+    " 1", "- 1", "1..2", "e5", "--1"};
+  static const char *const good[] = {"0", "-0", "1", "-1", "10", "0.5",
+                                     "-0.5", "1e5", "1E5", "1e+5", "1e-5",
+                                     "1.5e-05", "0e0", "123.456e-007"};
+  float f;
+  double d;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    const char *s = bad[i], *end = s + strlen(s);
+    const char *q = proto__num_f32(s, end, &f);
+    ck_assert_msg(q == NULL || q < end, "'%s' read as a whole number", s);
+    q = proto__num_f64(s, end, &d);
+    ck_assert_msg(q == NULL || q < end, "'%s' read as a whole number", s);
+  }
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    const char *s = good[i], *end = s + strlen(s);
+    ck_assert_ptr_eq(proto__num_f32(s, end, &f), end);
+    ck_assert_ptr_eq(proto__num_f64(s, end, &d), end);
+  }
+  /* a token ends where JSON says it does */
+  const char *s = "12,3";
+  ck_assert_ptr_eq(proto__num_f32(s, s + 4, &f), s + 2);
+  ck_assert(f == 12.0f);
+}
+END_TEST
+
+START_TEST(number_lists) {
+  float x[4];
+  const char *ok = " 1 ,\t2.5,\n-3e0\r";
+  ck_assert_int_eq(proto__num_list_f32(ok, ok + strlen(ok), x, 3), 0);
+  ck_assert(x[0] == 1.0f && x[1] == 2.5f && x[2] == -3.0f);
+  static const char *const bad[] = {"1,2", "1,2,3,4", "1,,3", "1,2,", ",1,2",
+                                    "1 2 3", "1,2,true", "1,2,null",
+                                    "1,2,\"3\"", "1,2,3e40", "1,2,NaN",
+                                    "1,2,\x01" "3", "1;2;3"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    ck_assert_msg(proto__num_list_f32(bad[i], bad[i] + strlen(bad[i]), x,
+                                      3) == -1, "'%s' accepted", bad[i]);
+}
+END_TEST
+
+/* ---- through the decoders ----------------------------------------------- */
+
+/* 1 + 2^-24 is the midpoint between 1 and its upper neighbour; this
+ * decimal is just above it, so strtof rounds up, while strtod gives the
+ * midpoint itself, which (float) then rounds to even: 1. */
+#define ABOVE_MID "1.0000000596046447753906250001"
+
+static void decode_v1(const char *json, proto_request *r) {
+  char err[PROTO_ERR_MAX];
+  int rc = proto_v1_decode(json, strlen(json), r, 0, err);
+  ck_assert_msg(rc == 0, "%s", err);
+}
+
+START_TEST(decoders_round_correctly) {
+  float up = strtof(ABOVE_MID, NULL);
+  ck_assert(up > 1.0f && (float)strtod(ABOVE_MID, NULL) == 1.0f);
+  proto_request r;
+  decode_v1("{\"query\":[[[" ABOVE_MID ",2]]],\"key\":[[[1,2]]],"
+            "\"value\":[[[" ABOVE_MID "]]]}", &r);
+  ck_assert(r.prob.q[0] == up && r.prob.q[1] == 2.0f && r.prob.v[0] == up);
+  proto_request_free(&r);
+  decode_v1("{\"query\":{\"shape\":[1,1,2],\"data\":[" ABOVE_MID ",-0]},"
+            "\"key\":[[[1,2]]],\"value\":[[[1]]],\"bias\":[" ABOVE_MID "]}",
+            &r);
+  ck_assert(r.prob.q[0] == up && r.prob.q[1] == 0 && signbit(r.prob.q[1]));
+  ck_assert(r.prob.bias[0] == up);
+  proto_request_free(&r);
+  char err[PROTO_ERR_MAX];
+  const char *v2 =
+      "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,"
+      "1,2],\"data\":[[" ABOVE_MID "],[3]]},{\"name\":\"key\",\"datatype\":"
+      "\"FP64\",\"shape\":[1,1,2],\"data\":[" ABOVE_MID ",1]},{\"name\":"
+      "\"value\",\"datatype\":\"FP16\",\"shape\":[1,1,2],\"data\":[1.0009765625,"
+      "1.00048828125]},{\"name\":\"bias\",\"datatype\":\"BF16\",\"shape\":"
+      "[1],\"data\":[1.01171875]},{\"name\":\"mask\",\"datatype\":\"BOOL\","
+      "\"shape\":[1,1,1],\"data\":[true]},{\"name\":\"valid_lens\","
+      "\"datatype\":\"INT32\",\"shape\":[1],\"data\":[1]}]}";
+  ck_assert_int_eq(proto_v2_decode(v2, strlen(v2), NULL,
+                                   PROTO_MODEL_ATTENTION, &r, 0, err), 0);
+  ck_assert(r.prob.q[0] == up && r.prob.q[1] == 3.0f);
+  ck_assert(r.prob.k[0] == up);
+  /* FP16: 1 + 2^-10 is on the grid; 1 + 2^-11 is a tie, to even: 1 */
+  ck_assert(r.prob.v[0] == 1.0009765625f && r.prob.v[1] == 1.0f);
+  /* BF16: 1.01171875 = 1 + 3 * 2^-8 is a tie between 1 + 2^-7 and
+   * 1 + 2^-6... to even: 1 + 2^-6 */
+  uint16_t h;
+  float want;
+  ck_assert_int_eq(proto__f64_to_bf16(1.01171875, &h), 0);
+  proto__bf16_to_f32(h, &want);
+  ck_assert(r.prob.bias[0] == want);
+  ck_assert_int_eq(r.prob.mask[0], 1);
+  ck_assert_int_eq(r.prob.valid_lens[0], 1);
+  proto_request_free(&r);
+}
+END_TEST
+
+/* Many random numbers, in every tensor form, read as strtof reads them. */
+START_TEST(decoded_tensors_equal_strtof) {
+  enum { N = 4 * 3 * 5 };
+  char texts[N][48];
+  float want[N];
+  proto__buf b = {0};
+  for (int i = 0; i < N; i++) {
+    float f = rnd_float() * (rnd() % 2 ? 1.0f : 1e-30f);
+    int p = 1 + (int)(rnd() % 12);
+    snprintf(texts[i], sizeof texts[i], "%.*g", p, (double)f);
+    if (!(fabs(strtod(texts[i], NULL)) <= FLT_MAX))
+      snprintf(texts[i], sizeof texts[i], "%d", i);
+    want[i] = strtof(texts[i], NULL);
+  }
+  /* query (4, 3, 5) nested with odd spacing; key flat; value v2 below */
+  proto__buf_puts(&b, "{\"query\":[");
+  for (int i = 0; i < N; i++) {
+    if (i % 15 == 0)
+      proto__buf_puts(&b, i ? "]], [[" : "[[");
+    else if (i % 5 == 0)
+      proto__buf_puts(&b, "] ,\n[");
+    else
+      proto__buf_puts(&b, " , ");
+    proto__buf_puts(&b, texts[i]);
+  }
+  proto__buf_puts(&b, "]]],\"key\":{\"data\":[");
+  for (int i = 0; i < N; i++) {
+    proto__buf_puts(&b, i ? ",\t" : "");
+    proto__buf_puts(&b, texts[i]);
+  }
+  proto__buf_puts(&b, "],\"shape\":[4,3,5]},\"value\":[[[1],[2],[3]],"
+                      "[[1],[2],[3]],[[1],[2],[3]],[[1],[2],[3]]]}");
+  ck_assert(!b.oom);
+  proto_request r;
+  decode_v1(b.p, &r);
+  for (int i = 0; i < N; i++) {
+    ck_assert_msg(f32_bits(r.prob.q[i]) == f32_bits(want[i]), "q %s",
+                  texts[i]);
+    ck_assert_msg(f32_bits(r.prob.k[i]) == f32_bits(want[i]), "k %s",
+                  texts[i]);
+  }
+  proto_request_free(&r);
+  proto__buf_free(&b);
+}
+END_TEST
+
+/* ---- numscan against the cJSON path -------------------------------------- */
+
+typedef struct outcome {
+  int rc;
+  char err[PROTO_ERR_MAX];
+  proto_request r;
+} outcome;
+
+/* Decodes body with its first byte (a space) as given: ' ' for numscan,
+ * '\x01' for the cJSON path alone. */
+static void run(char *body, size_t len, int v2, char first, outcome *o) {
+  body[0] = first;
+  o->rc = v2 ? proto_v2_decode(body, len, NULL, PROTO_MODEL_ATTENTION,
+                               &o->r, 0, o->err)
+             : proto_v1_decode(body, len, &o->r, 0, o->err);
+}
+
+static void same_buffer(const void *a, const void *b, size_t bytes,
+                        const char *what, const char *body) {
+  ck_assert_msg((a == NULL) == (b == NULL), "%s present one way only: %s",
+                what, body);
+  if (a)
+    ck_assert_msg(!memcmp(a, b, bytes), "%s differs: %s", what, body);
+}
+
+/* Elements of a mask or bias from its strides over (b, h, i, j). */
+static size_t broadcast_elems(const attn_problem *p, const int64_t *st) {
+  return 1 + (size_t)((p->B - 1) * st[0] + (p->H - 1) * st[1] +
+                      (p->Lq - 1) * st[2] + (p->Lk - 1) * st[3]);
+}
+
+static void same_problem(const outcome *x, const outcome *y,
+                         const char *body) {
+  const attn_problem *p = &x->r.prob, *q = &y->r.prob;
+  ck_assert_msg(p->B == q->B && p->H == q->H && p->Hkv == q->Hkv &&
+                    p->Lq == q->Lq && p->Lk == q->Lk && p->D == q->D &&
+                    p->Dk == q->Dk && p->Dv == q->Dv && p->Hd == q->Hd,
+                "shapes differ: %s", body);
+  ck_assert_msg(p->scale == q->scale && p->causal == q->causal &&
+                    p->valid_lens_per_query == q->valid_lens_per_query &&
+                    x->r.in_bytes == y->r.in_bytes &&
+                    x->r.return_weights == y->r.return_weights &&
+                    x->r.flat == y->r.flat && x->r.qrank == y->r.qrank,
+                "options differ: %s", body);
+  size_t bh = (size_t)p->B * p->H, bkv = (size_t)p->B * p->Hkv, f = 4;
+  same_buffer(p->q, q->q, bh * p->Lq * p->D * f, "query", body);
+  same_buffer(p->k, q->k, bkv * p->Lk * p->Dk * f, "key", body);
+  same_buffer(p->v, q->v, bkv * p->Lk * p->Dv * f, "value", body);
+  same_buffer(p->w_q, q->w_q, (size_t)p->Hd * p->D * f, "w_q", body);
+  same_buffer(p->w_k, q->w_k, (size_t)p->Hd * p->Dk * f, "w_k", body);
+  same_buffer(p->w_v, q->w_v, (size_t)p->Hd * f, "w_v", body);
+  same_buffer(p->valid_lens, q->valid_lens,
+              (size_t)p->B * (p->valid_lens_per_query ? p->Lq : 1) * 4,
+              "valid_lens", body);
+  same_buffer(p->mask, q->mask, broadcast_elems(p, p->mask_stride), "mask",
+              body);
+  same_buffer(p->bias, q->bias, broadcast_elems(p, p->bias_stride) * f,
+              "bias", body);
+}
+
+static const char *const seeds[] = {
+  " {\"query\":[[[0.5,-1.25,2],[1,1e-3,0]]],\"key\":[[[1,0,0],[0,1,0],"
+  "[0,0,1]]],\"value\":[[[1,2],[3,4],[5,6]]],\"valid_lens\":[2],\"mask\":"
+  "[[true,false,true],[1,1,0]],\"bias\":[[0.5,0.25,-1]],\"causal\":false,"
+  "\"scale\":0.5,\"id\":\"q[1,2]\"}",
+  " {\"query\":{\"shape\":[1,2,2,2],\"data\":[1,2,3,4,5,6,7,8]},\"key\":"
+  "{\"data\":[1,2,3,4,5,6,7,8],\"shape\":[1,1,2,2]},\"value\":[[[[1],[2]]]],"
+  "\"valid_lens\":[[1,2]],\"return_weights\":false,\"window\":[1,null]}",
+  " {\"scoring\":\"additive\",\"query\":[[[1,2]]],\"key\":[[[1,2,3],"
+  "[4,5,6]]],\"value\":[[[1],[2]]],\"w_q\":[[0.5,1],[1,0]],\"w_k\":[[1,0,1],"
+  "[0,1,0]],\"w_v\":[1,-1],\"dropout\":{\"p\":0.25,\"seed\":7}}",
+};
+
+static const char *const seeds_v2[] = {
+  " {\"id\":\"r1\",\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+  "\"shape\":[1,2,2],\"data\":[[1.5,2],[3,4e-2]]},{\"name\":\"key\","
+  "\"datatype\":\"FP16\",\"shape\":[1,3,2],\"data\":[1,0,0,1,0.5,0.25]},"
+  "{\"name\":\"value\",\"datatype\":\"BF16\",\"shape\":[1,3,2],\"data\":"
+  "[[1,2],[3,4],[5,6]]},{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":"
+  "[2,3],\"data\":[true,false,true,1,1,0]},{\"name\":\"valid_lens\","
+  "\"datatype\":\"INT64\",\"shape\":[1],\"data\":[3]},{\"name\":\"bias\","
+  "\"datatype\":\"FP64\",\"shape\":[3],\"data\":[0.1,0.2,0.3]}],"
+  "\"outputs\":[{\"name\":\"output\"}],\"parameters\":{\"causal\":true}}",
+};
+
+/* Bytes mutations write: number, structure and whitespace characters,
+ * and a control byte cJSON counts as whitespace. */
+static const char alphabet[] = "0123456789-+.eE,[]{}\": tfnrulas\x01\t";
+
+static size_t mutate(char *b, size_t len, size_t cap) {
+  int ops = 1 + (int)(rnd() % 3);
+  for (int k = 0; k < ops && len > 2; k++) {
+    size_t at = 1 + rnd() % (len - 1);
+    char ch = alphabet[rnd() % (sizeof alphabet - 1)];
+    switch (rnd() % 4) {
+    case 0:
+      b[at] = ch;
+      break;
+    case 1: { /* delete 1..3 bytes */
+      size_t n = 1 + rnd() % 3;
+      if (at + n > len)
+        n = len - at;
+      memmove(b + at, b + at + n, len - at - n);
+      len -= n;
+      break;
+    }
+    case 2:
+      if (len + 1 < cap) {
+        memmove(b + at + 1, b + at, len - at);
+        b[at] = ch;
+        len++;
+      }
+      break;
+    default: { /* copy a short segment over another place */
+      size_t from = 1 + rnd() % (len - 1), n = 1 + rnd() % 12;
+      if (from + n > len)
+        n = len - from;
+      if (len + n < cap) {
+        memmove(b + at + n, b + at, len - at);
+        memmove(b + at, b + (from >= at ? from + n : from), n);
+        len += n;
+      }
+    }
+    }
+  }
+  return len;
+}
+
+static void compare_paths(char *b, size_t len, int v2) {
+  outcome x, y;
+  char shown[600];
+  run(b, len, v2, ' ', &x);
+  run(b, len, v2, '\x01', &y);
+  b[0] = ' ';
+  snprintf(shown, sizeof shown, "%.*s", (int)(len < 500 ? len : 500), b);
+  ck_assert_msg(x.rc == y.rc, "rc %d vs %d (%s | %s): %s", x.rc, y.rc,
+                x.err, y.err, shown);
+  ck_assert_msg(!strcmp(x.err, y.err), "'%s' vs '%s': %s", x.err, y.err,
+                shown);
+  if (x.rc == 0)
+    same_problem(&x, &y, shown);
+  proto_request_free(&x.r);
+  proto_request_free(&y.r);
+}
+
+START_TEST(mutated_bodies_decode_as_on_the_cjson_path) {
+  char b[1024];
+  int accepted = 0;
+  for (int i = 0; i < 12000; i++) {
+    int v2 = i % 4 == 3;
+    const char *seed = v2 ? seeds_v2[0] : seeds[i % 3];
+    size_t len = strlen(seed);
+    memcpy(b, seed, len);
+    if (i >= 8) /* the seeds themselves first, then mutants */
+      len = mutate(b, len, sizeof b);
+    outcome x;
+    run(b, len, v2, ' ', &x);
+    accepted += x.rc == 0;
+    proto_request_free(&x.r);
+    compare_paths(b, len, v2);
+  }
+  /* the mutants must exercise both outcomes */
+  ck_assert_int_gt(accepted, 150);
+  ck_assert_int_lt(accepted, 11000);
+}
+END_TEST
+
+/* Bodies numscan leaves to cJSON, which accepts them: the same answer. */
+START_TEST(what_only_cjson_accepts_still_decodes) {
+  static const char *const bodies[] = {
+    " {\"query\":[[[01,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
+    " {\"query\":[[[1.,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
+    " {\"query\":[[[-.5,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
+    " {\"query\":[[[1,\x01" "2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
+    " {\"\\u0071uery\":[[[1,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
+  };
+  char b[256];
+  for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+    size_t len = strlen(bodies[i]);
+    memcpy(b, bodies[i], len);
+    outcome x;
+    run(b, len, 0, ' ', &x);
+    ck_assert_msg(x.rc == 0, "%s: %s", bodies[i], x.err);
+    proto_request_free(&x.r);
+    compare_paths(b, len, 0);
+  }
+}
+END_TEST
+
+/* Errors inside numscan's leaves carry the cJSON path's messages. */
+START_TEST(errors_in_leaves_keep_their_messages) {
+  static const struct { const char *body, *msg; } cases[] = {
+    {"{\"query\":[[[1,1e39]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
+     "query[0][0][1]: 1e+39 is out of float32 range"},
+    {"{\"query\":[[[1,2]]],\"key\":[[[1,true]]],\"value\":[[[1]]]}",
+     "key: expected a number at [0][0][1], got true"},
+    {"{\"query\":[[[1,2],[3]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
+     "query: ragged array at [0][1] (length 1, expected 2)"},
+    {"{\"query\":[[[1,2]]],\"key\":[[[1,2 3]]],\"value\":[[[1]]]}",
+     "body is not valid JSON (near byte 32)"},
+    {"{\"query\":[[[1,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]],"
+     "\"mask\":[[2]]}", "mask: expected true, false, 0 or 1 at [0][0], "
+     "got 2"},
+    {"{\"query\":[[[1,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]],"
+     "\"valid_lens\":[1.5]}", "valid_lens: expected an integer at [0], "
+     "got 1.5"},
+    {"{\"query\":[[[]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
+     "query: axis 2 is empty"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    proto_request r;
+    char err[PROTO_ERR_MAX];
+    int rc = proto_v1_decode(cases[i].body, strlen(cases[i].body), &r, 0,
+                             err);
+    ck_assert_int_eq(rc, ATTND_EINVAL);
+    ck_assert_msg(!strcmp(err, cases[i].msg), "'%s', want '%s'", err,
+                  cases[i].msg);
+  }
+  /* v2: a second "data" that is not JSON is still found */
+  const char *v2 =
+      "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,1,"
+      "2],\"data\":[1,2],\"data\":[1,2 3]},{\"name\":\"key\",\"datatype\":"
+      "\"FP32\",\"shape\":[1,1,2],\"data\":[1,2]},{\"name\":\"value\","
+      "\"datatype\":\"FP32\",\"shape\":[1,1,1],\"data\":[1]}]}";
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  ck_assert_int_eq(proto_v2_decode(v2, strlen(v2), NULL,
+                                   PROTO_MODEL_ATTENTION, &r, 0, err),
+                   ATTND_EINVAL);
+  ck_assert_msg(strstr(err, "not valid JSON"), "%s", err);
+}
+END_TEST
+
+/* ---- printing ---------------------------------------------------------- */
+
+/* Fewest significant digits p for which "%.*g" reads back as f. */
+static int shortest_p(float f, char *t, size_t cap) {
+  int p = 1;
+  for (; p <= 9; p++) {
+    snprintf(t, cap, "%.*g", p, (double)f);
+    if (strtof(t, NULL) == f)
+      break;
+  }
+  return p;
+}
+
+static int sig_digits(const char *s) {
+  int n = 0, started = 0, trailing = 0;
+  for (; *s && *s != 'e'; s++) {
+    if (*s >= '1' && *s <= '9')
+      started = 1;
+    if (started && *s >= '0' && *s <= '9') {
+      n++;
+      trailing = *s == '0' ? trailing + 1 : 0;
+    }
+  }
+  return n - trailing;
+}
+
+START_TEST(printed_floats_are_shortest_and_closest) {
+  char s[PROTO__F32_MAX], t[64];
+  for (int i = 0; i < 200000; i++) {
+    float f = rnd_float();
+    int n = proto__fmt_f32(s, f);
+    ck_assert_int_eq(n, (int)strlen(s));
+    ck_assert_msg(strtof(s, NULL) == f, "%s != %a", s, (double)f);
+    if (f == 0)
+      continue;
+    int p = shortest_p(f, t, sizeof t);
+    ck_assert_msg(sig_digits(s) <= p, "%s has more digits than %s", s, t);
+    /* the correctly rounded p-digit decimal reads back, so it is the
+     * closest of the shortest: the printed value must be it */
+    ck_assert_msg(strtod(s, NULL) == strtod(t, NULL), "%s vs %s", s, t);
+  }
+  /* every float of one binade, and a sweep over all of them */
+  for (uint32_t u = 0x3f800000u; u < 0x40000000u; u += 7) {
+    proto__fmt_f32(s, bits_f32(u));
+    ck_assert(strtof(s, NULL) == bits_f32(u));
+  }
+  for (uint64_t u = 1; u < 0x100000000ull; u += 4099) {
+    float f = bits_f32((uint32_t)u);
+    if (!isfinite(f))
+      continue;
+    proto__fmt_f32(s, f);
+    ck_assert_msg(strtof(s, NULL) == f, "%s != %a", s, (double)f);
+  }
+}
+END_TEST
+
+START_TEST(printed_layout_is_unchanged) {
+  static const struct { float x; const char *s; } cases[] = {
+    {1.0f, "1"}, {-2.5f, "-2.5"}, {0.1f, "0.1"}, {100.0f, "100"},
+    {123456789.0f, "123456790"}, {1e9f, "1e9"}, {1.5e10f, "1.5e10"},
+    {0.001f, "0.001"}, {0.00001f, "0.00001"}, {0.000001f, "1e-6"},
+    {1.25e-7f, "1.25e-7"}, {1e-45f, "1e-45"}, {-1e38f, "-1e38"},
+    {3.4028235e38f, "3.4028235e38"}, {0.33333334f, "0.33333334"},
+    {16777216.0f, "16777216"}, {-0.0f, "0"}};
+  char s[PROTO__F32_MAX];
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    proto__fmt_f32(s, cases[i].x);
+    ck_assert_msg(!strcmp(s, cases[i].s), "%s, want %s", s, cases[i].s);
+  }
+}
+END_TEST
+
+static Suite *numparse_suite(void) {
+  Suite *s = suite_create("numparse");
+  TCase *tc = tcase_create("parse");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, random_floats_printed_many_ways);
+  tcase_add_test(tc, midpoints_between_neighbours);
+  tcase_add_test(tc, subnormals_and_range_edges);
+  tcase_add_test(tc, long_mantissas);
+  tcase_add_test(tc, json_number_grammar);
+  tcase_add_test(tc, number_lists);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("decode");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, decoders_round_correctly);
+  tcase_add_test(tc, decoded_tensors_equal_strtof);
+  tcase_add_test(tc, mutated_bodies_decode_as_on_the_cjson_path);
+  tcase_add_test(tc, what_only_cjson_accepts_still_decodes);
+  tcase_add_test(tc, errors_in_leaves_keep_their_messages);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("print");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, printed_floats_are_shortest_and_closest);
+  tcase_add_test(tc, printed_layout_is_unchanged);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(numparse_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
