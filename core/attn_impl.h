@@ -27,9 +27,10 @@
 #define ATTN__VEC_CLONES
 #endif
 
-/* The hottest loops (row maximum, exp and sum, row scaling) also exist as
- * AVX2 + FMA intrinsics (vexp.c), picked per call when the CPU has both;
- * see vexp.c for how their results relate to the portable ones. */
+/* The hottest loops (row maximum, exp and sum, writing weight rows) also
+ * exist as AVX2 + FMA intrinsics (vexp.c), picked per call when the CPU
+ * has both; see vexp.c for how their results relate to the portable
+ * ones. */
 #if defined(__GNUC__) && defined(__x86_64__)
 #define ATTN__HAVE_AVX2_FMA 1
 static inline int attn__use_avx2_fma(void) {
@@ -46,8 +47,9 @@ static inline int attn__use_avx2_fma(void) { return 0; }
  * it took about a fifth of the sgemm time).  A task has ATTN__QBLOCK
  * rows, doubled up to ATTN__QBLOCK_MAX while the problem still splits
  * into at least ATTN__MIN_TASKS tasks (attn__query_block), so that small
- * problems still spread over workers.  512 keys per block halve the running-max rescales of
- * 256; 256 x 512 scores (512 KiB) stay in a core's L2. */
+ * problems still spread over workers.  512 keys per block halve the
+ * running-max rescales of 256; 256 x 512 scores (512 KiB) stay in a
+ * core's L2. */
 #ifndef ATTN__QBLOCK
 #define ATTN__QBLOCK 64
 #endif
@@ -216,7 +218,7 @@ typedef struct attn__task {
 /* Scratch layout (byte offsets from the 64-byte aligned base). */
 typedef struct attn__scratch {
   size_t lo, hi;      /* int[QB]: per-row allowed key interval [lo, hi) */
-  size_t flags;       /* float: allowed flags, 1 or 0 */
+  size_t flags;       /* float: mask flags, 1 or 0 (online: mask only) */
   size_t scores;      /* float[QB * KB]: online path score block */
   size_t drop;        /* float[QB * KB]: weights path dropped weights */
   size_t acc;         /* float[QB * Dv]: online path accumulator */
