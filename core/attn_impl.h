@@ -288,12 +288,14 @@ float attn__row_exp(float *s, int n, const attn__span *sp, float m);
 /* The exp-and-sum loop both ways, for the tests: s[c] = exp(s[c] - m)
  * (times f[c] when f is not NULL) over [a, z), returning the sum.  The
  * AVX2 one exists only when ATTN__HAVE_AVX2_FMA and may be called only
- * when attn__use_avx2_fma().  attn__max_avx2 returns the maximum of
+ * when attn__use_avx2_fma(); the AVX-512 one only when the CPU also has
+ * avx512f.  attn__max_avx2 returns the maximum of
  * s[a, z) (a < z) and sets *finite to 0 if an entry is inf or NaN. */
 float attn__exp_sum_portable(float *s, const float *f, int a, int z,
                              float m);
 #if ATTN__HAVE_AVX2_FMA
 float attn__exp_sum_avx2(float *s, const float *f, int a, int z, float m);
+float attn__exp_sum_avx512(float *s, const float *f, int a, int z, float m);
 float attn__max_avx2(const float *s, int a, int z, int *finite);
 void attn__write_row_avx2(float *w, int lk, int klo, int khi,
                           const float *s, float inv, int stream);

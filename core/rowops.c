@@ -113,8 +113,11 @@ float attn__row_exp(float *s, int n, const attn__span *sp, float m) {
   memset(s, 0, (size_t)sp->a * sizeof *s);
   memset(s + sp->z, 0, (size_t)(n - sp->z) * sizeof *s);
 #if ATTN__HAVE_AVX2_FMA
-  if (attn__use_avx2_fma())
+  if (attn__use_avx2_fma()) {
+    if (__builtin_cpu_supports("avx512f"))
+      return attn__exp_sum_avx512(s, sp->flags, sp->a, sp->z, m);
     return attn__exp_sum_avx2(s, sp->flags, sp->a, sp->z, m);
+  }
 #endif
   return attn__exp_sum_portable(s, sp->flags, sp->a, sp->z, m);
 }

@@ -4,7 +4,8 @@
  * Which one runs is decided per call from the CPU's feature bits
  * (__builtin_cpu_supports reads what libgcc found at start-up), so one
  * binary built for baseline x86-64 uses eight-lane FMA code where the CPU
- * has it and the SSE2 clones elsewhere.  The FMA code rounds differently
+ * has it (sixteen lanes for exp-and-sum with AVX-512F) and the SSE2
+ * clones elsewhere.  The FMA code rounds differently
  * from the portable code (a fused multiply-add rounds once), so the two
  * may differ in the last bit; each is within 2 ulp of exp (test_core.c
  * checks both), far inside the contract's 1e-5.  On one machine the
@@ -69,6 +70,47 @@ AVX2_FMA static float hmax8(__m256 v) {
 AVX2_FMA static __m256i tail_mask(int k) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), idx);
+}
+
+/* The same exp-and-sum in sixteen lanes where the CPU has AVX-512F:
+ * the masked loads and stores handle the tail, and a zero-masking
+ * multiply applies the cut-off (fewer instructions per element, which is
+ * what counts where 512-bit operations run as two 256-bit halves). */
+#define AVX512 __attribute__((target("avx512f")))
+
+AVX512 static inline __m512 exp16(__m512 x) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f);
+  __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+  __m512 n = _mm512_sub_ps(t, magic);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.3836845756e-3f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3748158067e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1668225080e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666419804e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.9999991059e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);
+  __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f),
+                                    _CMP_GE_OQ);
+  return _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e));
+}
+
+AVX512 float attn__exp_sum_avx512(float *s, const float *f, int a, int z,
+                                  float m) {
+  __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
+  for (int c = a; c < z; c += 16) {
+    __mmask16 live = z - c >= 16 ? (__mmask16)0xffff
+                                 : (__mmask16)((1u << (z - c)) - 1);
+    __m512 x = _mm512_maskz_loadu_ps(live, s + c);
+    __m512 e = exp16(_mm512_sub_ps(x, vm));
+    if (f) e = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(live, f + c));
+    e = _mm512_maskz_mov_ps(live, e);
+    _mm512_mask_storeu_ps(s + c, live, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  return _mm512_reduce_add_ps(acc);
 }
 
 AVX2_FMA float attn__exp_sum_avx2(float *s, const float *f, int a, int z,

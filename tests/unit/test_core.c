@@ -1233,6 +1233,8 @@ START_TEST(test_exp_sum_kernels_within_2_ulp) {
   check_exp_sum(attn__exp_sum_portable, "portable");
 #if ATTN__HAVE_AVX2_FMA
   if (attn__use_avx2_fma()) check_exp_sum(attn__exp_sum_avx2, "avx2");
+  if (attn__use_avx2_fma() && __builtin_cpu_supports("avx512f"))
+    check_exp_sum(attn__exp_sum_avx512, "avx512");
 #endif
 }
 END_TEST
