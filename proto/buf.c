@@ -161,53 +161,8 @@ static int fmt_f32_slow(char *s, float x) {
   return n;
 }
 
-/* Writes the decimal m * 10^k (m > 0) as a JSON number: plain notation for
- * moderate exponents, d.ddde-X otherwise. */
-static int put_decimal(char *s, int neg, uint64_t m, int k) {
-  char dig[24];
-  int n = 0, o = 0;
-  while (m % 10 == 0) {
-    m /= 10;
-    k++;
-  }
-  for (; m; m /= 10)
-    dig[n++] = (char)('0' + m % 10); /* reversed */
-  int e = k + n - 1;                   /* exponent of the leading digit */
-  if (neg)
-    s[o++] = '-';
-  if (e >= 0 && e < 9 && k >= 0) {     /* integer */
-    while (n)
-      s[o++] = dig[--n];
-    for (; k > 0; k--)
-      s[o++] = '0';
-  } else if (e >= 0 && e < 9) {        /* ddd.ddd */
-    for (int i = 0; n; i++) {
-      if (i == e + 1)
-        s[o++] = '.';
-      s[o++] = dig[--n];
-    }
-  } else if (e < 0 && e >= -5) {       /* 0.000ddd */
-    s[o++] = '0';
-    s[o++] = '.';
-    for (int i = -1; i > e; i--)
-      s[o++] = '0';
-    while (n)
-      s[o++] = dig[--n];
-  } else {                             /* d.ddde-X */
-    s[o++] = dig[--n];
-    if (n)
-      s[o++] = '.';
-    while (n)
-      s[o++] = dig[--n];
-    o += snprintf(s + o, PROTO__F32_MAX - (size_t)o, "e%d", e);
-  }
-  s[o] = '\0';
-  return o;
-}
-
 int proto__fmt_f32(char *s, float x) {
-  uint64_t m;
-  int k;
+  int n;
   if (x == 0.0f) {
     s[0] = '0';
     s[1] = '\0';
@@ -217,9 +172,10 @@ int proto__fmt_f32(char *s, float x) {
     memcpy(s, "null", 5);
     return 4;
   }
-  /* The shortest digits (std::to_chars, fpconv.cc), laid out here. */
-  if (!proto__num_shortest_f32(x, &m, &k))
-    return put_decimal(s, x < 0, m, k);
+  /* std::to_chars' shortest digits (fpconv.cc): plain notation for
+   * exponents -5..8 (0.00001, 123456790), d.ddde-X beyond (1e-6, 1e9) */
+  if ((n = proto__num_fmt_f32(s, x)) > 0)
+    return n;
   return fmt_f32_slow(s, x);
 }
 

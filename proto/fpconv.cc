@@ -56,6 +56,97 @@ inline const char *read_json(const char *p, const char *end, T *out) {
   return r.ptr;
 }
 
+/* Clinger's fast path, for float32: a decimal of at most 19 significant
+ * digits m and exponent e (|e| <= 22, m <= 2^53) is m * 10^e or m / 10^-e
+ * in one correctly rounded double operation (both operands exact).  That
+ * double d is then rounded to float; double rounding can only differ from
+ * rounding the decimal itself when d lies exactly on a midpoint between
+ * two floats (any other double is at least one double ulp from every
+ * midpoint, farther than d is from the decimal), so that case, and
+ * results outside the normal float range, go to fast_float.  Most tensor
+ * numbers (up to 9 digits, small exponents) take this path, which also
+ * checks the JSON grammar in the same pass.
+ *
+ * Digits count toward the 19 from the first, zeros included (a value
+ * written 0.000...0ddd with more goes to fast_float).
+ *
+ * Returns 1 when decided: *q is the token's end and *out its value, or *q
+ * is nullptr when the bytes at p are not a JSON number.  Returns 0 when
+ * fast_float must read the token. */
+inline int clinger_f32(const char *p, const char *end, float *out,
+                       const char **q) {
+  static const double p10[23] = {
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  const char *s = p;
+  bool neg = s < end && *s == '-';
+  uint64_t m = 0;
+  int nd = 0, e10 = 0;
+  *q = nullptr;
+  s += neg;
+  if (s == end || !is_digit(*s))
+    return 1;
+  if (*s == '0') {
+    if (++s < end && is_digit(*s))
+      return 1; /* leading zero */
+  } else {
+    do {
+      m = m * 10 + (uint64_t)(*s++ - '0');
+      nd++;
+    } while (s < end && is_digit(*s));
+  }
+  if (s < end && *s == '.') {
+    if (++s == end || !is_digit(*s))
+      return 1;
+    const char *f = s;
+    /* eight digits a step (fast_float's SWAR), then one at a time */
+    while (end - s >= 8 && fast_float::is_made_of_eight_digits_fast(s)) {
+      m = m * 100000000u + fast_float::parse_eight_digits_unrolled(s);
+      s += 8;
+      if (nd + (s - f) > 19)
+        break;
+    }
+    while (s < end && is_digit(*s) && nd + (s - f) < 19)
+      m = m * 10 + (uint64_t)(*s++ - '0');
+    e10 = -(int)(s - f);
+    nd += (int)(s - f);
+    while (s < end && is_digit(*s)) /* past 19 digits: fast_float */
+      s++, nd++;
+  }
+  if (s < end && (*s == 'e' || *s == 'E')) {
+    int es = 1, x = 0;
+    if (++s < end && (*s == '+' || *s == '-'))
+      es = *s++ == '-' ? -1 : 1;
+    if (s == end || !is_digit(*s))
+      return 1;
+    do
+      x = x < 10000 ? x * 10 + (*s - '0') : x;
+    while (++s < end && is_digit(*s));
+    e10 += es * x;
+  }
+  *q = s;
+  if (nd > 19)
+    return 0;
+  if (m == 0) {
+    *out = neg ? -0.0f : 0.0f;
+    return 1;
+  }
+  if (m > (1ull << 53) || e10 < -22 || e10 > 22)
+    return 0;
+  double d = e10 < 0 ? (double)m / p10[-e10] : (double)m * p10[e10];
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  if (!(d >= FLT_MIN && d < FLT_MAX) || (bits & 0x1fffffffu) == 0x10000000u)
+    return 0;
+  float f = (float)d;
+  *out = neg ? -f : f;
+  return 1;
+}
+
+/* A float32 JSON number at p, within the cJSON path's range: the token's
+ * end, or nullptr. */
+inline const char *read_f32(const char *p, const char *end, float *out);
+
 /* The double that strtod reads from [p, q): what cJSON would have stored. */
 inline bool read_double(const char *p, const char *q, double *out) {
   auto r = fast_float::from_chars(p, q, *out);
@@ -72,6 +163,14 @@ inline bool f32_in_range(const char *p, const char *q, float f) {
   return std::isfinite(f) && read_double(p, q, &d) && std::fabs(d) <= FLT_MAX;
 }
 
+inline const char *read_f32(const char *p, const char *end, float *out) {
+  const char *q;
+  if (clinger_f32(p, end, out, &q))
+    return q;
+  q = read_json(p, end, out);
+  return q && f32_in_range(p, q, *out) ? q : nullptr;
+}
+
 }  // namespace
 
 extern "C" {
@@ -81,8 +180,7 @@ const char *proto__num_f64(const char *p, const char *end, double *out) {
 }
 
 const char *proto__num_f32(const char *p, const char *end, float *out) {
-  const char *q = read_json(p, end, out);
-  return q && f32_in_range(p, q, *out) ? q : nullptr;
+  return read_f32(p, end, out);
 }
 
 int proto__num_list_f32(const char *p, const char *end, float *dst,
@@ -90,8 +188,8 @@ int proto__num_list_f32(const char *p, const char *end, float *dst,
   for (size_t i = 0; i < n; i++) {
     while (p < end && is_ws(*p))
       p++;
-    const char *q = read_json(p, end, &dst[i]);
-    if (!q || !f32_in_range(p, q, dst[i]))
+    const char *q = read_f32(p, end, &dst[i]);
+    if (!q)
       return -1;
     p = q;
     while (p < end && is_ws(*p))
@@ -105,30 +203,57 @@ int proto__num_list_f32(const char *p, const char *end, float *dst,
   return p == end ? 0 : -1;
 }
 
-int proto__num_shortest_f32(float x, uint64_t *digits, int *exp10) {
-  char s[64];
-  auto r = std::to_chars(s, s + sizeof s, std::fabs(x),
-                         std::chars_format::scientific);
+int proto__num_fmt_f32(char *out, float x) {
+  /* to_chars' shortest scientific form, "d.ddde+XX" (no trailing zeros
+   * in the digits), rearranged into proto__fmt_f32's layout */
+  char s[48], dig[16];
+  auto r = std::to_chars(s, s + sizeof s, x, std::chars_format::scientific);
   if (r.ec != std::errc())
     return -1;
-  /* "d.ddde+XX" or "de-XX" */
-  uint64_t m = 0;
-  int nd = 0, e = 0, neg = 0;
   const char *p = s;
+  int n = 0, o = 0, e = 0, eneg = 0;
+  if (*p == '-')
+    out[o++] = *p++;
   for (; p < r.ptr && *p != 'e'; p++)
-    if (is_digit(*p)) {
-      m = m * 10 + (uint64_t)(*p - '0');
-      nd++;
-    }
-  if (p == r.ptr || nd == 0 || nd > 9)
+    if (is_digit(*p) && n < 16)
+      dig[n++] = *p;
+  if (p == r.ptr || n == 0 || n > 9)
     return -1;
   if (++p < r.ptr && (*p == '+' || *p == '-'))
-    neg = *p++ == '-';
+    eneg = *p++ == '-';
   for (; p < r.ptr && is_digit(*p); p++)
     e = e * 10 + (*p - '0');
-  *digits = m;
-  *exp10 = (neg ? -e : e) - (nd - 1);
-  return 0;
+  e = eneg ? -e : e;            /* exponent of the leading digit */
+  if (e >= 0 && e < 9) {
+    for (int i = 0; i < n || i <= e; i++) {
+      if (i == e + 1)
+        out[o++] = '.';
+      out[o++] = i < n ? dig[i] : '0';
+    }
+  } else if (e < 0 && e >= -5) {
+    out[o++] = '0';
+    out[o++] = '.';
+    for (int i = -1; i > e; i--)
+      out[o++] = '0';
+    std::memcpy(out + o, dig, (size_t)n);
+    o += n;
+  } else {
+    out[o++] = dig[0];
+    if (n > 1) {
+      out[o++] = '.';
+      std::memcpy(out + o, dig + 1, (size_t)n - 1);
+      o += n - 1;
+    }
+    out[o++] = 'e';
+    if (e < 0)
+      out[o++] = '-';
+    int ae = e < 0 ? -e : e;
+    if (ae >= 10)
+      out[o++] = (char)('0' + ae / 10);
+    out[o++] = (char)('0' + ae % 10);
+  }
+  out[o] = '\0';
+  return o;
 }
 
 }  // extern "C"

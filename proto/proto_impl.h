@@ -263,9 +263,11 @@ const char *proto__num_f32(const char *p, const char *end, float *out);
 int proto__num_list_f32(const char *p, const char *end, float *dst,
                         size_t n);
 
-/* The shortest decimal digits * 10^exp10 that read back as |x| (finite,
- * non-zero).  Returns 0 or -1. */
-int proto__num_shortest_f32(float x, uint64_t *digits, int *exp10);
+/* Writes x (finite, non-zero) as the shortest decimal that reads back as
+ * x, the closest such when there are several (std::to_chars), laid out as
+ * proto__fmt_f32 documents; s holds PROTO__F32_MAX bytes.  Returns the
+ * length, or -1 (then nothing useful is in s). */
+int proto__num_fmt_f32(char *s, float x);
 
 /* ---- request memory (request.c) ------------------------------------------ */
 

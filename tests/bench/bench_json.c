@@ -12,9 +12,9 @@
  *            was before numscan).  ns per number and body MB/s.
  *   encode   proto_v1_encode (nested) and proto_v2_encode (flat data) of
  *            output and weights; ns per number and response MB/s.
- *   print    one float32 to text: proto__fmt_f32 (as shipped), the
- *            midpoint printer it replaced (kept here), std::to_chars'
- *            digits alone, and snprintf("%.9g").
+ *   print    one float32 to text: proto__fmt_f32 (as shipped, through
+ *            std::to_chars), the midpoint printer it replaced (kept here
+ *            verbatim), and snprintf("%.9g").
  *
  *   attnd-bench-json [--json] [--quick]
  */
@@ -373,18 +373,14 @@ static void bench_print(int n) {
   size_t sink = 0;
   for (int i = 0; i < n; i++)
     x[i] = i % 2 ? normal() : (float)(uniform() * uniform() * 0.05);
-  for (int which = 0; which < 4; which++) {
+  for (int which = 0; which < 3; which++) {
     double best = 1e30;
     for (int r = 0; r < 3; r++) {
       double t0 = now_s();
       for (int i = 0; i < n; i++) {
-        uint64_t m;
-        int k;
         switch (which) {
         case 0: sink += (size_t)proto__fmt_f32(s, x[i]); break;
         case 1: sink += (size_t)old_fmt_f32(s, x[i]); break;
-        case 2: sink += (size_t)proto__num_shortest_f32(x[i], &m, &k) + m;
-                break;
         default: sink += (size_t)snprintf(s, sizeof s, "%.9g", (double)x[i]);
         }
       }
@@ -392,9 +388,9 @@ static void bench_print(int n) {
       if (t < best)
         best = t;
     }
-    static const char *const names[4] = {
-      "proto__fmt_f32 (to_chars digits)", "midpoint printer (before)",
-      "std::to_chars digits only", "snprintf %.9g"};
+    static const char *const names[3] = {
+      "proto__fmt_f32 (std::to_chars)", "midpoint printer (before)",
+      "snprintf %.9g"};
     report(names[which], "print", best * 1e9 / n, 0);
   }
   if (sink == 42)
