@@ -15,6 +15,9 @@
 /* Bytes a float takes on average in the output, for the first reserve. */
 #define BYTES_PER_FLOAT 12
 
+/* Numbers of a flat "data" array printed per reserve. */
+#define FLAT_CHUNK 4096
+
 /* The printed shape of a (B, H, Lq, W) buffer for the query's rank. */
 static int out_shape(const proto_request *req, int w, int *dims) {
   const attn_problem *p = &req->prob;
@@ -103,15 +106,23 @@ static void put_flat(proto__buf *b, vals x, const int *dims, int r) {
     n *= (size_t)dims[d];
   }
   proto__buf_puts(b, "],\"data\":");
-  /* one long row, written in chunks so a reserve never spans the tensor */
+  /* one long row, printed straight into the buffer in chunks, so that a
+   * reserve never spans the tensor */
   if (proto__buf_reserve(b, n * BYTES_PER_FLOAT))
     return;
   proto__buf_putc(b, '[');
-  for (size_t i = 0; i < n && !b->oom; i++) {
-    char num[PROTO__F32_MAX];
-    if (i)
-      proto__buf_putc(b, ',');
-    proto__buf_put(b, num, (size_t)fmt_val(num, x, i));
+  for (size_t i = 0; i < n && !b->oom; i += FLAT_CHUNK) {
+    size_t m = n - i < FLAT_CHUNK ? n - i : FLAT_CHUNK;
+    if (proto__buf_reserve(b, m * (PROTO__F32_MAX + 1)))
+      return;
+    char *s = b->p + b->len;
+    for (size_t j = 0; j < m; j++) {
+      if (i + j)
+        *s++ = ',';
+      s += fmt_val(s, x, i + j);
+    }
+    *s = '\0';
+    b->len = (size_t)(s - b->p);
   }
   proto__buf_puts(b, "]}");
 }

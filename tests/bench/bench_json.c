@@ -198,10 +198,14 @@ static void bench_encode(int reps) {
   req.n_outputs = 2;
   req.outputs[0] = PROTO_OUT_OUTPUT;
   req.outputs[1] = PROTO_OUT_WEIGHTS;
-  for (int v2 = 0; v2 < 2; v2++) {
+  static const char *const names[3] = {
+    "encode v1 nested (1,16,128,64)+w", "encode v1 flat (1,16,128,64)+w",
+    "encode v2 JSON (1,16,128,64)+w"};
+  for (int form = 0; form < 3; form++) {
     double best = 1e30;
     size_t len = 0;
-    req.codec = v2 ? PROTO_CODEC_V2 : PROTO_CODEC_V1;
+    req.codec = form == 2 ? PROTO_CODEC_V2 : PROTO_CODEC_V1;
+    req.flat = form == 1;
     for (int r = 0; r < reps; r++) {
       char *body;
       size_t jl;
@@ -216,9 +220,8 @@ static void bench_encode(int reps) {
       if (t < best)
         best = t;
     }
-    report(v2 ? "encode v2 flat (1,16,128,64)+w" :
-                "encode v1 nested (1,16,128,64)+w", "as built",
-           best * 1e9 / (double)(no + nw), (double)len / best / 1e6);
+    report(names[form], "as built", best * 1e9 / (double)(no + nw),
+           (double)len / best / 1e6);
   }
   free(req.out);
   free(req.weights);
