@@ -21,7 +21,7 @@ OPTIMIZATION ?= -O2
 PORT ?= 8000
 BUILD := build
 
-PKGS := libmicrohttpd libcjson libuv openblas zlib
+PKGS := libmicrohttpd libcjson libuv openblas zlib gnutls
 STD := -std=c11 -D_GNU_SOURCE
 WARN := -Wall -Wextra -Wno-missing-field-initializers -Wstrict-prototypes \
         -Wshadow -Wpointer-arith -Werror=implicit-function-declaration

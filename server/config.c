@@ -53,6 +53,11 @@ static const struct config_opt config_opts[] = {
    "on SIGTERM, finish queued work within this many seconds"},
   {"max-conns", "ATTND_MAX_CONNS", KIND_INT, OFF(max_conns), 1, 1000000,
    "1000", "simultaneous connections"},
+  /* 0 by default: behind a proxy or a Kubernetes Service every client
+   * may arrive from the same address. */
+  {"max-conns-per-ip", "ATTND_MAX_CONNS_PER_IP", KIND_INT,
+   OFF(max_conns_per_ip), 0, 1000000, "0",
+   "simultaneous connections from one client address (0 = no limit)"},
   {"conn-timeout-s", "ATTND_CONN_TIMEOUT_S", KIND_INT, OFF(conn_timeout_s), 0,
    86400, "60", "close idle connections after this many seconds (0 = never)"},
   /* JSON decoding runs on these threads, so they scale with the cores
@@ -62,9 +67,17 @@ static const struct config_opt config_opts[] = {
   {"log", "ATTND_LOG", KIND_LOG, OFF(log_json), 0, 0, "text",
    "log format: text or json"},
   {"token", "ATTND_TOKEN", KIND_STR, OFF(token), 0, 255, "",
-   "require 'Authorization: Bearer TOKEN' on /v1/attention (\"\" = off)"},
+   "require 'Authorization: Bearer TOKEN' on inference and v2 metadata "
+   "routes (\"\" = off)"},
   {"token-file", "ATTND_TOKEN_FILE", KIND_STR, OFF(token_file), 0, 255, "",
    "read the bearer token from this file (first line); wins over --token"},
+  {"token-protect-metrics", "ATTND_TOKEN_PROTECT_METRICS", KIND_INT,
+   OFF(token_metrics), 0, 1, "0",
+   "1: /metrics needs the bearer token too (health stays open)"},
+  {"tls-cert", "ATTND_TLS_CERT", KIND_STR, OFF(tls_cert), 0, 255, "",
+   "serve HTTPS with this PEM certificate (chain) file; needs --tls-key"},
+  {"tls-key", "ATTND_TLS_KEY", KIND_STR, OFF(tls_key), 0, 255, "",
+   "PEM private key file of --tls-cert"},
 };
 
 #define N_OPTS (sizeof config_opts / sizeof config_opts[0])
@@ -162,6 +175,26 @@ static int config_read_token(struct config *cfg, FILE *err) {
   return 0;
 }
 
+/* Rules that involve more than one option. */
+static int config_check(const struct config *cfg, FILE *err) {
+  if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
+    fprintf(err, "attnd: --tls-cert and --tls-key: give both or neither\n");
+    return ATTND_EINVAL;
+  }
+  /* MHD divides --max-conns among its threads; each needs at least one. */
+  if (cfg->max_conns < cfg->http_threads) {
+    fprintf(err, "attnd: --max-conns: %d is fewer than --http-threads %d\n",
+            cfg->max_conns, cfg->http_threads);
+    return ATTND_EINVAL;
+  }
+  if (cfg->token_metrics && !cfg->token[0]) {
+    fprintf(err, "attnd: --token-protect-metrics: needs --token or "
+            "--token-file\n");
+    return ATTND_EINVAL;
+  }
+  return 0;
+}
+
 static int config_defaults_and_env(struct config *cfg, FILE *err) {
   char who[64];
   size_t i;
@@ -198,7 +231,8 @@ void config_usage(FILE *out) {
             config_opts[i].env);
   }
   fprintf(out, "  %-22s %s\n  %-22s %s\n  %-22s %s\n", "--probe",
-          "GET /healthz of the attnd at --host/--port; exit 0 if healthy",
+          "GET /healthz of the attnd at --host/--port (https with "
+          "--tls-cert); exit 0 if healthy",
           "--help", "print this and exit", "--version",
           "print the version and exit");
 }
@@ -250,7 +284,7 @@ int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
             argv[optind]);
     return ATTND_EINVAL;
   }
-  if (config_read_token(cfg, err))
+  if (config_read_token(cfg, err) || config_check(cfg, err))
     return ATTND_EINVAL;
   cfg->probe = probe;
   return probe ? CONFIG_PROBE : CONFIG_RUN;

@@ -27,6 +27,8 @@ struct config {
   long drain_delay_ms;      /* readiness 503 -> stop accepting */
   long drain_s;             /* bound on the whole drain */
   int max_conns;            /* simultaneous connections */
+  int max_conns_per_ip;     /* simultaneous connections from one client
+                               address, 0 = no per-address limit */
   int conn_timeout_s;       /* idle connection timeout */
   int log_json;             /* 0 text, 1 json */
   int http_threads;         /* MHD thread pool size */
@@ -34,6 +36,9 @@ struct config {
   char token[256];          /* bearer token for /v1/attention, "" = none;
                                --token-file is read into it */
   char token_file[256];
+  int token_metrics;        /* 1: /metrics needs the token too */
+  char tls_cert[256];       /* PEM certificate chain file, "" = plain HTTP */
+  char tls_key[256];        /* PEM private key file (with tls_cert) */
 };
 
 enum config_result {

@@ -46,6 +46,9 @@
 
 enum http_req_state { REQ_RECEIVING, REQ_QUEUED, REQ_JOB_DONE, REQ_ANSWERED };
 
+/* What the Authorization header says, for a route that needs the token. */
+enum http_auth { AUTH_OK = 0, AUTH_MISSING = 1, AUTH_INVALID = 2 };
+
 struct http {
   struct http_config cfg;
   struct batcher *b;
@@ -72,7 +75,7 @@ struct http_req {
   size_t len, cap;
   size_t bytes_in;          /* every body byte received, kept or not */
   int too_big;
-  int unauth;               /* no valid bearer token: 401 at the end */
+  int unauth;               /* enum http_auth: 401 at the end if not OK */
   uint64_t start_ns;
   unsigned int status;      /* what we queued; 0 if nothing was */
   size_t bytes_out;
@@ -106,9 +109,13 @@ static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
     MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
   for (; hdrs && hdrs[0]; hdrs += 2)
     MHD_add_response_header(resp, hdrs[0], hdrs[1]);
+  /* RFC 6750 section 3: an error code only when a token was sent. */
   if (status == 401)
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-                            "Bearer");
+    MHD_add_response_header(
+        resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+        r->unauth == AUTH_INVALID
+            ? "Bearer realm=\"attnd\", error=\"invalid_token\""
+            : "Bearer realm=\"attnd\"");
   if (atomic_load(&r->h->quiesced))
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   ret = MHD_queue_response(r->conn, status, resp);
@@ -265,14 +272,18 @@ struct http_route {
   const char *allow;        /* the Allow header for a 405 */
   enum MHD_Result (*get)(struct http_req *r);  /* NULL for POST routes */
   enum http_body body;      /* POST routes: how to decode the body */
-  int auth;                 /* 1: needs the bearer token, if one is set */
+  int auth;                 /* when a configured token is required:
+                               1 AUTH_ALWAYS, 2 AUTH_IF_METRICS, 0 never */
 };
+
+/* http_route.auth (the table spells the numbers: docs tests read it). */
+enum { AUTH_ALWAYS = 1, AUTH_IF_METRICS = 2 };
 
 static const struct http_route http_routes[] = {
   {"/v1/attention", METRICS_ROUTE_ATTENTION, "POST", NULL, BODY_V1, 1},
   {"/healthz", METRICS_ROUTE_HEALTHZ, "GET, HEAD", http_get_healthz, 0, 0},
   {"/readyz", METRICS_ROUTE_READYZ, "GET, HEAD", http_get_readyz, 0, 0},
-  {"/metrics", METRICS_ROUTE_METRICS, "GET, HEAD", http_get_metrics, 0, 0},
+  {"/metrics", METRICS_ROUTE_METRICS, "GET, HEAD", http_get_metrics, 0, 2},
   {"/v2", METRICS_ROUTE_V2, "GET, HEAD", http_get_v2_server, 0, 1},
   {"/v2/health/live", METRICS_ROUTE_V2_LIVE, "GET, HEAD", http_get_v2_live, 0,
    0},
@@ -372,26 +383,43 @@ static const struct http_route *http_find_route(struct http_req *r,
 
 /* ---- inference POSTs: /v1/attention, /v2/models/{m}/infer ------------ */
 
-/* 1 when no token is configured or the request carries exactly
- * "Authorization: Bearer <token>".  The comparison takes the same time
- * wherever the first difference is, so it leaks nothing but the length. */
-static int http_authorized(struct http_req *r) {
-  const char *want = r->h->cfg.token, *got;
-  size_t n, i;
-  unsigned char diff = 0;
-  if (!want || !want[0])
-    return 1;
-  got = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+/* AUTH_OK when the request carries "Authorization: Bearer <token>" (the
+ * scheme is case-insensitive, RFC 7235), else AUTH_MISSING (no bearer
+ * credentials, or an empty token) or AUTH_INVALID (a wrong token).
+ * The comparison always runs over the whole configured token and folds
+ * a length difference into the result, so its time depends only on the
+ * configured token's length: it leaks neither where the first
+ * difference is nor the length. */
+static int http_check_token(struct http *h, struct MHD_Connection *c) {
+  const char *want = h->cfg.token, *got;
+  size_t n, m, i;
+  unsigned char diff;
+  got = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                     MHD_HTTP_HEADER_AUTHORIZATION);
-  if (!got || strncmp(got, "Bearer ", 7) != 0)
-    return 0;
-  got += 7;
+  if (!got || strncasecmp(got, "Bearer ", 7) != 0)
+    return AUTH_MISSING;
+  for (got += 7; *got == ' '; got++) {
+  }
+  if (!*got)
+    return AUTH_MISSING;
   n = strlen(want);
-  if (strlen(got) != n)
-    return 0;
+  m = strlen(got);
+  diff = n != m;
   for (i = 0; i < n; i++)
-    diff |= (unsigned char)(got[i] ^ want[i]);
-  return diff == 0;
+    diff |= (unsigned char)(want[i] ^ got[i < m ? i : 0]);
+  return diff == 0 ? AUTH_OK : AUTH_INVALID;
+}
+
+/* The route's auth verdict (AUTH_OK when it is open or no token is
+ * configured); a NULL route is an unknown /v2/models/ path. */
+static int http_auth(struct http_req *r, const struct http_route *rt) {
+  const struct http_config *cfg = &r->h->cfg;
+  int need = rt ? rt->auth == AUTH_ALWAYS ||
+                      (rt->auth == AUTH_IF_METRICS && cfg->token_metrics)
+                : 1;
+  if (!need || !cfg->token || !cfg->token[0])
+    return AUTH_OK;
+  return http_check_token(r->h, r->conn);
 }
 
 /* First call of a POST: refuse early what we already know we will refuse,
@@ -403,7 +431,7 @@ static enum MHD_Result http_post_begin(struct http_req *r) {
 
   /* Answered at the end of the body: an answer sent mid-upload tends to
    * reach the client as a connection reset. */
-  r->unauth = r->rt->auth && !http_authorized(r);
+  r->unauth = http_auth(r, r->rt);
   if (cl) {
     unsigned long long n = strtoull(cl, NULL, 10);
     if (n > r->h->cfg.max_body) {
@@ -622,14 +650,21 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
   route = r->rt = http_find_route(r, url, msg, sizeof msg);
   if (route)
     r->route = route->metric;
+  /* Which models exist is metadata too: without the token an unknown
+   * /v2/models/ path is 401 like a known one, not 404. */
+  if (!route && strncmp(url, "/v2/models/", 11) == 0 &&
+      (r->unauth = http_auth(r, NULL)) != AUTH_OK)
+    return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
   if (!route)
     return http_fail(r, ATTND_ENOTFOUND, msg, NULL);
-  if (route->get && get)
-    return route->auth && !http_authorized(r)
-               ? http_fail(r, ATTND_EUNAUTH, NULL, NULL)
-               : route->get(r);
+  /* A POST to a POST route learns its verdict now, answered after the
+   * body (http_post_begin); every other request is refused at once. */
   if (!route->get && !strcmp(method, "POST"))
     return http_post_begin(r);
+  if ((r->unauth = http_auth(r, route)) != AUTH_OK)
+    return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
+  if (route->get && get)
+    return route->get(r);
   snprintf(msg, sizeof msg, "method %.16s not allowed on %.64s (allowed: %s)",
            method, url, route->allow);
   return http_fail(r, ATTND_EMETHOD, msg, route->allow);
@@ -729,6 +764,26 @@ static socklen_t http_sockaddr(const char *host, int port,
   return 0;
 }
 
+/* TLS 1.2 and 1.3 only, GnuTLS's default ciphers within them. */
+static const char http_tls_priorities[] =
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2";
+
+/* The TLS options (an MHD_OPTION_ARRAY): just the end mark when the
+ * server speaks plain HTTP. */
+static void http_tls_options(const struct http_config *cfg,
+                             struct MHD_OptionItem o[4]) {
+  int n = 0;
+  if (cfg->tls_cert && cfg->tls_key) {
+    o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0,
+                                     (void *)cfg->tls_cert};
+    o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0,
+                                     (void *)cfg->tls_key};
+    o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                     (void *)http_tls_priorities};
+  }
+  o[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+}
+
 static struct MHD_Daemon *http_start_daemon(struct http *h,
                                             struct sockaddr_storage *ss,
                                             int ipv6) {
@@ -736,8 +791,15 @@ static struct MHD_Daemon *http_start_daemon(struct http *h,
    * small requests per second on a 2-core machine. */
   unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO |
                        MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  struct MHD_OptionItem tls[4];
   if (ipv6)
     flags |= MHD_USE_IPv6;
+  if (h->cfg.tls_cert && h->cfg.tls_key)
+    flags |= MHD_USE_TLS;
+  http_tls_options(&h->cfg, tls);
+  /* MHD divides CONNECTION_LIMIT evenly among the pool's threads (a
+   * thread at its share stops accepting, the others go on), while the
+   * per-address count is one table shared by all of them. */
   return MHD_start_daemon(
       flags, (uint16_t)h->cfg.port, NULL, NULL, http_on_request, h,
       /* First, so that MHD reports even option errors through it. */
@@ -745,9 +807,12 @@ static struct MHD_Daemon *http_start_daemon(struct http *h,
       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss,
       MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)h->cfg.threads,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned int)h->cfg.max_conns,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned int)h->cfg.max_conns_per_ip,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)h->cfg.conn_timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
       MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
+      MHD_OPTION_ARRAY, tls,
       MHD_OPTION_END);
 }
 

@@ -10,7 +10,11 @@
  *        /v2/models/{m}[/versions/{v}][/ready]; POST .../infer
  * Inference bodies may be gzip/deflate (Content-Encoding); responses are
  * compressed when Accept-Encoding asks.  With a token configured,
- * inference and v2 metadata routes need "Authorization: Bearer <token>".
+ * inference and v2 metadata routes (and, if asked, /metrics) need
+ * "Authorization: Bearer <token>"; without it 401 with
+ * WWW-Authenticate: Bearer realm="attnd" (plus error="invalid_token"
+ * when a wrong token was sent).  With TLS PEM text configured the port
+ * speaks HTTPS only.
  * An unknown path is 404, a known path with another method 405 + Allow.
  * Every error body is {"error": "..."}; every request gets one access-log
  * line and is counted in the metrics.
@@ -36,9 +40,14 @@ struct http_config {
   size_t max_body;          /* bytes; larger bodies get 413 */
   long timeout_ms;          /* request deadline from arrival, 0 = none */
   size_t max_elems;         /* tensor element bound passed to proto/ */
-  const char *token;        /* bearer token required on POST routes; NULL
-                               or "" = none.  Health, metrics and the
-                               playground page stay open for probes. */
+  const char *token;        /* bearer token required on inference and v2
+                               metadata routes; NULL or "" = none.
+                               Health and the playground page stay open
+                               for probes. */
+  int token_metrics;        /* 1: /metrics needs the token too */
+  int max_conns_per_ip;     /* 0 = no per-address limit */
+  const char *tls_cert;     /* PEM text; with tls_key, serve HTTPS only. */
+  const char *tls_key;      /* NULL = plain HTTP.  Read while starting. */
 };
 
 enum http_state {

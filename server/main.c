@@ -34,6 +34,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "probe.h"
+#include "tls.h"
 
 /* The self-pipe: written by the signal handler, read by main.  These two
  * are the only file-scope state, because a signal handler has no other
@@ -145,6 +146,7 @@ static int main_drain(struct http *h, struct batcher *b,
 }
 
 static void main_config_parts(const struct config *cfg,
+                              const struct tls_pem *tls,
                               struct batcher_config *bc,
                               struct http_config *hc) {
   size_t budget = (size_t)cfg->max_inflight_mb << 20;
@@ -166,6 +168,24 @@ static void main_config_parts(const struct config *cfg,
    * in-flight budget could hold. */
   hc->max_elems = budget / sizeof(float);
   hc->token = cfg->token;
+  hc->token_metrics = cfg->token_metrics;
+  hc->max_conns_per_ip = cfg->max_conns_per_ip;
+  hc->tls_cert = tls->cert;
+  hc->tls_key = tls->key;
+}
+
+/* With --tls-cert/--tls-key: reads both PEM files now, at startup (the
+ * only time attnd reads them).  0, or -1 after writing why to stderr. */
+static int main_load_tls(const struct config *cfg, struct tls_pem *tls) {
+  memset(tls, 0, sizeof *tls);
+  if (!cfg->tls_cert[0])
+    return 0;
+  if (!tls_supported()) {
+    fprintf(stderr, "attnd: --tls-cert: this libmicrohttpd was built "
+            "without TLS support\n");
+    return -1;
+  }
+  return tls_load(cfg->tls_cert, cfg->tls_key, tls, stderr) == 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
@@ -177,16 +197,19 @@ int main(int argc, char **argv) {
   struct http *h = NULL;
   long fail_at = 0;         /* ATTND_FAIL_ALLOC_AT (proto/mem.h) */
   unsigned long allocs = 0;
+  struct tls_pem tls = {NULL, NULL};
   int rc = config_parse(&cfg, argc, argv, stdout, stderr);
 
   if (rc == CONFIG_EXIT)
     return 0;
   if (rc == CONFIG_PROBE)
-    return probe_run(cfg.host, cfg.port, 3000) == 0 ? 0 : 1;
-  if (rc != CONFIG_RUN)
+    return probe_run(cfg.host, cfg.port, 3000, cfg.tls_cert[0] != '\0') == 0
+               ? 0
+               : 1;
+  if (rc != CONFIG_RUN || main_load_tls(&cfg, &tls) != 0)
     return 2;
   log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
-  main_config_parts(&cfg, &bc, &hc);
+  main_config_parts(&cfg, &tls, &bc, &hc);
   main_raise_nofile(cfg.max_conns);
   mem_init();  /* cJSON's allocator, before any thread */
   /* One BLAS thread per worker: the workers are the parallelism. */
@@ -209,6 +232,8 @@ int main(int argc, char **argv) {
   else if (fail_at < 0)
     log_error("ATTND_FAIL_ALLOC_AT: not a positive integer; ignored");
   allocs = mem_allocations();
+  if (tls.cert)
+    log_info("TLS: this port speaks HTTPS only");
   log_info(strchr(cfg.host, ':') ? "listening on [%s]:%d (%d workers)"
                                   : "listening on %s:%d (%d workers)",
            cfg.host, http_port(h), cfg.workers);
@@ -229,6 +254,7 @@ out:
   if (b)
     batcher_stop(b);
   metrics_free(m);
+  tls_free(&tls);
   if (main_sig_pipe[0] >= 0) {
     close(main_sig_pipe[0]);
     close(main_sig_pipe[1]);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../core/attnd_err.h"
+#include "tls.h"
 
 /* Fills ss for host:port, mapping a wildcard host to its loopback. */
 static socklen_t probe_addr(const char *host, int port,
@@ -34,27 +35,38 @@ static socklen_t probe_addr(const char *host, int port,
   return 0;
 }
 
-/* Reads until the status line is complete; returns the status or -1. */
-static int probe_status(int fd) {
-  char buf[256];
+/* Reads until the status line is complete; returns the bytes read. */
+static ssize_t probe_read_line(int fd, char *buf, size_t cap) {
   size_t len = 0;
-  int status;
-  while (len < sizeof buf - 1) {
-    ssize_t n = read(fd, buf + len, sizeof buf - 1 - len);
+  buf[0] = '\0';
+  while (len < cap - 1 && !strchr(buf, '\n')) {
+    ssize_t n = read(fd, buf + len, cap - 1 - len);
     if (n <= 0)
       break;
     len += (size_t)n;
     buf[len] = '\0';
-    if (strchr(buf, '\n'))
-      break;
   }
-  buf[len] = '\0';
-  if (sscanf(buf, "HTTP/%*d.%*d %d", &status) != 1)
+  return (ssize_t)len;
+}
+
+/* Sends req on the connected fd (through TLS if asked) and returns the
+ * answer's HTTP status, or -1. */
+static int probe_exchange(int fd, const char *req, size_t len, int tls) {
+  char buf[256];
+  ssize_t n;
+  int status;
+  if (tls)
+    n = tls_exchange(fd, req, len, buf, sizeof buf);
+  else if (write(fd, req, len) == (ssize_t)len)
+    n = probe_read_line(fd, buf, sizeof buf);
+  else
+    n = -1;
+  if (n <= 0 || sscanf(buf, "HTTP/%*d.%*d %d", &status) != 1)
     return -1;
   return status;
 }
 
-int probe_run(const char *host, int port, int timeout_ms) {
+int probe_run(const char *host, int port, int timeout_ms, int tls) {
   static const char req[] =
       "GET /healthz HTTP/1.0\r\nHost: attnd\r\nConnection: close\r\n\r\n";
   struct sockaddr_storage ss;
@@ -72,14 +84,14 @@ int probe_run(const char *host, int port, int timeout_ms) {
   /* On Linux SO_SNDTIMEO bounds connect() as well as write(). */
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (connect(fd, (struct sockaddr *)&ss, sl) == 0 &&
-      write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1))
-    status = probe_status(fd);
+  if (connect(fd, (struct sockaddr *)&ss, sl) == 0)
+    status = probe_exchange(fd, req, sizeof req - 1, tls);
   close(fd);
   if (status == 200)
     return 0;
 fail:
-  fprintf(stderr, "attnd: probe: %s:%d/healthz: %s\n", host, port,
+  fprintf(stderr, "attnd: probe: %s://%s:%d/healthz: %s\n",
+          tls ? "https" : "http", host, port,
           status > 0 ? "unhealthy status" : "no answer");
   return ATTND_EINTERNAL;
 }

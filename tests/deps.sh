@@ -12,8 +12,10 @@ libfast-float-dev libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-js
 python3-yaml python3-numpy curl valgrind groff-base man-db systemd
 prometheus"
 # Test-only tools, kept apart from PKGS (the list the image build mirrors):
-# clang with its compiler-rt for the libFuzzer harnesses (tests/fuzz).
-TEST_PKGS="clang libclang-rt-14-dev"
+# clang with its compiler-rt for the libFuzzer harnesses (tests/fuzz);
+# openssl for the TLS tests' certificate.  (The Makefile's gnutls, for the
+# HTTPS probe, is libgnutls28-dev, which libmicrohttpd-dev brings.)
+TEST_PKGS="clang libclang-rt-14-dev openssl"
 
 missing=""
 for p in $PKGS $TEST_PKGS; do

@@ -527,7 +527,7 @@ class TokenTest(CheckMixin, harness.ServerTestCase):
                      {"Authorization": "Basic s3cret-token"}):
             status, rh, data = self.srv.request("POST", "/v1/attention", body, hdrs)
             self.assert_error(status, rh, data, 401)
-            self.assertEqual(rh.get("www-authenticate"), "Bearer")
+            self.assertTrue(rh.get("www-authenticate", "").startswith('Bearer realm="attnd"'))
         status, _, data = self.srv.request("POST", "/v1/attention", body,
                                            {"Authorization": "Bearer s3cret-token"})
         self.assertEqual(status, 200, data)

@@ -580,7 +580,7 @@ class LimitsTest(harness.unittest.TestCase):
             body = json.dumps(V1_REQUEST).encode()
             status, hdrs, data = srv.request("POST", "/v1/attention", body)
             self.assertEqual(status, 401)
-            self.assertEqual(hdrs.get("www-authenticate"), "Bearer")
+            self.assertEqual(hdrs.get("www-authenticate"), 'Bearer realm="attnd"')
             case.check_response("/v1/attention", "post", status, hdrs, data)
             status, hdrs, data = srv.request("POST", "/v1/attention", body,
                                              {"Authorization": "Bearer s3cret"})
@@ -600,7 +600,7 @@ class LimitsTest(harness.unittest.TestCase):
                     status, hdrs, data = srv.request(method.upper(), url,
                                                      b"{}" if method == "post" else None)
                     self.assertEqual(status, 401, url)
-                    self.assertEqual(hdrs.get("www-authenticate"), "Bearer")
+                    self.assertEqual(hdrs.get("www-authenticate"), 'Bearer realm="attnd"')
                     case.check_response(path, method, status, hdrs, data)
                     self.assertIn({"bearerToken": []}, doc["paths"][path][method]["security"])
                 status, hdrs, data = srv.request("GET", "/v2", None, auth)
