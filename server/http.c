@@ -10,6 +10,9 @@
  *
  * One struct http_req per request, allocated on the first handler call,
  * stored in *con_cls and freed in the completion callback.  Its life:
+ *   HEADERS    GET/HEAD only: routed and answered on the next call, once
+ *              MHD holds the whole request (an answer queued from the
+ *              first call makes MHD close the connection after it)
  *   RECEIVING  body chunks are copied into r->body (bounded by max_body;
  *              beyond it they are counted and dropped, too_big is set)
  *   QUEUED     final call: decoded, admitted (batcher_reserve), the
@@ -44,7 +47,10 @@
 #include "status.h"
 #include "../proto/mem.h"
 
-enum http_req_state { REQ_RECEIVING, REQ_QUEUED, REQ_JOB_DONE, REQ_ANSWERED };
+enum http_req_state {
+  REQ_HEADERS,              /* GET/HEAD: routed on the next call */
+  REQ_RECEIVING, REQ_QUEUED, REQ_JOB_DONE, REQ_ANSWERED
+};
 
 /* What the Authorization header says, for a route that needs the token. */
 enum http_auth { AUTH_OK = 0, AUTH_MISSING = 1, AUTH_INVALID = 2 };
@@ -625,28 +631,13 @@ static enum MHD_Result http_answer_oom(struct MHD_Connection *c) {
   return ret;
 }
 
-/* First call of any request: allocate the context and route. */
-static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
-                                  const char *url, const char *method,
-                                  void **con_cls) {
-  const struct http_route *route;
-  struct http_req *r = mem_calloc(1, sizeof *r);
-  char msg[PROTO_ERR_MAX];
+/* Routes r: answers it, or for a POST route starts receiving its body. */
+static enum MHD_Result http_dispatch(struct http_req *r) {
+  const char *url = r->url, *method = r->method;
   int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+  const struct http_route *route;
+  char msg[PROTO_ERR_MAX];
 
-  if (!r) {
-    *con_cls = &http_oom_ctx;
-    return MHD_YES;
-  }
-  r->h = h;
-  r->conn = c;
-  r->url = url;
-  r->method = method;
-  r->start_ns = clock_now_ns();
-  *con_cls = r;
-  atomic_fetch_add(&h->active, 1);
-  metrics_add_inflight(h->m, 1);
-  r->route = METRICS_ROUTE_OTHER;
   route = r->rt = http_find_route(r, url, msg, sizeof msg);
   if (route)
     r->route = route->metric;
@@ -670,6 +661,45 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
   return http_fail(r, ATTND_EMETHOD, msg, route->allow);
 }
 
+/* 1 when the request announces a body. */
+static int http_has_body(struct MHD_Connection *c) {
+  return MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                     MHD_HTTP_HEADER_CONTENT_LENGTH) ||
+         MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                     MHD_HTTP_HEADER_TRANSFER_ENCODING);
+}
+
+/* First call of any request: allocate the context; route it now, or for
+ * a GET or HEAD without a body on the next call. */
+static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  void **con_cls) {
+  struct http_req *r = mem_calloc(1, sizeof *r);
+  int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+
+  if (!r) {
+    *con_cls = &http_oom_ctx;
+    return MHD_YES;
+  }
+  r->h = h;
+  r->conn = c;
+  r->url = url;
+  r->method = method;
+  r->start_ns = clock_now_ns();
+  *con_cls = r;
+  atomic_fetch_add(&h->active, 1);
+  metrics_add_inflight(h->m, 1);
+  r->route = METRICS_ROUTE_OTHER;
+  /* MHD 0.9.75 closes the connection after an answer queued from this
+   * first call, even for a GET without a body: that would drop
+   * keep-alive and every request pipelined behind it.  So a bodiless GET
+   * or HEAD is answered on the next call; anything with a body keeps the
+   * early answer (and the close), which spares reading a refused body. */
+  if (get && !http_has_body(c))
+    return MHD_YES;  /* r->state is REQ_HEADERS */
+  return http_dispatch(r);
+}
+
 static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c,
                                        const char *url, const char *method,
                                        const char *version,
@@ -687,6 +717,9 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c,
     return MHD_YES;
   }
   switch (r->state) {
+  case REQ_HEADERS:   /* a bodiless GET or HEAD, now complete */
+    *upload_data_size = 0;
+    return http_dispatch(r);
   case REQ_RECEIVING:
     if (*upload_data_size) {
       http_post_chunk(r, upload_data, *upload_data_size);
