@@ -56,19 +56,60 @@ inline const char *read_json(const char *p, const char *end, T *out) {
   return r.ptr;
 }
 
-/* Clinger's fast path, for float32: a decimal of at most 19 significant
- * digits m and exponent e (|e| <= 22, m <= 2^53) is m * 10^e or m / 10^-e
- * in one correctly rounded double operation (both operands exact).  That
- * double d is then rounded to float; double rounding can only differ from
+/* Leading decimal digits of the 8 bytes at s (0..8), their value in *v.
+ * A byte is a digit when neither b + 0x46 nor b - 0x30 sets its top bit;
+ * a digit byte carries and borrows nothing, so the first non-digit byte is
+ * found exactly.  The bytes from it on are shifted out and '0's shifted
+ * in as leading digits for fast_float's eight-digit SWAR. */
+inline int digits8(const char *s, uint64_t *v) {
+  uint64_t x;
+  std::memcpy(&x, s, sizeof x);
+  uint64_t non = ((x + 0x4646464646464646u) | (x - 0x3030303030303030u)) &
+                 0x8080808080808080u;
+  int n = non ? __builtin_ctzll(non) >> 3 : 8;
+  if (n > 0 && n < 8) /* the digits to the top, '0's below them */
+    x = (x << (64 - 8 * n)) | (0x3030303030303030u >> (8 * n));
+  *v = n ? fast_float::parse_eight_digits_unrolled(x) : 0;
+  return n;
+}
+
+/* Appends the digits at s to *m, counting them in *nd; past 19 digits in
+ * all only counts them (the caller then leaves the number to fast_float).
+ * Returns the end of the digits. */
+inline const char *take_digits(const char *s, const char *end, uint64_t *m,
+                               int *nd) {
+  static const uint64_t p10u[9] = {1,      10,      100,      1000,     10000,
+                                   100000, 1000000, 10000000, 100000000};
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  while (end - s >= 8 && *nd <= 19) {
+    uint64_t v;
+    int n = digits8(s, &v);
+    *m = *m * p10u[n] + v;
+    s += n;
+    *nd += n;
+    if (n < 8)
+      return s;
+  }
+#endif
+  for (; s < end && is_digit(*s) && *nd <= 19; s++, ++*nd)
+    *m = *m * 10 + (uint64_t)(*s - '0');
+  for (; s < end && is_digit(*s); s++)
+    ++*nd;
+  return s;
+}
+
+/* Clinger's fast path, for float32: a decimal of at most 19 digits m and
+ * exponent e (|e| <= 22, m <= 2^53) is m * 10^e or m / 10^-e in one
+ * correctly rounded double operation (both operands exact).  That double
+ * d is then rounded to float; double rounding can only differ from
  * rounding the decimal itself when d lies exactly on a midpoint between
  * two floats (any other double is at least one double ulp from every
  * midpoint, farther than d is from the decimal), so that case, and
  * results outside the normal float range, go to fast_float.  Most tensor
  * numbers (up to 9 digits, small exponents) take this path, which also
- * checks the JSON grammar in the same pass.
- *
- * Digits count toward the 19 from the first, zeros included (a value
- * written 0.000...0ddd with more goes to fast_float).
+ * checks the JSON grammar in the same pass.  Digits count toward the 19
+ * from the first, zeros included (0.000...0ddd with more goes to
+ * fast_float).
  *
  * Returns 1 when decided: *q is the token's end and *out its value, or *q
  * is nullptr when the bytes at p are not a JSON number.  Returns 0 when
@@ -90,28 +131,14 @@ inline int clinger_f32(const char *p, const char *end, float *out,
     if (++s < end && is_digit(*s))
       return 1; /* leading zero */
   } else {
-    do {
-      m = m * 10 + (uint64_t)(*s++ - '0');
-      nd++;
-    } while (s < end && is_digit(*s));
+    s = take_digits(s, end, &m, &nd);
   }
   if (s < end && *s == '.') {
     if (++s == end || !is_digit(*s))
       return 1;
     const char *f = s;
-    /* eight digits a step (fast_float's SWAR), then one at a time */
-    while (end - s >= 8 && fast_float::is_made_of_eight_digits_fast(s)) {
-      m = m * 100000000u + fast_float::parse_eight_digits_unrolled(s);
-      s += 8;
-      if (nd + (s - f) > 19)
-        break;
-    }
-    while (s < end && is_digit(*s) && nd + (s - f) < 19)
-      m = m * 10 + (uint64_t)(*s++ - '0');
+    s = take_digits(s, end, &m, &nd);
     e10 = -(int)(s - f);
-    nd += (int)(s - f);
-    while (s < end && is_digit(*s)) /* past 19 digits: fast_float */
-      s++, nd++;
   }
   if (s < end && (*s == 'e' || *s == 'E')) {
     int es = 1, x = 0;

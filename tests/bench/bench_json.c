@@ -26,6 +26,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "proto/proto.h"
 #include "proto/proto_impl.h"
 
@@ -174,6 +176,50 @@ static void bench_decode(const char *what, char *body, size_t len,
   report(what, "numscan", t_new * 1e9 / (double)numbers,
          (double)len / t_new / 1e6);
   free(slow);
+}
+
+/* One 64-number row, in cache, read many times: the parser alone
+ * (proto__num_list_f32, as numscan's leaves use it) against cJSON parsing
+ * the same row as an array and converting each number to float. */
+static void bench_row(int reps) {
+  char row[64 * PROTO__F32_MAX + 3];
+  float dst[64];
+  size_t o = 1, sink = 0;
+  row[0] = '[';
+  for (int i = 0; i < 64; i++) {
+    if (i)
+      row[o++] = ',';
+    o += (size_t)proto__fmt_f32(row + o, normal());
+  }
+  row[o++] = ']';
+  row[o] = '\0';
+  int iters = quick ? 2000 : 20000;
+  for (int which = 0; which < 2; which++) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+      double t0 = now_s();
+      for (int k = 0; k < iters; k++) {
+        if (which) {
+          if (proto__num_list_f32(row + 1, row + o - 1, dst, 64))
+            exit(1);
+        } else {
+          cJSON *a = cJSON_ParseWithLength(row, o);
+          int i = 0;
+          for (cJSON *e = a ? a->child : NULL; e; e = e->next)
+            dst[i++ & 63] = (float)e->valuedouble;
+          cJSON_Delete(a);
+        }
+        sink += (size_t)dst[k & 63];
+      }
+      double t = now_s() - t0;
+      if (t < best)
+        best = t;
+    }
+    report("one row of 64 numbers, in cache", which ? "numscan" : "cjson",
+           best * 1e9 / (64.0 * iters), (double)o * iters / best / 1e6);
+  }
+  if (sink == 42)
+    puts("");
 }
 
 /* ---- encode ------------------------------------------------------------- */
@@ -430,6 +476,7 @@ int main(int argc, char **argv) {
   bench_decode("v1 nested q,k,v (1,1,16,32)", body, len, numbers, 0,
                reps * 30);
   free(body);
+  bench_row(reps);
   if (!json_out)
     printf("encode (best of %d):\n", reps);
   bench_encode(reps);

@@ -76,6 +76,13 @@ static void check_f32(const char *s) {
   float want = strtof(s, NULL);
   ck_assert_msg(f32_bits(got) == f32_bits(want), "%s: %a, strtof %a", s,
                 (double)got, (double)want);
+  /* inside a list, with bytes after it (the eight-byte digit steps) */
+  char list[4200];
+  float two[2];
+  int n = snprintf(list, sizeof list, " %s ,0          ", s);
+  ck_assert_int_eq(proto__num_list_f32(list, list + n, two, 2), 0);
+  ck_assert_msg(f32_bits(two[0]) == f32_bits(want), "%s in a list: %a", s,
+                (double)two[0]);
   double g;
   ck_assert_ptr_eq(proto__num_f64(s, end, &g), end);
   ck_assert_msg(g == d && signbit(g) == signbit(d), "%s: %a, strtod %a", s,
