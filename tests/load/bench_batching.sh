@@ -11,6 +11,9 @@
 # figure's median, so that a noisy neighbour hurts both sides alike.
 # Both servers run for the whole benchmark on their own loopback ports,
 # with the default --workers (cores); only one is loaded at a time.
+# Besides wrk's figures, the CPU time attnd itself used per request (from
+# /proc) is shown: it is what batching saves, and it is far less at the
+# mercy of other processes on the machine than requests/s.
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/tests/load/lib.sh"
@@ -35,8 +38,12 @@ before_on=$(curl -s "$ATTND_URL_on/metrics")
 r=1
 while [ $r -le "$ROUNDS" ]; do
   for c in 1 64; do
-    load_wrk on $c "$SECS" "$ATTND_URL_on" post.lua LOAD_BODY="$BODY"
-    load_wrk off $c "$SECS" "$ATTND_URL_off" post.lua LOAD_BODY="$BODY"
+    for side in on off; do
+      eval "url=\$ATTND_URL_$side pid=\$ATTND_PID_$side"
+      t0=$(load_cpu "$pid")
+      load_wrk $side $c "$SECS" "$url" post.lua LOAD_BODY="$BODY"
+      echo "$side $c $(( $(load_cpu "$pid") - t0 )) $(getconf CLK_TCK)" >>"$LOAD_TMP/cpu"
+    done
   done
   r=$((r + 1))
 done

@@ -76,8 +76,15 @@ load_attnd() {
   "$LOAD_TMP/attnd" --host 127.0.0.1 --port "$_port" "$@" \
     2>"$LOAD_TMP/attnd-$_name.log" &
   LOAD_PIDS="$LOAD_PIDS $!"
+  eval "ATTND_PID_$_name=$!"
   eval "ATTND_URL_$_name=http://127.0.0.1:$_port"
   load_wait_http "http://127.0.0.1:$_port/readyz" 30
+}
+
+# load_cpu PID: prints the CPU time (user + system, clock ticks) the
+# process has used so far.
+load_cpu() {
+  awk '{print $14 + $15}' "/proc/$1/stat"
 }
 
 # load_wrk TAG CONNS SECONDS URL SCRIPT [VAR=VALUE...]: runs wrk and

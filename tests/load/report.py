@@ -17,6 +17,32 @@ import subprocess
 import sys
 
 
+def requests_by_key(dirname):
+    total = {}
+    with open(os.path.join(dirname, "results")) as f:
+        for line in f:
+            r = json.loads(line)
+            key = (r["tag"], r["conns"])
+            total[key] = total.get(key, 0) + r["requests"]
+    return total
+
+
+def cpu_per_request(dirname):
+    """{(tag, conns): server CPU microseconds per request} from `cpu`
+    lines "TAG CONNS TICKS CLK_TCK" written around each run."""
+    path = os.path.join(dirname, "cpu")
+    if not os.path.exists(path):
+        return {}
+    ticks = {}
+    with open(path) as f:
+        for line in f:
+            tag, c, t, hz = line.split()
+            key = (tag, int(c))
+            ticks[key] = ticks.get(key, 0.0) + int(t) / float(hz)
+    reqs = requests_by_key(dirname)
+    return {k: 1e6 * v / reqs[k] for k, v in ticks.items() if reqs.get(k)}
+
+
 def load(dirname):
     runs = {}
     with open(os.path.join(dirname, "results")) as f:
@@ -59,6 +85,13 @@ def batching(dirname):
         print("%-6d %10.0f %10.0f %6.2fx | %7.3fms %7.3fms | %7.3fms %7.3fms | %d" % (
             c, on["rps"], off["rps"], on["rps"] / off["rps"], on["p50_ms"],
             off["p50_ms"], on["p99_ms"], off["p99_ms"], on["errors"] + off["errors"]))
+    cpu = cpu_per_request(dirname)
+    if cpu:
+        print("attnd CPU time per request (user + system, all threads, over all rounds):")
+        for c in (1, 64):
+            on, off = cpu[("on", c)], cpu[("off", c)]
+            print("  %2d conns: on %.0f us, off %.0f us: batching saves %.0f%%" % (
+                c, on, off, 100 * (1 - on / off)))
     before = os.path.join(dirname, "metrics_on_before")
     after = os.path.join(dirname, "metrics_on_after")
     n = metric_sum(after, "attnd_batch_size_sum") - metric_sum(before, "attnd_batch_size_sum")
