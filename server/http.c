@@ -33,6 +33,7 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -891,6 +892,12 @@ void http_quiesce(struct http *h) {
   if (atomic_exchange(&h->quiesced, 1))
     return;
   h->quiesced_fd = MHD_quiesce_daemon(h->d);
+  /* MHD stops accepting but the socket still listens, so new clients would
+   * complete the handshake into the backlog and hang until exit.  Shutting
+   * it down makes the kernel refuse them at once; the descriptor itself
+   * stays open until after MHD_stop_daemon, as MHD requires. */
+  if (h->quiesced_fd != MHD_INVALID_SOCKET)
+    shutdown(h->quiesced_fd, SHUT_RDWR);
 }
 
 size_t http_active(struct http *h) { return atomic_load(&h->active); }
