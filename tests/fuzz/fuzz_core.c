@@ -5,14 +5,17 @@
  * NaN or Inf, that weights are in [0, 1] with rows summing to 1 (or all
  * 0 for a row with no allowed key), and that the online path (no
  * weights) computes the same output as the materialised one.  This
- * harness decodes, runs attn_forward both ways and checks all of that:
+ * harness decodes, runs attn_forward both ways (and attn_diagnostics when
+ * the request asks for them) and checks all of that:
  * these are our invariants, not the client's data.
  *
  * Input: one byte choosing the form, then
  *   0  a /v1/attention body;
  *   1  a v2 binary request as fuzz_v2_binary reads it;
  *   2  a v2 binary request this harness builds from the bytes: a few
- *      bytes of shapes and options (fuzz_build below), then raw tensor
+ *      bytes of shapes and options (build() below: the model, shapes,
+ *      masks, causal, scale, dropout, a sliding window, the diagnostics
+ *      outputs), then raw tensor
  *      bytes in the chosen datatype (FP32, FP64, FP16 or BF16), so that
  *      the fuzzer controls every bit of every number: huge, tiny,
  *      subnormal, mixed signs. */
@@ -90,6 +93,8 @@ static void input(fuzz_build *f, const char *name, const int *shape,
 static int build(fuzz_build *f, const uint8_t *c, size_t size) {
   static const char *const dts[4] = {"FP32", "FP64", "FP16", "BF16"};
   static const size_t ess[4] = {4, 8, 2, 2};
+  static const char *const sides[8] = {"0", "1", "2", "3", "4", "5", "6",
+                                       "null"};
   static const char *const causal[4] = {"false", "true", "\"lower_right\"",
                                         "\"upper_left\""};
   if (size < 12)
@@ -153,12 +158,17 @@ static int build(fuzz_build *f, const uint8_t *c, size_t size) {
     input(f, "w_v", wv, 1, 0, dts[dti], ess[dti], 0);
   }
   jput(f, "],\"parameters\":{\"causal\":%s", causal[(c[0] >> 3) & 3]);
+  if (c[11] & 2)  /* a sliding window; side 7 stands for null (unbounded) */
+    jput(f, ",\"window_left\":%s,\"window_right\":%s",
+         sides[(c[11] >> 2) & 7], sides[(c[11] >> 5) & 7]);
   if ((flags & 64) && !additive && isfinite(scale) && scale != 0.0f)
     jput(f, ",\"scale\":%.9g", (double)scale);
   if (dropout)
     jput(f, ",\"dropout_p\":%.9g,\"seed\":%u", c[9] / 256.0, c[10]);
-  jput(f, "},\"outputs\":[{\"name\":\"output\"}%s]}",
-       only_out ? "" : ",{\"name\":\"weights\"}");
+  jput(f, "},\"outputs\":[{\"name\":\"output\"}%s%s]}",
+       only_out ? "" : ",{\"name\":\"weights\"}",
+       c[11] & 1 ? ",{\"name\":\"allowed_keys\"},{\"name\":\"entropy\"},"
+       "{\"name\":\"max_weight\"},{\"name\":\"jacobian_norm\"}" : "");
   return 0;
 }
 
@@ -172,12 +182,46 @@ static float max_abs(const float *x, size_t n) {
   return m;
 }
 
+/* attn_diagnostics on the weights just computed: allowed keys in
+ * [0, Lk], and for a row with none every figure 0; otherwise entropy in
+ * [0, ln k] for k allowed keys, max weight in (0, 1], Jacobian norm in
+ * [0, 1]. */
+static void check_diagnostics(const proto_request *req) {
+  const attn_problem *p = &req->prob;
+  size_t rows = (size_t)p->B * p->H * p->Lq;
+  FUZZ_CHECK(req->weights && req->allowed_keys && req->entropy &&
+                 req->max_weight && req->jacobian_norm,
+             "diagnostics buffers");
+  int rc = attn_diagnostics(p, req->weights, req->allowed_keys, req->entropy,
+                            req->max_weight, req->jacobian_norm);
+  FUZZ_CHECK(rc == 0, "attn_diagnostics rc %d", rc);
+  for (size_t r = 0; r < rows; r++) {
+    int32_t k = req->allowed_keys[r];
+    float e = req->entropy[r], m = req->max_weight[r];
+    float j = req->jacobian_norm[r];
+    FUZZ_CHECK(k >= 0 && k <= p->Lk, "allowed_keys[%zu] = %d", r, (int)k);
+    FUZZ_CHECK(isfinite(e) && isfinite(m) && isfinite(j),
+               "row %zu: entropy %g max_weight %g jacobian_norm %g", r,
+               (double)e, (double)m, (double)j);
+    if (k == 0) {
+      FUZZ_CHECK(e == 0 && m == 0 && j == 0, "empty row %zu not 0", r);
+      continue;
+    }
+    FUZZ_CHECK(e >= -1e-6f && e <= logf((float)k) + 1e-4f,
+               "entropy[%zu] = %g with %d keys", r, (double)e, (int)k);
+    FUZZ_CHECK(m > 0 && m <= 1, "max_weight[%zu] = %g", r, (double)m);
+    FUZZ_CHECK(j >= 0 && j <= 1, "jacobian_norm[%zu] = %g", r, (double)j);
+  }
+}
+
 static void check_core(proto_request *req) {
   const attn_problem *p = &req->prob;
   size_t nout = (size_t)p->B * p->H * p->Lq * p->Dv;
   size_t rows = (size_t)p->B * p->H * p->Lq;
   float *online = malloc(nout * sizeof *online);
-  float *w = req->return_weights ? req->weights : NULL;
+  /* As the worker does: weights when returned or needed by the
+   * diagnostics, else the online path. */
+  float *w = req->weights;
   int rc;
   FUZZ_CHECK(online != NULL, "out of memory");
 
@@ -197,6 +241,9 @@ static void check_core(proto_request *req) {
     FUZZ_CHECK(sum == 0.0 || fabs(sum - 1.0) <= 1e-4 * p->Lk,
                "weights row %zu sums to %.9g", r, sum);
   }
+
+  if (req->diagnostics)
+    check_diagnostics(req);
 
   /* The online path (no weights) must agree with the materialised one.
    * Without dropout the output is a convex combination of value rows, so

@@ -65,6 +65,9 @@ def v1_requests():
         "extreme_numbers": {"query": [[[3.4e38, -1e-45], [1.17549435e-38, -3.4e38]]],
                             "key": [[[3.4e38, 3.4e38], [-1e-40, 0]]],
                             "value": [[[3.4e38, -3.4e38], [1e-45, 1e30]]]},
+        "diagnostics_window": {"query": q3, "key": k3, "value": v3,
+                               "diagnostics": True, "return_weights": False,
+                               "window": [0, 2], "valid_lens": [2, 0]},
         "bad_ragged": {"query": [[[1, 2], [3]]], "key": [[[1, 2]]], "value": [[[1]]]},
         "bad_lens": {"query": q3, "key": k3, "value": v3, "valid_lens": [9, 1]},
     }
@@ -142,6 +145,11 @@ def v2_requests(binary):
     out.append(("only_output", 0) + v2_request(
         0, qkv("FP32") + [("valid_lens", (2, 3), "INT32", [1, 2, 3, 5, 0, 4])],
         binary, params={"causal": True}, outputs=[{"name": "output"}]))
+    out.append(("diagnostics_window", 0) + v2_request(
+        0, qkv("FP32"), binary,
+        params={"window_left": 1, "window_right": None},
+        outputs=[{"name": n} for n in ("output", "allowed_keys", "entropy",
+                                       "max_weight", "jacobian_norm")]))
     add = qkv("FP32") + [("w_q", (3, 4), "FP32", values((3, 4))),
                          ("w_k", (3, 4), "FP32", values((3, 4), 1)),
                          ("w_v", (3,), "FP32", [1.0, -0.5, 2.0])]
@@ -164,12 +172,14 @@ def structured_seeds():
     extreme = pack([3.4e38, -3.4e38, 1e-45, -1e-45, 1.1754943e-38, 0.0, -0.0,
                     1e30, -1e-30, 65504.0, 2.0 ** -126, 7.0], "FP32")
     scale = struct.pack("<f", 0.5)
-    #           c0    c1    c2    c3    c4     scale  c9   c10  pad
+    #           c0    c1    c2    c3    c4     scale  c9   c10  c11
     seeds["dot_fp32"] = bytes([0x00, 0x00, 0x1b, 0x0b, 0x00]) + scale + bytes([0, 0, 0]) + tensor
     seeds["gqa_masks"] = bytes([0x48, 0x0b, 0x23, 0x13, 0x7f]) + scale + bytes([0, 0, 0]) + tensor
     seeds["additive_fp16"] = bytes([0x05, 0x01, 0x1a, 0x6a, 0x15]) + scale + bytes([0, 0, 0]) + tensor
     seeds["dropout_bf16"] = bytes([0x86, 0x00, 0x12, 0x0a, 0x01]) + scale + bytes([200, 9, 0]) + tensor
     seeds["extreme_fp32"] = bytes([0x00, 0x00, 0x3f, 0x1f, 0x50]) + struct.pack("<f", 3e38) + bytes([0, 0, 0]) + extreme
+    seeds["diag_window"] = bytes([0x20, 0x00, 0x1b, 0x0b, 0x05]) + scale + bytes([0, 0, 0x2b]) + tensor
+    seeds["diag_extreme"] = bytes([0x00, 0x00, 0x3f, 0x1f, 0x10]) + scale + bytes([0, 0, 0xff]) + extreme
     seeds["extreme_fp64"] = bytes([0x02, 0x00, 0x3f, 0x1f, 0x00]) + scale + bytes([0, 0, 0]) + pack(
         [3.4e38, -3.4e38, 1e-300, -4e-45, 1e-38, 0.0, 2.5], "FP64")
     return seeds
