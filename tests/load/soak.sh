@@ -41,8 +41,8 @@ log() { echo "soak: $*"; }
 die() { log "FAIL: $*"; exit 1; }
 
 cleanup() {
-  [ -n "$WRK_PID" ] && kill "$WRK_PID" 2>/dev/null || true
-  [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null || true
+  if [ -n "$WRK_PID" ]; then kill "$WRK_PID" 2>/dev/null || true; fi
+  if [ -n "$PID" ]; then kill -9 "$PID" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
@@ -66,7 +66,9 @@ start_attnd() {
   i=0
   while ! grep -q "listening on" "$DIR/attnd.log"; do
     i=$((i + 1))
-    [ $i -le 200 ] && kill -0 "$PID" 2>/dev/null || die "attnd did not start: $(cat "$DIR/attnd.log")"
+    if [ $i -gt 200 ] || ! kill -0 "$PID" 2>/dev/null; then
+      die "attnd did not start: $(cat "$DIR/attnd.log")"
+    fi
     sleep 0.1
   done
   PORT=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\).*/\1/p' "$DIR/attnd.log" | head -n 1)
@@ -74,7 +76,7 @@ start_attnd() {
 }
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$PID/status"; }
-fd_count() { ls "/proc/$PID/fd" | wc -l; }
+fd_count() { find "/proc/$PID/fd" -mindepth 1 -maxdepth 1 | wc -l; }
 
 # The idle descriptor count, once the connections of earlier requests
 # have closed (MHD closes a connection when the client's FIN arrives).
