@@ -9,6 +9,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "proto_impl.h"
 
@@ -57,9 +60,38 @@ void proto__shape_str(const int *shape, int rank, char *s, size_t cap) {
     snprintf(s + n, cap - n, "]");
 }
 
+/* Set bits of a 16-bit mask (no popcnt instruction in baseline x86-64). */
+static unsigned bits16(unsigned x) {
+  x = x - ((x >> 1) & 0x5555u);
+  x = (x & 0x3333u) + ((x >> 2) & 0x3333u);
+  x = (x + (x >> 4)) & 0x0f0fu;
+  return (x + (x >> 8)) & 0x1fu;
+}
+
+/* Runs on every JSON body the server decodes, before anything else, so it
+ * takes 16 bytes a step (SSE2, every x86-64) up to each string. */
 size_t proto__count_commas(const char *s, size_t n) {
-  size_t commas = 0;
-  for (size_t i = 0; i < n; i++) {
+  size_t commas = 0, i = 0;
+#ifdef __SSE2__
+  const __m128i cm = _mm_set1_epi8(','), qu = _mm_set1_epi8('"');
+  while (i + 16 <= n) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+    unsigned q = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, qu));
+    unsigned c = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, cm));
+    if (!q) {
+      commas += bits16(c);
+      i += 16;
+      continue;
+    }
+    unsigned k = (unsigned)__builtin_ctz(q);
+    commas += bits16(c & ((1u << k) - 1));
+    for (i += k + 1; i < n && s[i] != '"'; i++) /* the string */
+      if (s[i] == '\\')
+        i++;
+    i++; /* past the closing quote */
+  }
+#endif
+  for (; i < n; i++) {
     if (s[i] == ',') {
       commas++;
     } else if (s[i] == '"') {

@@ -571,6 +571,33 @@ START_TEST(errors_in_leaves_keep_their_messages) {
 }
 END_TEST
 
+/* The byte-at-a-time count proto__count_commas replaced. */
+static size_t commas_ref(const char *s, size_t n) {
+  size_t commas = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == ',') {
+      commas++;
+    } else if (s[i] == '"') {
+      for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\')
+          i++;
+    }
+  }
+  return commas;
+}
+
+START_TEST(comma_count_matches_the_bytewise_one) {
+  static const char pick[] = ",,,\"\\ab1[]{}";
+  char s[300];
+  for (int i = 0; i < 100000; i++) {
+    size_t n = rnd() % sizeof s;
+    for (size_t k = 0; k < n; k++)
+      s[k] = rnd() % 4 ? pick[rnd() % (sizeof pick - 1)] : 'x';
+    ck_assert_uint_eq(proto__count_commas(s, n), commas_ref(s, n));
+  }
+}
+END_TEST
+
 /* ---- printing ---------------------------------------------------------- */
 
 /* Fewest significant digits p for which "%.*g" reads back as f. */
@@ -661,6 +688,7 @@ static Suite *numparse_suite(void) {
   tcase_add_test(tc, mutated_bodies_decode_as_on_the_cjson_path);
   tcase_add_test(tc, what_only_cjson_accepts_still_decodes);
   tcase_add_test(tc, errors_in_leaves_keep_their_messages);
+  tcase_add_test(tc, comma_count_matches_the_bytewise_one);
   suite_add_tcase(s, tc);
   tc = tcase_create("print");
   tcase_set_timeout(tc, 120);
