@@ -11,9 +11,11 @@
 # descriptors are read from /proc.  The run fails (exit 1) when
 #   - any request got a non-2xx answer, an answer without its output, or
 #     a socket error (connect, read, write, timeout): an answer was lost;
-#   - RSS at the end grew more than SOAK_RSS_PCT (5) percent over RSS at
-#     the end of the warm-up (SOAK_WARMUP_S, default 60 s or a fifth of a
-#     short run);
+#   - RSS at the end grew more than SOAK_RSS_PCT (5) percent over RSS
+#     after the warm-up (SOAK_WARMUP_S, default 60 s or a fifth of a short
+#     run).  Each is the median of a minute of samples (a third of the
+#     samples in a short run): malloc's arenas swing RSS by 10% from one
+#     sample to the next, a leak moves the median;
 #   - the descriptor count once wrk has gone is not back to the idle count
 #     from before the load, or exceeded idle + connections + slack during
 #     the load;
@@ -104,7 +106,6 @@ WRK_PID=$!
 
 echo "elapsed_s,rss_kb,fds" >"$DIR/samples.csv"
 START=$(date +%s)
-RSS_WARM=""
 FD_MAX=0
 RSS_MAX=0
 while kill -0 "$WRK_PID" 2>/dev/null; do
@@ -115,9 +116,8 @@ while kill -0 "$WRK_PID" 2>/dev/null; do
   echo "$t,$r,$f" >>"$DIR/samples.csv"
   [ "$f" -gt "$FD_MAX" ] && FD_MAX=$f
   if [ "$t" -ge "$WARMUP_S" ] && [ "$t" -lt "$SECONDS_TOTAL" ]; then
-    [ -z "$RSS_WARM" ] && RSS_WARM=$r
     [ "$r" -gt "$RSS_MAX" ] && RSS_MAX=$r
-    RSS_END=$r
+    echo "$r" >>"$DIR/rss_after_warmup"
   fi
 done
 wait "$WRK_PID" || die "wrk failed: $(cat "$DIR/wrk.out")"
@@ -126,14 +126,29 @@ FD_AFTER=$(settled_fds)
 RESULT=$(grep '^SOAK_RESULT ' "$DIR/wrk.out") || die "no result from wrk: $(cat "$DIR/wrk.out")"
 field() { echo "$RESULT" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
-[ -n "$RSS_WARM" ] || die "no sample after the warm-up (run longer)"
+[ -s "$DIR/rss_after_warmup" ] || die "no sample after the warm-up (run longer)"
+# median FIRST|LAST: the median of the first or last window of samples.
+median() {
+  awk -v which="$1" -v per_min=$((60 / SAMPLE_S)) '
+    { v[NR] = $1 }
+    END {
+      w = int(NR / 3); if (w > per_min) w = per_min; if (w < 1) w = 1
+      lo = which == "first" ? 1 : NR - w + 1
+      n = 0; for (i = lo; i < lo + w; i++) s[++n] = v[i]
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && s[j - 1] > s[j]; j--) {
+        t = s[j]; s[j] = s[j - 1]; s[j - 1] = t }
+      print s[int((n + 1) / 2)]
+    }' "$DIR/rss_after_warmup"
+}
+RSS_WARM=$(median first)
+RSS_END=$(median last)
 GROWTH=$(awk -v a="$RSS_WARM" -v b="$RSS_END" 'BEGIN {printf "%.2f", (b - a) * 100 / a}')
 log "requests $(field requests) in $(field seconds) s: $(field rps) req/s;" \
   "latency p50 $(field p50_ms) ms, p99 $(field p99_ms) ms, max $(field max_ms) ms"
 log "non-2xx $(field non2xx), bad bodies $(field bad_body); socket errors: connect" \
   "$(field connect), read $(field read), write $(field write), timeout $(field timeout)"
-log "rss: idle $RSS_IDLE kB, after warm-up $RSS_WARM kB, end $RSS_END kB" \
-  "(${GROWTH}%), max $RSS_MAX kB"
+log "rss (medians): idle $RSS_IDLE kB, after warm-up $RSS_WARM kB, end" \
+  "$RSS_END kB (${GROWTH}%); max sample $RSS_MAX kB"
 log "fds: idle $FD_IDLE, max under load $FD_MAX, after the load $FD_AFTER"
 
 kill -TERM "$PID"
