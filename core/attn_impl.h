@@ -20,8 +20,10 @@
  * for the baseline x86-64 (SSE2, 4 lanes).  "avx2" without "fma" keeps
  * each operation the same IEEE operation as the baseline build, and the
  * sums use eight explicit lanes, so both clones give identical bits. */
+/* ThreadSanitizer's runtime is not yet set up when the loader runs ifunc
+ * resolvers, so a -fsanitize=thread build crashes at load with clones. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    defined(__linux__)
+    defined(__linux__) && !defined(__SANITIZE_THREAD__)
 #define ATTN__VEC_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define ATTN__VEC_CLONES
