@@ -155,8 +155,9 @@ $(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o \
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
 
-bench: $(BUILD)/attnd-bench
+bench: $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json
 	@sh tests/bench/run.sh
+	@./$(BUILD)/attnd-bench-json
 	@$(MAKE) --no-print-directory http-bench
 
 # The HTTP benchmarks (tests/load/): attnd against nginx and a FastAPI +

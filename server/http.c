@@ -45,6 +45,7 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "net.h"
 #include "status.h"
 #include "../proto/mem.h"
 
@@ -777,27 +778,6 @@ static void http_on_mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- lifecycle ------------------------------------------------------- */
 
-/* Fills ss with host:port; returns its length or 0 for a bad address. */
-static socklen_t http_sockaddr(const char *host, int port,
-                               struct sockaddr_storage *ss, int *ipv6) {
-  struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
-  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-  memset(ss, 0, sizeof *ss);
-  *ipv6 = 0;
-  if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-    in4->sin_family = AF_INET;
-    in4->sin_port = htons((uint16_t)port);
-    return sizeof *in4;
-  }
-  if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons((uint16_t)port);
-    *ipv6 = 1;
-    return sizeof *in6;
-  }
-  return 0;
-}
-
 /* TLS 1.2 and 1.3 only, GnuTLS's default ciphers within them. */
 static const char http_tls_priorities[] =
     "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2";
@@ -865,7 +845,7 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
   h->b = b;
   h->m = m;
   h->quiesced_fd = MHD_INVALID_SOCKET;
-  if (!http_sockaddr(cfg->host, cfg->port, &ss, &ipv6)) {
+  if (!net_sockaddr(cfg->host, cfg->port, &ss, &ipv6)) {
     log_error("http: bad listen address '%s'", cfg->host);
     goto err;
   }

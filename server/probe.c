@@ -10,29 +10,17 @@
 #include <unistd.h>
 
 #include "../core/attnd_err.h"
+#include "net.h"
 #include "tls.h"
 
 /* Fills ss for host:port, mapping a wildcard host to its loopback. */
 static socklen_t probe_addr(const char *host, int port,
                             struct sockaddr_storage *ss) {
-  struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
-  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-  memset(ss, 0, sizeof *ss);
   if (strcmp(host, "0.0.0.0") == 0)
     host = "127.0.0.1";
   else if (strcmp(host, "::") == 0)
     host = "::1";
-  if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-    in4->sin_family = AF_INET;
-    in4->sin_port = htons((uint16_t)port);
-    return sizeof *in4;
-  }
-  if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons((uint16_t)port);
-    return sizeof *in6;
-  }
-  return 0;
+  return net_sockaddr(host, port, ss, NULL);
 }
 
 /* Reads until the status line is complete; returns the bytes read. */
