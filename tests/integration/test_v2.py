@@ -18,7 +18,7 @@ import subprocess
 import zlib
 
 import harness
-from reference import attention, flatten, nest, rand_tensor
+from reference import attention, flatten, nest, rand_tensor, shape_of
 from v2client import (InferenceServerClient, InferenceServerException, InferInput,
                       InferRequestedOutput, bf16_round, f16_round)
 
@@ -28,14 +28,6 @@ if not os.path.exists(SCHEMA):
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 ROUND = {"FP32": lambda x: x, "FP64": lambda x: x, "FP16": f16_round, "BF16": bf16_round}
-
-
-def shape_of(t):
-    s = []
-    while isinstance(t, list):
-        s.append(len(t))
-        t = t[0]
-    return s
 
 
 def rand_inputs(seed, B=2, H=None, Hkv=None, Lq=3, Lk=5, D=4, Dv=3):
