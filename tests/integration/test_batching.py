@@ -192,7 +192,7 @@ class TwoShapesTest(harness.ServerTestCase):
         """A request of a third shape whose compute keeps the one worker
         busy for a while (additive scoring: Lq*Lk*Hd tanh terms), so the
         flood queues up behind it however fast the machine is."""
-        n, hd = (256, 64) if harness.VALGRIND else (1024, 192)
+        n, hd = (640, 128) if harness.VALGRIND else (1024, 192)
         rng = random.Random(5)
 
         def rows(r, c):
