@@ -129,6 +129,19 @@ class Attnd:
         return code
 
 
+class CloseChecks:
+    """Mixin for unittest cases: compares answers with the float64
+    reference at design.md's tolerance, 1e-5 + 1e-5*|ref| per element."""
+
+    def assert_close(self, got, ref, what):
+        from reference import flatten
+        g, r = flatten(got), flatten(ref)
+        self.assertEqual(len(g), len(r), what + " size")
+        for n, (x, y) in enumerate(zip(g, r)):
+            self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y),
+                                 "%s[%d]: got %r, want %r" % (what, n, x, y))
+
+
 class ServerTestCase(unittest.TestCase):
     """A test class sharing one attnd for all its tests; the server must
     exit 0 (and, under valgrind, cleanly) when the class is done."""

@@ -171,14 +171,7 @@ def small_request(seed, **shape):
     return req
 
 
-class Checks:
-    def assert_close(self, got, ref, what):
-        g, r = reference.flatten(got), reference.flatten(ref)
-        self.assertEqual(len(g), len(r), what + " size")
-        for n, (x, y) in enumerate(zip(g, r)):
-            self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y),
-                                 "%s[%d]: got %r, want %r" % (what, n, x, y))
-
+class Checks(harness.CloseChecks):
     def assert_answer(self, status, body, req):
         self.assertEqual(status, 200, body[:300])
         obj = json.loads(body)

@@ -63,14 +63,7 @@ def v2_body(req, params=None):
     return json.dumps(body).encode()
 
 
-class Checks:
-    def assert_close(self, got, ref, what):
-        g, r = reference.flatten(got), reference.flatten(ref)
-        self.assertEqual(len(g), len(r), what + " size")
-        for n, (x, y) in enumerate(zip(g, r)):
-            self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y),
-                                 "%s[%d]: got %r, want %r" % (what, n, x, y))
-
+class Checks(harness.CloseChecks):
     def assert_v1_answer(self, status, data, req):
         self.assertEqual(status, 200, data[:300])
         obj = json.loads(data)
