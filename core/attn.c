@@ -76,6 +76,9 @@ int attn_check(const attn_problem *p) {
   if (p->bias && !check_strides(p->bias_stride)) return ATTND_EINVAL;
   /* Written so that NaN fails too. */
   if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f)) return ATTND_EINVAL;
+  if (p->gemm != ATTN_GEMM_AUTO && p->gemm != ATTN_GEMM_BLAS &&
+      p->gemm != ATTN_GEMM_NATIVE)
+    return ATTND_EINVAL;
   if (!check_sizes(p)) return ATTND_EINVAL;
   return 0;
 }
@@ -149,6 +152,9 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
     s->qproj = take(&off, qb * (size_t)p->Hd * f);
     s->kproj = take(&off, (size_t)p->Hd * kb * f);
   }
+  s->gemm = attn__gemm_pick(p);
+  if (s->gemm == ATTN_GEMM_NATIVE)
+    s->pack = take(&off, attn__gemm_pack_floats(p) * f);
   s->total = off;
 }
 

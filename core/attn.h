@@ -57,8 +57,11 @@
  * buffers (each task writes only its own rows).  Each thread needs its own
  * scratch of attn_scratch_bytes() bytes.
  *
- * All matrix products go through cblas_sgemm; the caller chooses the BLAS
- * thread count (attnd runs one BLAS thread per worker).
+ * Matrix products: cblas_sgemm (the caller chooses the BLAS thread count;
+ * attnd runs one BLAS thread per worker), or the core's own AVX-512F
+ * kernels where the CPU has AVX-512F (see attn_problem.gemm).  Both meet
+ * the same tolerances; they may differ in the last bits, so a problem's
+ * answer is bit-for-bit reproducible on one machine and one choice.
  */
 #ifndef ATTN_H
 #define ATTN_H
@@ -77,6 +80,15 @@ enum attn_causal {
 enum attn_scoring {
   ATTN_SCORING_DOT = 0,
   ATTN_SCORING_ADDITIVE = 1
+};
+
+/* Which matrix-product code runs (attn_problem.gemm). */
+enum attn_gemm {
+  ATTN_GEMM_AUTO = 0,   /* the core decides per call (gemm.c) */
+  ATTN_GEMM_BLAS = 1,   /* always cblas_sgemm */
+  ATTN_GEMM_NATIVE = 2  /* the AVX-512F kernels; cblas_sgemm where the CPU
+                         * lacks AVX-512F (or under valgrind, which hides
+                         * it) */
 };
 
 /* A problem describes one request.  It points at tensors it does not own:
@@ -116,15 +128,20 @@ typedef struct attn_problem {
   /* Dropout on the weights: 0 <= dropout_p < 1; 0 turns it off. */
   float dropout_p;
   uint64_t seed;
+
+  /* enum attn_gemm; 0 (auto) unless a test or benchmark forces a path. */
+  int gemm;
 } attn_problem;
 
 /* Zero-initialises a problem: no mask, no bias, no dropout, dot scoring,
- * causal off, H = Hkv = 1.  The caller then sets shapes and tensors. */
+ * causal off, H = Hkv = 1, gemm auto.  The caller then sets shapes and
+ * tensors. */
 void attn_problem_init(attn_problem *p);
 
 /* Checks a problem for programmer errors (inconsistent shapes, missing
  * tensors, scale 0 or not finite, H not a multiple of Hkv, dropout_p out of
- * [0, 1)).  Returns 0 or ATTND_EINVAL.  Never reads tensor contents. */
+ * [0, 1), gemm not an enum attn_gemm).  Returns 0 or ATTND_EINVAL.  Never
+ * reads tensor contents. */
 int attn_check(const attn_problem *p);
 
 /* Number of independent tasks (b, h, query block) the problem splits into.

@@ -43,6 +43,18 @@ static inline int attn__use_avx2_fma(void) {
 static inline int attn__use_avx2_fma(void) { return 0; }
 #endif
 
+/* The native matrix products (gemm.c) need AVX-512F and FMA; valgrind
+ * hides AVX-512 from CPUID, so under it the cblas path runs. */
+#if ATTN__HAVE_AVX2_FMA
+#define ATTN__HAVE_AVX512 1
+static inline int attn__gemm_native_available(void) {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+}
+#else
+#define ATTN__HAVE_AVX512 0
+static inline int attn__gemm_native_available(void) { return 0; }
+#endif
+
 /* Query rows per task and key columns per online block.  OpenBLAS packs
  * both operands of every sgemm, so a key block's K and V are packed once
  * per task: more query rows per task amortize that packing (at 64 rows
@@ -228,9 +240,11 @@ typedef struct attn__scratch {
   size_t span;        /* attn__span[QB]: online rows' spans in a block */
   size_t qproj;       /* float[QB * Hd]: additive W_q q */
   size_t kproj;       /* float[Hd * KB]: additive W_k k, transposed */
+  size_t pack;        /* float[attn__gemm_pack_floats]: native NT panel */
   size_t total;
   int wrows;          /* weights path: rows per chunk (scores wrows * Lk) */
   int stream;         /* weights path: write weights with streaming stores */
+  int gemm;           /* ATTN_GEMM_BLAS or ATTN_GEMM_NATIVE (attn__gemm_pick) */
 } attn__scratch;
 
 void attn__scratch_layout(const attn_problem *p, int with_weights,
@@ -315,6 +329,37 @@ void attn__scale_sanitize(float *dst, const float *src, int n, float g);
 void attn__write_weight_row(float *w, int lk, int klo, int khi,
                             const float *s, float inv, int stream);
 void attn__write_weights_done(int stream);
+
+/* Matrix products (gemm.c), row-major with leading dimensions, any
+ * m, n, k >= 1:
+ *   attn__gemm_nt  C (m, n) = alpha * A (m, k) B (n, k)^T
+ *   attn__gemm_nn  C (m, n) = A (m, k) B (k, n) + beta C   (beta 0: C is
+ *                  not read)
+ * gemm is ATTN_GEMM_BLAS (cblas_sgemm) or ATTN_GEMM_NATIVE (the AVX-512F
+ * kernels: only when attn__gemm_native_available()).  The NT kernel
+ * packs B through pack, attn__gemm_pack_floats(p) floats of 64-byte
+ * aligned scratch, for any k <= max(D, Dk); BLAS ignores it. */
+void attn__gemm_nt(int gemm, int m, int n, int k, float alpha,
+                   const float *a, int lda, const float *b, int ldb, float *c,
+                   int ldc, float *pack);
+void attn__gemm_nn(int gemm, int m, int n, int k, const float *a, int lda,
+                   const float *b, int ldb, float beta, float *c, int ldc);
+size_t attn__gemm_pack_floats(const attn_problem *p);
+
+/* The GEMM a checked problem's products use: ATTN_GEMM_BLAS or
+ * ATTN_GEMM_NATIVE, from p->gemm, the CPU and the BLAS (gemm.c). */
+int attn__gemm_pick(const attn_problem *p);
+
+#if ATTN__HAVE_AVX512
+/* The native kernels themselves, for the tests and the benchmark; call
+ * only when attn__gemm_native_available(). */
+void attn__gemm_nt_avx512(int m, int n, int k, float alpha, const float *a,
+                          int lda, const float *b, int ldb, float *c,
+                          int ldc, float *pack);
+void attn__gemm_nn_avx512(int m, int n, int k, const float *a, int lda,
+                          const float *b, int ldb, float beta, float *c,
+                          int ldc);
+#endif
 
 /* The two paths, one task each. */
 void attn__task_weights(const attn_problem *p, const attn__task *t,

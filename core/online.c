@@ -9,8 +9,6 @@
  * may see any key in them (outside every row's interval from valid_lens,
  * causal and window, or masked out entirely).
  */
-#include <cblas.h>
-
 #include "attn_impl.h"
 
 typedef struct online_state {
@@ -85,7 +83,7 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
  * instead (beta 0), so acc needs no zeroing. */
 static void block_accumulate(const attn_problem *p, const attn__task *t,
                              const online_state *st, int j0, int n,
-                             int first) {
+                             int first, const attn__scratch *lay) {
   size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
   const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
   int dv = p->Dv;
@@ -94,8 +92,8 @@ static void block_accumulate(const attn_problem *p, const attn__task *t,
     if (a != 1.0f)
       for (int c = 0; c < dv; c++) acc[c] *= a;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t->rows, dv, n,
-              1.0f, st->s, n, v, dv, first ? 0.0f : 1.0f, st->acc, dv);
+  attn__gemm_nn(lay->gemm, t->rows, dv, n, st->s, n, v, dv,
+                first ? 0.0f : 1.0f, st->acc, dv);
 }
 
 /* Returns 1 when the block was computed, 0 when it was skipped. */
@@ -106,7 +104,7 @@ static int run_block(const attn_problem *p, const attn__task *t,
   attn__scores(p, t, j0, n, st->s, n, scratch, lay);
   for (int r = 0; r < t->rows; r++) block_row_update(p, t, st, r, j0, n);
   if (p->dropout_p > 0.0f) block_dropout(p, t, st->s, j0, n);
-  block_accumulate(p, t, st, j0, n, first);
+  block_accumulate(p, t, st, j0, n, first, lay);
   return 1;
 }
 

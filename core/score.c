@@ -1,9 +1,7 @@
 /* score.c - raw attention scores of one task's query rows against a range
- * of keys: dot-product (one sgemm) or additive (two projection sgemms and
- * a vectorized tanh sum).
+ * of keys: dot-product (one NT product) or additive (two projection
+ * products and a vectorized tanh sum).
  */
-#include <cblas.h>
-
 #include "attn_impl.h"
 
 static const float *q_rows(const attn_problem *p, const attn__task *t) {
@@ -19,10 +17,11 @@ static const float *k_rows(const attn_problem *p, const attn__task *t,
 
 /* s = scale * Q K^T for the block: row-major, Q (rows, D), K (n, D). */
 static void scores_dot(const attn_problem *p, const attn__task *t, int j0,
-                       int n, float *s, int lds) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t->rows, n, p->D,
-              p->scale, q_rows(p, t), p->D, k_rows(p, t, j0), p->Dk, 0.0f, s,
-              lds);
+                       int n, float *s, int lds, char *scratch,
+                       const attn__scratch *lay) {
+  attn__gemm_nt(lay->gemm, t->rows, n, p->D, p->scale, q_rows(p, t), p->D,
+                k_rows(p, t, j0), p->Dk, s, lds,
+                (float *)(scratch + lay->pack));
 }
 
 /* s[c] = sum_u w_v[u] tanh(qp[u] + kt[u][c]) for one query row.  The key
@@ -47,11 +46,12 @@ static void scores_additive(const attn_problem *p, const attn__task *t,
                             const attn__scratch *lay) {
   float *qp = (float *)(scratch + lay->qproj);
   float *kt = (float *)(scratch + lay->kproj);
+  float *pack = (float *)(scratch + lay->pack);
   int hd = p->Hd;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t->rows, hd, p->D,
-              1.0f, q_rows(p, t), p->D, p->w_q, p->D, 0.0f, qp, hd);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hd, n, p->Dk, 1.0f,
-              p->w_k, p->Dk, k_rows(p, t, j0), p->Dk, 0.0f, kt, n);
+  attn__gemm_nt(lay->gemm, t->rows, hd, p->D, 1.0f, q_rows(p, t), p->D,
+                p->w_q, p->D, qp, hd, pack);
+  attn__gemm_nt(lay->gemm, hd, n, p->Dk, 1.0f, p->w_k, p->Dk,
+                k_rows(p, t, j0), p->Dk, kt, n, pack);
   for (int r = 0; r < t->rows; r++)
     additive_row(qp + (size_t)r * hd, kt, n, p->w_v, hd, n,
                  s + (size_t)r * lds);
@@ -62,5 +62,5 @@ void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
   if (p->scoring == ATTN_SCORING_ADDITIVE)
     scores_additive(p, t, j0, n, s, lds, scratch, lay);
   else
-    scores_dot(p, t, j0, n, s, lds);
+    scores_dot(p, t, j0, n, s, lds, scratch, lay);
 }

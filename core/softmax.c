@@ -14,8 +14,6 @@
  * and get weight 0 by their flag, not by exp underflow, so a row whose
  * allowed scores are themselves -FLT_MAX still gives them exactly 0.
  */
-#include <cblas.h>
-
 #include "attn_impl.h"
 
 static void zero(float *s, size_t n) { memset(s, 0, n * sizeof *s); }
@@ -59,23 +57,23 @@ static void drop_block(const attn_problem *p, const attn__task *t,
 /* o (+)= P V over keys [j0, j0 + n); beta 0 starts the sum. */
 static void p_times_v(const attn_problem *p, const attn__task *t,
                       const float *s, int lds, int j0, int n, float beta,
-                      float *o) {
+                      float *o, const attn__scratch *lay) {
   size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
   const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t->rows, p->Dv, n,
-              1.0f, s, lds, v, p->Dv, beta, o, p->Dv);
+  attn__gemm_nn(lay->gemm, t->rows, p->Dv, n, s, lds, v, p->Dv, beta, o,
+                p->Dv);
 }
 
 /* o = dropout(P) V, a key block at a time so the dropped copy needs only
  * (rows, KBLOCK) scratch. */
 static void dropped_times_v(const attn_problem *p, const attn__task *t,
                             const float *s, int klo, int khi, float *d,
-                            float *o) {
+                            float *o, const attn__scratch *lay) {
   int lds = khi - klo;
   for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
     int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
     drop_block(p, t, s, lds, j0 - klo, j0, n, d);
-    p_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o);
+    p_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o, lay);
   }
 }
 
@@ -150,9 +148,10 @@ static void chunk_weights(const attn_problem *p, const attn__task *t,
     zero(o, (size_t)t->rows * p->Dv);
   } else {
     if (p->dropout_p > 0.0f)
-      dropped_times_v(p, t, s, klo, khi, (float *)(scratch + lay->drop), o);
+      dropped_times_v(p, t, s, klo, khi, (float *)(scratch + lay->drop), o,
+                      lay);
     else
-      p_times_v(p, t, s, n, klo, n, 0.0f, o);
+      p_times_v(p, t, s, n, klo, n, 0.0f, o, lay);
     finish_out(p, t, inv, o);
   }
   write_weights(p, t, s, klo, khi, inv, w, lay);

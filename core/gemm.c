@@ -1,0 +1,280 @@
+/* gemm.c - the attention's matrix products: cblas_sgemm, or native
+ * AVX-512F kernels for exactly the two shapes the core needs.
+ *
+ *   NT  C (m, n) = alpha * A (m, k) B (n, k)^T   scores Q K^T, the
+ *                                                additive projections
+ *   NN  C (m, n) = A (m, k) B (k, n) + beta C     P V
+ *
+ * All row-major with leading dimensions; any m, n, k >= 1.
+ *
+ * The native kernels keep a tile of C, up to 6 rows by 64 columns (24 zmm
+ * accumulators), in registers and walk k: per step they load up to four
+ * 16-wide vectors of one row of B and broadcast one element of A per
+ * tile row into an FMA.  NN reads B (the value rows) in place; NT first
+ * packs B transposed, 64 keys at a time, into [k][64] panels (a 16 x 16
+ * register transpose), so both run the same tile.  Edges use masked
+ * loads and stores, so nothing outside the operands is read or written.
+ * Every element of C is one FMA chain over k in increasing order, so the
+ * answer does not depend on where a row falls in the tiling, nor on m.
+ *
+ * Why native: Debian 12's OpenBLAS 0.3.21 does not recognise recent Xeons
+ * (family 6 model 207, Emerald Rapids) and runs its SSE3 "Prescott"
+ * kernel there; and for the small products of short sequences its
+ * per-call overhead (argument checks, buffer set-up, packing both
+ * operands) outweighs the arithmetic.  attn__gemm_pick says which runs;
+ * no globals, no allocation (the NT panel lives in the task's scratch),
+ * no I/O.
+ */
+#include <cblas.h>
+#include <string.h>
+
+#include "attn_impl.h"
+
+/* ------------------------------------------------------------------ */
+/* The portable path. */
+
+static void blas_nt(int m, int n, int k, float alpha, const float *a,
+                    int lda, const float *b, int ldb, float *c, int ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, alpha, a, lda,
+              b, ldb, 0.0f, c, ldc);
+}
+
+static void blas_nn(int m, int n, int k, const float *a, int lda,
+                    const float *b, int ldb, float beta, float *c, int ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a,
+              lda, b, ldb, beta, c, ldc);
+}
+
+/* ------------------------------------------------------------------ */
+/* The AVX-512F kernels. */
+
+#if ATTN__HAVE_AVX512
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,fma")))
+#define INLINE inline __attribute__((always_inline))
+
+enum { TILE_MR = 6, TILE_NV = 4, TILE_NC = 16 * TILE_NV, NN_KC = 128 };
+
+/* Lanes [0, w) live, 1 <= w <= 16. */
+static __mmask16 lanes(int w) {
+  return (__mmask16)(w >= 16 ? 0xffffu : (1u << w) - 1u);
+}
+
+/* One tile: C[0, mr) x [0, 16 nv) (the last vector's lanes by mask
+ * last) = alpha * (init + sum_{j < kc} A[r][j] B[j][.]), where init is 0
+ * (load_c 0), C (load_c 1) or beta C (load_c 2).  mr and nv are
+ * constants after inlining.  The accumulators are named variables, not
+ * an array: gcc keeps an array of vectors in memory across the loop. */
+#define TILE_VEC(v) (v == nv - 1 ? last : (__mmask16)0xffff)
+#define TILE_ROW(r, X) X(r, 0) X(r, 1) X(r, 2) X(r, 3)
+#define TILE_ALL(X)                                                        \
+  TILE_ROW(0, X) TILE_ROW(1, X) TILE_ROW(2, X) TILE_ROW(3, X)              \
+  TILE_ROW(4, X) TILE_ROW(5, X)
+#define TILE_DECL(r, v) __m512 c##r##v = _mm512_setzero_ps();
+#define TILE_LIVE(r, v) (mr > r && nv > v)
+#define TILE_INIT(r, v)                                                    \
+  if (TILE_LIVE(r, v) && load_c) {                                         \
+    c##r##v = _mm512_maskz_loadu_ps(TILE_VEC(v), c + r * ldc + 16 * v);    \
+    if (load_c == 2) c##r##v = _mm512_mul_ps(c##r##v, vbeta);              \
+  }
+#define TILE_LOAD(v)                                                       \
+  if (nv > v)                                                              \
+    b##v = v == nv - 1 ? _mm512_maskz_loadu_ps(last, bj + 16 * v)          \
+                       : _mm512_loadu_ps(bj + 16 * v);
+#define TILE_FMA(r, v)                                                     \
+  if (TILE_LIVE(r, v)) c##r##v = _mm512_fmadd_ps(a##r, b##v, c##r##v);
+#define TILE_BCAST(r)                                                      \
+  __m512 a##r = mr > r ? _mm512_set1_ps(a[r * lda + j]) : b0;
+#define TILE_STORE(r, v)                                                   \
+  if (TILE_LIVE(r, v))                                                     \
+    _mm512_mask_storeu_ps(c + r * ldc + 16 * v, TILE_VEC(v),               \
+                          alpha != 1.0f ? _mm512_mul_ps(c##r##v, valpha)   \
+                                        : c##r##v);
+
+AVX512 static INLINE void tile(const int mr, const int nv, int kc,
+                               const float *a, size_t lda, const float *b,
+                               size_t ldb, float *c, size_t ldc,
+                               __mmask16 last, int load_c, float beta,
+                               float alpha) {
+  const __m512 vbeta = _mm512_set1_ps(beta), valpha = _mm512_set1_ps(alpha);
+  TILE_ALL(TILE_DECL)
+  TILE_ALL(TILE_INIT)
+  for (int j = 0; j < kc; j++) {
+    const float *bj = b + j * ldb;
+    __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+    TILE_LOAD(0) TILE_LOAD(1) TILE_LOAD(2) TILE_LOAD(3)
+    TILE_BCAST(0) TILE_ROW(0, TILE_FMA)
+    TILE_BCAST(1) TILE_ROW(1, TILE_FMA)
+    TILE_BCAST(2) TILE_ROW(2, TILE_FMA)
+    TILE_BCAST(3) TILE_ROW(3, TILE_FMA)
+    TILE_BCAST(4) TILE_ROW(4, TILE_FMA)
+    TILE_BCAST(5) TILE_ROW(5, TILE_FMA)
+  }
+  TILE_ALL(TILE_STORE)
+}
+
+#define TILE_ARGS kc, a, lda, b, ldb, c, ldc, last, load_c, beta, alpha
+#define TILE_PARAMS                                                        \
+  int mr, int kc, const float *a, size_t lda, const float *b, size_t ldb,  \
+      float *c, size_t ldc, __mmask16 last, int load_c, float beta,       \
+      float alpha
+
+/* tile_NV(mr, ...): the tile with NV vectors and a constant row count. */
+#define TILE_ROWS(NV)                                                      \
+  AVX512 static void tile_##NV(TILE_PARAMS) {                              \
+    switch (mr) {                                                          \
+    case 6: tile(6, NV, TILE_ARGS); break;                                 \
+    case 5: tile(5, NV, TILE_ARGS); break;                                 \
+    case 4: tile(4, NV, TILE_ARGS); break;                                 \
+    case 3: tile(3, NV, TILE_ARGS); break;                                 \
+    case 2: tile(2, NV, TILE_ARGS); break;                                 \
+    default: tile(1, NV, TILE_ARGS); break;                                \
+    }                                                                      \
+  }
+TILE_ROWS(1)
+TILE_ROWS(2)
+TILE_ROWS(3)
+TILE_ROWS(4)
+
+/* The tiles of rows [0, m) of one column strip of width w <= 64. */
+AVX512 static void strip(int m, int w, int kc, const float *a, size_t lda,
+                         const float *b, size_t ldb, float *c, size_t ldc,
+                         int load_c, float beta, float alpha) {
+  int nv = (w + 15) / 16;
+  __mmask16 last = lanes(w - 16 * (nv - 1));
+  for (int i0 = 0; i0 < m; i0 += TILE_MR) {
+    int mr = m - i0 < TILE_MR ? m - i0 : TILE_MR;
+    const float *ai = a + (size_t)i0 * lda;
+    float *ci = c + (size_t)i0 * ldc;
+    switch (nv) {
+    case 4: tile_4(mr, kc, ai, lda, b, ldb, ci, ldc, last, load_c, beta,
+                   alpha); break;
+    case 3: tile_3(mr, kc, ai, lda, b, ldb, ci, ldc, last, load_c, beta,
+                   alpha); break;
+    case 2: tile_2(mr, kc, ai, lda, b, ldb, ci, ldc, last, load_c, beta,
+                   alpha); break;
+    default: tile_1(mr, kc, ai, lda, b, ldb, ci, ldc, last, load_c, beta,
+                    alpha); break;
+    }
+  }
+}
+
+AVX512 void attn__gemm_nn_avx512(int m, int n, int k, const float *a,
+                                 int lda, const float *b, int ldb,
+                                 float beta, float *c, int ldc) {
+  /* Column strips of 64, then key blocks of NN_KC (a 32 KiB block of B
+   * stays in L1 while every row tile passes over it). */
+  for (int j0 = 0; j0 < n; j0 += TILE_NC) {
+    int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
+    for (int p0 = 0; p0 < k; p0 += NN_KC) {
+      int kc = k - p0 < NN_KC ? k - p0 : NN_KC;
+      int load_c = p0 > 0 ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
+      strip(m, w, kc, a + p0, (size_t)lda, b + (size_t)p0 * ldb + j0,
+            (size_t)ldb, c + j0, (size_t)ldc, load_c, beta, 1.0f);
+    }
+  }
+}
+
+/* 16 x 16 transpose: out[x] lane y = in[y] lane x. */
+AVX512 static INLINE void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+    u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xee);
+    u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+    u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xee);
+  }
+  for (int q = 0; q < 4; q++) {
+    t[q] = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88);
+    t[4 + q] = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xdd);
+    t[8 + q] = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
+    t[12 + q] = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xdd);
+  }
+  for (int q = 0; q < 4; q++) {
+    r[q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0x88);
+    r[4 + q] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0x88);
+    r[8 + q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0xdd);
+    r[12 + q] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0xdd);
+  }
+}
+
+/* pk[d * 64 + c] = b[c * ldb + d] for keys c < w (<= 64), d < k; lanes
+ * of a 16-key group beyond w are written as 0, and the groups beyond it
+ * not at all (the tile's masks never read them). */
+AVX512 static void pack_t(const float *b, size_t ldb, int w, int k,
+                          float *pk) {
+  for (int c0 = 0; c0 < w; c0 += 16) {
+    int rows = w - c0 < 16 ? w - c0 : 16;
+    for (int d0 = 0; d0 < k; d0 += 16) {
+      int dk = k - d0 < 16 ? k - d0 : 16;
+      __mmask16 mk = lanes(dk);
+      __m512 r[16];
+      for (int y = 0; y < 16; y++)
+        r[y] = y < rows ? _mm512_maskz_loadu_ps(
+                              mk, b + (size_t)(c0 + y) * ldb + d0)
+                        : _mm512_setzero_ps();
+      transpose16(r);
+      for (int x = 0; x < dk; x++)
+        _mm512_storeu_ps(pk + (size_t)(d0 + x) * TILE_NC + c0, r[x]);
+    }
+  }
+}
+
+AVX512 void attn__gemm_nt_avx512(int m, int n, int k, float alpha,
+                                 const float *a, int lda, const float *b,
+                                 int ldb, float *c, int ldc, float *pack) {
+  /* One panel of 64 keys at a time: packed once, then every row tile
+   * passes over it (k * 256 bytes, in L1 for k <= 128). */
+  for (int j0 = 0; j0 < n; j0 += TILE_NC) {
+    int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
+    pack_t(b + (size_t)j0 * ldb, (size_t)ldb, w, k, pack);
+    strip(m, w, k, a, (size_t)lda, pack, TILE_NC, c + j0, (size_t)ldc, 0,
+          0.0f, alpha);
+  }
+}
+#endif /* ATTN__HAVE_AVX512 */
+
+/* ------------------------------------------------------------------ */
+/* Which one runs. */
+
+size_t attn__gemm_pack_floats(const attn_problem *p) {
+  int k = p->D > p->Dk ? p->D : p->Dk;
+  return (size_t)64 * (size_t)k;
+}
+
+int attn__gemm_pick(const attn_problem *p) {
+  if (p->gemm == ATTN_GEMM_BLAS || !attn__gemm_native_available())
+    return ATTN_GEMM_BLAS;
+  return ATTN_GEMM_NATIVE;
+}
+
+void attn__gemm_nt(int gemm, int m, int n, int k, float alpha,
+                   const float *a, int lda, const float *b, int ldb, float *c,
+                   int ldc, float *pack) {
+#if ATTN__HAVE_AVX512
+  if (gemm == ATTN_GEMM_NATIVE) {
+    attn__gemm_nt_avx512(m, n, k, alpha, a, lda, b, ldb, c, ldc, pack);
+    return;
+  }
+#endif
+  (void)gemm;
+  (void)pack;
+  blas_nt(m, n, k, alpha, a, lda, b, ldb, c, ldc);
+}
+
+void attn__gemm_nn(int gemm, int m, int n, int k, const float *a, int lda,
+                   const float *b, int ldb, float beta, float *c, int ldc) {
+#if ATTN__HAVE_AVX512
+  if (gemm == ATTN_GEMM_NATIVE) {
+    attn__gemm_nn_avx512(m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+#endif
+  (void)gemm;
+  blas_nn(m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
