@@ -4,7 +4,10 @@
  *
  * Threads and what they own:
  * - Producers (MHD threads) call batcher_reserve/batcher_submit.  They
- *   touch only the fields under b->mu, then call uv_async_send.
+ *   touch only the fields under b->mu, then call uv_async_send.  A
+ *   producer may instead run a cheap reserved job itself
+ *   (batcher_run_here): the same compute and encode a worker does, on its
+ *   own thread and scratch, touching only b->mu's counters and metrics.
  * - The loop thread (uv_run on b->loop) owns the per-key queues, the
  *   round-robin cursor, the batch slots and the idle-worker count.  It is
  *   the only thread that calls libuv functions other than uv_async_send.
@@ -181,6 +184,14 @@ static void batcher_queue_remove(struct batcher *b, size_t i) {
 
 /* ---- completion (any thread) ------------------------------------------ */
 
+/* Gives back what batcher_reserve took for a job of this cost. */
+static void batcher_release(struct batcher *b, size_t cost) {
+  pthread_mutex_lock(&b->mu);
+  b->outstanding--;
+  b->bytes -= cost;
+  pthread_mutex_unlock(&b->mu);
+}
+
 /* Completes a job: the last time the batcher touches it. */
 static void batcher_finish(struct batcher *b, struct batcher_job *job,
                            int err) {
@@ -189,10 +200,7 @@ static void batcher_finish(struct batcher *b, struct batcher_job *job,
   job->finished_ns = clock_now_ns();
   proto_request_free(&job->req);
   job->done(job);
-  pthread_mutex_lock(&b->mu);
-  b->outstanding--;
-  b->bytes -= cost;
-  pthread_mutex_unlock(&b->mu);
+  batcher_release(b, cost);
 }
 
 /* Completes every job of a queue list that never reached a worker. */
@@ -316,7 +324,8 @@ static int batcher_compress(struct batcher_job *job) {
 }
 
 /* Runs one request on this worker (and idle helpers): core, then encode.
- * 0 or ATTND_E*. */
+ * w NULL: on the submitter's thread (batcher_run_here), alone, with
+ * scratch of its own.  0 or ATTND_E*. */
 static int batcher_compute(struct batcher *b, struct batcher_job *job,
                            struct pool_worker *w) {
   const attn_problem *p = &job->req.prob;
@@ -337,10 +346,11 @@ static int batcher_compute(struct batcher *b, struct batcher_job *job,
   bytes = attn_scratch_bytes(p, weights != NULL);
   if (bytes == 0)
     bytes = 64;
-  scratch = pool_scratch(w, bytes);
+  scratch = w ? pool_scratch(w, bytes)
+              : mem_aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!scratch)
     return ATTND_ENOMEM;
-  nh = batcher_helpers_wanted(b, p, tasks);
+  nh = w ? batcher_helpers_wanted(b, p, tasks) : 0;
   if (nh > 0)
     rc = batcher_split_run(b, p, job->req.out, weights, tasks, bytes, scratch,
                            nh);
@@ -348,6 +358,8 @@ static int batcher_compute(struct batcher *b, struct batcher_job *job,
     rc = attn_run_tasks(p, 0, tasks, job->req.out, weights, scratch) != 0
              ? ATTND_EINTERNAL
              : 0;
+  if (!w)
+    mem_free(scratch);
   if (rc != 0)
     return rc;
   if (job->req.diagnostics &&
@@ -678,7 +690,8 @@ int batcher_reserve(struct batcher *b, size_t cost) {
   return rc;
 }
 
-void batcher_submit(struct batcher *b, struct batcher_job *job) {
+/* The batcher's fields of a job as it enters. */
+static void batcher_job_reset(struct batcher_job *job) {
   job->next = NULL;
   job->err = 0;
   job->body = NULL;
@@ -687,6 +700,49 @@ void batcher_submit(struct batcher *b, struct batcher_job *job) {
   job->batch_size = 0;
   job->enqueued_ns = clock_now_ns();
   job->started_ns = job->finished_ns = 0;
+}
+
+/* What a request is expected to cost on one core, in nanoseconds: its two
+ * products at a conservative 20 GFLOP/s, and printing every output value
+ * at about 60 ns (binary outputs cost less; the estimate stays on the
+ * safe side).  Only compared with inline_ns, so rough is fine. */
+static double batcher_cost_ns(const proto_request *r) {
+  const attn_problem *p = &r->prob;
+  double macs = (double)p->B * p->H * p->Lq * p->Lk *
+                (p->scoring == ATTN_SCORING_ADDITIVE ? p->Hd + 1.0
+                                                     : (double)(p->D + p->Dv));
+  return macs * 2.0 / 20.0 + (double)r->out_bytes / sizeof(float) * 60.0;
+}
+
+int batcher_run_here(struct batcher *b, struct batcher_job *job) {
+  uint64_t now;
+  int err;
+  /* With a batching delay the operator asked for batches: queue all. */
+  if (b->cfg.inline_ns == 0 || b->cfg.max_delay_us > 0 ||
+      batcher_cost_ns(&job->req) > (double)b->cfg.inline_ns)
+    return 0;
+  batcher_job_reset(job);
+  pthread_mutex_lock(&b->mu);
+  b->queued--;
+  pthread_mutex_unlock(&b->mu);
+  metrics_add_queue_depth(b->m, -1);
+  metrics_record_batch(b->m, 1);
+  job->batch_size = 1;
+  now = job->started_ns = job->enqueued_ns;
+  if (job->deadline_ns && now > job->deadline_ns)
+    err = ATTND_ETIMEDOUT;
+  else
+    err = batcher_compute(b, job, NULL);
+  job->err = err;
+  job->finished_ns = clock_now_ns();
+  metrics_record_job(b->m, 0, job->finished_ns - job->started_ns);
+  proto_request_free(&job->req);
+  batcher_release(b, job->cost);
+  return 1;
+}
+
+void batcher_submit(struct batcher *b, struct batcher_job *job) {
+  batcher_job_reset(job);
   pthread_mutex_lock(&b->mu);
   if (b->in_tail)
     b->in_tail->next = job;

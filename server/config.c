@@ -39,6 +39,9 @@ static const struct config_opt config_opts[] = {
    "most requests of one shape per batch"},
   {"max-delay-us", "ATTND_MAX_DELAY_US", KIND_LONG, OFF(max_delay_us), 0,
    10000000, "0", "wait up to this long for a batch to fill (0 = greedy)"},
+  {"inline-us", "ATTND_INLINE_US", KIND_LONG, OFF(inline_us), 0, 1000000,
+   "100", "requests expected to cost less than this run on their HTTP "
+   "thread, unqueued (0 = queue all)"},
   {"max-queue", "ATTND_MAX_QUEUE", KIND_INT, OFF(max_queue), 1, 1000000,
    "1024", "queued requests beyond which attnd answers 503"},
   {"max-inflight-mb", "ATTND_MAX_INFLIGHT_MB", KIND_LONG, OFF(max_inflight_mb),

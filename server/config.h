@@ -20,6 +20,7 @@ struct config {
   int workers;              /* compute threads */
   int max_batch;            /* requests per batch */
   long max_delay_us;        /* wait this long for a batch to fill */
+  long inline_us;           /* cheaper requests skip the queue */
   int max_queue;            /* queued requests beyond which 503 */
   long max_inflight_mb;     /* budget of queued tensor bytes */
   long max_body_mb;         /* request bodies beyond this get 413 */

@@ -18,7 +18,9 @@
  *   QUEUED     final call: decoded, admitted (batcher_reserve), the
  *              connection suspended, THEN the job submitted.  Suspending
  *              first matters: MHD 0.9.75 cancels a resume that arrives
- *              before the suspend, which would strand the request.
+ *              before the suspend, which would strand the request.  A
+ *              cheap job (batcher_run_here) runs right here on the MHD
+ *              thread instead and goes straight to JOB_DONE, unsuspended.
  *   JOB_DONE   set by http_on_job_done just before MHD_resume_connection;
  *              the handler, called again on the MHD thread, queues the
  *              stored response.  Nothing but MHD touches r after resume.
@@ -543,7 +545,9 @@ static uint64_t http_deadline(struct http_req *r) {
   return d;
 }
 
-/* Final call: decode, admit, suspend, submit. */
+static enum MHD_Result http_post_answer(struct http_req *r);
+
+/* Final call: decode, admit, then run here or suspend and submit. */
 static enum MHD_Result http_post_end(struct http_req *r) {
   struct http *h = r->h;
   char err[PROTO_ERR_MAX], msg[96];
@@ -577,6 +581,10 @@ static enum MHD_Result http_post_end(struct http_req *r) {
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
   r->job.done = http_on_job_done;
   r->job.arg = r;
+  if (batcher_run_here(h->b, &r->job)) {
+    r->state = REQ_JOB_DONE;
+    return http_post_answer(r);
+  }
   r->state = REQ_QUEUED;
   MHD_suspend_connection(r->conn);
   batcher_submit(h->b, &r->job);

@@ -110,6 +110,21 @@ def access_lines(srv):
     return out
 
 
+def blocker_body():
+    """A request of a third shape whose compute keeps the one worker busy
+    for a while (additive scoring: Lq*Lk*Hd tanh terms), so that requests
+    queue up behind it however fast the machine is."""
+    n, hd = (640, 128) if harness.VALGRIND else (1024, 192)
+    rng = random.Random(5)
+
+    def rows(r, c):
+        return [[rng.uniform(-1, 1) for _ in range(c)] for _ in range(r)]
+    return json.dumps({"query": [rows(n, 4)], "key": [rows(n, 4)],
+                       "value": [rows(n, 1)], "scoring": "additive",
+                       "w_q": rows(hd, 4), "w_k": rows(hd, 4),
+                       "w_v": rows(1, hd)[0], "return_weights": False}).encode()
+
+
 # Two shapes whose responses carry large weight matrices: the worker spends
 # its time encoding them, far longer than an HTTP thread spends decoding the
 # much smaller request, so requests queue while the one worker is busy.
@@ -188,27 +203,13 @@ class TwoShapesTest(harness.ServerTestCase):
             most[shape] = max(most[shape], line["batch"])
         self.assertEqual(most, {"x": 2, "y": 2}, "each shape must batch on its own")
 
-    def blocker_body(self):
-        """A request of a third shape whose compute keeps the one worker
-        busy for a while (additive scoring: Lq*Lk*Hd tanh terms), so the
-        flood queues up behind it however fast the machine is."""
-        n, hd = (640, 128) if harness.VALGRIND else (1024, 192)
-        rng = random.Random(5)
-
-        def rows(r, c):
-            return [[rng.uniform(-1, 1) for _ in range(c)] for _ in range(r)]
-        return json.dumps({"query": [rows(n, 4)], "key": [rows(n, 4)],
-                           "value": [rows(n, 1)], "scoring": "additive",
-                           "w_q": rows(hd, 4), "w_k": rows(hd, 4),
-                           "w_v": rows(1, hd)[0], "return_weights": False}).encode()
-
     def check_not_stuck_behind(self, flood, single, flood_name):
         """Occupies the one worker, queues many `flood` requests behind it,
         then sends one `single` request of the other shape; returns how
         many flood requests were logged as answered after it."""
         n_flood = 16
         start = len(access_lines(self.srv))
-        blocker = threading.Thread(target=post, args=(self.srv, self.blocker_body()))
+        blocker = threading.Thread(target=post, args=(self.srv, blocker_body()))
         blocker.start()
         self.assertTrue(wait_for(lambda: sample(scrape(self.srv), "attnd_inflight_requests") >= 2,
                                  30 * SLOW))
@@ -268,7 +269,11 @@ def mixed_request(i):
 
 
 class MixedShapesTest(harness.ServerTestCase):
+    """Every one of these shapes is cheap, so by default each request runs
+    on the HTTP thread that decoded it (--inline-us); the subclass below
+    queues them all, so that they go through the batcher."""
     server_args = ("--workers", "2", "--max-batch", "8")
+    batched = False
 
     def assert_close(self, got, want, what):
         g, w = reference.flatten(got), reference.flatten(want)
@@ -301,8 +306,44 @@ class MixedShapesTest(harness.ServerTestCase):
                 self.assertNotIn("weights", resp)
         after = scrape(self.srv)
         batches = sample(after, "attnd_batch_size_count") - sample(before, "attnd_batch_size_count")
-        # The check above means something only if answers shared batches.
-        self.assertLess(batches, len(reqs), "no batch held more than one request")
+        if self.batched:
+            # The check above means something only if answers shared batches.
+            self.assertLess(batches, len(reqs), "no batch held more than one request")
+        else:
+            # Each ran on its own, counted as a batch of one.
+            self.assertEqual(batches, len(reqs))
+
+
+class MixedShapesQueuedTest(MixedShapesTest):
+    server_args = ("--workers", "2", "--max-batch", "8", "--inline-us", "0")
+    batched = True
+
+
+class InlineTest(harness.CloseChecks, harness.ServerTestCase):
+    """A request cheaper than a hand-off to a worker (--inline-us) runs on
+    its HTTP thread: it does not wait for the one worker, which a large
+    request keeps busy.  With --inline-us 0 it would queue behind it."""
+    server_args = ("--workers", "1", "--log", "json")
+
+    def test_cheap_request_does_not_wait_for_the_busy_worker(self):
+        blocker = threading.Thread(target=post,
+                                   args=(self.srv, blocker_body()))
+        blocker.start()
+        self.assertTrue(wait_for(lambda: sample(scrape(self.srv), "attnd_queue_depth") == 0 and
+                                 sample(scrape(self.srv), "attnd_inflight_requests") >= 2,
+                                 30 * SLOW))
+        req = reference.rand_request(77, B=1, Lq=4, Lk=6, D=8, Dv=4)
+        ref = reference.attention(req)
+        status, _, data = post(self.srv, json.dumps(req).encode())
+        still_running = blocker.is_alive()
+        blocker.join(300 * SLOW)
+        self.assertEqual(status, 200, data[:200])
+        got = json.loads(data)
+        self.assert_close(got["output"], ref[0], "output")
+        self.assertTrue(still_running, "the cheap request waited for the worker")
+        line = [l for l in access_lines(self.srv) if l.get("bytes_in") == len(json.dumps(req))]
+        self.assertEqual(len(line), 1, line)
+        self.assertEqual(line[0]["batch"], 1)
 
 
 class InflightBudgetTest(harness.ServerTestCase):

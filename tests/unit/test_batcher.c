@@ -162,6 +162,46 @@ START_TEST(test_jobs_answer_like_the_core) {
 }
 END_TEST
 
+/* A job cheaper than inline_ns runs on the caller's thread: answered as a
+ * worker would answer it, its reservation given back, done() never
+ * called; a dearer one is left for batcher_submit. */
+START_TEST(test_cheap_job_runs_on_the_calling_thread) {
+  struct metrics *m;
+  struct batcher_config cfg = {1, 4, 0, 64, 1 << 20, 100000};
+  struct batcher *b;
+  struct tjob t[2];
+  char *want = expected_body(SHAPE_A);
+  reset();
+  m = metrics_new();
+  ck_assert_ptr_nonnull(m);
+  b = batcher_start(&cfg, m);
+  ck_assert_ptr_nonnull(b);
+  decode(&t[0], SHAPE_A);
+  ck_assert_int_eq(batcher_reserve(b, t[0].job.cost), 0);
+  ck_assert_int_eq(batcher_run_here(b, &t[0].job), 1);
+  ck_assert_int_eq(t[0].job.err, 0);
+  ck_assert_int_eq(t[0].job.batch_size, 1);
+  ck_assert_str_eq(t[0].job.body, want);
+  t[0].body = t[0].job.body;
+  ck_assert_int_eq(n_done, 0);
+  ck_assert_uint_eq(batcher_outstanding(b), 0);
+  batcher_stop(b);
+  /* Bound of 1 ns: nothing is that cheap, so the job queues. */
+  cfg.inline_ns = 1;
+  b = batcher_start(&cfg, m);
+  ck_assert_ptr_nonnull(b);
+  decode(&t[1], SHAPE_A);
+  ck_assert_int_eq(batcher_reserve(b, t[1].job.cost), 0);
+  ck_assert_int_eq(batcher_run_here(b, &t[1].job), 0);
+  batcher_submit(b, &t[1].job);
+  wait_done(1);
+  ck_assert_int_eq(t[1].err, 0);
+  ck_assert_str_eq(t[1].body, want);
+  free(want);
+  finish(b, m, t, 2);
+}
+END_TEST
+
 /* A (1, L, D) tensor of small deterministic values, as nested JSON. */
 static void put_tensor(char **at, int L, int D, int seed) {
   int i, j;
@@ -385,6 +425,7 @@ static Suite *batcher_suite(void) {
   tcase_add_test(tc, test_deadline_fires_while_workers_are_busy);
   tcase_add_test(tc, test_close_refuses_and_abort_drops_queued);
   tcase_add_test(tc, test_stop_answers_queued_jobs);
+  tcase_add_test(tc, test_cheap_job_runs_on_the_calling_thread);
   suite_add_tcase(s, tc);
   return s;
 }
