@@ -143,7 +143,7 @@ static int sig_digits(const char *s) {
  * float; try fewer while they still do.  %g drops trailing zeros, so a
  * result with k < p digits means no precision between k and p can be
  * shorter.  Correct but slow (about 1.4 us a float), so it only backs up
- * std::to_chars below, should that ever fail. */
+ * the Dragonbox printer below, should that ever fail. */
 static int fmt_f32_slow(char *s, float x) {
   int n = snprintf(s, PROTO__F32_MAX, "%.9g", (double)x);
   int p = sig_digits(s);
@@ -172,7 +172,7 @@ int proto__fmt_f32(char *s, float x) {
     memcpy(s, "null", 5);
     return 4;
   }
-  /* std::to_chars' shortest digits (fpconv.cc): plain notation for
+  /* Dragonbox's shortest digits (fpconv.cc): plain notation for
    * exponents -5..8 (0.00001, 123456790), d.ddde-X beyond (1e-6, 1e9) */
   if ((n = proto__num_fmt_f32(s, x)) > 0)
     return n;

@@ -264,7 +264,7 @@ int proto__num_list_f32(const char *p, const char *end, float *dst,
                         size_t n);
 
 /* Writes x (finite, non-zero) as the shortest decimal that reads back as
- * x, the closest such when there are several (std::to_chars), laid out as
+ * x, the closest such when there are several (Dragonbox), laid out as
  * proto__fmt_f32 documents; s holds PROTO__F32_MAX bytes.  Returns the
  * length, or -1 (then nothing useful is in s). */
 int proto__num_fmt_f32(char *s, float x);

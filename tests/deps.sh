@@ -5,10 +5,11 @@
 #   sh tests/deps.sh --check  exit 1 with the apt-get line if any is missing
 set -eu
 
-# g++ and libfast-float-dev build proto/fpconv.cc (JSON numbers: fast_float
-# to read them, libstdc++'s std::to_chars to print them).
+# g++, libfast-float-dev and libfmt-dev build proto/fpconv.cc (JSON
+# numbers: fast_float reads them, fmt's Dragonbox prints them; both header
+# only).
 PKGS="gcc g++ make pkg-config libc6-dev libmicrohttpd-dev libcjson-dev
-libfast-float-dev libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-jsonschema
+libfast-float-dev libfmt-dev libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-jsonschema
 python3-yaml python3-numpy curl valgrind groff-base man-db systemd
 prometheus"
 # Test-only tools, kept apart from PKGS (the list the image build mirrors):

@@ -13,8 +13,8 @@
  *   encode   proto_v1_encode (nested) and proto_v2_encode (flat data) of
  *            output and weights; ns per number and response MB/s.
  *   print    one float32 to text: proto__fmt_f32 (as shipped, through
- *            std::to_chars), the midpoint printer it replaced (kept here
- *            verbatim), and snprintf("%.9g").
+ *            Dragonbox; std::to_chars before), the midpoint printer that
+ *            came before both (kept here verbatim), and snprintf("%.9g").
  *
  *   attnd-bench-json [--json] [--quick]
  */
@@ -456,7 +456,7 @@ static void bench_print(int n) {
         best = t;
     }
     static const char *const names[3] = {
-      "proto__fmt_f32 (std::to_chars)", "midpoint printer (before)",
+      "proto__fmt_f32 (Dragonbox)", "midpoint printer (before)",
       "snprintf %.9g"};
     report(names[which], "print", best * 1e9 / n, 0);
   }

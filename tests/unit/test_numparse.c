@@ -1,5 +1,5 @@
 /* test_numparse.c - the JSON number path: numscan (proto/numscan.c) and the
- * fast_float / std::to_chars shim (proto/fpconv.cc).
+ * fast_float / Dragonbox shim (proto/fpconv.cc).
  *
  *  - proto__num_f32 against strtof (bit for bit, the sign of zero too) over
  *    random bit patterns printed many ways, exact midpoints between
