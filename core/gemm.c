@@ -7,8 +7,8 @@
  *
  * All row-major with leading dimensions; any m, n, k >= 1.
  *
- * The native kernels keep a tile of C, up to 6 rows by 64 columns (24 zmm
- * accumulators), in registers and walk k: per step they load up to four
+ * The native kernels keep a tile of C, up to 6 rows by 64 columns or 12
+ * rows by 32 (24 zmm accumulators), in registers and walk k: per step they load up to four
  * 16-wide vectors of one row of B and broadcast one element of A per
  * tile row into an FMA.  NN reads B (the value rows) in place; NT first
  * packs B transposed, 64 keys at a time, into [k][64] panels (a 16 x 16
@@ -54,7 +54,14 @@ static void blas_nn(int m, int n, int k, const float *a, int lda,
 #define AVX512 __attribute__((target("avx512f,fma")))
 #define INLINE inline __attribute__((always_inline))
 
-enum { TILE_MR = 6, TILE_NV = 4, TILE_NC = 16 * TILE_NV, NN_KC = 128 };
+/* Tiles are up to TILE_MR rows by TILE_NV vectors, TILE_MR2 rows when
+ * they are at most two vectors wide: 24 accumulators either way, and at
+ * least 8 independent FMA chains (FMA latency 4 x 2 ports) for any tile
+ * of 8 or more rows. */
+enum {
+  TILE_MR = 6, TILE_MR2 = 12, TILE_NV = 4, TILE_NC = 16 * TILE_NV,
+  NN_KC = 128
+};
 
 /* Lanes [0, w) live, 1 <= w <= 16. */
 static __mmask16 lanes(int w) {
@@ -70,7 +77,8 @@ static __mmask16 lanes(int w) {
 #define TILE_ROW(r, X) X(r, 0) X(r, 1) X(r, 2) X(r, 3)
 #define TILE_ALL(X)                                                        \
   TILE_ROW(0, X) TILE_ROW(1, X) TILE_ROW(2, X) TILE_ROW(3, X)              \
-  TILE_ROW(4, X) TILE_ROW(5, X)
+  TILE_ROW(4, X) TILE_ROW(5, X) TILE_ROW(6, X) TILE_ROW(7, X)              \
+  TILE_ROW(8, X) TILE_ROW(9, X) TILE_ROW(10, X) TILE_ROW(11, X)
 #define TILE_DECL(r, v) __m512 c##r##v = _mm512_setzero_ps();
 #define TILE_LIVE(r, v) (mr > r && nv > v)
 #define TILE_INIT(r, v)                                                    \
@@ -110,6 +118,12 @@ AVX512 static INLINE void tile(const int mr, const int nv, int kc,
     TILE_BCAST(3) TILE_ROW(3, TILE_FMA)
     TILE_BCAST(4) TILE_ROW(4, TILE_FMA)
     TILE_BCAST(5) TILE_ROW(5, TILE_FMA)
+    TILE_BCAST(6) TILE_ROW(6, TILE_FMA)
+    TILE_BCAST(7) TILE_ROW(7, TILE_FMA)
+    TILE_BCAST(8) TILE_ROW(8, TILE_FMA)
+    TILE_BCAST(9) TILE_ROW(9, TILE_FMA)
+    TILE_BCAST(10) TILE_ROW(10, TILE_FMA)
+    TILE_BCAST(11) TILE_ROW(11, TILE_FMA)
   }
   TILE_ALL(TILE_STORE)
 }
@@ -120,31 +134,37 @@ AVX512 static INLINE void tile(const int mr, const int nv, int kc,
       float *c, size_t ldc, __mmask16 last, int load_c, float beta,       \
       float alpha
 
-/* tile_NV(mr, ...): the tile with NV vectors and a constant row count. */
-#define TILE_ROWS(NV)                                                      \
+/* tile_NV(mr, ...): the tile with NV vectors and a constant row count;
+ * more than TILE_MR rows only for NV <= 2. */
+#define TILE_CASE(MR, NV) case MR: tile(MR, NV, TILE_ARGS); break;
+#define TILE_ROWS(NV, WIDE)                                                \
   AVX512 static void tile_##NV(TILE_PARAMS) {                              \
     switch (mr) {                                                          \
-    case 6: tile(6, NV, TILE_ARGS); break;                                 \
-    case 5: tile(5, NV, TILE_ARGS); break;                                 \
-    case 4: tile(4, NV, TILE_ARGS); break;                                 \
-    case 3: tile(3, NV, TILE_ARGS); break;                                 \
-    case 2: tile(2, NV, TILE_ARGS); break;                                 \
+    WIDE                                                                   \
+    TILE_CASE(6, NV) TILE_CASE(5, NV) TILE_CASE(4, NV)                     \
+    TILE_CASE(3, NV) TILE_CASE(2, NV)                                      \
     default: tile(1, NV, TILE_ARGS); break;                                \
     }                                                                      \
   }
-TILE_ROWS(1)
-TILE_ROWS(2)
-TILE_ROWS(3)
-TILE_ROWS(4)
+#define TILE_WIDE(NV)                                                      \
+  TILE_CASE(12, NV) TILE_CASE(11, NV) TILE_CASE(10, NV) TILE_CASE(9, NV)   \
+  TILE_CASE(8, NV) TILE_CASE(7, NV)
+TILE_ROWS(1, TILE_WIDE(1))
+TILE_ROWS(2, TILE_WIDE(2))
+TILE_ROWS(3, )
+TILE_ROWS(4, )
 
-/* The tiles of rows [0, m) of one column strip of width w <= 64. */
+/* The tiles of rows [0, m) of one column strip of width w <= 64: as few
+ * tiles as the height limit allows, of (nearly) equal heights, so that no
+ * thin tile is left waiting on FMA latency. */
 AVX512 static void strip(int m, int w, int kc, const float *a, size_t lda,
                          const float *b, size_t ldb, float *c, size_t ldc,
                          int load_c, float beta, float alpha) {
-  int nv = (w + 15) / 16;
+  int nv = (w + 15) / 16, mrmax = nv <= 2 ? TILE_MR2 : TILE_MR;
+  int tiles = (m + mrmax - 1) / mrmax;
   __mmask16 last = lanes(w - 16 * (nv - 1));
-  for (int i0 = 0; i0 < m; i0 += TILE_MR) {
-    int mr = m - i0 < TILE_MR ? m - i0 : TILE_MR;
+  for (int i0 = 0, t = 0; t < tiles; t++) {
+    int mr = (m - i0) / (tiles - t) + ((m - i0) % (tiles - t) != 0);
     const float *ai = a + (size_t)i0 * lda;
     float *ci = c + (size_t)i0 * ldc;
     switch (nv) {
@@ -157,6 +177,7 @@ AVX512 static void strip(int m, int w, int kc, const float *a, size_t lda,
     default: tile_1(mr, kc, ai, lda, b, ldb, ci, ldc, last, load_c, beta,
                     alpha); break;
     }
+    i0 += mr;
   }
 }
 
