@@ -156,6 +156,8 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
   if (s->gemm == ATTN_GEMM_NATIVE)
     s->pack = take(&off, attn__gemm_pack_floats(p) * f);
   s->total = off;
+  s->qrows = qrows;
+  s->nqb = ((size_t)p->Lq + (size_t)qrows - 1) / (size_t)qrows;
 }
 
 size_t attn_scratch_bytes(const attn_problem *p, int with_weights) {
@@ -165,15 +167,19 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights) {
   return s.total;
 }
 
-void attn__task_of(const attn_problem *p, size_t t, attn__task *task) {
-  size_t nqb = query_blocks(p);
+/* Task t with nqb query blocks of rows rows each. */
+static void task_at(const attn_problem *p, size_t nqb, int rows, size_t t,
+                    attn__task *task) {
   size_t qb = t % nqb, bh = t / nqb;
   task->b = (int)(bh / (size_t)p->H);
   task->h = (int)(bh % (size_t)p->H);
   task->kvh = task->h / (p->H / p->Hkv);
-  int rows = attn__query_block(p);
   task->i0 = (int)qb * rows;
   task->rows = p->Lq - task->i0 < rows ? p->Lq - task->i0 : rows;
+}
+
+void attn__task_of(const attn_problem *p, size_t t, attn__task *task) {
+  task_at(p, query_blocks(p), attn__query_block(p), t, task);
 }
 
 int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1, float *out,
@@ -181,12 +187,15 @@ int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1, float *out,
   attn__scratch lay;
   int with_weights = weights != NULL;
   if (attn_check(p) != 0 || !out || !scratch) return ATTND_EINVAL;
-  if (t0 > t1 || t1 > attn_task_count(p, with_weights)) return ATTND_EINVAL;
   if ((uintptr_t)scratch % ATTN__ALIGN != 0) return ATTND_EINVAL;
+  /* The layout also carries the task split, so that a call works it out
+   * once (a tiny problem's call is a microsecond). */
   attn__scratch_layout(p, with_weights, &lay);
+  if (t0 > t1 || t1 > (size_t)p->B * (size_t)p->H * lay.nqb)
+    return ATTND_EINVAL;
   for (size_t t = t0; t < t1; t++) {
     attn__task task;
-    attn__task_of(p, t, &task);
+    task_at(p, lay.nqb, lay.qrows, t, &task);
     if (with_weights)
       attn__task_weights(p, &task, out, weights, scratch, &lay);
     else

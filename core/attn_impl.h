@@ -38,9 +38,13 @@
 static inline int attn__use_avx2_fma(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+static inline int attn__use_avx512(void) {
+  return attn__use_avx2_fma() && __builtin_cpu_supports("avx512f");
+}
 #else
 #define ATTN__HAVE_AVX2_FMA 0
 static inline int attn__use_avx2_fma(void) { return 0; }
+static inline int attn__use_avx512(void) { return 0; }
 #endif
 
 /* The native matrix products (gemm.c) need AVX-512F and FMA; valgrind
@@ -48,7 +52,7 @@ static inline int attn__use_avx2_fma(void) { return 0; }
 #if ATTN__HAVE_AVX2_FMA
 #define ATTN__HAVE_AVX512 1
 static inline int attn__gemm_native_available(void) {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  return attn__use_avx512();
 }
 #else
 #define ATTN__HAVE_AVX512 0
@@ -244,7 +248,9 @@ typedef struct attn__scratch {
   size_t total;
   int wrows;          /* weights path: rows per chunk (scores wrows * Lk) */
   int stream;         /* weights path: write weights with streaming stores */
-  int gemm;           /* ATTN_GEMM_BLAS or ATTN_GEMM_NATIVE (attn__gemm_pick) */
+  int gemm;           /* ATTN_GEMM_BLAS or _NATIVE (attn__gemm_pick) */
+  int qrows;          /* query rows per task (attn__query_block) */
+  size_t nqb;         /* query blocks per (b, h) */
 } attn__scratch;
 
 void attn__scratch_layout(const attn_problem *p, int with_weights,
@@ -289,32 +295,46 @@ void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
 int attn__row_count(const attn_problem *p, const attn__task *t, int i,
                     int lo, int hi);
 
-/* Row kernels (rowops.c).  s holds the raw scores of row i for keys
- * [j0, j0 + n).  attn__row_scores adds the bias, sanitizes, writes
- * -FLT_MAX where the mask forbids a key inside the span, and returns the
- * maximum over the span (-FLT_MAX if it is empty).  attn__row_exp
- * replaces s by exp(s - m) over the span (exactly 0 where not allowed, by
- * flag and not by underflow), zeroes the rest of [0, n) and returns the
- * sum.  With m >= every allowed score each term is in [0, 1] and the
- * maximum contributes 1. */
-float attn__row_scores(const attn_problem *p, const attn__task *t, int i,
-                       int j0, const attn__span *sp, float *s);
-float attn__row_exp(float *s, int n, const attn__span *sp, float m);
+/* The row kernel (rowops.c).  s holds the raw scores of row i for keys
+ * [j0, j0 + n) and the span sp has at least one allowed key.  It adds the
+ * bias, sanitizes, takes the maximum over the span's allowed keys and
+ * m = max(that, floor) (floor -FLT_MAX for a plain softmax, the running
+ * maximum for the online one), then replaces s by exp(s - m) over the
+ * span (exactly 0 where the mask forbids a key, by flag and not by
+ * underflow), zeroes the rest of [0, n), sets *m_out = m and returns the
+ * sum.  Each term is in [0, 1] and the maximum contributes 1 when
+ * floor is below it. */
+float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
+                        int j0, const attn__span *sp, float *s, int n,
+                        float floor, float *m_out);
 
 /* The exp-and-sum loop both ways, for the tests: s[c] = exp(s[c] - m)
  * (times f[c] when f is not NULL) over [a, z), returning the sum.  The
  * AVX2 one exists only when ATTN__HAVE_AVX2_FMA and may be called only
- * when attn__use_avx2_fma(); the AVX-512 one only when the CPU also has
- * avx512f.  attn__max_avx2 returns the maximum of
- * s[a, z) (a < z) and sets *finite to 0 if an entry is inf or NaN. */
+ * when attn__use_avx2_fma(); the AVX-512 ones only when the CPU also has
+ * avx512f (attn__use_avx512).  attn__max_avx2 and _avx512 return the
+ * maximum of s[a, z) (a < z) and set *finite to 0 if an entry is inf or
+ * NaN; the AVX-512 row writer and scale_sanitize give the same bits as
+ * the others (no streaming: that stays AVX2).  attn__softmax_span_avx512
+ * is attn__row_softmax for a row without mask flags whose bias is added:
+ * maximum and exp-and-sum of s[a, z) (a < z) as the two AVX-512 loops
+ * above give them, zeros on the rest of [0, n); it returns 0 without
+ * writing when a score is inf or NaN. */
 float attn__exp_sum_portable(float *s, const float *f, int a, int z,
                              float m);
 #if ATTN__HAVE_AVX2_FMA
 float attn__exp_sum_avx2(float *s, const float *f, int a, int z, float m);
 float attn__exp_sum_avx512(float *s, const float *f, int a, int z, float m);
 float attn__max_avx2(const float *s, int a, int z, int *finite);
+float attn__max_avx512(const float *s, int a, int z, int *finite);
 void attn__write_row_avx2(float *w, int lk, int klo, int khi,
                           const float *s, float inv, int stream);
+void attn__write_row_avx512(float *w, int lk, int klo, int khi,
+                            const float *s, float inv);
+void attn__scale_sanitize_avx512(float *dst, const float *src, int n,
+                                 float g);
+int attn__softmax_span_avx512(float *s, int n, int a, int z, float floor,
+                              float *m_out, float *sum);
 void attn__sfence_avx2(void);
 #endif
 

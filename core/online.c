@@ -71,11 +71,11 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
     st->alpha[r] = 1.0f;
     return;
   }
-  float bm = attn__row_scores(p, t, t->i0 + r, j0, sp, s);
-  float mnew = bm > st->m[r] ? bm : st->m[r];
+  float mnew, sum = attn__row_softmax(p, t, t->i0 + r, j0, sp, s, n,
+                                      st->m[r], &mnew);
   /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot. */
   st->alpha[r] = attn__expf(st->m[r] - mnew);
-  st->l[r] = st->l[r] * st->alpha[r] + attn__row_exp(s, n, sp, mnew);
+  st->l[r] = st->l[r] * st->alpha[r] + sum;
   st->m[r] = mnew;
 }
 

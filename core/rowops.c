@@ -47,16 +47,16 @@ static float clean_max_masked(float *s, const float *f, int a, int z) {
   return attn__funkey(k);
 }
 
-float attn__row_scores(const attn_problem *p, const attn__task *t, int i,
-                       int j0, const attn__span *sp, float *s) {
+/* Sanitize and the maximum of the span (-FLT_MAX if empty). */
+static float row_max(const attn__span *sp, float *s) {
   if (sp->a == sp->z) return -FLT_MAX;
-  if (p->bias) row_bias(p, t, i, j0, sp->a, sp->z, s);
   if (sp->flags) return clean_max_masked(s, sp->flags, sp->a, sp->z);
 #if ATTN__HAVE_AVX2_FMA
   /* Read-only when every score is finite (sanitize would change none). */
   if (attn__use_avx2_fma()) {
     int finite;
-    float m = attn__max_avx2(s, sp->a, sp->z, &finite);
+    float m = attn__use_avx512() ? attn__max_avx512(s, sp->a, sp->z, &finite)
+                                 : attn__max_avx2(s, sp->a, sp->z, &finite);
     if (finite) return m;
   }
 #endif
@@ -109,12 +109,13 @@ float attn__exp_sum_portable(float *s, const float *f, int a, int z,
   return exp_sum(s, a, z, m);
 }
 
-float attn__row_exp(float *s, int n, const attn__span *sp, float m) {
-  memset(s, 0, (size_t)sp->a * sizeof *s);
-  memset(s + sp->z, 0, (size_t)(n - sp->z) * sizeof *s);
+/* exp(s - m) over the span, zeros around it; returns the sum. */
+static float row_exp(float *s, int n, const attn__span *sp, float m) {
+  if (sp->a > 0) memset(s, 0, (size_t)sp->a * sizeof *s);
+  if (sp->z < n) memset(s + sp->z, 0, (size_t)(n - sp->z) * sizeof *s);
 #if ATTN__HAVE_AVX2_FMA
   if (attn__use_avx2_fma()) {
-    if (__builtin_cpu_supports("avx512f"))
+    if (attn__use_avx512())
       return attn__exp_sum_avx512(s, sp->flags, sp->a, sp->z, m);
     return attn__exp_sum_avx2(s, sp->flags, sp->a, sp->z, m);
   }
@@ -122,9 +123,28 @@ float attn__row_exp(float *s, int n, const attn__span *sp, float m) {
   return attn__exp_sum_portable(s, sp->flags, sp->a, sp->z, m);
 }
 
+float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
+                        int j0, const attn__span *sp, float *s, int n,
+                        float floor, float *m_out) {
+  if (p->bias && sp->a < sp->z) row_bias(p, t, i, j0, sp->a, sp->z, s);
+#if ATTN__HAVE_AVX2_FMA
+  float sum;
+  if (!sp->flags && attn__use_avx512() &&
+      attn__softmax_span_avx512(s, n, sp->a, sp->z, floor, m_out, &sum))
+    return sum;
+#endif
+  float bm = row_max(sp, s);
+  *m_out = bm > floor ? bm : floor;
+  return row_exp(s, n, sp, *m_out);
+}
+
 void attn__write_weight_row(float *w, int lk, int klo, int khi,
                             const float *s, float inv, int stream) {
 #if ATTN__HAVE_AVX2_FMA
+  if (!stream && attn__use_avx512()) {
+    attn__write_row_avx512(w, lk, klo, khi, s, inv);
+    return;
+  }
   if (attn__use_avx2_fma()) {
     attn__write_row_avx2(w, lk, klo, khi, s, inv, stream);
     return;
@@ -144,6 +164,16 @@ void attn__write_weights_done(int stream) {
 }
 
 ATTN__VEC_CLONES
-void attn__scale_sanitize(float *dst, const float *src, int n, float g) {
+static void scale_sanitize(float *dst, const float *src, int n, float g) {
   for (int c = 0; c < n; c++) dst[c] = attn__sanitize(src[c] * g);
+}
+
+void attn__scale_sanitize(float *dst, const float *src, int n, float g) {
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx512()) {
+    attn__scale_sanitize_avx512(dst, src, n, g);
+    return;
+  }
+#endif
+  scale_sanitize(dst, src, n, g);
 }

@@ -30,8 +30,8 @@ static float softmax_row(const attn_problem *p, const attn__task *t, int r,
     zero(s, (size_t)n);
     return 0.0f;
   }
-  float mx = attn__row_scores(p, t, i, klo, &sp, s);
-  return attn__row_exp(s, n, &sp, mx);
+  float m;
+  return attn__row_softmax(p, t, i, klo, &sp, s, n, -FLT_MAX, &m);
 }
 
 /* dst (rows, n) = P columns [c0, c0 + n) of s (leading dimension lds)

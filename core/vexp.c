@@ -97,8 +97,13 @@ AVX512 static inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e));
 }
 
-AVX512 float attn__exp_sum_avx512(float *s, const float *f, int a, int z,
-                                  float m) {
+/* Lanes [0, k) live (k >= 1; 16 and more is all of them). */
+AVX512 static inline __mmask16 live16(int k) {
+  return k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1);
+}
+
+AVX512 static inline float exp_sum16(float *s, const float *f, int a,
+                                     int z, float m) {
   __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
   for (int c = a; c < z; c += 16) {
     __mmask16 live = z - c >= 16 ? (__mmask16)0xffff
@@ -111,6 +116,112 @@ AVX512 float attn__exp_sum_avx512(float *s, const float *f, int a, int z,
     acc = _mm512_add_ps(acc, e);
   }
   return _mm512_reduce_add_ps(acc);
+}
+
+AVX512 float attn__exp_sum_avx512(float *s, const float *f, int a, int z,
+                                  float m) {
+  return exp_sum16(s, f, a, z, m);
+}
+
+/* attn__max_avx2 in sixteen lanes, the tail by mask: dead lanes keep the
+ * running maximum, so they change nothing. */
+AVX512 static inline float max16(const float *s, int a, int z,
+                                 int *finite) {
+  const __m512 big = _mm512_set1_ps(FLT_MAX);
+  __m512 mx0 = _mm512_set1_ps(-FLT_MAX), mx1 = mx0;
+  __mmask16 bad = 0;
+  int c = a;
+  for (; c + 32 <= z; c += 32) {
+    __m512 x0 = _mm512_loadu_ps(s + c), x1 = _mm512_loadu_ps(s + c + 16);
+    mx0 = _mm512_max_ps(mx0, x0);
+    mx1 = _mm512_max_ps(mx1, x1);
+    /* |x| > FLT_MAX or unordered: inf or NaN */
+    bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(x0), big, _CMP_NLE_UQ);
+    bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(x1), big, _CMP_NLE_UQ);
+  }
+  for (; c < z; c += 16) {
+    __m512 x = _mm512_mask_loadu_ps(mx0, live16(z - c), s + c);
+    mx0 = _mm512_max_ps(mx0, x);
+    bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(x), big, _CMP_NLE_UQ);
+  }
+  *finite = bad == 0;
+  return _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
+}
+
+AVX512 float attn__max_avx512(const float *s, int a, int z, int *finite) {
+  return max16(s, a, z, finite);
+}
+
+/* s[c0, c1) = 0. */
+AVX512 static void zero16(float *s, int c0, int c1) {
+  for (int c = c0; c < c1; c += 16)
+    _mm512_mask_storeu_ps(s + c, live16(c1 - c), _mm512_setzero_ps());
+}
+
+/* One call per row instead of four: what the short rows of small
+ * problems spend their time on is the calls.  A span of at most 16 keys
+ * stays in one register from load to store. */
+AVX512 int attn__softmax_span_avx512(float *s, int n, int a, int z,
+                                     float floor, float *m_out, float *sum) {
+  const __m512 big = _mm512_set1_ps(FLT_MAX);
+  float m;
+  if (z - a <= 16) {
+    __mmask16 live = live16(z - a);
+    __m512 x = _mm512_maskz_loadu_ps(live, s + a);
+    if (_mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(x), big, _CMP_NLE_UQ))
+      return 0;
+    m = _mm512_mask_reduce_max_ps(live, x);
+    m = m > floor ? m : floor;
+    __m512 e = exp16(_mm512_sub_ps(x, _mm512_set1_ps(m)));
+    e = _mm512_maskz_mov_ps(live, e);
+    _mm512_mask_storeu_ps(s + a, live, e);
+    *sum = _mm512_reduce_add_ps(e);
+  } else {
+    int finite;
+    m = max16(s, a, z, &finite);
+    if (!finite) return 0;
+    m = m > floor ? m : floor;
+    *sum = exp_sum16(s, NULL, a, z, m);
+  }
+  zero16(s, 0, a);
+  zero16(s, z, n);
+  *m_out = m;
+  return 1;
+}
+
+/* w[c0, c1) = src * g, or 0 when src is NULL; masked tail. */
+AVX512 static void put_span16(float *w, int c0, int c1, const float *src,
+                              float g) {
+  __m512 vg = _mm512_set1_ps(g);
+  for (int c = c0; c < c1; c += 16) {
+    __mmask16 live = live16(c1 - c);
+    __m512 x = src ? _mm512_mul_ps(_mm512_maskz_loadu_ps(live, src + (c - c0)),
+                                   vg)
+                   : _mm512_setzero_ps();
+    _mm512_mask_storeu_ps(w + c, live, x);
+  }
+}
+
+AVX512 void attn__write_row_avx512(float *w, int lk, int klo, int khi,
+                                   const float *s, float inv) {
+  put_span16(w, 0, klo, NULL, 0.0f);
+  put_span16(w, klo, khi, s, inv);
+  put_span16(w, khi, lk, NULL, 0.0f);
+}
+
+/* attn__scale_sanitize: min/max clamp +-inf to +-FLT_MAX and leave every
+ * finite value alone; NaN (unordered with itself) becomes +0. */
+AVX512 void attn__scale_sanitize_avx512(float *dst, const float *src, int n,
+                                        float g) {
+  const __m512 vg = _mm512_set1_ps(g), big = _mm512_set1_ps(FLT_MAX);
+  const __m512 nbig = _mm512_set1_ps(-FLT_MAX);
+  for (int c = 0; c < n; c += 16) {
+    __mmask16 live = live16(n - c);
+    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, src + c), vg);
+    __mmask16 num = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);
+    x = _mm512_min_ps(_mm512_max_ps(x, nbig), big);
+    _mm512_mask_storeu_ps(dst + c, live, _mm512_maskz_mov_ps(num, x));
+  }
 }
 
 AVX2_FMA float attn__exp_sum_avx2(float *s, const float *f, int a, int z,
