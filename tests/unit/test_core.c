@@ -1322,6 +1322,310 @@ START_TEST(test_streamed_weights_match_reference) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* The two GEMM paths (gemm.c): the native AVX-512F kernels on their own
+ * against float64, then the whole attention through each path. */
+
+static int native_gemm_or_skip(const char *test) {
+  if (attn__gemm_native_available()) return 1;
+  fprintf(stderr, "%s: skipped, this CPU (or valgrind) has no AVX-512F + "
+                  "FMA for the native kernels\n", test);
+  return 0;
+}
+
+/* Float error bound of a k-term dot product with sum |a_i b_i| = mag. */
+static double gemm_tol(int k, double mag) {
+  return (double)(k + 2) * 0x1p-23 * mag + 1e-35;
+}
+
+enum { GEMM_PAD = 7 }; /* extra columns of every leading dimension */
+
+typedef void gemm_nt_fn(int m, int n, int k, float alpha, const float *a,
+                        int lda, const float *b, int ldb, float *c, int ldc,
+                        float *pack);
+typedef void gemm_nn_fn(int m, int n, int k, const float *a, int lda,
+                        const float *b, int ldb, float beta, float *c,
+                        int ldc);
+
+/* C = alpha A B^T for A (m, k), B (n, k); C's padding columns and the
+ * rows' tails beyond n keep their sentinel. */
+static void check_nt(gemm_nt_fn *fn, int gemm, int m, int n, int k,
+                     float alpha, int pad, rng *r, const char *name) {
+  int lda = k + pad % GEMM_PAD, ldb = k + (pad * 3) % GEMM_PAD;
+  int ldc = n + (pad * 5) % GEMM_PAD;
+  float *a = rand_floats(r, (size_t)m * lda, 1.0f);
+  float *b = rand_floats(r, (size_t)n * ldb, 1.0f);
+  float *c = malloc((size_t)m * ldc * sizeof *c);
+  float *pack = aligned_alloc(64, (size_t)64 * k * sizeof *pack);
+  ck_assert(c && pack);
+  for (size_t x = 0; x < (size_t)m * ldc; x++) c[x] = 12345.0f;
+  if (fn)
+    fn(m, n, k, alpha, a, lda, b, ldb, c, ldc, pack);
+  else
+    attn__gemm_nt(gemm, m, n, k, alpha, a, lda, b, ldb, c, ldc, pack);
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < ldc; j++) {
+      float got = c[(size_t)i * ldc + j];
+      if (j >= n) {
+        EXPECT(got == 12345.0f, "%s NT m%d n%d k%d: C[%d][%d] beyond n "
+               "written", name, m, n, k, i, j);
+        continue;
+      }
+      double want = 0.0, mag = 0.0;
+      for (int d = 0; d < k; d++) {
+        double t = (double)a[(size_t)i * lda + d] * b[(size_t)j * ldb + d];
+        want += t;
+        mag += fabs(t);
+      }
+      want *= alpha;
+      EXPECT(fabs(got - want) <= gemm_tol(k, mag * fabs(alpha)),
+             "%s NT m%d n%d k%d lda%d ldb%d ldc%d alpha %g: C[%d][%d] "
+             "%.9g, want %.9g", name, m, n, k, lda, ldb, ldc, alpha, i, j,
+             got, want);
+    }
+  free(a); free(b); free(c); free(pack);
+}
+
+/* C = A B + beta C for A (m, k), B (k, n); beta 0 must not read C (it
+ * holds NaN then). */
+static void check_nn(gemm_nn_fn *fn, int gemm, int m, int n, int k,
+                     float beta, int pad, rng *r, const char *name) {
+  int lda = k + pad % GEMM_PAD, ldb = n + (pad * 3) % GEMM_PAD;
+  int ldc = n + (pad * 5) % GEMM_PAD;
+  float *a = rand_floats(r, (size_t)m * lda, 1.0f);
+  float *b = rand_floats(r, (size_t)k * ldb, 1.0f);
+  float *c = rand_floats(r, (size_t)m * ldc, 1.0f);
+  float *c0 = malloc((size_t)m * ldc * sizeof *c0);
+  ck_assert(c0);
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < ldc; j++)
+      if (beta == 0.0f && j < n) c[(size_t)i * ldc + j] = NAN;
+  memcpy(c0, c, (size_t)m * ldc * sizeof *c);
+  if (fn)
+    fn(m, n, k, a, lda, b, ldb, beta, c, ldc);
+  else
+    attn__gemm_nn(gemm, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < ldc; j++) {
+      float got = c[(size_t)i * ldc + j], old = c0[(size_t)i * ldc + j];
+      if (j >= n) {
+        EXPECT(got == old, "%s NN m%d n%d k%d: C[%d][%d] beyond n "
+               "written", name, m, n, k, i, j);
+        continue;
+      }
+      double want = beta == 0.0f ? 0.0 : (double)beta * old;
+      double mag = fabs(want);
+      for (int d = 0; d < k; d++) {
+        double t = (double)a[(size_t)i * lda + d] * b[(size_t)d * ldb + j];
+        want += t;
+        mag += fabs(t);
+      }
+      EXPECT(fabs(got - want) <= gemm_tol(k + 1, mag),
+             "%s NN m%d n%d k%d lda%d ldb%d ldc%d beta %g: C[%d][%d] "
+             "%.9g, want %.9g", name, m, n, k, lda, ldb, ldc, beta, i, j,
+             got, want);
+    }
+  free(a); free(b); free(c); free(c0);
+}
+
+/* Sizes around every tile edge: 16-lane vectors, 64-column strips, 6- and
+ * 12-row tiles, 128-key blocks of the NN kernel. */
+static const int gemm_m[] = {1, 2, 5, 6, 7, 11, 12, 13, 16, 25, 70};
+static const int gemm_n[] = {1, 3, 15, 16, 17, 31, 33, 48, 63, 64, 65, 130};
+static const int gemm_k[] = {1, 2, 15, 16, 17, 32, 63, 64, 127, 129, 300};
+#define GEMM_COUNT(x) ((int)(sizeof x / sizeof x[0]))
+
+static void gemm_sweep(gemm_nt_fn *nt, gemm_nn_fn *nn, int gemm,
+                       const char *name) {
+  static const float alphas[] = {1.0f, 0.125f, -3.0f};
+  static const float betas[] = {0.0f, 1.0f, 0.5f};
+  rng r = {0x6e6d6d};
+  int rounds = under_valgrind() ? 30 : 400;
+  for (int t = 0; t < rounds; t++) {
+    int m = gemm_m[rng_int(&r, GEMM_COUNT(gemm_m))];
+    int n = gemm_n[rng_int(&r, GEMM_COUNT(gemm_n))];
+    int k = gemm_k[rng_int(&r, GEMM_COUNT(gemm_k))];
+    check_nt(nt, gemm, m, n, k, alphas[t % 3], t, &r, name);
+    check_nn(nn, gemm, m, n, k, betas[t % 3], t, &r, name);
+  }
+  /* every row count of a tile and every lane count of the last vector */
+  for (int m = 1; m <= 13; m++)
+    for (int n = 1; n <= 17; n += 4) {
+      check_nt(nt, gemm, m, n, 1 + m % 3, 0.5f, m + n, &r, name);
+      check_nn(nn, gemm, m, n, 1 + n % 5, m % 2 ? 1.0f : 0.0f, m * n, &r,
+               name);
+    }
+}
+
+START_TEST(test_native_gemm_kernels_match_float64) {
+#if ATTN__HAVE_AVX512
+  if (!native_gemm_or_skip("test_native_gemm_kernels_match_float64")) return;
+  gemm_sweep(attn__gemm_nt_avx512, attn__gemm_nn_avx512, ATTN_GEMM_NATIVE,
+             "native");
+#else
+  native_gemm_or_skip("test_native_gemm_kernels_match_float64");
+#endif
+}
+END_TEST
+
+/* The dispatching entry points, each path (NATIVE falls back to BLAS on a
+ * CPU without AVX-512F only through attn__gemm_pick, so it is asked for
+ * only when available). */
+START_TEST(test_gemm_entry_points_match_float64) {
+  gemm_sweep(NULL, NULL, ATTN_GEMM_BLAS, "blas");
+  if (attn__gemm_native_available())
+    gemm_sweep(NULL, NULL, ATTN_GEMM_NATIVE, "native via attn__gemm");
+}
+END_TEST
+
+/* attn_problem.gemm: 0 is auto, which is the native kernels exactly when
+ * the CPU has them; BLAS and NATIVE force a path (NATIVE only where it can
+ * run); anything else is a programmer error. */
+START_TEST(test_gemm_override_is_checked_and_picked) {
+  shape s = {1, 1, 1, 5, 7, 4, 3};
+  tcase c;
+  attn__scratch lay;
+  make_case(&c, &s, 0, 3);
+  int native = attn__gemm_native_available() ? ATTN_GEMM_NATIVE
+                                             : ATTN_GEMM_BLAS;
+  ck_assert_int_eq(c.p.gemm, ATTN_GEMM_AUTO);
+  ck_assert_int_eq(attn__gemm_pick(&c.p), native);
+  c.p.gemm = ATTN_GEMM_BLAS;
+  ck_assert_int_eq(attn_check(&c.p), 0);
+  ck_assert_int_eq(attn__gemm_pick(&c.p), ATTN_GEMM_BLAS);
+  attn__scratch_layout(&c.p, 0, &lay);
+  ck_assert_int_eq(lay.gemm, ATTN_GEMM_BLAS);
+  c.p.gemm = ATTN_GEMM_NATIVE;
+  ck_assert_int_eq(attn_check(&c.p), 0);
+  ck_assert_int_eq(attn__gemm_pick(&c.p), native);
+  attn__scratch_layout(&c.p, 1, &lay);
+  ck_assert_int_eq(lay.gemm, native);
+  for (int bad = -1; bad <= 3; bad += 4) {
+    c.p.gemm = bad;
+    ck_assert_int_eq(attn_check(&c.p), ATTND_EINVAL);
+    ck_assert_uint_eq(attn_scratch_bytes(&c.p, 0), 0);
+  }
+  free_case(&c);
+}
+END_TEST
+
+/* Every mask kind, causal, dropout, grouped heads and both scorings, both
+ * attention paths, through each GEMM path, against the reference;
+ * compare_with_ref also insists on exact zeros where masked and in rows
+ * without keys. */
+static void kinds_through(int gemm, const char *name) {
+  static const int kinds[] = {
+    0, K_VL1, K_VL2, K_MASK, K_UL, K_LR, K_WIN, K_BIAS, K_DROP, K_ADD,
+    K_VL2 | K_MASK | K_UL | K_WIN | K_BIAS,
+    K_VL1 | K_MASK | K_LR | K_WIN | K_BIAS | K_DROP,
+    K_ADD | K_VL2 | K_MASK | K_LR | K_BIAS | K_DROP,
+  };
+  const shape *sh = under_valgrind() ? vg_shapes : full_shapes;
+  size_t ns = under_valgrind() ? sizeof vg_shapes / sizeof vg_shapes[0]
+                               : sizeof full_shapes / sizeof full_shapes[0];
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+    for (size_t t = 0; t < ns; t++) {
+      tcase c;
+      char label[160];
+      make_case(&c, &sh[t], kinds[k], 7000 + t * 13 + (uint64_t)kinds[k]);
+      c.p.gemm = gemm;
+      snprintf(label, sizeof label, "%s gemm kinds 0x%x B%d H%d/%d Lq%d "
+               "Lk%d D%d Dv%d", name, kinds[k], sh[t].B, sh[t].H, sh[t].Hkv,
+               sh[t].Lq, sh[t].Lk, sh[t].D, sh[t].Dv);
+      compare_with_ref(&c.p, label);
+      free_case(&c);
+    }
+}
+
+START_TEST(test_attention_through_blas_gemm_matches_reference) {
+  kinds_through(ATTN_GEMM_BLAS, "blas");
+}
+END_TEST
+
+START_TEST(test_attention_through_native_gemm_matches_reference) {
+  if (!native_gemm_or_skip(
+          "test_attention_through_native_gemm_matches_reference"))
+    return;
+  kinds_through(ATTN_GEMM_NATIVE, "native");
+}
+END_TEST
+
+/* Long rows (several 64-key panels and 128-key blocks), wide heads (more
+ * than one 64-column strip) and k = 1, through the native path. */
+START_TEST(test_native_gemm_wide_heads_match_reference) {
+  static const shape wide[] = {
+    {1, 2, 1, 37, 300, 130, 129}, {1, 1, 1, 13, 700, 1, 1},
+    {2, 2, 2, 70, 130, 65, 17},
+  };
+  if (!native_gemm_or_skip("test_native_gemm_wide_heads_match_reference"))
+    return;
+  for (size_t t = 0; t < sizeof wide / sizeof wide[0]; t++) {
+    tcase c;
+    make_case(&c, &wide[t], K_VL2 | K_UL | K_BIAS, 90 + t);
+    c.p.gemm = ATTN_GEMM_NATIVE;
+    compare_with_ref(&c.p, "native wide");
+    free_case(&c);
+  }
+}
+END_TEST
+
+/* The AVX-512 row helpers give the bits of the ones they replace: the
+ * maximum (and its inf/NaN flag), scale-and-sanitize, and the one-call
+ * softmax of a span against the two loops it fuses. */
+START_TEST(test_avx512_row_helpers_match_the_others) {
+#if ATTN__HAVE_AVX2_FMA
+  if (!attn__use_avx512()) {
+    fprintf(stderr, "test_avx512_row_helpers_match_the_others: skipped, "
+                    "no AVX-512F\n");
+    return;
+  }
+  enum { N = 90 };
+  static const float odd[3] = {INFINITY, -INFINITY, NAN};
+  float s[N], t[N], u[N];
+  rng r = {31};
+  for (int round = 0; round < 200; round++) {
+    int a = rng_int(&r, 20), z = a + 1 + rng_int(&r, N - a - 1), f1, f2;
+    int n = z + rng_int(&r, N - z + 1);
+    if (round % 2) z = a + 1 + rng_int(&r, 16 < N - a ? 16 : N - a);
+    if (z > n) n = z;
+    float floor = round % 3 ? -FLT_MAX : rng_sym(&r, 20.0f);
+    for (int c = 0; c < N; c++) s[c] = t[c] = rng_sym(&r, 30.0f);
+    ck_assert(attn__max_avx512(s, a, z, &f1) == attn__max_avx2(s, a, z, &f2));
+    ck_assert(f1 == 1 && f2 == 1);
+    /* fused softmax vs max then exp-and-sum */
+    float m, sum;
+    ck_assert(attn__softmax_span_avx512(s, n, a, z, floor, &m, &sum));
+    float want_m = attn__max_avx512(t, a, z, &f1);
+    want_m = want_m > floor ? want_m : floor;
+    float want_sum = attn__exp_sum_avx512(t, NULL, a, z, want_m);
+    for (int c = 0; c < n; c++)
+      if (c < a || c >= z) t[c] = 0.0f;
+    ck_assert(m == want_m && sum == want_sum);
+    ck_assert_mem_eq(s, t, (size_t)N * sizeof *s);
+    /* an inf or NaN: the max flags it, the fused call declines */
+    s[a + rng_int(&r, z - a)] = round % 2 ? NAN : -INFINITY;
+    memcpy(t, s, sizeof t);
+    attn__max_avx512(s, a, z, &f1);
+    ck_assert_int_eq(f1, 0);
+    ck_assert(!attn__softmax_span_avx512(s, n, a, z, floor, &m, &sum));
+    ck_assert_mem_eq(s, t, (size_t)N * sizeof *s);
+    /* scale and sanitize, with infinities and NaN among the inputs */
+    float g = rng_sym(&r, 2.0f);
+    for (int c = 0; c < N; c++) {
+      s[c] = rng_int(&r, 9) ? rng_sym(&r, 3e38f) : odd[c % 3];
+      u[c] = -1.0f;
+    }
+    attn__scale_sanitize_avx512(u, s, n, g);
+    for (int c = 0; c < N; c++) {
+      float want = c < n ? attn__sanitize(s[c] * g) : -1.0f;
+      EXPECT(memcmp(&u[c], &want, sizeof want) == 0,
+             "scale_sanitize %g * %g = %g, want %g", s[c], g, u[c], want);
+    }
+  }
+#endif
+}
+END_TEST
+
 static Suite *core_suite(void) {
   Suite *s = suite_create("core");
   TCase *ref = tcase_create("reference");
@@ -1383,6 +1687,17 @@ static Suite *core_suite(void) {
   tcase_add_test(edge, test_weights_path_row_chunks_match_reference);
   tcase_add_test(edge, test_streamed_weights_match_reference);
   suite_add_tcase(s, api);
+
+  TCase *gemm = tcase_create("gemm");
+  tcase_set_timeout(gemm, 120);
+  tcase_add_test(gemm, test_native_gemm_kernels_match_float64);
+  tcase_add_test(gemm, test_gemm_entry_points_match_float64);
+  tcase_add_test(gemm, test_gemm_override_is_checked_and_picked);
+  tcase_add_test(gemm, test_attention_through_blas_gemm_matches_reference);
+  tcase_add_test(gemm, test_attention_through_native_gemm_matches_reference);
+  tcase_add_test(gemm, test_native_gemm_wide_heads_match_reference);
+  tcase_add_test(gemm, test_avx512_row_helpers_match_the_others);
+  suite_add_tcase(s, gemm);
   return s;
 }
 
