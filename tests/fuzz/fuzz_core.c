@@ -6,7 +6,9 @@
  * 0 for a row with no allowed key), and that the online path (no
  * weights) computes the same output as the materialised one.  This
  * harness decodes, runs attn_forward both ways (and attn_diagnostics when
- * the request asks for them) and checks all of that:
+ * the request asks for them) and checks all of that, then, where the core
+ * picked its native AVX-512 GEMM, both ways again through cblas_sgemm
+ * (the invariants, not the numbers):
  * these are our invariants, not the client's data.
  *
  * Input: one byte choosing the form, then
@@ -22,6 +24,7 @@
 #include <float.h>
 #include <stdarg.h>
 
+#include "core/attn_impl.h"
 #include "fuzz.h"
 #include "proto/proto_impl.h"
 
@@ -214,33 +217,60 @@ static void check_diagnostics(const proto_request *req) {
   }
 }
 
-static void check_core(proto_request *req) {
-  const attn_problem *p = &req->prob;
+/* attn_forward of p into out (and w when not NULL): rc 0, finite
+ * outputs, weights in [0, 1] with rows summing to 1 or all 0. */
+static void check_forward(const attn_problem *p, float *out, float *w,
+                          const char *path) {
   size_t nout = (size_t)p->B * p->H * p->Lq * p->Dv;
   size_t rows = (size_t)p->B * p->H * p->Lq;
-  float *online = malloc(nout * sizeof *online);
-  /* As the worker does: weights when returned or needed by the
-   * diagnostics, else the online path. */
-  float *w = req->weights;
-  int rc;
-  FUZZ_CHECK(online != NULL, "out of memory");
-
-  rc = attn_forward(p, req->out, w);
-  FUZZ_CHECK(rc == 0, "attn_forward rc %d", rc);
+  int rc = attn_forward(p, out, w);
+  FUZZ_CHECK(rc == 0, "%s: attn_forward rc %d", path, rc);
   for (size_t i = 0; i < nout; i++)
-    FUZZ_CHECK(isfinite(req->out[i]), "output[%zu] = %g", i,
-               (double)req->out[i]);
+    FUZZ_CHECK(isfinite(out[i]), "%s: output[%zu] = %g", path, i,
+               (double)out[i]);
   for (size_t r = 0; w && r < rows; r++) {
     double sum = 0;
     for (int j = 0; j < p->Lk; j++) {
       float x = w[r * (size_t)p->Lk + (size_t)j];
       FUZZ_CHECK(isfinite(x) && x >= 0.0f && x <= 1.0f,
-                 "weights[%zu][%d] = %g", r, j, (double)x);
+                 "%s: weights[%zu][%d] = %g", path, r, j, (double)x);
       sum += x;
     }
     FUZZ_CHECK(sum == 0.0 || fabs(sum - 1.0) <= 1e-4 * p->Lk,
-               "weights row %zu sums to %.9g", r, sum);
+               "%s: weights row %zu sums to %.9g", path, r, sum);
   }
+}
+
+/* The same invariants with the matrix products forced through
+ * cblas_sgemm, when the core's own choice was its native kernels (the
+ * two round differently, so on extreme inputs they may pick different
+ * one-hot winners: only the invariants are compared, not the numbers). */
+static void check_blas_path(const attn_problem *p, const float *w) {
+  attn_problem blas = *p;
+  blas.gemm = ATTN_GEMM_BLAS;
+  if (attn__gemm_pick(p) == ATTN_GEMM_BLAS)
+    return;
+  size_t nout = (size_t)p->B * p->H * p->Lq * p->Dv;
+  float *out = malloc(nout * sizeof *out);
+  float *w2 = w ? malloc((size_t)p->B * p->H * p->Lq * p->Lk * sizeof *w2)
+                : NULL;
+  FUZZ_CHECK(out != NULL && (!w || w2 != NULL), "out of memory");
+  check_forward(&blas, out, w2, "blas");
+  check_forward(&blas, out, NULL, "blas online");
+  free(out);
+  free(w2);
+}
+
+static void check_core(proto_request *req) {
+  const attn_problem *p = &req->prob;
+  size_t nout = (size_t)p->B * p->H * p->Lq * p->Dv;
+  float *online = malloc(nout * sizeof *online);
+  /* As the worker does: weights when returned or needed by the
+   * diagnostics, else the online path. */
+  float *w = req->weights;
+  FUZZ_CHECK(online != NULL, "out of memory");
+
+  check_forward(p, req->out, w, "auto");
 
   if (req->diagnostics)
     check_diagnostics(req);
@@ -249,20 +279,17 @@ static void check_core(proto_request *req) {
    * Without dropout the output is a convex combination of value rows, so
    * the two differ by rounding relative to the largest value. */
   if (w) {
-    rc = attn_forward(p, online, NULL);
-    FUZZ_CHECK(rc == 0, "online attn_forward rc %d", rc);
+    check_forward(p, online, NULL, "online");
     size_t nv = (size_t)p->B * p->Hkv * p->Lk * p->Dv;
     double tol = 1e-5 * p->Lk * (double)max_abs(p->v, nv) + 1e-30;
     if (p->dropout_p > 0)
       tol /= 1.0 - p->dropout_p;
-    for (size_t i = 0; i < nout; i++) {
-      FUZZ_CHECK(isfinite(online[i]), "online output[%zu] = %g", i,
-                 (double)online[i]);
+    for (size_t i = 0; i < nout; i++)
       FUZZ_CHECK(fabs((double)online[i] - req->out[i]) <= tol,
                  "output[%zu]: online %.9g, with weights %.9g (tol %g)", i,
                  (double)online[i], (double)req->out[i], tol);
-    }
   }
+  check_blas_path(p, w);
   free(online);
   fuzz_check_encode(req);
 }
