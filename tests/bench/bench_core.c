@@ -5,6 +5,12 @@
  *
  *   {"kind":"ceiling", ...}   one-thread cblas_sgemm 512x512x64 GFLOP/s,
  *                             the best of many timings spread over the run
+ *                             (and the OpenBLAS kernel that ran it)
+ *   {"kind":"gemm", ...}      the same product (C = A B^T, the score
+ *                             shape) through the core's native kernel,
+ *                             one thread, timed the same way; "auto" is
+ *                             the GEMM the core picks for the problems
+ *                             below (blas or native)
  *   {"kind":"core", ...}      one shape, path (weights or not), thread
  *                             count: best wall time per call, GFLOP/s,
  *                             and the best CPU seconds per call summed
@@ -25,7 +31,9 @@
  * Every shape uses valid_lens (B,) = Lk, so the masked code path runs
  * with every key allowed and the FLOP count is exact.
  *
- *   attnd-bench [--threads N] [--quick]     the core table
+ *   attnd-bench [--threads N] [--quick] [--gemm auto|blas|native]
+ *                                            the core table (--gemm
+ *                                            forces attn_problem.gemm)
  *   attnd-bench mem L D [--threads N]        the memory figure
  */
 #include <cblas.h>
@@ -39,6 +47,7 @@
 #include <unistd.h>
 
 #include "core/attn.h"
+#include "core/attn_impl.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -76,6 +85,7 @@ typedef struct run {
   atomic_size_t next;
   atomic_int err;
   pthread_mutex_t mu;
+  int cpu_clock;  /* 1: read the thread CPU clocks around the work */
   double cpu;     /* CPU seconds of all workers on this call */
 } run;
 
@@ -99,7 +109,7 @@ static double cpu_s(void) {
 }
 
 static void claim(run *r, void *scratch) {
-  double c0 = cpu_s();
+  double c0 = r->cpu_clock ? cpu_s() : 0.0;
   for (;;) {
     size_t t0 = atomic_fetch_add(&r->next, r->chunk), t1;
     if (t0 >= r->ntasks) break;
@@ -107,6 +117,7 @@ static void claim(run *r, void *scratch) {
     if (attn_run_tasks(r->p, t0, t1, r->out, r->w, scratch) != 0)
       atomic_store(&r->err, 1);
   }
+  if (!r->cpu_clock) return;
   double c = cpu_s() - c0;
   pthread_mutex_lock(&r->mu);
   r->cpu += c;
@@ -161,12 +172,13 @@ static void pool_reserve(pool *pl, size_t bytes) {
   pl->cap = bytes;
 }
 
-/* One call: every task of p on the pool's threads; 0 or -1.  *cpu gets
- * the CPU seconds the workers spent on it. */
+/* One call: every task of p on the pool's threads; 0 or -1.  *cpu (when
+ * cpu is not NULL) gets the CPU seconds the workers spent on it. */
 static int pool_run(pool *pl, const attn_problem *p, float *out, float *w,
                     double *cpu) {
   run r;
   pthread_mutex_init(&r.mu, NULL);
+  r.cpu_clock = cpu != NULL;
   r.cpu = 0.0;
   r.p = p;
   r.out = out;
@@ -194,29 +206,47 @@ static int pool_run(pool *pl, const attn_problem *p, float *out, float *w,
 /* The sgemm ceiling. */
 
 typedef struct ceiling {
-  float *a, *b, *c;
+  float *a, *b, *c, *pack;
   double best;      /* seconds per product, best seen so far */
   double best_cpu;  /* the same in CPU seconds */
+  double native, native_cpu; /* the same through the native kernel */
 } ceiling;
 
 static void ceiling_init(ceiling *cl, uint64_t *seed) {
   cl->a = rand_buf(512 * 64, seed);
   cl->b = rand_buf(512 * 64, seed);
   cl->c = rand_buf(512 * 512, seed);
-  cl->best = cl->best_cpu = 1e30;
+  cl->pack = rand_buf(64 * 64, seed);
+  cl->best = cl->best_cpu = cl->native = cl->native_cpu = 1e30;
 }
 
-/* Times reps batches of 10 products and keeps the best per product. */
-static void ceiling_sample(ceiling *cl, int reps) {
-  for (int r = 0; r < reps; r++) {
-    double t0 = now_s(), c0 = cpu_s();
-    for (int i = 0; i < 10; i++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 512, 512, 64,
-                  1.0f, cl->a, 64, cl->b, 64, 0.0f, cl->c, 512);
-    double t = (now_s() - t0) / 10, c = (cpu_s() - c0) / 10;
-    cl->best = t < cl->best ? t : cl->best;
-    cl->best_cpu = c < cl->best_cpu ? c : cl->best_cpu;
+static void ceiling_product(ceiling *cl, int native) {
+#if ATTN__HAVE_AVX512
+  if (native) {
+    attn__gemm_nt_avx512(512, 512, 64, 1.0f, cl->a, 64, cl->b, 64, cl->c,
+                         512, cl->pack);
+    return;
   }
+#endif
+  (void)native;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 512, 512, 64, 1.0f,
+              cl->a, 64, cl->b, 64, 0.0f, cl->c, 512);
+}
+
+/* Times reps batches of 10 products and keeps the best per product, for
+ * cblas_sgemm and (where the CPU has it) the native kernel. */
+static void ceiling_sample(ceiling *cl, int reps) {
+  int kinds = attn__gemm_native_available() ? 2 : 1;
+  for (int r = 0; r < reps; r++)
+    for (int native = 0; native < kinds; native++) {
+      double t0 = now_s(), c0 = cpu_s();
+      for (int i = 0; i < 10; i++) ceiling_product(cl, native);
+      double t = (now_s() - t0) / 10, c = (cpu_s() - c0) / 10;
+      double *bt = native ? &cl->native : &cl->best;
+      double *bc = native ? &cl->native_cpu : &cl->best_cpu;
+      *bt = t < *bt ? t : *bt;
+      *bc = c < *bc ? c : *bc;
+    }
 }
 
 static double ceiling_gflops(const ceiling *cl) {
@@ -240,7 +270,7 @@ typedef struct problem {
   int32_t *vl;
 } problem;
 
-static void problem_init(problem *pb, const shape *s, int with_w,
+static void problem_init(problem *pb, const shape *s, int with_w, int gemm,
                          uint64_t *seed) {
   size_t nq = (size_t)s->B * s->H * s->L * s->D;
   attn_problem_init(&pb->p);
@@ -258,6 +288,7 @@ static void problem_init(problem *pb, const shape *s, int with_w,
   pb->p.valid_lens = pb->vl;
   pb->p.scale = 1.0f / 8.0f;
   pb->p.causal = s->causal ? ATTN_CAUSAL_UPPER_LEFT : ATTN_CAUSAL_NONE;
+  pb->p.gemm = gemm;
 }
 
 static void problem_free(problem *pb) {
@@ -266,35 +297,51 @@ static void problem_free(problem *pb) {
 }
 
 /* Best wall seconds per call (and best CPU seconds summed over the
- * workers in *cpu): at least min_reps calls and min_s seconds. */
+ * workers in *cpu): at least min_reps calls and min_s seconds.  Reading a
+ * thread's CPU clock is a system call (about a microsecond here, as long
+ * as a whole tiny call), so for calls under a millisecond on one thread
+ * the wall timings read no CPU clock and the CPU time comes from batches
+ * of calls between two reads instead. */
 static double time_calls(pool *pl, problem *pb, float *w, int min_reps,
                          double min_s, double *cpu) {
   double best = 1e30, start = now_s(), c;
   *cpu = 1e30;
   pool_reserve(pl, attn_scratch_bytes(&pb->p, w != NULL));
+  double t0 = now_s();
   if (pool_run(pl, &pb->p, pb->out, w, &c) != 0) { /* warm-up */
     fprintf(stderr, "attnd-bench: attn_run_tasks failed\n");
     exit(1);
   }
+  int batched = pl->n == 1 && now_s() - t0 < 1e-3;
   for (int r = 0; r < min_reps || now_s() - start < min_s; r++) {
-    double t0 = now_s();
-    pool_run(pl, &pb->p, pb->out, w, &c);
+    t0 = now_s();
+    pool_run(pl, &pb->p, pb->out, w, batched ? NULL : &c);
     double t = now_s() - t0;
     best = t < best ? t : best;
-    *cpu = c < *cpu ? c : *cpu;
+    if (!batched) *cpu = c < *cpu ? c : *cpu;
     if (r > 100000) break;
+  }
+  if (batched) {
+    int calls = (int)(1e-3 / best) + 1;
+    for (int r = 0; r < 20; r++) {
+      double c0 = cpu_s();
+      for (int i = 0; i < calls; i++)
+        pool_run(pl, &pb->p, pb->out, w, NULL);
+      c = (cpu_s() - c0) / calls;
+      *cpu = c < *cpu ? c : *cpu;
+    }
   }
   return best;
 }
 
 static void bench_shape(const shape *s, pool **pools, const int *nthreads,
-                        int npools, ceiling *cl, int quick,
+                        int npools, ceiling *cl, int quick, int gemm,
                         uint64_t *seed) {
   problem pb;
   double flops = 4.0 * s->B * s->H * (double)s->L * s->L * s->D;
   int reps = quick ? 2 : 5;
   double min_s = quick ? 0.05 : s->min_s, cpu;
-  problem_init(&pb, s, s->weights_too, seed);
+  problem_init(&pb, s, s->weights_too, gemm, seed);
   for (int with_w = s->weights_too; with_w >= 0; with_w--)
     for (int k = 0; k < npools; k++) {
       if (s->one_thread && nthreads[k] != 1) continue;
@@ -333,7 +380,7 @@ static int bench_mem(int L, int D, int threads) {
   problem pb;
   pool pl;
   struct rusage ru;
-  problem_init(&pb, &s, 0, &seed);
+  problem_init(&pb, &s, 0, ATTN_GEMM_AUTO, &seed);
   long before = rss_kib();
   pool_init(&pl, threads);
   size_t scratch = attn_scratch_bytes(&pb.p, 0);
@@ -367,14 +414,37 @@ static const shape shapes[] = {
   {"xl", 1, 1, 16384, 64, 0, 1, 0, 3.0},
 };
 
+static int gemm_of(const char *name) {
+  if (!strcmp(name, "blas")) return ATTN_GEMM_BLAS;
+  if (!strcmp(name, "native")) return ATTN_GEMM_NATIVE;
+  if (strcmp(name, "auto") != 0)
+    fprintf(stderr, "attnd-bench: --gemm %s: auto, blas or native; using "
+                    "auto\n", name);
+  return ATTN_GEMM_AUTO;
+}
+
+/* The GEMM the core runs for the benchmark's problems. */
+static const char *gemm_used(int gemm) {
+  shape s = {"probe", 1, 1, 16, 32, 0, 0, 0, 0.0};
+  uint64_t seed = 3;
+  problem pb;
+  problem_init(&pb, &s, 0, gemm, &seed);
+  int pick = attn__gemm_pick(&pb.p);
+  problem_free(&pb);
+  return pick == ATTN_GEMM_NATIVE ? "native" : "blas";
+}
+
 int main(int argc, char **argv) {
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0;
+  int gemm = ATTN_GEMM_AUTO;
   uint64_t seed = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc)
       threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quick"))
       quick = 1;
+    else if (!strcmp(argv[i], "--gemm") && i + 1 < argc)
+      gemm = gemm_of(argv[++i]);
   }
   if (threads < 1) threads = 1;
   openblas_set_num_threads(1);
@@ -392,16 +462,27 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     int np = threads > 1 ? 2 : 1;
     if (quick && shapes[i].L > 4096) continue;
-    bench_shape(&shapes[i], pools, nth, np, &cl, quick, &seed);
+    bench_shape(&shapes[i], pools, nth, np, &cl, quick, gemm, &seed);
   }
   ceiling_sample(&cl, 20);
   printf("{\"kind\":\"ceiling\",\"m\":512,\"n\":512,\"k\":64,"
          "\"threads\":1,\"gflops\":%.6g,\"cpu_gflops\":%.6g,"
-         "\"workers\":%d}\n",
+         "\"workers\":%d,\"corename\":\"%s\"}\n",
          ceiling_gflops(&cl), 2.0 * 512 * 512 * 64 / cl.best_cpu * 1e-9,
-         threads);
+         threads, openblas_get_corename());
+  if (cl.native < 1e30)
+    printf("{\"kind\":\"gemm\",\"impl\":\"native\",\"m\":512,"
+           "\"n\":512,\"k\":64,\"threads\":1,\"gflops\":%.6g,"
+           "\"cpu_gflops\":%.6g,\"auto\":\"%s\",\"used\":\"%s\"}\n",
+           2.0 * 512 * 512 * 64 / cl.native * 1e-9,
+           2.0 * 512 * 512 * 64 / cl.native_cpu * 1e-9,
+           gemm_used(ATTN_GEMM_AUTO), gemm_used(gemm));
+  else
+    printf("{\"kind\":\"gemm\",\"impl\":\"native\",\"gflops\":null,"
+           "\"auto\":\"%s\",\"used\":\"%s\"}\n",
+           gemm_used(ATTN_GEMM_AUTO), gemm_used(gemm));
   pool_free(&p1);
   pool_free(&pn);
-  free(cl.a); free(cl.b); free(cl.c);
+  free(cl.a); free(cl.b); free(cl.c); free(cl.pack);
   return 0;
 }

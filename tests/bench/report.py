@@ -2,6 +2,11 @@
 
 Usage: python3 tests/bench/report.py FILE.jsonl...
 
+Also prints the core's native GEMM rate on the ceiling's product and
+which GEMM the core ran (the "gemm" line of bench_core.c), and a column
+with each workload's rate as a share of that native rate times the
+threads.
+
 Targets (design figures for the core):
   - (4,16,512,512,64) and (1,16,2048,2048,64), with and without weights,
     on the workers: at least 70% of the ceiling (one-thread sgemm
@@ -37,12 +42,12 @@ def shape_label(r):
         c=" causal" if r["causal"] else "", **r)
 
 
-def core_table(core, ceiling, numpy, numpy1, out):
+def core_table(core, ceiling, numpy, numpy1, native, out):
     workers = ceiling["workers"]
     out.append("| workload (B,H,Lq,Lk,D) | path | threads | time | GFLOP/s |"
                " of ceiling | vs numpy | target | of ceiling, CPU time |"
-               " vs numpy, CPU time |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+               " vs numpy, CPU time | of native GEMM |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     checks, cpu_checks = [], []
     for r in core:
         ceil = ceiling["gflops"] * r["threads"]
@@ -68,14 +73,20 @@ def core_table(core, ceiling, numpy, numpy1, out):
         tstr = "%.1f us" % (t * 1e6) if t < 1e-3 else "%.2f ms" % (t * 1e3)
         np1 = numpy1.get(r["shape"])
         cpu_ratio = np1["cpu_sec"] / r["cpu_sec"] if np1 else None
+        # the whole attention against the core's own GEMM on the
+        # ceiling's product, times the threads
+        of_native = ("%.0f%%" % (100 * r["gflops"] /
+                                 (native["gflops"] * r["threads"]))
+                     if native and native.get("gflops") else "-")
         out.append("| %s | %s | %d | %s | %.1f | %.0f%% | %s | %s | %.0f%% |"
-                   " %s |"
+                   " %s | %s |"
                    % (shape_label(r),
                       "weights" if r["weights"] else "no weights",
                       r["threads"], tstr, r["gflops"], 100 * frac,
                       "%.1fx" % ratio if ratio else "-", target,
                       100 * cpu_frac,
-                      "%.1fx" % cpu_ratio if cpu_ratio else "-"))
+                      "%.1fx" % cpu_ratio if cpu_ratio else "-",
+                      of_native))
     if cpu_checks:
         out.append("")
         out.append("- in CPU time, >= 70%% of the ceiling on the workers: "
@@ -130,13 +141,25 @@ def main():
                                b["threads"]))
     checks = []
     ceiling = (by_kind.get("ceiling") or [None])[0]
+    native = (by_kind.get("gemm") or [None])[0]
     if ceiling:
         out.append("ceiling: one-thread sgemm 512x512x64 %.1f GFLOP/s, x %d "
                    "workers = %.1f GFLOP/s (best over the run; %.1f GFLOP/s "
-                   "per CPU-second)" % (
+                   "per CPU-second; OpenBLAS kernel %s)" % (
                        ceiling["gflops"], ceiling["workers"],
                        ceiling["gflops"] * ceiling["workers"],
-                       ceiling["cpu_gflops"]))
+                       ceiling["cpu_gflops"],
+                       ceiling.get("corename", "?")))
+    if native:
+        rate = native.get("gflops")
+        out.append("native GEMM: the core's own kernel on the same product, "
+                   "one thread: %s; the core ran the %s GEMM (its automatic "
+                   "choice here: %s)" % (
+                       "%.1f GFLOP/s = %.2fx the ceiling" % (
+                           rate, rate / ceiling["gflops"])
+                       if rate and ceiling else "not available on this CPU",
+                       native["used"], native["auto"]))
+    if ceiling:
         out.append("time: best wall time per call; GFLOP/s count "
                    "4*B*H*Lq*Lk*D (dense, also for causal); vs numpy: "
                    "numpy's wall time (its OpenBLAS on every core) over "
@@ -150,11 +173,11 @@ def main():
         numpy1 = {r["shape"]: r for r in by_kind.get("numpy", [])
                   if r["blas_threads"] == 1}
         core = [r for r in by_kind.get("core", []) if r["shape"] != "xl"]
-        checks += core_table(core, ceiling, numpy, numpy1, out)
+        checks += core_table(core, ceiling, numpy, numpy1, native, out)
         out.append("")
         checks += xl_lines(by_kind.get("core", []), by_kind.get("mem", []),
                            ceiling["workers"], out)
-    known = {"env", "numpy_env", "ceiling", "core", "numpy", "mem"}
+    known = {"env", "numpy_env", "ceiling", "gemm", "core", "numpy", "mem"}
     for kind in sorted(set(by_kind) - known):
         out.append("(%d %s lines not tabulated)" % (len(by_kind[kind]), kind))
     out.append("")
