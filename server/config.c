@@ -69,6 +69,8 @@ static const struct config_opt config_opts[] = {
    "cores", "HTTP (libmicrohttpd) threads, which also decode requests"},
   {"log", "ATTND_LOG", KIND_LOG, OFF(log_json), 0, 0, "text",
    "log format: text or json"},
+  {"access-log", "ATTND_ACCESS_LOG", KIND_INT, OFF(access_log), 0, 1, "1",
+   "1: one log line per request; 0: none (errors are still logged)"},
   {"token", "ATTND_TOKEN", KIND_STR, OFF(token), 0, 255, "",
    "require 'Authorization: Bearer TOKEN' on inference and v2 metadata "
    "routes (\"\" = off)"},

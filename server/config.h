@@ -32,6 +32,7 @@ struct config {
                                address, 0 = no per-address limit */
   int conn_timeout_s;       /* idle connection timeout */
   int log_json;             /* 0 text, 1 json */
+  int access_log;           /* 1: one log line per request */
   int http_threads;         /* MHD thread pool size */
   int probe;                /* --probe: check a running attnd and exit */
   char token[256];          /* bearer token for /v1/attention, "" = none;

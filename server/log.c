@@ -11,7 +11,12 @@
 /* Written once by log_init() before any thread starts, then only read. */
 static enum log_format log_fmt = LOG_FORMAT_TEXT;
 
-void log_init(enum log_format format) { log_fmt = format; }
+static int log_access_on = 1;
+
+void log_init(enum log_format format, int access) {
+  log_fmt = format;
+  log_access_on = access;
+}
 
 /* Writes the whole line with one write(2); a short write is retried so
  * that a line is never cut, an error drops it. */
@@ -85,6 +90,8 @@ void log_access(const struct log_access *a) {
   size_t pos = 0;
   int w;
 
+  if (!log_access_on)
+    return;
   path[0] = '\0';
   log_json_escape(path, sizeof path, &pos, a->path ? a->path : "");
   if (log_fmt == LOG_FORMAT_JSON)

@@ -33,8 +33,9 @@ struct log_access {
   int batch_size;           /* requests in its batch, 0 if not batched */
 };
 
-/* Selects the output format.  Call once, before threads exist. */
-void log_init(enum log_format format);
+/* Selects the output format and whether log_access writes anything
+ * (access != 0).  Call once, before threads exist. */
+void log_init(enum log_format format, int access);
 
 /* A printf-style informational message. */
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

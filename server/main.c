@@ -223,7 +223,7 @@ int main(int argc, char **argv) {
                : 1;
   if (rc != CONFIG_RUN || main_load_tls(&cfg, &tls) != 0)
     return 2;
-  log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
+  log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT, cfg.access_log);
   main_config_parts(&cfg, &tls, &bc, &hc);
   main_raise_nofile(cfg.max_conns);
   main_tune_malloc();

@@ -295,6 +295,20 @@ class RoutesTest(CheckMixin, harness.ServerTestCase):
         self.assertRegex("".join(self.srv.log), pattern)
 
 
+class AccessLogOffTest(harness.ServerTestCase):
+    server_args = ("--access-log", "0")
+
+    def test_no_access_lines_but_requests_still_counted(self):
+        status, _, _ = self.srv.get("/healthz")
+        self.assertEqual(status, 200)
+        status, _, body = self.srv.get("/metrics")
+        self.assertEqual(status, 200)
+        self.assertRegex(body.decode(), r'attnd_requests_total\{route="/healthz",code="200"\} 1')
+        # Given the time the line would have taken to appear (see above).
+        time.sleep(0.5)
+        self.assertNotRegex("".join(self.srv.log), r"GET /healthz 200")
+
+
 class ConcurrencyTest(CheckMixin, harness.ServerTestCase):
     # One worker, so that requests arriving while it computes queue up and
     # leave together in the next greedy batch.
