@@ -275,4 +275,9 @@ int proto__num_fmt_f32(char *s, float x);
  * Returns NULL when memory or the owned[] table runs out. */
 void *proto__own(proto_request *req, size_t n);
 
+/* The same, not zeroed, for an input tensor that the decoder fills
+ * completely before anything reads it (or fails the whole request):
+ * zeroing a large input first only costs a pass over its memory. */
+void *proto__own_input(proto_request *req, size_t n);
+
 #endif /* PROTO_IMPL_H */

@@ -9,14 +9,20 @@
 #include "mem.h"
 #include "proto_impl.h"
 
-void *proto__own(proto_request *req, size_t n) {
+static void *own(proto_request *req, size_t n, int zeroed) {
   int cap = (int)(sizeof req->owned / sizeof req->owned[0]);
   if (req->n_owned >= cap)
     return NULL; /* more buffers than a v1 request can have: a bug */
-  void *p = mem_calloc(1, n ? n : 1);
+  void *p = zeroed ? mem_calloc(1, n ? n : 1) : mem_malloc(n ? n : 1);
   if (p)
     req->owned[req->n_owned++] = p;
   return p;
+}
+
+void *proto__own(proto_request *req, size_t n) { return own(req, n, 1); }
+
+void *proto__own_input(proto_request *req, size_t n) {
+  return own(req, n, 0);
 }
 
 void proto_request_free(proto_request *req) {
