@@ -84,7 +84,8 @@ enum attn_scoring {
 
 /* Which matrix-product code runs (attn_problem.gemm). */
 enum attn_gemm {
-  ATTN_GEMM_AUTO = 0,   /* the core decides per call (gemm.c) */
+  ATTN_GEMM_AUTO = 0,   /* the core decides per call: native where the
+                         * CPU has AVX-512F and FMA (gemm.c says why) */
   ATTN_GEMM_BLAS = 1,   /* always cblas_sgemm */
   ATTN_GEMM_NATIVE = 2  /* the AVX-512F kernels; cblas_sgemm where the CPU
                          * lacks AVX-512F (or under valgrind, which hides
