@@ -4,6 +4,8 @@
 #
 # Starts, each on its own loopback port:
 #   attnd    build/attnd with its defaults (workers = HTTP threads = cores)
+#            but no access log, like the two peers (nginx access_log off,
+#            uvicorn --no-access-log)
 #   nginx    a static 20-byte file (tests/load/nginx.conf): the ceiling of
 #            an HTTP server on this machine
 #   fastapi  tests/load/peer_fastapi.py on uvicorn, two workers, numpy
@@ -56,7 +58,7 @@ NGINX_URL="http://127.0.0.1:$NGX_PORT"
 load_wait_http "$NGINX_URL/static" 30
 
 # attnd
-load_attnd main
+load_attnd main --access-log 0
 
 # FastAPI + numpy peer (Debian's python3 and packages)
 PEER_PORT=$(load_port)

@@ -75,8 +75,8 @@ def verdict(ok):
 
 def batching(dirname):
     t = load(dirname)
-    print("attnd batching on (default --max-batch) vs off (--max-batch 1), "
-          "tiny JSON 1x1x16x16x32 with weights")
+    print("attnd batching on (--inline-us 0, default --max-batch) vs off "
+          "(--inline-us 0 --max-batch 1), tiny JSON 1x1x16x16x32 with weights")
     print("%-6s %10s %10s %7s | %9s %9s | %9s %9s | %s" % (
         "conns", "on req/s", "off req/s", "on/off", "on p50", "off p50",
         "on p99", "off p99", "errors"))
@@ -92,6 +92,15 @@ def batching(dirname):
             on, off = cpu[("on", c)], cpu[("off", c)]
             print("  %2d conns: on %.0f us, off %.0f us: batching saves %.0f%%" % (
                 c, on, off, 100 * (1 - on / off)))
+    if ("inline", 64) in t:
+        print("the default (a request this cheap runs on its HTTP thread, --inline-us):")
+        for c in (1, 64):
+            i, on = t[("inline", c)], t[("on", c)]
+            extra = ""
+            if cpu.get(("inline", c)):
+                extra = ", CPU %.0f us per request" % cpu[("inline", c)]
+            print("  %2d conns: %.0f req/s (%.2fx batched), p50 %.3f ms, p99 %.3f ms%s" % (
+                c, i["rps"], i["rps"] / on["rps"], i["p50_ms"], i["p99_ms"], extra))
     before = os.path.join(dirname, "metrics_on_before")
     after = os.path.join(dirname, "metrics_on_after")
     n = metric_sum(after, "attnd_batch_size_sum") - metric_sum(before, "attnd_batch_size_sum")
