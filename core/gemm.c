@@ -44,7 +44,6 @@
  * and under valgrind (which hides AVX-512 from CPUID), cblas_sgemm runs.
  */
 #include <cblas.h>
-#include <string.h>
 
 #include "attn_impl.h"
 
