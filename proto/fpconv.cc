@@ -19,6 +19,9 @@
 #include <cstdint>
 #include <cstring>
 #include <system_error>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include <fast_float/fast_float.h>
 /* Header-only: nothing of fmt at run time, like fast_float. */
@@ -202,6 +205,233 @@ inline const char *read_f32(const char *p, const char *end, float *out) {
   return q && f32_in_range(p, q, *out) ? q : nullptr;
 }
 
+/* ---- lists: many numbers at once ----------------------------------------
+ *
+ * A tensor's elements come as one long run "x,y,z,...".  Read one after
+ * another, each number waits for the one before it: its first byte is
+ * known only once the previous token has been read digit by digit.  Here
+ * the commas of a chunk are found first (one SIMD compare per 16 bytes,
+ * their offsets written to a table), so that every token's bytes [s, c)
+ * are known before any is read and the CPU overlaps consecutive numbers.
+ * A token of the common shape, -?(0|[1-9][0-9]*)(\.[0-9]+)? in at most 16
+ * bytes, is checked in one step from the mask of its digit bytes (one
+ * 16-byte load that ends at its comma), its digits are multiplied out in
+ * SIMD lanes, and one double division finishes it (Clinger's fast path,
+ * as in clinger_f32).  Anything else (whitespace, exponents, longer
+ * tokens, double-rounding midpoints, errors) goes to read_f32 on [s, c),
+ * which decides it exactly as a lone number.  SSE2 is in every x86-64;
+ * elsewhere (or with -DATTND_PORTABLE_NUM) every token takes read_f32.
+ *
+ * The list grammar is unchanged: n numbers, whitespace around each, one
+ * comma between each two, nothing else.  Numbers and whitespace hold no
+ * commas, so that is exactly n - 1 commas and n tokens between them that
+ * each read as whitespace, one number, whitespace. */
+
+#if defined(__SSE2__) && !defined(ATTND_PORTABLE_NUM)
+#define NUM_SSE2 1
+#endif
+
+#ifdef NUM_SSE2
+/* lanes_below[k]: 0xff in the lanes under k (k = 0..16). */
+alignas(16) const unsigned char lanes_below[17][16] = {
+#define L8(a) a, a, a, a, a, a, a, a
+  {0},
+  {0xff}, {0xff, 0xff}, {0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff},
+  {0xff, 0xff, 0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+  {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {L8(0xff)},
+  {L8(0xff), 0xff}, {L8(0xff), 0xff, 0xff}, {L8(0xff), 0xff, 0xff, 0xff},
+  {L8(0xff), 0xff, 0xff, 0xff, 0xff}, {L8(0xff), 0xff, 0xff, 0xff, 0xff, 0xff},
+  {L8(0xff), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+  {L8(0xff), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {L8(0xff), L8(0xff)}};
+#undef L8
+
+inline __m128i below(unsigned k) {
+  return _mm_load_si128(reinterpret_cast<const __m128i *>(lanes_below[k]));
+}
+
+/* The value of the 16 digits (0..9 each, lane 0 the most significant). */
+inline uint64_t value16(__m128i d) {
+  const __m128i z = _mm_setzero_si128();
+  __m128i a = _mm_madd_epi16(_mm_unpacklo_epi8(d, z), _mm_set1_epi32(0x1000a));
+  __m128i b = _mm_madd_epi16(_mm_unpackhi_epi8(d, z), _mm_set1_epi32(0x1000a));
+  __m128i c = _mm_madd_epi16(_mm_packs_epi32(a, b), _mm_set1_epi32(0x10064));
+  __m128i e = _mm_madd_epi16(_mm_packs_epi32(c, c), _mm_set1_epi32(0x12710));
+  uint64_t r = (uint64_t)_mm_cvtsi128_si64(e); /* 8 digits, 8 digits */
+  return (r & 0xffffffffu) * 100000000u + (r >> 32);
+}
+
+/* The token [s, c) when it has the common shape above: at most 16 bytes,
+ * of which the 16 before c must be readable.  Returns false, *out
+ * untouched, for any other bytes (read_f32 then decides them). */
+__attribute__((always_inline)) inline bool fast_token(const char *s,
+                                                   const char *c,
+                                                   float *out) {
+  static const double p10[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+  size_t len = (size_t)(c - s);
+  if (len - 1 > 15)
+    return false;
+  /* lanes [b, 16) hold the token */
+  __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(c - 16));
+  __m128i t = _mm_sub_epi8(v, _mm_set1_epi8('0'));
+  __m128i dv = _mm_cmpeq_epi8(_mm_min_epu8(t, _mm_set1_epi8(9)), t);
+  unsigned b = 16 - (unsigned)len, neg = s[0] == '-';
+  unsigned non = ~(unsigned)_mm_movemask_epi8(dv) & (0xffffu << (b + neg)) &
+                 0xffffu;
+  unsigned dl = 16, nf = 0; /* the '.''s lane, the digits after it */
+  if (non) {
+    dl = (unsigned)__builtin_ctz(non);
+    if ((non & (non - 1)) || s[dl - b] != '.' || dl == 15)
+      return false;
+    nf = 15 - dl;
+  }
+  unsigned ni = dl - b - neg;
+  if (ni == 0 || (ni > 1 && s[neg] == '0'))
+    return false;
+  /* digits only, then those before the '.' one lane up: 16 digits */
+  __m128i d = _mm_andnot_si128(below(b), _mm_and_si128(t, dv));
+  __m128i up = below(nf ? dl + 1 : 0);
+  d = _mm_or_si128(_mm_andnot_si128(up, d),
+                   _mm_and_si128(up, _mm_slli_si128(d, 1)));
+  uint64_t m = value16(d); /* < 10^15: exact in a double */
+  double x = (double)m / p10[nf];
+  uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  /* 1e-15 <= x < 1e16 or x == 0: in range; midpoints go to read_f32 */
+  if ((bits & 0x1fffffffu) == 0x10000000u)
+    return false;
+  float f = (float)x;
+  uint32_t fb;
+  std::memcpy(&fb, &f, sizeof fb);
+  fb |= neg << 31;
+  std::memcpy(out, &fb, sizeof fb);
+  return true;
+}
+#endif
+
+/* The token [s, c): whitespace, one number, whitespace, as read_f32. */
+__attribute__((noinline)) bool slow_token(const char *s, const char *c,
+                                          float *out) {
+  while (s < c && is_ws(*s))
+    s++;
+  const char *q = read_f32(s, c, out);
+  if (!q)
+    return false;
+  while (q < c && is_ws(*q))
+    q++;
+  return q == c;
+}
+
+/* The token [s, c) of a list that starts at p.  Kept out of read_list's
+ * loop: inlined there (gcc 12), the same instructions ran 2.5x slower on
+ * the benchmark machine. */
+__attribute__((noinline)) bool list_token(const char *p, const char *s,
+                                          const char *c, float *out) {
+#ifdef NUM_SSE2
+  if (c - p >= 16) {
+    if (fast_token(s, c, out))
+      return true;
+  } else { /* the first bytes: 16 of them from a copy */
+    char b[16] = {0};
+    std::memcpy(b + 16 - (c - s), s, (size_t)(c - s));
+    if (fast_token(b + 16 - (c - s), b + 16, out))
+      return true;
+  }
+#else
+  (void)p;
+#endif
+  return slow_token(s, c, out);
+}
+
+/* Bytes of a list whose commas one pass finds (their offsets fit the
+ * table on the stack: 4 KiB). */
+constexpr size_t LIST_CHUNK = 1024;
+
+#ifdef NUM_SSE2
+inline uint64_t comma_bits64(const char *s) {
+  const __m128i cm = _mm_set1_epi8(',');
+  uint64_t m = 0;
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; k++) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s) + k);
+    m |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, cm))
+         << (16 * k);
+  }
+  return m;
+}
+
+/* Set bits of x (no popcnt instruction in baseline x86-64). */
+inline unsigned bits64(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555u);
+  x = (x & 0x3333333333333333u) + ((x >> 2) & 0x3333333333333333u);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fu;
+  return (unsigned)((x * 0x0101010101010101u) >> 56);
+}
+
+/* Writes base + the offset of each set bit of m to out; returns how many.
+ * Eight are written whether or not there are eight (out has room), so
+ * that the loop's length is the same for every block of a list. */
+inline size_t put_offsets(uint64_t m, uint32_t base, uint32_t *out) {
+  unsigned cnt = bits64(m);
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; j++) {
+    out[j] = base + (uint32_t)__builtin_ctzll(m | 1ull << 63);
+    m &= m - 1;
+  }
+  for (unsigned j = 8; j < cnt; j++) {
+    out[j] = base + (uint32_t)__builtin_ctzll(m);
+    m &= m - 1;
+  }
+  return cnt;
+}
+#endif
+
+/* Offsets of the commas in s[0, len) (len <= LIST_CHUNK) into pos, which
+ * has room for LIST_CHUNK + 8; returns how many. */
+inline size_t find_commas(const char *s, size_t len, uint32_t *pos) {
+  size_t k = 0, i = 0;
+#ifdef NUM_SSE2
+  for (; i + 64 <= len; i += 64)
+    k += put_offsets(comma_bits64(s + i), (uint32_t)i, pos + k);
+  if (i < len) {
+    alignas(16) char t[64] = {0};
+    std::memcpy(t, s + i, len - i);
+    k += put_offsets(comma_bits64(t), (uint32_t)i, pos + k);
+  }
+#else
+  for (; i < len; i++) {
+    pos[k] = (uint32_t)i;
+    k += s[i] == ',';
+  }
+#endif
+  return k;
+}
+
+/* n comma-separated numbers filling [p, end) into dst: 0 or -1. */
+inline int read_list(const char *p, const char *end, float *dst, size_t n) {
+  if (n == 0)
+    return p == end ? 0 : -1;
+  uint32_t pos[LIST_CHUNK + 8];
+  const char *s = p; /* the current token's first byte */
+  float *o = dst, *last = dst + n - 1;
+  for (const char *cb = p; cb < end; cb += LIST_CHUNK) {
+    size_t len = (size_t)(end - cb) < LIST_CHUNK ? (size_t)(end - cb)
+                                                 : LIST_CHUNK;
+    size_t k = find_commas(cb, len, pos);
+    if (k > (size_t)(last - o))
+      return -1; /* more than n numbers */
+    for (size_t j = 0; j < k; j++) {
+      const char *c = cb + pos[j];
+      if (!list_token(p, s, c, o++))
+        return -1;
+      s = c + 1;
+    }
+  }
+  if (o != last)
+    return -1;
+  return list_token(p, s, end, o) ? 0 : -1;
+}
+
 /* The decimal digits of v (no leading zeros) into d; returns how many.
  * Two digits a step from a table. */
 inline int digits_of(uint32_t v, char d[16]) {
@@ -241,22 +471,7 @@ const char *proto__num_f32(const char *p, const char *end, float *out) {
 
 int proto__num_list_f32(const char *p, const char *end, float *dst,
                         size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    while (p < end && is_ws(*p))
-      p++;
-    const char *q = read_f32(p, end, &dst[i]);
-    if (!q)
-      return -1;
-    p = q;
-    while (p < end && is_ws(*p))
-      p++;
-    if (i + 1 < n) {
-      if (p == end || *p != ',')
-        return -1;
-      p++;
-    }
-  }
-  return p == end ? 0 : -1;
+  return read_list(p, end, dst, n);
 }
 
 int proto__num_fmt_f32(char *out, float x) {

@@ -236,6 +236,242 @@ START_TEST(number_lists) {
 }
 END_TEST
 
+/* ---- lists: the comma-split fast path against the token-by-token one ---- */
+
+static int is_ws_byte(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+/* The list reader as it was before the fast path: one number after
+ * another through proto__num_f32 (itself checked against strtof above). */
+static int ref_list(const char *p, const char *end, float *dst, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    while (p < end && is_ws_byte(*p))
+      p++;
+    const char *q = proto__num_f32(p, end, &dst[i]);
+    if (!q)
+      return -1;
+    p = q;
+    while (p < end && is_ws_byte(*p))
+      p++;
+    if (i + 1 < n) {
+      if (p == end || *p != ',')
+        return -1;
+      p++;
+    }
+  }
+  return p == end ? 0 : -1;
+}
+
+static size_t commas_in(const char *s, size_t len) {
+  size_t k = 0;
+  for (size_t i = 0; i < len; i++)
+    k += s[i] == ',';
+  return k;
+}
+
+/* proto__num_list_f32 on a heap copy of s[0, len) exactly as long (so that
+ * ASan and valgrind see any read outside it) gives what ref_list gives,
+ * for n = commas + 1 and the counts either side of it. */
+static void same_list(const char *s, size_t len) {
+  enum { MAXN = 600 };
+  static float got[MAXN], want[MAXN];
+  size_t n0 = commas_in(s, len) + 1;
+  ck_assert(n0 + 1 <= MAXN);
+  char *b = malloc(len ? len : 1);
+  memcpy(b, s, len);
+  for (size_t n = n0 > 1 ? n0 - 1 : 0; n <= n0 + 1; n++) {
+    int rw = ref_list(b, b + len, want, n);
+    int rg = proto__num_list_f32(b, b + len, got, n);
+    ck_assert_msg(rg == rw, "n=%zu: %d, token by token %d: '%.*s'", n, rg,
+                  rw, (int)len, s);
+    for (size_t i = 0; rw == 0 && i < n; i++)
+      ck_assert_msg(f32_bits(got[i]) == f32_bits(want[i]),
+                    "element %zu: %a, token by token %a: '%.*s'", i,
+                    (double)got[i], (double)want[i], (int)len, s);
+  }
+  free(b);
+}
+
+/* A random token: mostly the common shape, often not. */
+static int rnd_token(char *t) {
+  int o = 0;
+  unsigned r = (unsigned)rnd();
+  if (r % 3 == 0)
+    t[o++] = '-';
+  int ni = 1 + (int)(rnd() % (rnd() % 4 ? 3 : 20));
+  for (int k = 0; k < ni; k++)
+    t[o++] = (char)('0' + rnd() % 10);
+  if (t[o - ni] == '0' && ni > 1 && rnd() % 4)
+    t[o - ni] = (char)('1' + rnd() % 9); /* mostly no leading zero */
+  if (rnd() % 4) {
+    t[o++] = '.';
+    int nf = (int)(rnd() % (rnd() % 4 ? 10 : 22)) + (rnd() % 8 != 0);
+    for (int k = 0; k < nf; k++)
+      t[o++] = (char)('0' + rnd() % 10);
+  }
+  if (rnd() % 5 == 0) {
+    t[o++] = rnd() % 2 ? 'e' : 'E';
+    if (rnd() % 2)
+      t[o++] = rnd() % 2 ? '-' : '+';
+    int ne = (int)(rnd() % 4);
+    for (int k = 0; k < ne; k++)
+      t[o++] = (char)('0' + rnd() % 10);
+  }
+  return o;
+}
+
+static const char ws_bytes[] = " \t\n\r";
+
+START_TEST(lists_of_random_tokens_read_as_one_by_one) {
+  char s[8192];
+  for (int it = 0; it < 6000; it++) {
+    int n = 1 + (int)(rnd() % (it % 10 == 0 ? 500 : 40)), o = 0;
+    int spaces = rnd() % 6 == 0;
+    for (int i = 0; i < n && o < 7900; i++) {
+      if (i)
+        s[o++] = ',';
+      while (spaces && rnd() % 3 == 0)
+        s[o++] = ws_bytes[rnd() % 4];
+      o += rnd_token(s + o);
+      while (spaces && rnd() % 3 == 0)
+        s[o++] = ws_bytes[rnd() % 4];
+    }
+    same_list(s, (size_t)o);
+  }
+}
+END_TEST
+
+/* One token at the start, in the middle, and ending exactly at the
+ * list's end, after prefixes that put it on every offset around the
+ * 16-byte window, alone and between others. */
+START_TEST(list_tokens_at_every_offset_and_length) {
+  static const char *const toks[] = {
+    "0", "-0", "7", "-7", "0.5", "-0.5", "-0.123456", "0.0123456",
+    "1.2345678", "-0.33333334", "123456789012345", "1234567890123456",
+    "-123456789012345", "12345678901234567", "0.00000000000001",
+    "0.000000000000001", "-9.99999999999999", "9.999999999999999",
+    "99999999999999999999", "1234567890123456789", "12345678901234567890",
+    "16777217", "-16777219", "8388608.5", "-8388609.5", "16777217.0",
+    "33554433", "1e5", "-1.5e-3", "1.2345678e-05", "3.4028235e38",
+    "3.4028236e38", "1e39", "1e-46", "-1e-45", "0e5", "-0.0e-0", "1E+2",
+    "2e22", "2e23", "1e-22", "1e-23", "01", "-01", "00", "1.", "-.5", ".5",
+    "1.e5", "1e", "1e+", "-", "", "+1", "--1", "1..2", "1.2.3", "1e5e5",
+    "0x10", "inf", "nan", "1-", "1-2", "1+2", "1e1.5", "- 1", "1 2",
+    " 1", "1 ", "\t-0.5\n", "\r1\r"};
+  static const char *const fills[] = {"1", "-0.25", "10.5", "123456.75"};
+  char s[512];
+  for (size_t t = 0; t < sizeof toks / sizeof *toks; t++) {
+    for (int pre = 0; pre < 40; pre++) {
+      for (int shape = 0; shape < 4; shape++) {
+        const char *fill = fills[pre % 4];
+        int o = 0;
+        if (shape & 1) /* numbers before it: pre bytes' worth */
+          while (o < pre)
+            o += snprintf(s + o, sizeof s - (size_t)o, "%s,", fill);
+        else /* or whitespace */
+          for (int k = 0; k < pre % 20; k++)
+            s[o++] = ' ';
+        o += snprintf(s + o, sizeof s - (size_t)o, "%s", toks[t]);
+        if (shape & 2)
+          o += snprintf(s + o, sizeof s - (size_t)o, ",%s,%s", fill, fill);
+        same_list(s, (size_t)o);
+      }
+    }
+  }
+}
+END_TEST
+
+/* Every byte of a list replaced by each byte of the number grammar and a
+ * few others, deleted, and doubled: the same verdict, the same numbers. */
+START_TEST(list_errors_at_every_position) {
+  static const char base[] =
+      "-0.5,12.25,-3,0.0123456,1e5,-7.5e-3,0,-0,123456789012345,"
+      "0.33333334,2.5E+1,1234.5678";
+  static const char subst[] = "0123456789-+.eE, \t\n\rx\"]";
+  char s[sizeof base + 4];
+  size_t len = strlen(base);
+  for (size_t at = 0; at < len; at++) {
+    for (size_t k = 0; k < sizeof subst - 1; k++) {
+      memcpy(s, base, len);
+      s[at] = subst[k];
+      same_list(s, len);
+    }
+    memcpy(s, base, at); /* deleted */
+    memcpy(s + at, base + at + 1, len - at - 1);
+    same_list(s, len - 1);
+    memcpy(s, base, at + 1); /* doubled */
+    memcpy(s + at + 1, base + at, len - at);
+    same_list(s, len + 1);
+  }
+}
+END_TEST
+
+/* Values the fast path must hand on: ties between floats that double
+ * rounding would break the wrong way, and long lists across chunks. */
+START_TEST(list_values_equal_strtof) {
+  static const char *const ties[] = {
+    "16777217", "16777219", "-16777221", "8388608.5", "8388609.5",
+    "-4194304.25", "4194304.75", "33554434", "33554438", "16777217.000"};
+  char s[64];
+  for (size_t i = 0; i < sizeof ties / sizeof *ties; i++) {
+    float x[3];
+    int n = snprintf(s, sizeof s, "%s,%s,%s", ties[i], ties[i], ties[i]);
+    ck_assert_int_eq(proto__num_list_f32(s, s + n, x, 3), 0);
+    for (int k = 0; k < 3; k++)
+      ck_assert_msg(f32_bits(x[k]) == f32_bits(strtof(ties[i], NULL)),
+                    "%s: %a", ties[i], (double)x[k]);
+  }
+  /* 15 significant digits (16 bytes) that a double rounds onto the
+   * midpoint between two floats while the decimal is to one side of it:
+   * (float) of that double would break the tie to even, strtof goes to
+   * the decimal's side */
+  int found = 0;
+  for (int i = 0; i < 200000 && found < 300; i++) {
+    float f = bits_f32(0x3f800000u + (uint32_t)(rnd() % (10u << 23)));
+    double mid = ((double)f + (double)nextafterf(f, INFINITY)) / 2;
+    int idig = snprintf(s, sizeof s, "%.0f", floor(mid));
+    snprintf(s, sizeof s, "%.*f", 15 - idig, mid);
+    if (strtod(s, NULL) != mid || strtof(s, NULL) == (float)mid)
+      continue;
+    found++;
+    float x[2];
+    char l[64];
+    int n = snprintf(l, sizeof l, "%s,%s", s, s);
+    ck_assert_int_eq(strlen(s), 16);
+    ck_assert_int_eq(proto__num_list_f32(l, l + n, x, 2), 0);
+    ck_assert_msg(f32_bits(x[0]) == f32_bits(strtof(s, NULL)) &&
+                      f32_bits(x[1]) == f32_bits(strtof(s, NULL)),
+                  "%s: %a, strtof %a", s, (double)x[0],
+                  (double)strtof(s, NULL));
+  }
+  ck_assert_int_eq(found, 300);
+  /* 5000 numbers (about 50 KB, many chunks), 6 and 9 digits, shortest */
+  enum { N = 5000 };
+  size_t cap = (size_t)N * 25;
+  char *b = malloc(cap);
+  float *x = malloc(N * sizeof *x);
+  static char texts[N][24];
+  size_t o = 0;
+  for (int i = 0; i < N; i++) {
+    float f = i % 3 ? rnd_float() : (float)((double)(rnd() % 2000000) / 1e6 - 1);
+    if (i % 3 == 1)
+      proto__fmt_f32(texts[i], f);
+    else
+      snprintf(texts[i], sizeof texts[i], "%.6g", (double)f);
+    if (!(fabs(strtod(texts[i], NULL)) <= FLT_MAX))
+      snprintf(texts[i], sizeof texts[i], "%d", i);
+    o += (size_t)snprintf(b + o, cap - o, i ? ",%s" : "%s", texts[i]);
+  }
+  ck_assert_int_eq(proto__num_list_f32(b, b + o, x, N), 0);
+  for (int i = 0; i < N; i++)
+    ck_assert_msg(f32_bits(x[i]) == f32_bits(strtof(texts[i], NULL)),
+                  "%s: %a", texts[i], (double)x[i]);
+  free(b);
+  free(x);
+}
+END_TEST
+
 /* ---- through the decoders ----------------------------------------------- */
 
 /* 1 + 2^-24 is the midpoint between 1 and its upper neighbour; this
@@ -680,6 +916,10 @@ static Suite *numparse_suite(void) {
   tcase_add_test(tc, long_mantissas);
   tcase_add_test(tc, json_number_grammar);
   tcase_add_test(tc, number_lists);
+  tcase_add_test(tc, lists_of_random_tokens_read_as_one_by_one);
+  tcase_add_test(tc, list_tokens_at_every_offset_and_length);
+  tcase_add_test(tc, list_errors_at_every_position);
+  tcase_add_test(tc, list_values_equal_strtof);
   suite_add_tcase(s, tc);
   tc = tcase_create("decode");
   tcase_set_timeout(tc, 120);
