@@ -432,29 +432,56 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n) {
   return list_token(p, s, end, o) ? 0 : -1;
 }
 
-/* The decimal digits of v (no leading zeros) into d; returns how many.
- * Two digits a step from a table. */
-inline int digits_of(uint32_t v, char d[16]) {
-  static const char pairs[] =
-      "00010203040506070809101112131415161718192021222324252627282930313233"
-      "34353637383940414243444546474849505152535455565758596061626364656667"
-      "6869707172737475767778798081828384858687888990919293949596979899";
-  char t[16];
-  int i = 16;
-  while (v >= 100) {
-    uint32_t r = v % 100;
-    v /= 100;
-    t[--i] = pairs[2 * r + 1];
-    t[--i] = pairs[2 * r];
-  }
-  if (v >= 10) {
-    t[--i] = pairs[2 * v + 1];
-    t[--i] = pairs[2 * v];
-  } else {
-    t[--i] = (char)('0' + v);
-  }
-  std::memcpy(d, t + i, (size_t)(16 - i));
-  return 16 - i;
+/* Number of decimal digits of v, 1 <= v < 10^9. */
+inline int digit_count(uint32_t v) {
+  return 1 + (v >= 10) + (v >= 100) + (v >= 1000) + (v >= 10000) +
+         (v >= 100000) + (v >= 1000000) + (v >= 10000000) +
+         (v >= 100000000);
+}
+
+/* The eight decimal digits of v < 10^8, leading zeros included, as the
+ * bytes of a word, most significant first in memory, without a branch:
+ * halves, quarters and single digits are split inside the word, every
+ * lane at once, by multiplies and shifts that divide exactly over the
+ * lane's range (x * 5243 >> 19 == x / 100 for x < 10^4, x * 103 >> 10
+ * == x / 10 for x < 100). */
+inline uint64_t eight_digits(uint32_t v) {
+  uint64_t x = (uint64_t)(v / 10000u) | ((uint64_t)(v % 10000u) << 32);
+  uint64_t q = ((x * 5243u) >> 19) & 0x0000007f0000007full;
+  x = q | ((x - q * 100u) << 16);
+  q = ((x * 103u) >> 10) & 0x000f000f000f000full;
+  x = q | ((x - q * 10u) << 8);
+  return x + 0x3030303030303030ull;
+}
+
+/* Up to 16 digit bytes, first in memory in lo.  They stay in registers:
+ * digits written to memory and read back at another offset make the load
+ * wait for the stores before it, which cost more than the printing. */
+struct digits16 {
+  uint64_t lo, hi;
+};
+
+/* The n significant digits of v (1 <= n <= 9, v < 10^9) first, then
+ * zero bytes. */
+inline digits16 significant_digits(uint32_t v, int n) {
+  unsigned __int128 w =
+      (unsigned __int128)eight_digits(v % 100000000u) << 8 |
+      (unsigned __int128)('0' + v / 100000000u);
+  w >>= 8 * (9 - n);
+  return digits16{(uint64_t)w, (uint64_t)(w >> 64)};
+}
+
+/* d without its first k bytes (0 <= k < 16). */
+inline digits16 skip_digits(digits16 d, int k) {
+  unsigned __int128 w = (unsigned __int128)d.hi << 64 | d.lo;
+  w >>= 8 * k;
+  return digits16{(uint64_t)w, (uint64_t)(w >> 64)};
+}
+
+/* Stores all 16 bytes of d at o. */
+inline void put16(char *o, digits16 d) {
+  std::memcpy(o, &d.lo, 8);
+  std::memcpy(o + 8, &d.hi, 8);
 }
 
 }  // namespace
@@ -476,7 +503,9 @@ int proto__num_list_f32(const char *p, const char *end, float *dst,
 
 int proto__num_fmt_f32(char *out, float x) {
   /* Dragonbox's shortest digits as an integer and a power of ten, x =
-   * sig * 10^e10, laid out as proto__fmt_f32 documents. */
+   * sig * 10^e10, laid out as proto__fmt_f32 documents.  The digits are
+   * stored with fixed-size writes that may run past the text's end (out
+   * holds PROTO__F32_MAX bytes; at most 26 are written). */
   if (!std::isfinite(x) || x == 0.0f)
     return -1;
   auto dec = fmt::detail::dragonbox::to_decimal(x);
@@ -486,48 +515,43 @@ int proto__num_fmt_f32(char *out, float x) {
     sig /= 10;
     e10++;
   }
-  char dig[16];
-  int n = digits_of(sig, dig);
-  if (n > 9)
+  if (sig >= 1000000000u)
     return -1;
-  int o = 0, e = e10 + n - 1; /* exponent of the leading digit */
-  if (x < 0)
-    out[o++] = '-';
+  int n = digit_count(sig);
+  digits16 d = significant_digits(sig, n);
+  int e = e10 + n - 1; /* exponent of the leading digit */
+  char *o = out + (x < 0);
+  out[0] = '-';
   if (e >= 0 && e < 9) {
+    put16(o, d);
     if (n <= e + 1) { /* an integer: the digits, then zeros */
-      std::memcpy(out + o, dig, (size_t)n);
-      std::memset(out + o + n, '0', (size_t)(e + 1 - n));
+      std::memcpy(o + n, "00000000", 8);
       o += e + 1;
     } else {
-      std::memcpy(out + o, dig, (size_t)e + 1);
-      out[o + e + 1] = '.';
-      std::memcpy(out + o + e + 2, dig + e + 1, (size_t)(n - e - 1));
+      put16(o + e + 2, skip_digits(d, e + 1));
+      o[e + 1] = '.';
       o += n + 1;
     }
   } else if (e < 0 && e >= -5) {
-    out[o++] = '0';
-    out[o++] = '.';
-    std::memset(out + o, '0', (size_t)(-e - 1));
-    o += -e - 1;
-    std::memcpy(out + o, dig, (size_t)n);
+    std::memcpy(o, "0.00000", 8);
+    o += 1 - e;
+    put16(o, d);
     o += n;
   } else {
-    out[o++] = dig[0];
-    if (n > 1) {
-      out[o++] = '.';
-      std::memcpy(out + o, dig + 1, (size_t)n - 1);
-      o += n - 1;
-    }
-    out[o++] = 'e';
+    o[0] = (char)d.lo;
+    o[1] = '.';
+    put16(o + 2, skip_digits(d, 1));
+    o += n > 1 ? n + 1 : 1;
+    *o++ = 'e';
     if (e < 0)
-      out[o++] = '-';
+      *o++ = '-';
     int ae = e < 0 ? -e : e;
     if (ae >= 10)
-      out[o++] = (char)('0' + ae / 10);
-    out[o++] = (char)('0' + ae % 10);
+      *o++ = (char)('0' + ae / 10);
+    *o++ = (char)('0' + ae % 10);
   }
-  out[o] = '\0';
-  return o;
+  *o = '\0';
+  return (int)(o - out);
 }
 
 }  // extern "C"
