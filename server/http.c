@@ -832,7 +832,11 @@ static struct MHD_Daemon *http_start_daemon(struct http *h,
       MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       (unsigned int)h->cfg.max_conns_per_ip,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)h->cfg.conn_timeout_s,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
+      /* MHD's default, 32 KiB: MHD zeroes the pool for every request,
+       * and 64 connections' worth of 128 KiB pools no longer fit in
+       * the caches (4-10% more CPU per tiny request at 64
+       * connections, nothing gained for large uploads). */
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
       MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
       MHD_OPTION_ARRAY, tls,
       MHD_OPTION_END);
