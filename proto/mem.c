@@ -8,18 +8,24 @@
 
 #include <cjson/cJSON.h>
 
+/* Set by mem_fail_at(n > 0), cleared by mem_fail_at(0, 0).  Only then
+ * is anything shared written: counters bumped by every thread on every
+ * allocation would bounce their cache line between the cores. */
+static _Atomic int mem_armed;
 /* > 0: the allocation that brings it from 1 to 0 fails; 0: off. */
 static _Atomic long mem_countdown;
 static _Atomic int mem_persistent;  /* 1: every allocation fails */
 static _Atomic int mem_sticky;      /* persistent failure has started */
 static _Atomic unsigned long mem_injected_n;
 static _Atomic unsigned long mem_calls;
-static _Atomic long mem_live_n;
+static _Thread_local long mem_live_n;
 static _Thread_local unsigned long mem_thread_failed;
 
 /* 1 when this allocation is to fail. */
 static int mem_should_fail(void) {
   long v;
+  if (!atomic_load_explicit(&mem_armed, memory_order_relaxed))
+    return 0;
   atomic_fetch_add_explicit(&mem_calls, 1, memory_order_relaxed);
   if (atomic_load_explicit(&mem_sticky, memory_order_relaxed))
     goto fail;
@@ -38,7 +44,7 @@ fail:
 /* Counts p as a new live block, or a failure when it is NULL. */
 static void *mem_track(void *p) {
   if (p)
-    atomic_fetch_add_explicit(&mem_live_n, 1, memory_order_relaxed);
+    mem_live_n++;
   else
     mem_thread_failed++;
   return p;
@@ -88,7 +94,7 @@ char *mem_strdup(const char *s) {
 void mem_free(void *p) {
   if (!p)
     return;
-  atomic_fetch_sub_explicit(&mem_live_n, 1, memory_order_relaxed);
+  mem_live_n--;
   free(p);
 }
 
@@ -110,10 +116,12 @@ void mem_init(void) {
 }
 
 void mem_fail_at(long n, int persistent) {
+  atomic_store(&mem_armed, 0);
   atomic_store(&mem_countdown, 0);
   atomic_store(&mem_sticky, 0);
   atomic_store(&mem_persistent, persistent != 0);
   atomic_store(&mem_countdown, n > 0 ? n : 0);
+  atomic_store(&mem_armed, n > 0);
 }
 
 long mem_fail_from_env(void) {
@@ -135,4 +143,4 @@ unsigned long mem_injected(void) { return atomic_load(&mem_injected_n); }
 
 unsigned long mem_allocations(void) { return atomic_load(&mem_calls); }
 
-long mem_live(void) { return atomic_load(&mem_live_n); }
+long mem_live(void) { return mem_live_n; }

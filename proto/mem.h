@@ -17,17 +17,19 @@
  *   it - until mem_fail_at(0, 0).  attnd arms it from the environment
  *   variable ATTND_FAIL_ALLOC_AT=N once it is ready (main.c), for the
  *   integration test; unit tests call mem_fail_at directly.  Off, it
- *   costs one relaxed atomic load per allocation.
- * - Counters: allocation calls; allocations that failed on the calling thread (injected or
- *   real), so that a caller whose library reports an allocation failure
- *   no differently from bad input (cJSON_Parse returns NULL for both)
- *   can tell them apart; injected failures in the process; live blocks
- *   (mem_live, exact while every block is released with mem_free or
- *   mem_realloc, which unit tests use to check that an error path freed
- *   everything).
+ *   costs one relaxed atomic load per allocation, and nothing shared is
+ *   written.
+ * - Counters: allocation calls while failure injection is armed;
+ *   allocations that failed on the calling thread (injected or real), so
+ *   that a caller whose library reports an allocation failure no
+ *   differently from bad input (cJSON_Parse returns NULL for both) can
+ *   tell them apart; injected failures in the process; live blocks of the
+ *   calling thread (mem_live, exact while every block it allocates is
+ *   released on it with mem_free or mem_realloc, which single-threaded
+ *   unit tests use to check that an error path freed everything).
  *
- * This module's counters are the only process-wide mutable state of
- * proto/: atomics, safe from any thread.
+ * This module's counters are the only mutable state of
+ * proto/: atomics and thread-locals, safe from any thread.
  */
 #ifndef ATTND_MEM_H
 #define ATTND_MEM_H
@@ -67,11 +69,12 @@ unsigned long mem_thread_failures(void);
 /* Injected failures so far, in the whole process. */
 unsigned long mem_injected(void);
 
-/* Wrapped allocation calls so far (failed ones included), in the whole
- * process: what an N for mem_fail_at counts. */
+/* Wrapped allocation calls (failed ones included) in the whole process
+ * while failure injection was armed: what an N for mem_fail_at counts. */
 unsigned long mem_allocations(void);
 
-/* Blocks allocated and not yet released through this wrapper. */
+/* Blocks allocated on the calling thread through this wrapper, less those
+ * released on it. */
 long mem_live(void);
 
 #endif /* ATTND_MEM_H */
