@@ -10,7 +10,6 @@
 
 /* Written once by log_init() before any thread starts, then only read. */
 static enum log_format log_fmt = LOG_FORMAT_TEXT;
-
 static int log_access_on = 1;
 
 void log_init(enum log_format format, int access) {
