@@ -461,21 +461,27 @@ struct digits16 {
   uint64_t lo, hi;
 };
 
-/* The n significant digits of v (1 <= n <= 9, v < 10^9) first, then
- * zero bytes. */
-inline digits16 significant_digits(uint32_t v, int n) {
-  unsigned __int128 w =
-      (unsigned __int128)eight_digits(v % 100000000u) << 8 |
-      (unsigned __int128)('0' + v / 100000000u);
-  w >>= 8 * (9 - n);
-  return digits16{(uint64_t)w, (uint64_t)(w >> 64)};
-}
-
-/* d without its first k bytes (0 <= k < 16). */
+/* d shifted toward its first byte by k bytes (0 <= k < 16). */
 inline digits16 skip_digits(digits16 d, int k) {
+#ifdef __SIZEOF_INT128__
   unsigned __int128 w = (unsigned __int128)d.hi << 64 | d.lo;
   w >>= 8 * k;
   return digits16{(uint64_t)w, (uint64_t)(w >> 64)};
+#else /* 32-bit targets: the same, a word at a time */
+  if (k >= 8)
+    return digits16{d.hi >> (8 * (k - 8)), 0};
+  if (k == 0)
+    return d;
+  return digits16{(d.lo >> (8 * k)) | (d.hi << (64 - 8 * k)), d.hi >> (8 * k)};
+#endif
+}
+
+/* The n significant digits of v (1 <= n <= 9, v < 10^9) first, then
+ * zero bytes. */
+inline digits16 significant_digits(uint32_t v, int n) {
+  uint64_t low8 = eight_digits(v % 100000000u);
+  digits16 nine{low8 << 8 | (uint64_t)('0' + v / 100000000u), low8 >> 56};
+  return skip_digits(nine, 9 - n);
 }
 
 /* Stores all 16 bytes of d at o. */
