@@ -38,6 +38,9 @@
 static inline int attn__use_avx2_fma(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+/* AVX-512F and FMA: the AVX-512 loops of vexp.c and the native matrix
+ * products of gemm.c.  valgrind hides AVX-512 from CPUID, so under it the
+ * AVX2 loops and the cblas path run. */
 static inline int attn__use_avx512(void) {
   return attn__use_avx2_fma() && __builtin_cpu_supports("avx512f");
 }
@@ -47,17 +50,11 @@ static inline int attn__use_avx2_fma(void) { return 0; }
 static inline int attn__use_avx512(void) { return 0; }
 #endif
 
-/* The native matrix products (gemm.c) need AVX-512F and FMA; valgrind
- * hides AVX-512 from CPUID, so under it the cblas path runs. */
-#if ATTN__HAVE_AVX2_FMA
-#define ATTN__HAVE_AVX512 1
-static inline int attn__gemm_native_available(void) {
-  return attn__use_avx512();
+/* The mask of lanes [0, k) of 16 (k >= 1; 16 and more is all of them),
+ * for the masked tails of the AVX-512 loops. */
+static inline unsigned attn__lanes16(int k) {
+  return k >= 16 ? 0xffffu : (1u << k) - 1u;
 }
-#else
-#define ATTN__HAVE_AVX512 0
-static inline int attn__gemm_native_available(void) { return 0; }
-#endif
 
 /* Query rows per task and key columns per online block.  OpenBLAS packs
  * both operands of every sgemm, so a key block's K and V are packed once
@@ -356,7 +353,7 @@ void attn__write_weights_done(int stream);
  *   attn__gemm_nn  C (m, n) = A (m, k) B (k, n) + beta C   (beta 0: C is
  *                  not read)
  * gemm is ATTN_GEMM_BLAS (cblas_sgemm) or ATTN_GEMM_NATIVE (the AVX-512F
- * kernels: only when attn__gemm_native_available()).  The NT kernel
+ * kernels: only when attn__use_avx512()).  The NT kernel
  * packs B through pack, attn__gemm_pack_floats(p) floats of 64-byte
  * aligned scratch, for any k <= max(D, Dk); BLAS ignores it. */
 void attn__gemm_nt(int gemm, int m, int n, int k, float alpha,
@@ -370,9 +367,9 @@ size_t attn__gemm_pack_floats(const attn_problem *p);
  * ATTN_GEMM_NATIVE, from p->gemm, the CPU and the BLAS (gemm.c). */
 int attn__gemm_pick(const attn_problem *p);
 
-#if ATTN__HAVE_AVX512
+#if ATTN__HAVE_AVX2_FMA
 /* The native kernels themselves, for the tests and the benchmark; call
- * only when attn__gemm_native_available(). */
+ * only when attn__use_avx512(). */
 void attn__gemm_nt_avx512(int m, int n, int k, float alpha, const float *a,
                           int lda, const float *b, int ldb, float *c,
                           int ldc, float *pack);

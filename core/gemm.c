@@ -65,7 +65,7 @@ static void blas_nn(int m, int n, int k, const float *a, int lda,
 /* ------------------------------------------------------------------ */
 /* The AVX-512F kernels. */
 
-#if ATTN__HAVE_AVX512
+#if ATTN__HAVE_AVX2_FMA
 #include <immintrin.h>
 
 #define AVX512 __attribute__((target("avx512f,fma")))
@@ -79,11 +79,6 @@ enum {
   TILE_MR = 6, TILE_MR2 = 12, TILE_NV = 4, TILE_NC = 16 * TILE_NV,
   NN_KC = 128
 };
-
-/* Lanes [0, w) live, 1 <= w <= 16. */
-static __mmask16 lanes(int w) {
-  return (__mmask16)(w >= 16 ? 0xffffu : (1u << w) - 1u);
-}
 
 /* One tile: C[0, mr) x [0, 16 nv) (the last vector's lanes by mask
  * last) = alpha * (init + sum_{j < kc} A[r][j] B[j][.]), where init is 0
@@ -171,6 +166,10 @@ TILE_ROWS(2, TILE_WIDE(2))
 TILE_ROWS(3, )
 TILE_ROWS(4, )
 
+/* tile_NV by NV - 1. */
+static void (*const tiles_by_width[TILE_NV])(TILE_PARAMS) = {tile_1, tile_2,
+                                                          tile_3, tile_4};
+
 /* The tiles of rows [0, m) of one column strip of width w <= 64: as few
  * tiles as the height limit allows, of (nearly) equal heights, so that no
  * thin tile is left waiting on FMA latency. */
@@ -179,21 +178,12 @@ AVX512 static void strip(int m, int w, int kc, const float *a, size_t lda,
                          int load_c, float beta, float alpha) {
   int nv = (w + 15) / 16, mrmax = nv <= 2 ? TILE_MR2 : TILE_MR;
   int tiles = (m + mrmax - 1) / mrmax;
-  __mmask16 last = lanes(w - 16 * (nv - 1));
+  __mmask16 last = (__mmask16)attn__lanes16(w - 16 * (nv - 1));
   for (int i0 = 0, t = 0; t < tiles; t++) {
     int mr = (m - i0) / (tiles - t) + ((m - i0) % (tiles - t) != 0);
-    const float *ai = a + (size_t)i0 * lda;
-    float *ci = c + (size_t)i0 * ldc;
-    switch (nv) {
-    case 4: tile_4(mr, kc, ai, lda, b, ldb, ci, ldc, last, load_c, beta,
-                   alpha); break;
-    case 3: tile_3(mr, kc, ai, lda, b, ldb, ci, ldc, last, load_c, beta,
-                   alpha); break;
-    case 2: tile_2(mr, kc, ai, lda, b, ldb, ci, ldc, last, load_c, beta,
-                   alpha); break;
-    default: tile_1(mr, kc, ai, lda, b, ldb, ci, ldc, last, load_c, beta,
-                    alpha); break;
-    }
+    tiles_by_width[nv - 1](mr, kc, a + (size_t)i0 * lda, lda, b, ldb,
+                           c + (size_t)i0 * ldc, ldc, last, load_c, beta,
+                           alpha);
     i0 += mr;
   }
 }
@@ -250,7 +240,7 @@ AVX512 static void pack_t(const float *b, size_t ldb, int w, int k,
     int rows = w - c0 < 16 ? w - c0 : 16;
     for (int d0 = 0; d0 < k; d0 += 16) {
       int dk = k - d0 < 16 ? k - d0 : 16;
-      __mmask16 mk = lanes(dk);
+      __mmask16 mk = (__mmask16)attn__lanes16(dk);
       __m512 r[16];
       for (int y = 0; y < 16; y++)
         r[y] = y < rows ? _mm512_maskz_loadu_ps(
@@ -275,7 +265,7 @@ AVX512 void attn__gemm_nt_avx512(int m, int n, int k, float alpha,
           0.0f, alpha);
   }
 }
-#endif /* ATTN__HAVE_AVX512 */
+#endif /* ATTN__HAVE_AVX2_FMA */
 
 /* ------------------------------------------------------------------ */
 /* Which one runs. */
@@ -289,7 +279,7 @@ size_t attn__gemm_pack_floats(const attn_problem *p) {
  * top says why).  __builtin_cpu_supports reads what libgcc found at
  * start-up: a load and a test, cheap enough for every call. */
 int attn__gemm_pick(const attn_problem *p) {
-  if (p->gemm == ATTN_GEMM_BLAS || !attn__gemm_native_available())
+  if (p->gemm == ATTN_GEMM_BLAS || !attn__use_avx512())
     return ATTN_GEMM_BLAS;
   return ATTN_GEMM_NATIVE;
 }
@@ -297,7 +287,7 @@ int attn__gemm_pick(const attn_problem *p) {
 void attn__gemm_nt(int gemm, int m, int n, int k, float alpha,
                    const float *a, int lda, const float *b, int ldb, float *c,
                    int ldc, float *pack) {
-#if ATTN__HAVE_AVX512
+#if ATTN__HAVE_AVX2_FMA
   if (gemm == ATTN_GEMM_NATIVE) {
     attn__gemm_nt_avx512(m, n, k, alpha, a, lda, b, ldb, c, ldc, pack);
     return;
@@ -310,7 +300,7 @@ void attn__gemm_nt(int gemm, int m, int n, int k, float alpha,
 
 void attn__gemm_nn(int gemm, int m, int n, int k, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc) {
-#if ATTN__HAVE_AVX512
+#if ATTN__HAVE_AVX2_FMA
   if (gemm == ATTN_GEMM_NATIVE) {
     attn__gemm_nn_avx512(m, n, k, a, lda, b, ldb, beta, c, ldc);
     return;

@@ -99,15 +99,14 @@ AVX512 static inline __m512 exp16(__m512 x) {
 
 /* Lanes [0, k) live (k >= 1; 16 and more is all of them). */
 AVX512 static inline __mmask16 live16(int k) {
-  return k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1);
+  return (__mmask16)attn__lanes16(k);
 }
 
 AVX512 static inline float exp_sum16(float *s, const float *f, int a,
                                      int z, float m) {
   __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
   for (int c = a; c < z; c += 16) {
-    __mmask16 live = z - c >= 16 ? (__mmask16)0xffff
-                                 : (__mmask16)((1u << (z - c)) - 1);
+    __mmask16 live = live16(z - c);
     __m512 x = _mm512_maskz_loadu_ps(live, s + c);
     __m512 e = exp16(_mm512_sub_ps(x, vm));
     if (f) e = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(live, f + c));

@@ -221,7 +221,7 @@ static void ceiling_init(ceiling *cl, uint64_t *seed) {
 }
 
 static void ceiling_product(ceiling *cl, int native) {
-#if ATTN__HAVE_AVX512
+#if ATTN__HAVE_AVX2_FMA
   if (native) {
     attn__gemm_nt_avx512(512, 512, 64, 1.0f, cl->a, 64, cl->b, 64, cl->c,
                          512, cl->pack);
@@ -236,7 +236,7 @@ static void ceiling_product(ceiling *cl, int native) {
 /* Times reps batches of 10 products and keeps the best per product, for
  * cblas_sgemm and (where the CPU has it) the native kernel. */
 static void ceiling_sample(ceiling *cl, int reps) {
-  int kinds = attn__gemm_native_available() ? 2 : 1;
+  int kinds = attn__use_avx512() ? 2 : 1;
   for (int r = 0; r < reps; r++)
     for (int native = 0; native < kinds; native++) {
       double t0 = now_s(), c0 = cpu_s();

@@ -1327,7 +1327,7 @@ END_TEST
  * against float64, then the whole attention through each path. */
 
 static int native_gemm_or_skip(const char *test) {
-  if (attn__gemm_native_available()) return 1;
+  if (attn__use_avx512()) return 1;
   fprintf(stderr, "%s: skipped, this CPU (or valgrind) has no AVX-512F + "
                   "FMA for the native kernels\n", test);
   return 0;
@@ -1458,7 +1458,7 @@ static void gemm_sweep(gemm_nt_fn *nt, gemm_nn_fn *nn, int gemm,
 }
 
 START_TEST(test_native_gemm_kernels_match_float64) {
-#if ATTN__HAVE_AVX512
+#if ATTN__HAVE_AVX2_FMA
   if (!native_gemm_or_skip("test_native_gemm_kernels_match_float64")) return;
   gemm_sweep(attn__gemm_nt_avx512, attn__gemm_nn_avx512, ATTN_GEMM_NATIVE,
              "native");
@@ -1473,7 +1473,7 @@ END_TEST
  * only when available). */
 START_TEST(test_gemm_entry_points_match_float64) {
   gemm_sweep(NULL, NULL, ATTN_GEMM_BLAS, "blas");
-  if (attn__gemm_native_available())
+  if (attn__use_avx512())
     gemm_sweep(NULL, NULL, ATTN_GEMM_NATIVE, "native via attn__gemm");
 }
 END_TEST
@@ -1486,7 +1486,7 @@ START_TEST(test_gemm_override_is_checked_and_picked) {
   tcase c;
   attn__scratch lay;
   make_case(&c, &s, 0, 3);
-  int native = attn__gemm_native_available() ? ATTN_GEMM_NATIVE
+  int native = attn__use_avx512() ? ATTN_GEMM_NATIVE
                                              : ATTN_GEMM_BLAS;
   ck_assert_int_eq(c.p.gemm, ATTN_GEMM_AUTO);
   ck_assert_int_eq(attn__gemm_pick(&c.p), native);
