@@ -14,7 +14,6 @@
  * Nothing here allocates, throws or keeps state: every function is
  * reentrant. */
 #include <cfloat>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -105,6 +104,12 @@ inline const char *take_digits(const char *s, const char *end, uint64_t *m,
   return s;
 }
 
+/* 10^0 .. 10^22: every one exact in a double, what Clinger's fast path
+ * multiplies or divides by (clinger_f32, fast_token). */
+const double pow10_exact[23] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
 /* Clinger's fast path, for float32: a decimal of at most 19 digits m and
  * exponent e (|e| <= 22, m <= 2^53) is m * 10^e or m / 10^-e in one
  * correctly rounded double operation (both operands exact).  That double
@@ -123,9 +128,6 @@ inline const char *take_digits(const char *s, const char *end, uint64_t *m,
  * fast_float must read the token. */
 inline int clinger_f32(const char *p, const char *end, float *out,
                        const char **q) {
-  static const double p10[23] = {
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
-    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
   const char *s = p;
   bool neg = s < end && *s == '-';
   uint64_t m = 0;
@@ -167,7 +169,8 @@ inline int clinger_f32(const char *p, const char *end, float *out,
   }
   if (m > (1ull << 53) || e10 < -22 || e10 > 22)
     return 0;
-  double d = e10 < 0 ? (double)m / p10[-e10] : (double)m * p10[e10];
+  double d = e10 < 0 ? (double)m / pow10_exact[-e10]
+                      : (double)m * pow10_exact[e10];
   uint64_t bits;
   std::memcpy(&bits, &d, sizeof bits);
   if (!(d >= FLT_MIN && d < FLT_MAX) || (bits & 0x1fffffffu) == 0x10000000u)
@@ -232,21 +235,11 @@ inline const char *read_f32(const char *p, const char *end, float *out) {
 #endif
 
 #ifdef NUM_SSE2
-/* lanes_below[k]: 0xff in the lanes under k (k = 0..16). */
-alignas(16) const unsigned char lanes_below[17][16] = {
-#define L8(a) a, a, a, a, a, a, a, a
-  {0},
-  {0xff}, {0xff, 0xff}, {0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff},
-  {0xff, 0xff, 0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
-  {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {L8(0xff)},
-  {L8(0xff), 0xff}, {L8(0xff), 0xff, 0xff}, {L8(0xff), 0xff, 0xff, 0xff},
-  {L8(0xff), 0xff, 0xff, 0xff, 0xff}, {L8(0xff), 0xff, 0xff, 0xff, 0xff, 0xff},
-  {L8(0xff), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
-  {L8(0xff), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {L8(0xff), L8(0xff)}};
-#undef L8
-
+/* 0xff in the lanes under k (k = 0..16), 0 in the others. */
 inline __m128i below(unsigned k) {
-  return _mm_load_si128(reinterpret_cast<const __m128i *>(lanes_below[k]));
+  const __m128i lane = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                     12, 13, 14, 15);
+  return _mm_cmpgt_epi8(_mm_set1_epi8((char)k), lane);
 }
 
 /* The value of the 16 digits (0..9 each, lane 0 the most significant). */
@@ -266,8 +259,6 @@ inline uint64_t value16(__m128i d) {
 __attribute__((always_inline)) inline bool fast_token(const char *s,
                                                    const char *c,
                                                    float *out) {
-  static const double p10[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
   size_t len = (size_t)(c - s);
   if (len - 1 > 15)
     return false;
@@ -294,7 +285,7 @@ __attribute__((always_inline)) inline bool fast_token(const char *s,
   d = _mm_or_si128(_mm_andnot_si128(up, d),
                    _mm_and_si128(up, _mm_slli_si128(d, 1)));
   uint64_t m = value16(d); /* < 10^15: exact in a double */
-  double x = (double)m / p10[nf];
+  double x = (double)m / pow10_exact[nf];
   uint64_t bits;
   std::memcpy(&bits, &x, sizeof bits);
   /* 1e-15 <= x < 1e16 or x == 0: in range; midpoints go to read_f32 */
