@@ -192,13 +192,18 @@ static void batcher_release(struct batcher *b, size_t cost) {
   pthread_mutex_unlock(&b->mu);
 }
 
+/* Records a job's outcome and releases its request. */
+static void batcher_settle(struct batcher_job *job, int err) {
+  job->err = err;
+  job->finished_ns = clock_now_ns();
+  proto_request_free(&job->req);
+}
+
 /* Completes a job: the last time the batcher touches it. */
 static void batcher_finish(struct batcher *b, struct batcher_job *job,
                            int err) {
   size_t cost = job->cost;
-  job->err = err;
-  job->finished_ns = clock_now_ns();
-  proto_request_free(&job->req);
+  batcher_settle(job, err);
   job->done(job);
   batcher_release(b, cost);
 }
@@ -372,6 +377,23 @@ static int batcher_compute(struct batcher *b, struct batcher_job *job,
   return batcher_compress(job);
 }
 
+/* Runs a job taken from its queue by worker w, or by its submitter (w
+ * NULL): 504 past its deadline, else compute and encode.  Returns its
+ * error. */
+static int batcher_execute(struct batcher *b, struct batcher_job *job,
+                           struct pool_worker *w, int batch_size) {
+  int err;
+  job->batch_size = batch_size;
+  job->started_ns = clock_now_ns();
+  if (job->deadline_ns && job->started_ns > job->deadline_ns)
+    err = ATTND_ETIMEDOUT;
+  else
+    err = batcher_compute(b, job, w);
+  metrics_record_job(b->m, job->started_ns - job->enqueued_ns,
+                     clock_now_ns() - job->started_ns);
+  return err;
+}
+
 static void batcher_run(struct pool_item *item, struct pool_worker *w,
                         void *arg) {
   struct batcher_batch *batch = (struct batcher_batch *)item;
@@ -386,17 +408,8 @@ static void batcher_run(struct pool_item *item, struct pool_worker *w,
   job = batch->jobs;
   n = batch->n;
   for (; job; job = next) {
-    int err;
     next = job->next;
-    job->batch_size = n;
-    job->started_ns = clock_now_ns();
-    if (job->deadline_ns && job->started_ns > job->deadline_ns)
-      err = ATTND_ETIMEDOUT;
-    else
-      err = batcher_compute(b, job, w);
-    metrics_record_job(b->m, job->started_ns - job->enqueued_ns,
-                       clock_now_ns() - job->started_ns);
-    batcher_finish(b, job, err);
+    batcher_finish(b, job, batcher_execute(b, job, w, n));
   }
   pthread_mutex_lock(&b->mu);
   batch->next = b->done_batches;
@@ -715,8 +728,6 @@ static double batcher_cost_ns(const proto_request *r) {
 }
 
 int batcher_run_here(struct batcher *b, struct batcher_job *job) {
-  uint64_t now;
-  int err;
   /* With a batching delay the operator asked for batches: queue all. */
   if (b->cfg.inline_ns == 0 || b->cfg.max_delay_us > 0 ||
       batcher_cost_ns(&job->req) > (double)b->cfg.inline_ns)
@@ -727,16 +738,7 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job) {
   pthread_mutex_unlock(&b->mu);
   metrics_add_queue_depth(b->m, -1);
   metrics_record_batch(b->m, 1);
-  job->batch_size = 1;
-  now = job->started_ns = job->enqueued_ns;
-  if (job->deadline_ns && now > job->deadline_ns)
-    err = ATTND_ETIMEDOUT;
-  else
-    err = batcher_compute(b, job, NULL);
-  job->err = err;
-  job->finished_ns = clock_now_ns();
-  metrics_record_job(b->m, 0, job->finished_ns - job->started_ns);
-  proto_request_free(&job->req);
+  batcher_settle(job, batcher_execute(b, job, NULL, 1));
   batcher_release(b, job->cost);
   return 1;
 }
