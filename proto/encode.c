@@ -45,6 +45,21 @@ static int fmt_val(char *s, vals v, size_t i) {
   return proto__fmt_f32(s, v.x[i]);
 }
 
+/* v[0, n) comma-separated at s, which holds n * (PROTO__F32_MAX + 1) + 1
+ * bytes, then a NUL; returns the length. */
+static size_t put_vals(char *s, vals v, size_t n) {
+  if (!v.ix)
+    return proto__num_fmt_f32_list(s, v.x, n);
+  char *o = s;
+  for (size_t i = 0; i < n; i++) {
+    if (i)
+      *o++ = ',';
+    o += fmt_val(o, v, i);
+  }
+  *o = '\0';
+  return (size_t)(o - s);
+}
+
 static vals offset(vals v, size_t i) {
   if (v.ix)
     v.ix += i;
@@ -58,11 +73,7 @@ static void put_row(proto__buf *b, vals x, int n) {
     return;
   char *s = b->p + b->len;
   *s++ = '[';
-  for (int i = 0; i < n; i++) {
-    if (i)
-      *s++ = ',';
-    s += fmt_val(s, x, (size_t)i);
-  }
+  s += put_vals(s, x, (size_t)n);
   *s++ = ']';
   *s = '\0';
   b->len = (size_t)(s - b->p);
@@ -113,15 +124,12 @@ static void put_flat(proto__buf *b, vals x, const int *dims, int r) {
   proto__buf_putc(b, '[');
   for (size_t i = 0; i < n && !b->oom; i += FLAT_CHUNK) {
     size_t m = n - i < FLAT_CHUNK ? n - i : FLAT_CHUNK;
-    if (proto__buf_reserve(b, m * (PROTO__F32_MAX + 1)))
+    if (proto__buf_reserve(b, m * (PROTO__F32_MAX + 1) + 1))
       return;
     char *s = b->p + b->len;
-    for (size_t j = 0; j < m; j++) {
-      if (i + j)
-        *s++ = ',';
-      s += fmt_val(s, x, i + j);
-    }
-    *s = '\0';
+    if (i)
+      *s++ = ',';
+    s += put_vals(s, offset(x, i), m);
     b->len = (size_t)(s - b->p);
   }
   proto__buf_puts(b, "]}");

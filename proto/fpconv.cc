@@ -21,11 +21,17 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h> /* SSSE3 and AVX-512F, each in functions that ask */
+#endif
 
 #include <fast_float/fast_float.h>
 /* Header-only: nothing of fmt at run time, like fast_float. */
 #define FMT_HEADER_ONLY
 #include <fmt/format.h>
+
+/* proto_impl.h is C; of it, the lists need the one-number printer. */
+extern "C" int proto__fmt_f32(char *s, float x);
 
 namespace {
 
@@ -475,39 +481,97 @@ inline digits16 significant_digits(uint32_t v, int n) {
   return skip_digits(nine, 9 - n);
 }
 
+/* ---- printing's plain layouts by table ----------------------------------
+ *
+ * Tensors are mostly numbers of exponent -5..8, printed without one
+ * ("-0.0123", "4.5", "120").  Which of those layouts a number takes
+ * depends on its exponent and digit count, and branching on them costs
+ * more than the digits themselves (a mixed tensor mispredicts about one
+ * branch a number).  So every layout is one row of a table: for each of
+ * its bytes, the lane of a 16-byte source (the nine digits with leading
+ * zeros, then '0' and '.') it is copied from, and its length.  One
+ * SSSE3 byte shuffle then lays the number out, with no branch. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define NUM_SHUFFLE 1
+#endif
+
+constexpr int E_MIN = -5, E_MAX = 8; /* exponents printed plainly */
+constexpr int ZERO_LANE = 9, DOT_LANE = 10, NONE_LANE = 0x80;
+
+/* Row (e - E_MIN) * 9 + n - 1 of the table: exponent e, n digits. */
+constexpr int plain_row(int e, int n) { return (e - E_MIN) * 9 + n - 1; }
+constexpr int PLAIN_ROWS = (E_MAX - E_MIN + 1) * 9;
+
+struct plain_layouts {
+  uint8_t lane[PLAIN_ROWS][16]; /* byte j of the text: this source lane */
+  uint8_t len[PLAIN_ROWS];
+
+  constexpr plain_layouts() : lane(), len() {
+    for (int e = E_MIN; e <= E_MAX; e++)
+      for (int n = 1; n <= 9; n++)
+        fill(e, n, lane[plain_row(e, n)], &len[plain_row(e, n)]);
+  }
+
+  /* Digit i (0 = the leading one) of n is in lane 9 - n + i. */
+  static constexpr void fill(int e, int n, uint8_t *c, uint8_t *l) {
+    int first = 9 - n, k = 0;
+    for (int j = 0; j < 16; j++)
+      c[j] = NONE_LANE;
+    if (e < 0) { /* 0.000ddd */
+      c[k++] = ZERO_LANE;
+      c[k++] = DOT_LANE;
+      for (int z = 0; z < -e - 1; z++)
+        c[k++] = ZERO_LANE;
+      for (int i = 0; i < n; i++)
+        c[k++] = (uint8_t)(first + i);
+    } else if (n <= e + 1) { /* an integer: the digits, then zeros */
+      for (int i = 0; i < n; i++)
+        c[k++] = (uint8_t)(first + i);
+      while (k <= e)
+        c[k++] = ZERO_LANE;
+    } else { /* ddd.ddd */
+      for (int i = 0; i < n; i++) {
+        if (i == e + 1)
+          c[k++] = DOT_LANE;
+        c[k++] = (uint8_t)(first + i);
+      }
+    }
+    *l = (uint8_t)k;
+  }
+};
+
+constexpr plain_layouts plain;
+
+#ifdef NUM_SHUFFLE
+/* sig (n digits, < 10^9) at exponent e (E_MIN..E_MAX) at o, which holds
+ * 16 bytes; returns the length. */
+__attribute__((target("ssse3"))) int put_plain(char *o, uint32_t sig, int n,
+                                               int e) {
+  uint64_t low8 = eight_digits(sig % 100000000u);
+  uint64_t lo = low8 << 8 | (uint64_t)('0' + sig / 100000000u);
+  uint64_t hi = low8 >> 56 | (uint64_t)'0' << 8 | (uint64_t)'.' << 16;
+  __m128i src = _mm_set_epi64x((long long)hi, (long long)lo);
+  __m128i c = _mm_loadu_si128(
+      reinterpret_cast<const __m128i *>(plain.lane[plain_row(e, n)]));
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(o), _mm_shuffle_epi8(src, c));
+  return plain.len[plain_row(e, n)];
+}
+
+inline bool use_shuffle() { return __builtin_cpu_supports("ssse3"); }
+#endif
+
 /* Stores all 16 bytes of d at o. */
 inline void put16(char *o, digits16 d) {
   std::memcpy(o, &d.lo, 8);
   std::memcpy(o + 8, &d.hi, 8);
 }
 
-}  // namespace
-
-extern "C" {
-
-const char *proto__num_f64(const char *p, const char *end, double *out) {
-  return read_json(p, end, out);
-}
-
-const char *proto__num_f32(const char *p, const char *end, float *out) {
-  return read_f32(p, end, out);
-}
-
-int proto__num_list_f32(const char *p, const char *end, float *dst,
-                        size_t n) {
-  return read_list(p, end, dst, n);
-}
-
-int proto__num_fmt_f32(char *out, float x) {
-  /* Dragonbox's shortest digits as an integer and a power of ten, x =
-   * sig * 10^e10, laid out as proto__fmt_f32 documents.  The digits are
-   * stored with fixed-size writes that may run past the text's end (out
-   * holds PROTO__F32_MAX bytes; at most 26 are written). */
-  if (!std::isfinite(x) || x == 0.0f)
-    return -1;
-  auto dec = fmt::detail::dragonbox::to_decimal(x);
-  uint32_t sig = dec.significand;
-  int e10 = dec.exponent;
+/* sig * 10^e10 (sig > 0) laid out as proto__fmt_f32 documents, '-' first
+ * when neg.  The digits are stored with fixed-size writes that may run
+ * past the text's end (out holds PROTO__F32_MAX bytes; at most 26 are
+ * written).  Returns the length, or -1 when sig has more than 9 digits
+ * (no float's shortest digits do). */
+inline int put_decimal(char *out, bool neg, uint32_t sig, int e10) {
   while (sig % 10 == 0) {
     sig /= 10;
     e10++;
@@ -515,10 +579,17 @@ int proto__num_fmt_f32(char *out, float x) {
   if (sig >= 1000000000u)
     return -1;
   int n = digit_count(sig);
-  digits16 d = significant_digits(sig, n);
   int e = e10 + n - 1; /* exponent of the leading digit */
-  char *o = out + (x < 0);
+  char *o = out + neg;
   out[0] = '-';
+#ifdef NUM_SHUFFLE
+  if (e >= E_MIN && e <= E_MAX && use_shuffle()) {
+    o += put_plain(o, sig, n, e);
+    *o = '\0';
+    return (int)(o - out);
+  }
+#endif
+  digits16 d = significant_digits(sig, n);
   if (e >= 0 && e < 9) {
     put16(o, d);
     if (n <= e + 1) { /* an integer: the digits, then zeros */
@@ -549,6 +620,329 @@ int proto__num_fmt_f32(char *out, float x) {
   }
   *o = '\0';
   return (int)(o - out);
+}
+
+/* x[0, n) as "x0,x1,...": the one-number printer each time. */
+inline size_t fmt_list(char *out, const float *x, size_t n) {
+  char *o = out;
+  for (size_t i = 0; i < n; i++) {
+    o += proto__fmt_f32(o, x[i]);
+    *o++ = ',';
+  }
+  o -= n > 0;
+  *o = '\0';
+  return (size_t)(o - out);
+}
+
+/* ---- printing eight numbers at once (AVX-512F) --------------------------
+ *
+ * Per number, Dragonbox's decision between its two divisors (see
+ * fmt::detail::dragonbox::to_decimal, float32, round to nearest even) is
+ * two thirds of the printing's instructions.  shortest8 makes it for
+ * eight floats at once, one per 64-bit lane: fmt's cache of powers of
+ * ten, the same 32 x 64-bit products (as 32 x 32-bit halves) and the
+ * same tests, each outcome computed and selected by mask rather than
+ * branched to.  The digits are then laid out one number at a time, as
+ * the one-number printer does.  Lanes that need none of this decision
+ * (zero, infinities and NaN, subnormals, powers of two: Dragonbox's
+ * shorter interval) are flagged and printed by proto__fmt_f32.
+ * test_numparse holds the two printers to the same text over a sweep of
+ * all floats. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(ATTND_PORTABLE_NUM)
+#define NUM_AVX512 1
+#endif
+
+#ifdef NUM_AVX512
+#define AVX512_FN __attribute__((target("avx512f")))
+/* gcc 12's AVX-512 intrinsics start from _mm512_undefined_epi32(), which
+ * -W(maybe-)uninitialized reports once inlined (gcc bug 105593, fixed in
+ * gcc 13). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+/* The powers of ten float32's Dragonbox uses: 10^k, k in this range. */
+constexpr int POW10_MIN_K = fmt::detail::dragonbox::float_info<float>::min_k;
+constexpr int POW10_MAX_K = fmt::detail::dragonbox::float_info<float>::max_k;
+
+AVX512_FN inline __m512i lanes64(uint64_t v) {
+  return _mm512_set1_epi64((long long)v);
+}
+
+/* The low 64 bits of a * c (a < 2^32 in each lane). */
+AVX512_FN inline __m512i mul_low64(__m512i a, __m512i c, __m512i c_hi) {
+  return _mm512_add_epi64(_mm512_mul_epu32(a, c),
+                          _mm512_slli_epi64(_mm512_mul_epu32(a, c_hi), 32));
+}
+
+/* Bit 64 - beta of r (the product's parity as Dragonbox reads it), and
+ * whether bits 32 - beta .. 63 - beta are all zero (its integer test). */
+AVX512_FN inline void parity(__m512i r, __m512i beta, __mmask8 *odd,
+                             __mmask8 *whole) {
+  __m512i p = _mm512_srlv_epi64(r, _mm512_sub_epi64(lanes64(64), beta));
+  __m512i w = _mm512_srlv_epi64(r, _mm512_sub_epi64(lanes64(32), beta));
+  *odd = _mm512_test_epi64_mask(p, lanes64(1));
+  *whole = _mm512_testn_epi64_mask(w, lanes64(0xffffffffu));
+}
+
+/* What the layout loop needs of eight numbers: each one's 16-byte
+ * source as put_plain builds it (the nine digits, '0', '.') and its row
+ * of the plain layout table, plain_row(e, n). */
+struct plain_src {
+  uint8_t src[8][16];
+  uint8_t row[8];
+};
+
+/* s / P for s < 2^32 in each lane: a 32 x 32-bit product and a shift, the
+ * multiplier and shift the compiler uses for a constant divisor. */
+template <uint32_t M, int S> AVX512_FN inline __m512i div_const(__m512i s) {
+  return _mm512_srli_epi64(_mm512_mul_epu32(s, lanes64(M)), S);
+}
+
+/* Divides the trailing zeros of s out by P = 10^K where it can (the
+ * sequence 8, 4, 2, 1 removes up to 15), counting them into e. */
+template <uint32_t P, int K, uint32_t M, int S>
+AVX512_FN inline void strip8(__m512i *s, __m512i *e) {
+  __m512i q = div_const<M, S>(*s);
+  __mmask8 z =
+      _mm512_cmpeq_epi64_mask(_mm512_mul_epu32(q, lanes64(P)), *s);
+  *s = _mm512_mask_mov_epi64(*s, z, q);
+  *e = _mm512_mask_add_epi64(*e, z, *e, lanes64(K));
+}
+
+/* The eight decimal digits of v < 10^8 as the bytes of each lane, most
+ * significant first in memory: eight_digits, on eight lanes.  Each 32-bit
+ * half holds a four-digit group, and every product stays inside its half
+ * (5243 * 9999 and 103 * 99 fit), so 32-bit multiplies do it. */
+AVX512_FN inline __m512i digits8_lanes(__m512i v) {
+  __m512i hi = div_const<0xd1b71759u, 45>(v); /* v / 10^4 */
+  __m512i lo = _mm512_sub_epi64(v, _mm512_mul_epu32(hi, lanes64(10000)));
+  __m512i x = _mm512_or_si512(hi, _mm512_slli_epi64(lo, 32));
+  __m512i q = _mm512_and_si512(
+      _mm512_srli_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(5243)), 19),
+      _mm512_set1_epi32(0x7f));
+  x = _mm512_or_si512(
+      q, _mm512_slli_epi32(
+             _mm512_sub_epi32(x, _mm512_mullo_epi32(q, _mm512_set1_epi32(100))),
+             16));
+  q = _mm512_and_si512(
+      _mm512_srli_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(103)), 10),
+      _mm512_set1_epi32(0x000f000f));
+  x = _mm512_or_si512(
+      q, _mm512_slli_epi32(
+             _mm512_sub_epi32(x, _mm512_mullo_epi32(q, _mm512_set1_epi32(10))),
+             8));
+  return _mm512_add_epi32(x, _mm512_set1_epi32(0x30303030));
+}
+
+/* Shortest digits of x[0, 8), laid out in *out for put_plain's table;
+ * returns the mask of lanes left to proto__fmt_f32: those shortest8
+ * does not decide, and those printed with an exponent. */
+AVX512_FN unsigned shortest8(const float *x, const uint64_t *pow10,
+                             plain_src *out) {
+  const __m512i one = lanes64(1), low32 = lanes64(0xffffffffu);
+  __m512i bits = _mm512_cvtepu32_epi64(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x)));
+  __m512i fc = _mm512_and_si512(bits, lanes64(0x7fffff));
+  __m512i be = _mm512_and_si512(_mm512_srli_epi64(bits, 23), lanes64(0xff));
+  __mmask8 normal = _mm512_test_epi64_mask(fc, fc) &
+                    _mm512_test_epi64_mask(be, be) &
+                    _mm512_cmpneq_epi64_mask(be, lanes64(0xff));
+  /* the other lanes get a harmless exponent: their cache index stays in
+   * the table */
+  be = _mm512_mask_blend_epi64(normal, lanes64(150), be);
+  __m512i e2 = _mm512_sub_epi64(be, lanes64(150)); /* x = fc * 2^e2 */
+  fc = _mm512_or_si512(fc, lanes64(1u << 23));
+  __mmask8 even = _mm512_testn_epi64_mask(fc, one);
+
+  /* minus_k = floor_log10_pow2(e2) - kappa; beta = e2 +
+   * floor_log2_pow10(-minus_k) (signed 32 x 32-bit products) */
+  __m512i minus_k = _mm512_sub_epi64(
+      _mm512_srai_epi64(_mm512_mul_epi32(e2, lanes64(315653)), 20), one);
+  __m512i k = _mm512_sub_epi64(_mm512_setzero_si512(), minus_k);
+  __m512i beta = _mm512_add_epi64(
+      e2, _mm512_srai_epi64(_mm512_mul_epi32(k, lanes64(1741647)), 19));
+  __m512i c = _mm512_i64gather_epi64(
+      _mm512_sub_epi64(k, lanes64((uint64_t)(int64_t)POW10_MIN_K)), pow10,
+      8);
+  __m512i c_hi = _mm512_srli_epi64(c, 32);
+
+  __m512i deltai = _mm512_and_si512(
+      _mm512_srlv_epi64(c, _mm512_sub_epi64(lanes64(63), beta)), low32);
+  __m512i two_fc = _mm512_slli_epi64(fc, 1);
+  __m512i u = _mm512_sllv_epi64(_mm512_or_si512(two_fc, one), beta);
+  /* z = u * c, 96 bits: its top 32 bits, and whether the 32 below are 0 */
+  __m512i p_lo = _mm512_mul_epu32(u, c), p_hi = _mm512_mul_epu32(u, c_hi);
+  __m512i mid = _mm512_add_epi64(_mm512_srli_epi64(p_lo, 32),
+                                 _mm512_and_si512(p_hi, low32));
+  __m512i z = _mm512_add_epi64(_mm512_srli_epi64(p_hi, 32),
+                               _mm512_srli_epi64(mid, 32));
+  __mmask8 z_whole = _mm512_testn_epi64_mask(mid, low32);
+
+  /* the larger divisor, 100 */
+  __m512i big = _mm512_srli_epi64(_mm512_mul_epu32(z, lanes64(1374389535)),
+                                  37);
+  __m512i r = _mm512_sub_epi64(z, _mm512_mul_epu32(big, lanes64(100)));
+  __mmask8 x_odd, x_whole, y_odd, y_whole;
+  parity(mul_low64(_mm512_sub_epi64(two_fc, one), c, c_hi), beta, &x_odd,
+         &x_whole);
+  parity(mul_low64(two_fc, c, c_hi), beta, &y_odd, &y_whole);
+  __mmask8 drop_right =
+      _mm512_testn_epi64_mask(r, r) & z_whole & (__mmask8)~even;
+  __mmask8 use_big =
+      (_mm512_cmplt_epu64_mask(r, deltai) & (__mmask8)~drop_right) |
+      (_mm512_cmpeq_epu64_mask(r, deltai) & (x_odd | (x_whole & even)));
+
+  /* the smaller divisor, 10 (32-bit arithmetic, as fmt's) */
+  __m512i sbig = _mm512_mask_sub_epi64(big, drop_right, big, one);
+  __m512i sr = _mm512_mask_mov_epi64(r, drop_right, lanes64(100));
+  __m512i dist = _mm512_and_si512(
+      _mm512_add_epi64(_mm512_sub_epi64(sr, _mm512_srli_epi64(deltai, 1)),
+                       lanes64(5)),
+      low32);
+  __mmask8 approx_y_odd = _mm512_testn_epi64_mask(dist, one);
+  __m512i t = _mm512_and_si512(_mm512_mul_epu32(dist, lanes64(6554)), low32);
+  __mmask8 divisible = _mm512_cmplt_epu64_mask(
+      _mm512_and_si512(t, lanes64(0xffff)), lanes64(6554));
+  __m512i small = _mm512_and_si512(
+      _mm512_add_epi64(_mm512_mul_epu32(sbig, lanes64(10)),
+                       _mm512_srli_epi64(t, 16)),
+      low32);
+  __mmask8 down = divisible & ((y_odd ^ approx_y_odd) |
+                               (y_whole & _mm512_test_epi64_mask(small, one)));
+  small = _mm512_and_si512(_mm512_mask_sub_epi64(small, down, small, one),
+                           low32);
+
+  __m512i s = _mm512_mask_blend_epi64(use_big, small, big);
+  __m512i e = _mm512_mask_add_epi64(minus_k, use_big, minus_k, one);
+  e = _mm512_add_epi64(e, one); /* + kappa: x = s * 10^e */
+
+  /* put_decimal's steps: no trailing zeros, the digit count n, the
+   * exponent of the leading digit, the table row, the digits */
+  strip8<100000000u, 8, 0x55e63b89u, 57>(&s, &e);
+  strip8<10000u, 4, 0xd1b71759u, 45>(&s, &e);
+  strip8<100u, 2, 0x51eb851fu, 37>(&s, &e);
+  strip8<10u, 1, 0xcccccccdu, 35>(&s, &e);
+  __m512i n = one;
+  static const uint32_t p10[8] = {10,      100,      1000,      10000,
+                                  100000,  1000000,  10000000,  100000000};
+#pragma GCC unroll 8
+  for (int d = 0; d < 8; d++)
+    n = _mm512_mask_add_epi64(
+        n, _mm512_cmpge_epu64_mask(s, lanes64(p10[d])), n, one);
+  __m512i lead = _mm512_sub_epi64(_mm512_add_epi64(e, n), one);
+  __mmask8 plain_ok =
+      _mm512_cmpge_epi64_mask(lead, lanes64((uint64_t)(int64_t)E_MIN)) &
+      _mm512_cmple_epi64_mask(lead, lanes64(E_MAX)) &
+      _mm512_cmplt_epu64_mask(s, lanes64(1000000000u));
+  __m512i le = _mm512_sub_epi64(lead, lanes64((uint64_t)(int64_t)E_MIN));
+  __m512i row = _mm512_add_epi64(
+      _mm512_add_epi64(_mm512_slli_epi64(le, 3), le),
+      _mm512_sub_epi64(n, one));
+  _mm_storel_epi64(reinterpret_cast<__m128i *>(out->row),
+                   _mm512_cvtepi64_epi8(row));
+
+  __m512i top = div_const<0x55e63b89u, 57>(s); /* s / 10^8 */
+  __m512i d8 = digits8_lanes(
+      _mm512_sub_epi64(s, _mm512_mul_epu32(top, lanes64(100000000u))));
+  __m512i lo = _mm512_or_si512(_mm512_slli_epi64(d8, 8),
+                               _mm512_add_epi64(top, lanes64('0')));
+  __m512i hi = _mm512_or_si512(_mm512_srli_epi64(d8, 56),
+                               lanes64((uint64_t)'0' << 8 | (uint64_t)'.' << 16));
+  const __m512i first = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+  const __m512i second = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  _mm512_storeu_si512(out->src[0], _mm512_permutex2var_epi64(lo, first, hi));
+  _mm512_storeu_si512(out->src[4], _mm512_permutex2var_epi64(lo, second, hi));
+  return (unsigned)(uint8_t) ~(normal & plain_ok);
+}
+
+/* shortest8 over x[0, 8 * groups) (groups <= 8): the mask of the
+ * numbers left to proto__fmt_f32, bit i for x[i].  Not inlined: the
+ * layout loop after it is SSE code, and running that with the upper
+ * halves of the AVX-512 registers in use costs more than the printing
+ * (the return clears them). */
+AVX512_FN __attribute__((noinline)) uint64_t shortest_groups(
+    const float *x, int groups, const uint64_t *pow10, plain_src *out) {
+  uint64_t other = 0;
+  for (int g = 0; g < groups; g++)
+    other |= (uint64_t)shortest8(x + 8 * g, pow10, out + g) << (8 * g);
+  return other;
+}
+#pragma GCC diagnostic pop
+
+/* x[0, n) as fmt_list does, up to 64 numbers decided by shortest_groups
+ * at a time, each then laid out by one byte shuffle (put_plain's). */
+__attribute__((target("ssse3"))) size_t fmt_list_avx512(char *out,
+                                                         const float *x,
+                                                         size_t n) {
+  /* fmt's cache of powers of ten, copied where a gather can read it */
+  using cache = fmt::detail::dragonbox::cache_accessor<float>;
+  uint64_t pow10[POW10_MAX_K - POW10_MIN_K + 1];
+  for (int k = POW10_MIN_K; k <= POW10_MAX_K; k++)
+    pow10[k - POW10_MIN_K] = cache::get_cached_power(k);
+  char *o = out;
+  size_t i = 0;
+  while (n - i >= 8) {
+    int groups = (n - i) / 8 < 8 ? (int)((n - i) / 8) : 8;
+    plain_src p[8];
+    uint64_t other = shortest_groups(x + i, groups, pow10, p);
+    for (int j = 0; j < 8 * groups; j++, i++) {
+      if (other >> j & 1) {
+        o += proto__fmt_f32(o, x[i]);
+      } else {
+        const plain_src *g = &p[j >> 3];
+        int row = g->row[j & 7];
+        *o = '-';
+        o += std::signbit(x[i]);
+        __m128i v = _mm_loadu_si128(
+            reinterpret_cast<const __m128i *>(g->src[j & 7]));
+        __m128i c = _mm_loadu_si128(
+            reinterpret_cast<const __m128i *>(plain.lane[row]));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(o),
+                         _mm_shuffle_epi8(v, c));
+        o += plain.len[row];
+      }
+      *o++ = ',';
+    }
+  }
+  if (i < n)
+    return (size_t)(o - out) + fmt_list(o, x + i, n - i);
+  *--o = '\0'; /* the last comma */
+  return (size_t)(o - out);
+}
+#endif
+}  // namespace
+
+extern "C" {
+
+const char *proto__num_f64(const char *p, const char *end, double *out) {
+  return read_json(p, end, out);
+}
+
+const char *proto__num_f32(const char *p, const char *end, float *out) {
+  return read_f32(p, end, out);
+}
+
+int proto__num_list_f32(const char *p, const char *end, float *dst,
+                        size_t n) {
+  return read_list(p, end, dst, n);
+}
+
+int proto__num_fmt_f32(char *out, float x) {
+  /* Dragonbox's shortest digits as an integer and a power of ten, x =
+   * sig * 10^e10. */
+  if (!std::isfinite(x) || x == 0.0f)
+    return -1;
+  auto dec = fmt::detail::dragonbox::to_decimal(x);
+  return put_decimal(out, x < 0, dec.significand, dec.exponent);
+}
+
+size_t proto__num_fmt_f32_list(char *out, const float *x, size_t n) {
+#ifdef NUM_AVX512
+  if (n >= 8 && __builtin_cpu_supports("avx512f"))
+    return fmt_list_avx512(out, x, n);
+#endif
+  return fmt_list(out, x, n);
 }
 
 }  // extern "C"

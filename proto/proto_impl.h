@@ -269,6 +269,12 @@ int proto__num_list_f32(const char *p, const char *end, float *dst,
  * length, or -1 (then nothing useful is in s). */
 int proto__num_fmt_f32(char *s, float x);
 
+/* x[0, n) as proto__fmt_f32 prints them, comma-separated, then a NUL: the
+ * same text as n calls of it, several numbers at a time where the CPU
+ * allows (AVX-512F).  s holds n * (PROTO__F32_MAX + 1) + 1 bytes.
+ * Returns the length, the NUL not counted. */
+size_t proto__num_fmt_f32_list(char *s, const float *x, size_t n);
+
 /* ---- request memory (request.c) ------------------------------------------ */
 
 /* Allocates n zeroed bytes owned by req (freed by proto_request_free).

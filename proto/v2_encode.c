@@ -163,15 +163,12 @@ static void put_f32s(proto__buf *b, const float *x, size_t n) {
   proto__buf_putc(b, '[');
   for (size_t i = 0; i < n && !b->oom; i += F32_CHUNK) {
     size_t m = n - i < F32_CHUNK ? n - i : F32_CHUNK;
-    if (proto__buf_reserve(b, m * (PROTO__F32_MAX + 1)))
+    if (proto__buf_reserve(b, m * (PROTO__F32_MAX + 1) + 1))
       return;
     char *s = b->p + b->len;
-    for (size_t j = 0; j < m; j++) {
-      if (i + j)
-        *s++ = ',';
-      s += proto__fmt_f32(s, x[i + j]);
-    }
-    *s = '\0';
+    if (i)
+      *s++ = ',';
+    s += proto__num_fmt_f32_list(s, x + i, m);
     b->len = (size_t)(s - b->p);
   }
   proto__buf_putc(b, ']');

@@ -906,6 +906,65 @@ START_TEST(printed_layout_is_unchanged) {
 }
 END_TEST
 
+/* n floats printed as a list, checked against n one-by-one prints joined
+ * with commas, in a buffer of exactly the documented size (so that ASan
+ * sees any store past it). */
+static void check_list(const float *x, size_t n) {
+  size_t cap = n * (PROTO__F32_MAX + 1) + 1;
+  char *got = malloc(cap), *want = malloc(cap), *o = want;
+  ck_assert(got && want);
+  for (size_t i = 0; i < n; i++) {
+    if (i)
+      *o++ = ',';
+    o += proto__fmt_f32(o, x[i]);
+  }
+  *o = '\0';
+  size_t len = proto__num_fmt_f32_list(got, x, n);
+  ck_assert_uint_eq(len, (size_t)(o - want));
+  ck_assert_msg(!strcmp(got, want), "list of %zu differs:\n%s\n%s", n, got,
+                want);
+  free(got);
+  free(want);
+}
+
+START_TEST(printed_lists_match_one_by_one) {
+  /* the eight-at-a-time printer takes over from the eighth number on,
+   * and hands some numbers back: lists of every length around its
+   * groups, with those numbers at every position */
+  static const float odd[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN,
+                              1e-45f, -1.17549435e-38f, 1.0f, -0.5f, 1024.0f,
+                              0.00001f, 9.99999e-6f, 1e-6f, 123456792.0f,
+                              999999940.0f, 1e9f, -3.4028235e38f, 0.1f,
+                              1.5e-5f, 16777216.0f};
+  size_t nodd = sizeof odd / sizeof *odd;
+  float x[300] = {0};
+  for (size_t n = 0; n <= 300; n = n < 80 ? n + 1 : n + 37) {
+    for (size_t i = 0; i < n; i++)
+      x[i] = rnd() % 4 == 0 ? odd[rnd() % nodd] : rnd_float();
+    check_list(x, n);
+  }
+  /* a sweep over all floats, 4096 at a time (a tensor chunk's worth),
+   * non-finite ones included */
+  static float big[4096];
+  size_t k = 0;
+  for (uint64_t u = 0; u < 0x100000000ull; u += 65521) {
+    big[k++] = bits_f32((uint32_t)u);
+    if (k == 4096) {
+      check_list(big, k);
+      k = 0;
+    }
+  }
+  check_list(big, k);
+  /* tensor-like values: weights in (0, 1) and N(0, 1)-sized outputs */
+  for (int r = 0; r < 64; r++) {
+    for (size_t i = 0; i < 4096; i++)
+      big[i] = r % 2 ? (float)(rnd() % 1000000) / 1e6f / (float)(1 + r)
+                     : (float)((int64_t)(rnd() % 2000001) - 1000000) / 3e5f;
+    check_list(big, 4096);
+  }
+}
+END_TEST
+
 static Suite *numparse_suite(void) {
   Suite *s = suite_create("numparse");
   TCase *tc = tcase_create("parse");
@@ -934,6 +993,7 @@ static Suite *numparse_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, printed_floats_are_shortest_and_closest);
   tcase_add_test(tc, printed_layout_is_unchanged);
+  tcase_add_test(tc, printed_lists_match_one_by_one);
   suite_add_tcase(s, tc);
   return s;
 }
