@@ -73,6 +73,21 @@ static void report(const char *what, const char *path, double ns,
 
 /* ---- request bodies ------------------------------------------------------ */
 
+/* How a client writes the numbers: as attnd prints them (shortest, no
+ * spaces), or as Python's json.dumps writes a float32 tensor's tolist()
+ * (", " between numbers, each a float64 repr: about 17 digits). */
+static int python_style;
+
+static void put_number(proto__buf *b, float x) {
+  if (!python_style) {
+    proto__buf_put_f32(b, x);
+    return;
+  }
+  char s[32];
+  snprintf(s, sizeof s, "%.17g", (double)x);
+  proto__buf_puts(b, s);
+}
+
 static void put_nested(proto__buf *b, int rank, const int *dims) {
   size_t n = 1;
   for (int d = 0; d < rank; d++)
@@ -86,10 +101,10 @@ static void put_nested(proto__buf *b, int rank, const int *dims) {
         opens++;
     }
     if (i)
-      proto__buf_putc(b, ',');
+      proto__buf_puts(b, python_style ? ", " : ",");
     for (int k = 0; k < opens; k++)
       proto__buf_putc(b, '[');
-    proto__buf_put_f32(b, normal());
+    put_number(b, normal());
     period = 1;
     for (int d = rank - 1; d >= 0; d--) {
       period *= (size_t)dims[d];
@@ -494,6 +509,12 @@ int main(int argc, char **argv) {
   bench_decode("v1 nested q,k,v (1,1,16,32)", body, len, numbers, 0,
                reps * 30);
   free(body);
+  python_style = 1;
+  body = v1_body(big, &len, &numbers);
+  bench_decode("v1 nested, as Python's json.dumps", body, len, numbers, 0,
+               reps);
+  free(body);
+  python_style = 0;
   bench_rows(reps);
   if (!json_out)
     printf("encode (best of %d):\n", reps);

@@ -192,6 +192,32 @@ START_TEST(long_mantissas) {
 }
 END_TEST
 
+/* 16 to 19 digits: a float64's repr of a float32 value (what json.dumps
+ * of tolist() sends), and decimals of that length a few float64 ulps from
+ * a float32 midpoint, where one more rounding could flip the result. */
+START_TEST(float64_reprs_and_near_midpoints) {
+  char s[64];
+  for (int i = 0; i < 200000; i++) {
+    float f = rnd_float();
+    snprintf(s, sizeof s, "%.*g", 16 + i % 2, (double)f);
+    check_f32(s);
+    float g = nextafterf(f, f < 0 ? -INFINITY : INFINITY);
+    if (!isfinite(g) || f == 0)
+      continue;
+    double mid = ((double)f + (double)g) / 2;
+    /* mid moved by -8 .. 8 float64 ulps, printed with 17 to 19 digits */
+    double x = mid;
+    int k = (int)(rnd() % 17) - 8;
+    for (; k > 0; k--)
+      x = nextafter(x, INFINITY);
+    for (; k < 0; k++)
+      x = nextafter(x, -INFINITY);
+    snprintf(s, sizeof s, "%.*e", 16 + i % 3, x);
+    check_f32(s);
+  }
+}
+END_TEST
+
 START_TEST(json_number_grammar) {
   static const char *const bad[] = {
     "", "-", "+1", "01", "-01", "00", "1.", "-1.", "1.e5", ".5", "-.5",
@@ -973,6 +999,7 @@ static Suite *numparse_suite(void) {
   tcase_add_test(tc, midpoints_between_neighbours);
   tcase_add_test(tc, subnormals_and_range_edges);
   tcase_add_test(tc, long_mantissas);
+  tcase_add_test(tc, float64_reprs_and_near_midpoints);
   tcase_add_test(tc, json_number_grammar);
   tcase_add_test(tc, number_lists);
   tcase_add_test(tc, lists_of_random_tokens_read_as_one_by_one);
