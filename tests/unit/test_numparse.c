@@ -767,6 +767,34 @@ START_TEST(mutated_bodies_decode_as_on_the_cjson_path) {
 }
 END_TEST
 
+/* Leaves long enough for the scan's 64-byte steps (AVX-512BW where the
+ * CPU has it), with a stop byte ([ ] { } ") or a comma written over each
+ * of their bytes in turn: the same answer as the cJSON path. */
+START_TEST(long_leaves_with_a_stop_byte_anywhere) {
+  static const char stops[] = "[]{}\",";
+  char b[2048];
+  for (int n = 40; n <= 200; n += 53) { /* 161 to 804 bytes of numbers */
+    size_t o = 0;
+    o += (size_t)snprintf(b + o, sizeof b - o,
+                          " {\"query\":{\"shape\":[1,1,1,%d],\"data\":[", n);
+    size_t first = o;
+    for (int i = 0; i < n; i++)
+      o += (size_t)snprintf(b + o, sizeof b - o, "%s%d.%d", i ? "," : "",
+                            i % 7, i);
+    size_t last = o;
+    o += (size_t)snprintf(b + o, sizeof b - o,
+                          "]},\"key\":[[[1]]],\"value\":[[[1]]]}");
+    compare_paths(b, o, 0);
+    for (size_t k = first; k < last; k++) {
+      char was = b[k];
+      b[k] = stops[k % (sizeof stops - 1)];
+      compare_paths(b, o, 0);
+      b[k] = was;
+    }
+  }
+}
+END_TEST
+
 /* Bodies numscan leaves to cJSON, which accepts them: the same answer. */
 START_TEST(what_only_cjson_accepts_still_decodes) {
   static const char *const bodies[] = {
@@ -1013,6 +1041,7 @@ static Suite *numparse_suite(void) {
   tcase_add_test(tc, decoded_tensors_equal_strtof);
   tcase_add_test(tc, mutated_bodies_decode_as_on_the_cjson_path);
   tcase_add_test(tc, what_only_cjson_accepts_still_decodes);
+  tcase_add_test(tc, long_leaves_with_a_stop_byte_anywhere);
   tcase_add_test(tc, errors_in_leaves_keep_their_messages);
   tcase_add_test(tc, comma_count_matches_the_bytewise_one);
   suite_add_tcase(s, tc);
