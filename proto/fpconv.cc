@@ -692,26 +692,30 @@ inline size_t fmt_list(char *out, const float *x, size_t n) {
   return (size_t)(o - out);
 }
 
-/* ---- printing eight numbers at once (AVX-512F) --------------------------
+/* ---- printing several numbers at once (AVX2, AVX-512F) ------------------
  *
  * Per number, Dragonbox's decision between its two divisors (see
  * fmt::detail::dragonbox::to_decimal, float32, round to nearest even) is
- * two thirds of the printing's instructions.  shortest8 makes it for
- * eight floats at once, one per 64-bit lane: fmt's cache of powers of
- * ten, the same 32 x 64-bit products (as 32 x 32-bit halves) and the
- * same tests, each outcome computed and selected by mask rather than
- * branched to.  The digits are then laid out one number at a time, as
- * the one-number printer does.  Lanes that need none of this decision
- * (zero, infinities and NaN, subnormals, powers of two: Dragonbox's
- * shorter interval) are flagged and printed by proto__fmt_f32.
- * test_numparse holds the two printers to the same text over a sweep of
- * all floats. */
+ * two thirds of the printing's instructions.  fpconv_lanes.inc makes it
+ * for four (AVX2) or eight (AVX-512F) floats at once, one per 64-bit
+ * lane: fmt's cache of powers of ten, the same 32 x 64-bit products (as
+ * 32 x 32-bit halves) and the same tests, each outcome computed and
+ * selected rather than branched to; then, in the same lanes, put_decimal's
+ * steps up to the bytes put_plain shuffles.  The layout loop shuffles them
+ * one number at a time.  Lanes that take no divisor decision (zero,
+ * infinities and NaN, subnormals, powers of two: Dragonbox's shorter
+ * interval) or print with an exponent are flagged and go to
+ * proto__fmt_f32.  test_numparse holds every printer to the same text
+ * over a sweep of all floats. */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(ATTND_PORTABLE_NUM)
-#define NUM_AVX512 1
+#define NUM_LANES 1
 #endif
 
-#ifdef NUM_AVX512
-#define AVX512_FN __attribute__((target("avx512f")))
+#ifdef NUM_LANES
+/* The powers of ten float32's Dragonbox uses: 10^k, k in this range. */
+constexpr int POW10_MIN_K = fmt::detail::dragonbox::float_info<float>::min_k;
+constexpr int POW10_MAX_K = fmt::detail::dragonbox::float_info<float>::max_k;
+
 /* gcc 12's AVX-512 intrinsics start from _mm512_undefined_epi32(), which
  * -W(maybe-)uninitialized reports once inlined (gcc bug 105593, fixed in
  * gcc 13). */
@@ -719,241 +723,143 @@ inline size_t fmt_list(char *out, const float *x, size_t n) {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-/* The powers of ten float32's Dragonbox uses: 10^k, k in this range. */
-constexpr int POW10_MIN_K = fmt::detail::dragonbox::float_info<float>::min_k;
-constexpr int POW10_MAX_K = fmt::detail::dragonbox::float_info<float>::max_k;
-
-AVX512_FN inline __m512i lanes64(uint64_t v) {
-  return _mm512_set1_epi64((long long)v);
-}
-
-/* The low 64 bits of a * c (a < 2^32 in each lane). */
-AVX512_FN inline __m512i mul_low64(__m512i a, __m512i c, __m512i c_hi) {
-  return _mm512_add_epi64(_mm512_mul_epu32(a, c),
-                          _mm512_slli_epi64(_mm512_mul_epu32(a, c_hi), 32));
-}
-
-/* Bit 64 - beta of r (the product's parity as Dragonbox reads it), and
- * whether bits 32 - beta .. 63 - beta are all zero (its integer test). */
-AVX512_FN inline void parity(__m512i r, __m512i beta, __mmask8 *odd,
-                             __mmask8 *whole) {
-  __m512i p = _mm512_srlv_epi64(r, _mm512_sub_epi64(lanes64(64), beta));
-  __m512i w = _mm512_srlv_epi64(r, _mm512_sub_epi64(lanes64(32), beta));
-  *odd = _mm512_test_epi64_mask(p, lanes64(1));
-  *whole = _mm512_testn_epi64_mask(w, lanes64(0xffffffffu));
-}
-
-/* What the layout loop needs of eight numbers: each one's 16-byte
- * source as put_plain builds it (the nine digits, '0', '.') and its row
- * of the plain layout table, plain_row(e, n). */
+namespace avx512 {
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+constexpr int LANES = 8;
+typedef uint64_t u64v __attribute__((vector_size(64)));
+typedef uint32_t u32v __attribute__((vector_size(64)));
+typedef __mmask8 lanes_mask;
 struct plain_src {
-  uint8_t src[8][16];
-  uint8_t row[8];
+  uint8_t src[LANES][16]; /* put_plain's source: 9 digits, '0', '.' */
+  uint8_t row[LANES];     /* plain_row(e, n) */
 };
-
-/* s / P for s < 2^32 in each lane: a 32 x 32-bit product and a shift, the
- * multiplier and shift the compiler uses for a constant divisor. */
-template <uint32_t M, int S> AVX512_FN inline __m512i div_const(__m512i s) {
-  return _mm512_srli_epi64(_mm512_mul_epu32(s, lanes64(M)), S);
+inline lanes_mask eq(u64v a, u64v b) {
+  return _mm512_cmpeq_epi64_mask((__m512i)a, (__m512i)b);
 }
-
-/* Divides the trailing zeros of s out by P = 10^K where it can (the
- * sequence 8, 4, 2, 1 removes up to 15), counting them into e. */
-template <uint32_t P, int K, uint32_t M, int S>
-AVX512_FN inline void strip8(__m512i *s, __m512i *e) {
-  __m512i q = div_const<M, S>(*s);
-  __mmask8 z =
-      _mm512_cmpeq_epi64_mask(_mm512_mul_epu32(q, lanes64(P)), *s);
-  *s = _mm512_mask_mov_epi64(*s, z, q);
-  *e = _mm512_mask_add_epi64(*e, z, *e, lanes64(K));
+inline lanes_mask lt(u64v a, u64v b) {
+  return _mm512_cmplt_epi64_mask((__m512i)a, (__m512i)b);
 }
-
-/* The eight decimal digits of v < 10^8 as the bytes of each lane, most
- * significant first in memory: eight_digits, on eight lanes.  Each 32-bit
- * half holds a four-digit group, and every product stays inside its half
- * (5243 * 9999 and 103 * 99 fit), so 32-bit multiplies do it. */
-AVX512_FN inline __m512i digits8_lanes(__m512i v) {
-  __m512i hi = div_const<0xd1b71759u, 45>(v); /* v / 10^4 */
-  __m512i lo = _mm512_sub_epi64(v, _mm512_mul_epu32(hi, lanes64(10000)));
-  __m512i x = _mm512_or_si512(hi, _mm512_slli_epi64(lo, 32));
-  __m512i q = _mm512_and_si512(
-      _mm512_srli_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(5243)), 19),
-      _mm512_set1_epi32(0x7f));
-  x = _mm512_or_si512(
-      q, _mm512_slli_epi32(
-             _mm512_sub_epi32(x, _mm512_mullo_epi32(q, _mm512_set1_epi32(100))),
-             16));
-  q = _mm512_and_si512(
-      _mm512_srli_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(103)), 10),
-      _mm512_set1_epi32(0x000f000f));
-  x = _mm512_or_si512(
-      q, _mm512_slli_epi32(
-             _mm512_sub_epi32(x, _mm512_mullo_epi32(q, _mm512_set1_epi32(10))),
-             8));
-  return _mm512_add_epi32(x, _mm512_set1_epi32(0x30303030));
+inline lanes_mask both(lanes_mask a, lanes_mask b) { return a & b; }
+inline lanes_mask either(lanes_mask a, lanes_mask b) { return a | b; }
+inline lanes_mask but_not(lanes_mask a, lanes_mask b) {
+  return a & (lanes_mask)~b;
 }
-
-/* Shortest digits of x[0, 8), laid out in *out for put_plain's table;
- * returns the mask of lanes left to proto__fmt_f32: those shortest8
- * does not decide, and those printed with an exponent. */
-AVX512_FN unsigned shortest8(const float *x, const uint64_t *pow10,
-                             plain_src *out) {
-  const __m512i one = lanes64(1), low32 = lanes64(0xffffffffu);
-  __m512i bits = _mm512_cvtepu32_epi64(
+inline lanes_mask flip(lanes_mask a) { return (lanes_mask)~a; }
+inline u64v sel(lanes_mask m, u64v a, u64v b) {
+  return (u64v)_mm512_mask_blend_epi64(m, (__m512i)b, (__m512i)a);
+}
+inline u64v add_if(u64v v, lanes_mask m, uint64_t k) {
+  return (u64v)_mm512_mask_add_epi64((__m512i)v, m, (__m512i)v,
+                                     _mm512_set1_epi64((long long)k));
+}
+inline unsigned bits_of(lanes_mask m) { return m; }
+inline u64v load_bits(const float *x) {
+  return (u64v)_mm512_cvtepu32_epi64(
       _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x)));
-  __m512i fc = _mm512_and_si512(bits, lanes64(0x7fffff));
-  __m512i be = _mm512_and_si512(_mm512_srli_epi64(bits, 23), lanes64(0xff));
-  __mmask8 normal = _mm512_test_epi64_mask(fc, fc) &
-                    _mm512_test_epi64_mask(be, be) &
-                    _mm512_cmpneq_epi64_mask(be, lanes64(0xff));
-  /* the other lanes get a harmless exponent: their cache index stays in
-   * the table */
-  be = _mm512_mask_blend_epi64(normal, lanes64(150), be);
-  __m512i e2 = _mm512_sub_epi64(be, lanes64(150)); /* x = fc * 2^e2 */
-  fc = _mm512_or_si512(fc, lanes64(1u << 23));
-  __mmask8 even = _mm512_testn_epi64_mask(fc, one);
-
-  /* minus_k = floor_log10_pow2(e2) - kappa; beta = e2 +
-   * floor_log2_pow10(-minus_k) (signed 32 x 32-bit products) */
-  __m512i minus_k = _mm512_sub_epi64(
-      _mm512_srai_epi64(_mm512_mul_epi32(e2, lanes64(315653)), 20), one);
-  __m512i k = _mm512_sub_epi64(_mm512_setzero_si512(), minus_k);
-  __m512i beta = _mm512_add_epi64(
-      e2, _mm512_srai_epi64(_mm512_mul_epi32(k, lanes64(1741647)), 19));
-  __m512i c = _mm512_i64gather_epi64(
-      _mm512_sub_epi64(k, lanes64((uint64_t)(int64_t)POW10_MIN_K)), pow10,
-      8);
-  __m512i c_hi = _mm512_srli_epi64(c, 32);
-
-  __m512i deltai = _mm512_and_si512(
-      _mm512_srlv_epi64(c, _mm512_sub_epi64(lanes64(63), beta)), low32);
-  __m512i two_fc = _mm512_slli_epi64(fc, 1);
-  __m512i u = _mm512_sllv_epi64(_mm512_or_si512(two_fc, one), beta);
-  /* z = u * c, 96 bits: its top 32 bits, and whether the 32 below are 0 */
-  __m512i p_lo = _mm512_mul_epu32(u, c), p_hi = _mm512_mul_epu32(u, c_hi);
-  __m512i mid = _mm512_add_epi64(_mm512_srli_epi64(p_lo, 32),
-                                 _mm512_and_si512(p_hi, low32));
-  __m512i z = _mm512_add_epi64(_mm512_srli_epi64(p_hi, 32),
-                               _mm512_srli_epi64(mid, 32));
-  __mmask8 z_whole = _mm512_testn_epi64_mask(mid, low32);
-
-  /* the larger divisor, 100 */
-  __m512i big = _mm512_srli_epi64(_mm512_mul_epu32(z, lanes64(1374389535)),
-                                  37);
-  __m512i r = _mm512_sub_epi64(z, _mm512_mul_epu32(big, lanes64(100)));
-  __mmask8 x_odd, x_whole, y_odd, y_whole;
-  parity(mul_low64(_mm512_sub_epi64(two_fc, one), c, c_hi), beta, &x_odd,
-         &x_whole);
-  parity(mul_low64(two_fc, c, c_hi), beta, &y_odd, &y_whole);
-  __mmask8 drop_right =
-      _mm512_testn_epi64_mask(r, r) & z_whole & (__mmask8)~even;
-  __mmask8 use_big =
-      (_mm512_cmplt_epu64_mask(r, deltai) & (__mmask8)~drop_right) |
-      (_mm512_cmpeq_epu64_mask(r, deltai) & (x_odd | (x_whole & even)));
-
-  /* the smaller divisor, 10 (32-bit arithmetic, as fmt's) */
-  __m512i sbig = _mm512_mask_sub_epi64(big, drop_right, big, one);
-  __m512i sr = _mm512_mask_mov_epi64(r, drop_right, lanes64(100));
-  __m512i dist = _mm512_and_si512(
-      _mm512_add_epi64(_mm512_sub_epi64(sr, _mm512_srli_epi64(deltai, 1)),
-                       lanes64(5)),
-      low32);
-  __mmask8 approx_y_odd = _mm512_testn_epi64_mask(dist, one);
-  __m512i t = _mm512_and_si512(_mm512_mul_epu32(dist, lanes64(6554)), low32);
-  __mmask8 divisible = _mm512_cmplt_epu64_mask(
-      _mm512_and_si512(t, lanes64(0xffff)), lanes64(6554));
-  __m512i small = _mm512_and_si512(
-      _mm512_add_epi64(_mm512_mul_epu32(sbig, lanes64(10)),
-                       _mm512_srli_epi64(t, 16)),
-      low32);
-  __mmask8 down = divisible & ((y_odd ^ approx_y_odd) |
-                               (y_whole & _mm512_test_epi64_mask(small, one)));
-  small = _mm512_and_si512(_mm512_mask_sub_epi64(small, down, small, one),
-                           low32);
-
-  __m512i s = _mm512_mask_blend_epi64(use_big, small, big);
-  __m512i e = _mm512_mask_add_epi64(minus_k, use_big, minus_k, one);
-  e = _mm512_add_epi64(e, one); /* + kappa: x = s * 10^e */
-
-  /* put_decimal's steps: no trailing zeros, the digit count n, the
-   * exponent of the leading digit, the table row, the digits */
-  strip8<100000000u, 8, 0x55e63b89u, 57>(&s, &e);
-  strip8<10000u, 4, 0xd1b71759u, 45>(&s, &e);
-  strip8<100u, 2, 0x51eb851fu, 37>(&s, &e);
-  strip8<10u, 1, 0xcccccccdu, 35>(&s, &e);
-  __m512i n = one;
-  static const uint32_t p10[8] = {10,      100,      1000,      10000,
-                                  100000,  1000000,  10000000,  100000000};
-#pragma GCC unroll 8
-  for (int d = 0; d < 8; d++)
-    n = _mm512_mask_add_epi64(
-        n, _mm512_cmpge_epu64_mask(s, lanes64(p10[d])), n, one);
-  __m512i lead = _mm512_sub_epi64(_mm512_add_epi64(e, n), one);
-  __mmask8 plain_ok =
-      _mm512_cmpge_epi64_mask(lead, lanes64((uint64_t)(int64_t)E_MIN)) &
-      _mm512_cmple_epi64_mask(lead, lanes64(E_MAX)) &
-      _mm512_cmplt_epu64_mask(s, lanes64(1000000000u));
-  __m512i le = _mm512_sub_epi64(lead, lanes64((uint64_t)(int64_t)E_MIN));
-  __m512i row = _mm512_add_epi64(
-      _mm512_add_epi64(_mm512_slli_epi64(le, 3), le),
-      _mm512_sub_epi64(n, one));
-  _mm_storel_epi64(reinterpret_cast<__m128i *>(out->row),
-                   _mm512_cvtepi64_epi8(row));
-
-  __m512i top = div_const<0x55e63b89u, 57>(s); /* s / 10^8 */
-  __m512i d8 = digits8_lanes(
-      _mm512_sub_epi64(s, _mm512_mul_epu32(top, lanes64(100000000u))));
-  __m512i lo = _mm512_or_si512(_mm512_slli_epi64(d8, 8),
-                               _mm512_add_epi64(top, lanes64('0')));
-  __m512i hi = _mm512_or_si512(_mm512_srli_epi64(d8, 56),
-                               lanes64((uint64_t)'0' << 8 | (uint64_t)'.' << 16));
+}
+inline u64v mul32(u64v a, u64v b) {
+  return (u64v)_mm512_mul_epu32((__m512i)a, (__m512i)b);
+}
+inline u64v gather(const uint64_t *t, u64v i) {
+  return (u64v)_mm512_i64gather_epi64((__m512i)i, t, 8);
+}
+inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
   const __m512i first = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
   const __m512i second = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
-  _mm512_storeu_si512(out->src[0], _mm512_permutex2var_epi64(lo, first, hi));
-  _mm512_storeu_si512(out->src[4], _mm512_permutex2var_epi64(lo, second, hi));
-  return (unsigned)(uint8_t) ~(normal & plain_ok);
+  _mm512_storeu_si512(o->src[0], _mm512_permutex2var_epi64(
+                                     (__m512i)lo, first, (__m512i)hi));
+  _mm512_storeu_si512(o->src[4], _mm512_permutex2var_epi64(
+                                     (__m512i)lo, second, (__m512i)hi));
+  _mm_storel_epi64(reinterpret_cast<__m128i *>(o->row),
+                   _mm512_cvtepi64_epi8((__m512i)row));
 }
+#include "fpconv_lanes.inc"
+#pragma GCC pop_options
+}  // namespace avx512
 
-/* shortest8 over x[0, 8 * groups) (groups <= 8): the mask of the
- * numbers left to proto__fmt_f32, bit i for x[i].  Not inlined: the
- * layout loop after it is SSE code, and running that with the upper
- * halves of the AVX-512 registers in use costs more than the printing
- * (the return clears them). */
-AVX512_FN __attribute__((noinline)) uint64_t shortest_groups(
-    const float *x, int groups, const uint64_t *pow10, plain_src *out) {
-  uint64_t other = 0;
-  for (int g = 0; g < groups; g++)
-    other |= (uint64_t)shortest8(x + 8 * g, pow10, out + g) << (8 * g);
-  return other;
+namespace avx2 {
+#pragma GCC push_options
+#pragma GCC target("avx2")
+constexpr int LANES = 4;
+typedef uint64_t u64v __attribute__((vector_size(32)));
+typedef int64_t i64v __attribute__((vector_size(32)));
+typedef uint32_t u32v __attribute__((vector_size(32)));
+typedef i64v lanes_mask; /* -1 in the lanes of the set, 0 elsewhere */
+struct plain_src {
+  uint8_t src[LANES][16];
+  uint8_t row[LANES];
+};
+inline lanes_mask eq(u64v a, u64v b) { return a == b; }
+inline lanes_mask lt(u64v a, u64v b) { return (i64v)a < (i64v)b; }
+inline lanes_mask both(lanes_mask a, lanes_mask b) { return a & b; }
+inline lanes_mask either(lanes_mask a, lanes_mask b) { return a | b; }
+inline lanes_mask but_not(lanes_mask a, lanes_mask b) { return a & ~b; }
+inline lanes_mask flip(lanes_mask a) { return ~a; }
+inline u64v sel(lanes_mask m, u64v a, u64v b) { return m ? a : b; }
+inline u64v add_if(u64v v, lanes_mask m, uint64_t k) {
+  return v + ((u64v)m & k);
 }
+inline u64v load_bits(const float *x) {
+  return (u64v)_mm256_cvtepu32_epi64(
+      _mm_loadu_si128(reinterpret_cast<const __m128i *>(x)));
+}
+inline u64v mul32(u64v a, u64v b) {
+  return (u64v)_mm256_mul_epu32((__m256i)a, (__m256i)b);
+}
+inline u64v gather(const uint64_t *t, u64v i) {
+  return (u64v)_mm256_i64gather_epi64(
+      reinterpret_cast<const long long *>(t), (__m256i)i, 8);
+}
+inline unsigned bits_of(lanes_mask m) {
+  return (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd((__m256i)m));
+}
+inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
+  __m256i a = _mm256_unpacklo_epi64((__m256i)lo, (__m256i)hi); /* 0, 2 */
+  __m256i b = _mm256_unpackhi_epi64((__m256i)lo, (__m256i)hi); /* 1, 3 */
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(o->src[0]),
+                      _mm256_permute2x128_si256(a, b, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(o->src[2]),
+                      _mm256_permute2x128_si256(a, b, 0x31));
+  for (int j = 0; j < LANES; j++)
+    o->row[j] = (uint8_t)row[j];
+}
+#include "fpconv_lanes.inc"
+#pragma GCC pop_options
+}  // namespace avx2
 #pragma GCC diagnostic pop
 
-/* x[0, n) as fmt_list does, up to 64 numbers decided by shortest_groups
- * at a time, each then laid out by one byte shuffle (put_plain's). */
-__attribute__((target("ssse3"))) size_t fmt_list_avx512(char *out,
-                                                         const float *x,
-                                                         size_t n) {
+/* x[0, n) as fmt_list does, up to 64 numbers decided by one call of an
+ * instruction set's shortest_groups at a time, each then laid out by one
+ * byte shuffle (put_plain's). */
+template <typename Src, int LANES,
+          uint64_t (*groups_of)(const float *, int, const uint64_t *, Src *)>
+__attribute__((target("ssse3"))) size_t fmt_list_lanes(char *out,
+                                                       const float *x,
+                                                       size_t n) {
   /* fmt's cache of powers of ten, copied where a gather can read it */
   using cache = fmt::detail::dragonbox::cache_accessor<float>;
   uint64_t pow10[POW10_MAX_K - POW10_MIN_K + 1];
   for (int k = POW10_MIN_K; k <= POW10_MAX_K; k++)
     pow10[k - POW10_MIN_K] = cache::get_cached_power(k);
+  constexpr int MAX_GROUPS = 64 / LANES;
   char *o = out;
   size_t i = 0;
-  while (n - i >= 8) {
-    int groups = (n - i) / 8 < 8 ? (int)((n - i) / 8) : 8;
-    plain_src p[8];
-    uint64_t other = shortest_groups(x + i, groups, pow10, p);
-    for (int j = 0; j < 8 * groups; j++, i++) {
+  while (n - i >= (size_t)LANES) {
+    size_t left = (n - i) / LANES;
+    int groups = left < (size_t)MAX_GROUPS ? (int)left : MAX_GROUPS;
+    Src p[MAX_GROUPS];
+    uint64_t other = groups_of(x + i, groups, pow10, p);
+    for (int j = 0; j < LANES * groups; j++, i++) {
       if (other >> j & 1) {
         o += proto__fmt_f32(o, x[i]);
       } else {
-        const plain_src *g = &p[j >> 3];
-        int row = g->row[j & 7];
+        const Src *g = &p[j / LANES];
+        int row = g->row[j % LANES];
         *o = '-';
         o += std::signbit(x[i]);
         __m128i v = _mm_loadu_si128(
-            reinterpret_cast<const __m128i *>(g->src[j & 7]));
+            reinterpret_cast<const __m128i *>(g->src[j % LANES]));
         __m128i c = _mm_loadu_si128(
             reinterpret_cast<const __m128i *>(plain.lane[row]));
         _mm_storeu_si128(reinterpret_cast<__m128i *>(o),
@@ -968,7 +874,33 @@ __attribute__((target("ssse3"))) size_t fmt_list_avx512(char *out,
   *--o = '\0'; /* the last comma */
   return (size_t)(o - out);
 }
+
+/* The widest printer this CPU runs: 8, 4, or 1 number at a time. */
+inline int widest_printer() {
+  if (__builtin_cpu_supports("avx512f"))
+    return 8;
+  return __builtin_cpu_supports("avx2") ? 4 : 1;
+}
 #endif
+
+/* x[0, n) by the printer of the given width (8, 4 or 1), or the one at
+ * a time when this CPU lacks it. */
+inline size_t fmt_list_width(char *out, const float *x, size_t n,
+                             int width) {
+#ifdef NUM_LANES
+  int best = widest_printer();
+  if (width == 8 && best >= 8 && n >= 8)
+    return fmt_list_lanes<avx512::plain_src, 8, avx512::shortest_groups>(
+        out, x, n);
+  if (width == 4 && best >= 4 && n >= 4)
+    return fmt_list_lanes<avx2::plain_src, 4, avx2::shortest_groups>(out, x,
+                                                                     n);
+#else
+  (void)width;
+#endif
+  return fmt_list(out, x, n);
+}
+
 }  // namespace
 
 extern "C" {
@@ -996,11 +928,16 @@ int proto__num_fmt_f32(char *out, float x) {
 }
 
 size_t proto__num_fmt_f32_list(char *out, const float *x, size_t n) {
-#ifdef NUM_AVX512
-  if (n >= 8 && __builtin_cpu_supports("avx512f"))
-    return fmt_list_avx512(out, x, n);
-#endif
+#ifdef NUM_LANES
+  return fmt_list_width(out, x, n, widest_printer());
+#else
   return fmt_list(out, x, n);
+#endif
+}
+
+size_t proto__num_fmt_f32_list_width(char *out, const float *x, size_t n,
+                                     int width) {
+  return fmt_list_width(out, x, n, width);
 }
 
 }  // extern "C"

@@ -274,6 +274,11 @@ int proto__num_fmt_f32(char *s, float x);
  * allows (AVX-512F).  s holds n * (PROTO__F32_MAX + 1) + 1 bytes.
  * Returns the length, the NUL not counted. */
 size_t proto__num_fmt_f32_list(char *s, const float *x, size_t n);
+/* The same by the printer of a given width: 8 (AVX-512F), 4 (AVX2) or 1
+ * number at a time, the last where the CPU lacks the one asked for (for
+ * tests: every printer must write the same text). */
+size_t proto__num_fmt_f32_list_width(char *s, const float *x, size_t n,
+                                     int width);
 
 /* ---- request memory (request.c) ------------------------------------------ */
 
