@@ -719,13 +719,14 @@ constexpr int POW10_MAX_K = fmt::detail::dragonbox::float_info<float>::max_k;
 /* gcc 12's AVX-512 intrinsics start from _mm512_undefined_epi32(), which
  * -W(maybe-)uninitialized reports once inlined (gcc bug 105593, fixed in
  * gcc 13). */
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace avx512 {
-#pragma GCC push_options
-#pragma GCC target("avx512f")
+#define LANES_FN __attribute__((target("avx512f")))
 constexpr int LANES = 8;
 typedef uint64_t u64v __attribute__((vector_size(64)));
 typedef uint32_t u32v __attribute__((vector_size(64)));
@@ -734,37 +735,37 @@ struct plain_src {
   uint8_t src[LANES][16]; /* put_plain's source: 9 digits, '0', '.' */
   uint8_t row[LANES];     /* plain_row(e, n) */
 };
-inline lanes_mask eq(u64v a, u64v b) {
+LANES_FN inline lanes_mask eq(u64v a, u64v b) {
   return _mm512_cmpeq_epi64_mask((__m512i)a, (__m512i)b);
 }
-inline lanes_mask lt(u64v a, u64v b) {
+LANES_FN inline lanes_mask lt(u64v a, u64v b) {
   return _mm512_cmplt_epi64_mask((__m512i)a, (__m512i)b);
 }
-inline lanes_mask both(lanes_mask a, lanes_mask b) { return a & b; }
-inline lanes_mask either(lanes_mask a, lanes_mask b) { return a | b; }
-inline lanes_mask but_not(lanes_mask a, lanes_mask b) {
+LANES_FN inline lanes_mask both(lanes_mask a, lanes_mask b) { return a & b; }
+LANES_FN inline lanes_mask either(lanes_mask a, lanes_mask b) { return a | b; }
+LANES_FN inline lanes_mask but_not(lanes_mask a, lanes_mask b) {
   return a & (lanes_mask)~b;
 }
-inline lanes_mask flip(lanes_mask a) { return (lanes_mask)~a; }
-inline u64v sel(lanes_mask m, u64v a, u64v b) {
+LANES_FN inline lanes_mask flip(lanes_mask a) { return (lanes_mask)~a; }
+LANES_FN inline u64v sel(lanes_mask m, u64v a, u64v b) {
   return (u64v)_mm512_mask_blend_epi64(m, (__m512i)b, (__m512i)a);
 }
-inline u64v add_if(u64v v, lanes_mask m, uint64_t k) {
+LANES_FN inline u64v add_if(u64v v, lanes_mask m, uint64_t k) {
   return (u64v)_mm512_mask_add_epi64((__m512i)v, m, (__m512i)v,
                                      _mm512_set1_epi64((long long)k));
 }
-inline unsigned bits_of(lanes_mask m) { return m; }
-inline u64v load_bits(const float *x) {
+LANES_FN inline unsigned bits_of(lanes_mask m) { return m; }
+LANES_FN inline u64v load_bits(const float *x) {
   return (u64v)_mm512_cvtepu32_epi64(
       _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x)));
 }
-inline u64v mul32(u64v a, u64v b) {
+LANES_FN inline u64v mul32(u64v a, u64v b) {
   return (u64v)_mm512_mul_epu32((__m512i)a, (__m512i)b);
 }
-inline u64v gather(const uint64_t *t, u64v i) {
+LANES_FN inline u64v gather(const uint64_t *t, u64v i) {
   return (u64v)_mm512_i64gather_epi64((__m512i)i, t, 8);
 }
-inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
+LANES_FN inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
   const __m512i first = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
   const __m512i second = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
   _mm512_storeu_si512(o->src[0], _mm512_permutex2var_epi64(
@@ -775,12 +776,11 @@ inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
                    _mm512_cvtepi64_epi8((__m512i)row));
 }
 #include "fpconv_lanes.inc"
-#pragma GCC pop_options
+#undef LANES_FN
 }  // namespace avx512
 
 namespace avx2 {
-#pragma GCC push_options
-#pragma GCC target("avx2")
+#define LANES_FN __attribute__((target("avx2")))
 constexpr int LANES = 4;
 typedef uint64_t u64v __attribute__((vector_size(32)));
 typedef int64_t i64v __attribute__((vector_size(32)));
@@ -790,31 +790,31 @@ struct plain_src {
   uint8_t src[LANES][16];
   uint8_t row[LANES];
 };
-inline lanes_mask eq(u64v a, u64v b) { return a == b; }
-inline lanes_mask lt(u64v a, u64v b) { return (i64v)a < (i64v)b; }
-inline lanes_mask both(lanes_mask a, lanes_mask b) { return a & b; }
-inline lanes_mask either(lanes_mask a, lanes_mask b) { return a | b; }
-inline lanes_mask but_not(lanes_mask a, lanes_mask b) { return a & ~b; }
-inline lanes_mask flip(lanes_mask a) { return ~a; }
-inline u64v sel(lanes_mask m, u64v a, u64v b) { return m ? a : b; }
-inline u64v add_if(u64v v, lanes_mask m, uint64_t k) {
+LANES_FN inline lanes_mask eq(u64v a, u64v b) { return a == b; }
+LANES_FN inline lanes_mask lt(u64v a, u64v b) { return (i64v)a < (i64v)b; }
+LANES_FN inline lanes_mask both(lanes_mask a, lanes_mask b) { return a & b; }
+LANES_FN inline lanes_mask either(lanes_mask a, lanes_mask b) { return a | b; }
+LANES_FN inline lanes_mask but_not(lanes_mask a, lanes_mask b) { return a & ~b; }
+LANES_FN inline lanes_mask flip(lanes_mask a) { return ~a; }
+LANES_FN inline u64v sel(lanes_mask m, u64v a, u64v b) { return m ? a : b; }
+LANES_FN inline u64v add_if(u64v v, lanes_mask m, uint64_t k) {
   return v + ((u64v)m & k);
 }
-inline u64v load_bits(const float *x) {
+LANES_FN inline u64v load_bits(const float *x) {
   return (u64v)_mm256_cvtepu32_epi64(
       _mm_loadu_si128(reinterpret_cast<const __m128i *>(x)));
 }
-inline u64v mul32(u64v a, u64v b) {
+LANES_FN inline u64v mul32(u64v a, u64v b) {
   return (u64v)_mm256_mul_epu32((__m256i)a, (__m256i)b);
 }
-inline u64v gather(const uint64_t *t, u64v i) {
+LANES_FN inline u64v gather(const uint64_t *t, u64v i) {
   return (u64v)_mm256_i64gather_epi64(
       reinterpret_cast<const long long *>(t), (__m256i)i, 8);
 }
-inline unsigned bits_of(lanes_mask m) {
+LANES_FN inline unsigned bits_of(lanes_mask m) {
   return (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd((__m256i)m));
 }
-inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
+LANES_FN inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
   __m256i a = _mm256_unpacklo_epi64((__m256i)lo, (__m256i)hi); /* 0, 2 */
   __m256i b = _mm256_unpackhi_epi64((__m256i)lo, (__m256i)hi); /* 1, 3 */
   _mm256_storeu_si256(reinterpret_cast<__m256i *>(o->src[0]),
@@ -825,15 +825,32 @@ inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
     o->row[j] = (uint8_t)row[j];
 }
 #include "fpconv_lanes.inc"
-#pragma GCC pop_options
+#undef LANES_FN
 }  // namespace avx2
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 /* x[0, n) as fmt_list does, up to 64 numbers decided by one call of an
  * instruction set's shortest_groups at a time, each then laid out by one
  * byte shuffle (put_plain's). */
-template <typename Src, int LANES,
-          uint64_t (*groups_of)(const float *, int, const uint64_t *, Src *)>
+template <typename Src, int LANES>
+uint64_t groups_of(const float *x, int groups, const uint64_t *pow10,
+                   Src *out);
+template <>
+inline uint64_t groups_of<avx512::plain_src, 8>(const float *x, int groups,
+                                                const uint64_t *pow10,
+                                                avx512::plain_src *out) {
+  return avx512::shortest_groups(x, groups, pow10, out);
+}
+template <>
+inline uint64_t groups_of<avx2::plain_src, 4>(const float *x, int groups,
+                                              const uint64_t *pow10,
+                                              avx2::plain_src *out) {
+  return avx2::shortest_groups(x, groups, pow10, out);
+}
+
+template <typename Src, int LANES>
 __attribute__((target("ssse3"))) size_t fmt_list_lanes(char *out,
                                                        const float *x,
                                                        size_t n) {
@@ -849,7 +866,7 @@ __attribute__((target("ssse3"))) size_t fmt_list_lanes(char *out,
     size_t left = (n - i) / LANES;
     int groups = left < (size_t)MAX_GROUPS ? (int)left : MAX_GROUPS;
     Src p[MAX_GROUPS];
-    uint64_t other = groups_of(x + i, groups, pow10, p);
+    uint64_t other = groups_of<Src, LANES>(x + i, groups, pow10, p);
     for (int j = 0; j < LANES * groups; j++, i++) {
       if (other >> j & 1) {
         o += proto__fmt_f32(o, x[i]);
@@ -890,11 +907,9 @@ inline size_t fmt_list_width(char *out, const float *x, size_t n,
 #ifdef NUM_LANES
   int best = widest_printer();
   if (width == 8 && best >= 8 && n >= 8)
-    return fmt_list_lanes<avx512::plain_src, 8, avx512::shortest_groups>(
-        out, x, n);
+    return fmt_list_lanes<avx512::plain_src, 8>(out, x, n);
   if (width == 4 && best >= 4 && n >= 4)
-    return fmt_list_lanes<avx2::plain_src, 4, avx2::shortest_groups>(out, x,
-                                                                     n);
+    return fmt_list_lanes<avx2::plain_src, 4>(out, x, n);
 #else
   (void)width;
 #endif
