@@ -137,6 +137,20 @@ static unsigned bits16(unsigned x) {
  * three compares find the five stop bytes.  Not inlined: its caller goes
  * on in SSE code, which would run slowly with the AVX-512 registers'
  * upper halves in use (the return clears them). */
+/* A block's stop and comma bits (bit i for byte i): when a stop byte is
+ * in it, the commas before the first one counted into *n, *j moved onto
+ * it, and 1; else all its commas counted and 0. */
+static inline int block_stop(uint64_t st, uint64_t cm, size_t *j, size_t *n) {
+  if (st) {
+    unsigned k = (unsigned)__builtin_ctzll(st);
+    *n += (size_t)__builtin_popcountll(cm & ((1ull << k) - 1));
+    *j += k;
+    return 1;
+  }
+  *n += (size_t)__builtin_popcountll(cm);
+  return 0;
+}
+
 __attribute__((target("avx512f,avx512bw,popcnt"), noinline))
 static size_t find_stop_avx512(const unsigned char *b, size_t j, size_t len,
                                size_t *commas) {
@@ -150,14 +164,8 @@ static size_t find_stop_avx512(const unsigned char *b, size_t j, size_t len,
     uint64_t st = _mm512_cmpeq_epi8_mask(v5, open) |
                   _mm512_cmpeq_epi8_mask(v5, close) |
                   _mm512_cmpeq_epi8_mask(v, qu);
-    uint64_t cmask = _mm512_cmpeq_epi8_mask(v, cm);
-    if (st) {
-      unsigned k = (unsigned)__builtin_ctzll(st);
-      n += (size_t)__builtin_popcountll(cmask & ((1ull << k) - 1));
-      j += k;
+    if (block_stop(st, _mm512_cmpeq_epi8_mask(v, cm), &j, &n))
       break;
-    }
-    n += (size_t)__builtin_popcountll(cmask);
   }
   *commas += n;
   return j;
@@ -174,19 +182,14 @@ static size_t find_stop_avx2(const unsigned char *b, size_t j, size_t len,
   for (; j + 32 <= len; j += 32) {
     __m256i v = _mm256_loadu_si256((const __m256i *)(b + j));
     __m256i v5 = _mm256_or_si256(v, bit5);
-    __m256i stv = _mm256_or_si256(
+    __m256i st = _mm256_or_si256(
         _mm256_or_si256(_mm256_cmpeq_epi8(v5, open),
                         _mm256_cmpeq_epi8(v5, close)),
         _mm256_cmpeq_epi8(v, qu));
-    unsigned st = (unsigned)_mm256_movemask_epi8(stv);
-    unsigned cmask = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, cm));
-    if (st) {
-      unsigned k = (unsigned)__builtin_ctz(st);
-      n += (size_t)__builtin_popcount(cmask & ((1u << k) - 1));
-      j += k;
+    if (block_stop((uint32_t)_mm256_movemask_epi8(st),
+                   (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, cm)),
+                   &j, &n))
       break;
-    }
-    n += (size_t)__builtin_popcount(cmask);
   }
   *commas += n;
   return j;
