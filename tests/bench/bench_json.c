@@ -480,6 +480,36 @@ static void bench_print(int n) {
   free(x);
 }
 
+/* A tensor row of n numbers printed by each list printer: 8 and 4 at a
+ * time (AVX-512F, AVX2; where the CPU lacks one it prints one at a
+ * time, so that row then repeats the last) and one at a time. */
+static void bench_print_list(int n) {
+  float *x = malloc((size_t)n * sizeof *x);
+  char *s = malloc((size_t)n * (PROTO__F32_MAX + 1) + 1);
+  size_t sink = 0;
+  for (int i = 0; i < n; i++)
+    x[i] = i % 2 ? normal() : (float)(uniform() * uniform() * 0.05);
+  static const int widths[3] = {8, 4, 1};
+  static const char *const names[3] = {
+    "list, 8 at a time (AVX-512F)", "list, 4 at a time (AVX2)",
+    "list, one at a time"};
+  for (int w = 0; w < 3; w++) {
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+      double t0 = now_s();
+      sink += proto__num_fmt_f32_list_width(s, x, (size_t)n, widths[w]);
+      double t = now_s() - t0;
+      if (t < best)
+        best = t;
+    }
+    report(names[w], "print", best * 1e9 / n, 0);
+  }
+  if (sink == 42)
+    puts("");
+  free(s);
+  free(x);
+}
+
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json"))
@@ -522,5 +552,6 @@ int main(int argc, char **argv) {
   if (!json_out)
     printf("print one float32 (mixed N(0,1) and small weights):\n");
   bench_print(quick ? 200000 : 1000000);
+  bench_print_list(quick ? 200000 : 1000000);
   return 0;
 }

@@ -173,7 +173,9 @@ def http(dirname, png):
     with open(os.path.join(dirname, "core")) as f:
         cores = [json.loads(line) for line in f if line.strip()]
     core = {k: statistics.median(c[k] for c in cores) for k in ("calls_per_s", "gflops")}
-    print("HTTP benchmark, one run: requests/s, p50 and p99 latency (ms) by connections")
+    rounds = len(cores)
+    print("HTTP benchmark, one run%s: requests/s, p50 and p99 latency (ms) by "
+          "connections" % (", medians of %d rounds" % rounds if rounds > 1 else ""))
     head = "%-22s" % "" + "".join("| %9s %7s %7s " % ("c=%d req/s" % c, "p50", "p99") for c in conns)
     print(head)
     for tag, label in SERIES:
