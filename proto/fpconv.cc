@@ -22,7 +22,7 @@
 #include <emmintrin.h>
 #endif
 #if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h> /* SSSE3 and AVX-512F, each in functions that ask */
+#include <immintrin.h> /* SSSE3, AVX2, AVX-512: in the functions that ask */
 #endif
 
 #include <fast_float/fast_float.h>

@@ -271,7 +271,7 @@ int proto__num_fmt_f32(char *s, float x);
 
 /* x[0, n) as proto__fmt_f32 prints them, comma-separated, then a NUL: the
  * same text as n calls of it, several numbers at a time where the CPU
- * allows (AVX-512F).  s holds n * (PROTO__F32_MAX + 1) + 1 bytes.
+ * allows (AVX2, AVX-512F).  s holds n * (PROTO__F32_MAX + 1) + 1 bytes.
  * Returns the length, the NUL not counted. */
 size_t proto__num_fmt_f32_list(char *s, const float *x, size_t n);
 /* The same by the printer of a given width: 8 (AVX-512F), 4 (AVX2) or 1
