@@ -34,7 +34,7 @@
 #include <emmintrin.h>
 #endif
 #if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h> /* AVX-512BW, in the one function that asks */
+#include <immintrin.h> /* AVX2 and AVX-512BW, in the functions that ask */
 #endif
 
 #include "mem.h"
@@ -131,12 +131,6 @@ static unsigned bits16(unsigned x) {
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define SCAN_WIDE 1
-/* find_stop 64 bytes a step (AVX-512BW): the index of the first stop byte
- * in b[j, len), or where fewer than 64 bytes are left; commas before it
- * added to *commas.  '[' and '{', ']' and '}' differ only in bit 5, so
- * three compares find the five stop bytes.  Not inlined: its caller goes
- * on in SSE code, which would run slowly with the AVX-512 registers'
- * upper halves in use (the return clears them). */
 /* A block's stop and comma bits (bit i for byte i): when a stop byte is
  * in it, the commas before the first one counted into *n, *j moved onto
  * it, and 1; else all its commas counted and 0. */
@@ -151,6 +145,12 @@ static inline int block_stop(uint64_t st, uint64_t cm, size_t *j, size_t *n) {
   return 0;
 }
 
+/* find_stop 64 bytes a step (AVX-512BW): the index of the first stop byte
+ * in b[j, len), or where fewer than 64 bytes are left; commas before it
+ * added to *commas.  '[' and '{', ']' and '}' differ only in bit 5, so
+ * three compares find the five stop bytes.  Not inlined: its caller goes
+ * on in SSE code, which would run slowly with the AVX-512 registers'
+ * upper halves in use (the return clears them). */
 __attribute__((target("avx512f,avx512bw,popcnt"), noinline))
 static size_t find_stop_avx512(const unsigned char *b, size_t j, size_t len,
                                size_t *commas) {
