@@ -23,10 +23,6 @@
 
 #define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 
-/* Commas outside tensors in a valid body: top-level members, shape arrays,
- * dropout and window.  Far fewer than this. */
-#define COMMA_SLACK 1024
-
 enum field {
   F_QUERY, F_KEY, F_VALUE, F_VALID_LENS, F_MASK, F_BIAS, F_CAUSAL, F_SCALE,
   F_RETURN_WEIGHTS, F_ID, F_SCORING, F_W_Q, F_W_K, F_W_V, F_DROPOUT,
@@ -65,9 +61,7 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
   if (i == len)
     return ERR("empty body: expected a JSON object with query, key and "
                "value");
-  /* A body has fewer commas than bytes: only a long one can fail. */
-  if (c->max_elems && len > c->max_elems + COMMA_SLACK &&
-      proto__count_commas(body, len) > c->max_elems + COMMA_SLACK) {
+  if (proto__over_element_budget(body, len, c->max_elems)) {
     snprintf(c->err, PROTO_ERR_MAX, "request has more than %zu tensor "
              "elements, the server's limit", c->max_elems);
     return ATTND_ETOOBIG;

@@ -68,6 +68,16 @@ static unsigned bits16(unsigned x) {
   return (x + (x >> 8)) & 0x1fu;
 }
 
+/* Commas outside tensors in a valid body or v2 JSON part: top-level
+ * members, shapes, parameters, dropout and window.  Far fewer than this. */
+#define COMMA_SLACK 1024
+
+int proto__over_element_budget(const char *s, size_t n, size_t max_elems) {
+  /* a body has fewer commas than bytes: only a long one can be over */
+  return max_elems && n > max_elems + COMMA_SLACK &&
+         proto__count_commas(s, n) > max_elems + COMMA_SLACK;
+}
+
 /* Runs on every JSON body the server decodes, before anything else, so it
  * takes 16 bytes a step (SSE2, every x86-64) up to each string. */
 size_t proto__count_commas(const char *s, size_t n) {

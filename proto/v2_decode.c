@@ -29,9 +29,6 @@
 
 #define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 
-/* Commas outside tensors in a valid JSON part: members, shapes, params. */
-#define COMMA_SLACK 1024
-
 typedef struct v2_in {
   int dtype;                /* enum proto__dtype */
   int binary;               /* 1: bytes after the JSON part */
@@ -117,9 +114,7 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   if (i == c->hlen)
     return ERR("empty body: expected a JSON inference request with "
                "\"inputs\"");
-  /* A header has fewer commas than bytes: only a long one can fail. */
-  if (max_elems && c->hlen > max_elems + COMMA_SLACK &&
-      proto__count_commas(c->body, c->hlen) > max_elems + COMMA_SLACK) {
+  if (proto__over_element_budget(c->body, c->hlen, max_elems)) {
     snprintf(c->err, PROTO_ERR_MAX, "request has more than %zu tensor "
              "elements, the server's limit", max_elems);
     return ATTND_ETOOBIG;
