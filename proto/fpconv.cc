@@ -30,8 +30,10 @@
 #define FMT_HEADER_ONLY
 #include <fmt/format.h>
 
-/* proto_impl.h is C; of it, the lists need the one-number printer. */
+/* proto_impl.h is C; of it, the lists need the one-number printer and
+ * the CPU's vector width. */
 extern "C" int proto__fmt_f32(char *s, float x);
+extern "C" int proto__vector_bytes(void);
 
 namespace {
 
@@ -421,12 +423,6 @@ find_commas_avx512(const char *s, size_t len, uint32_t *pos) {
   }
   return k;
 }
-
-inline bool use_avx512bw() {
-  return __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("popcnt");
-}
 #endif
 
 /* Offsets of the commas in s[0, len) (len <= LIST_CHUNK) into pos, which
@@ -465,7 +461,7 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n) {
   const char *s = p; /* the current token's first byte */
   float *o = dst, *last = dst + n - 1;
 #ifdef NUM_AVX512BW
-  const bool wide = end - p >= 256 && use_avx512bw();
+  const bool wide = end - p >= 256 && proto__vector_bytes() == 64;
 #else
   const bool wide = false;
 #endif
@@ -894,9 +890,8 @@ __attribute__((target("ssse3"))) size_t fmt_list_lanes(char *out,
 
 /* The widest printer this CPU runs: 8, 4, or 1 number at a time. */
 inline int widest_printer() {
-  if (__builtin_cpu_supports("avx512f"))
-    return 8;
-  return __builtin_cpu_supports("avx2") ? 4 : 1;
+  int v = proto__vector_bytes();
+  return v == 64 ? 8 : v == 32 ? 4 : 1;
 }
 #endif
 

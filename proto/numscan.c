@@ -195,14 +195,17 @@ static size_t find_stop_avx2(const unsigned char *b, size_t j, size_t len,
   return j;
 }
 
-/* The widest scan this CPU runs: 64 (AVX-512BW), 32 (AVX2) or 16 bytes
- * a step. */
-static int scan_width(void) {
+#endif
+
+int proto__vector_bytes(void) {
+#if defined(__GNUC__) && defined(__x86_64__)
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
     return 64;
   return __builtin_cpu_supports("avx2") ? 32 : 16;
-}
+#else
+  return 0;
 #endif
+}
 
 /* Index of the first stop byte in b[j, len) (len when none), and the
  * commas before it added to *commas.  SSE2 (every x86-64) takes 16 bytes
@@ -214,7 +217,7 @@ static size_t find_stop(const unsigned char *b, size_t j, size_t len,
   /* either stops at the stop byte, or leaves the last bytes to the loops
    * below (which then find a stop at once and count nothing twice) */
   if (len - j >= 128) {
-    int w = scan_width();
+    int w = proto__vector_bytes();
     if (w == 64)
       j = find_stop_avx512(b, j, len, commas);
     else if (w == 32)
