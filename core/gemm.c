@@ -91,6 +91,8 @@ enum {
   TILE_ROW(0, X) TILE_ROW(1, X) TILE_ROW(2, X) TILE_ROW(3, X)              \
   TILE_ROW(4, X) TILE_ROW(5, X) TILE_ROW(6, X) TILE_ROW(7, X)              \
   TILE_ROW(8, X) TILE_ROW(9, X) TILE_ROW(10, X) TILE_ROW(11, X)
+#define TILE_EACH(Y)                                                       \
+  Y(0) Y(1) Y(2) Y(3) Y(4) Y(5) Y(6) Y(7) Y(8) Y(9) Y(10) Y(11)
 #define TILE_DECL(r, v) __m512 c##r##v = _mm512_setzero_ps();
 #define TILE_LIVE(r, v) (mr > r && nv > v)
 #define TILE_INIT(r, v)                                                    \
@@ -106,6 +108,8 @@ enum {
   if (TILE_LIVE(r, v)) c##r##v = _mm512_fmadd_ps(a##r, b##v, c##r##v);
 #define TILE_BCAST(r)                                                      \
   __m512 a##r = mr > r ? _mm512_set1_ps(a[r * lda + j]) : b0;
+/* One k step of row r: its A value broadcast, one FMA per vector. */
+#define TILE_STEP(r) TILE_BCAST(r) TILE_ROW(r, TILE_FMA)
 #define TILE_STORE(r, v)                                                   \
   if (TILE_LIVE(r, v))                                                     \
     _mm512_mask_storeu_ps(c + r * ldc + 16 * v, TILE_VEC(v),               \
@@ -124,18 +128,7 @@ AVX512 static INLINE void tile(const int mr, const int nv, int kc,
     const float *bj = b + j * ldb;
     __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
     TILE_LOAD(0) TILE_LOAD(1) TILE_LOAD(2) TILE_LOAD(3)
-    TILE_BCAST(0) TILE_ROW(0, TILE_FMA)
-    TILE_BCAST(1) TILE_ROW(1, TILE_FMA)
-    TILE_BCAST(2) TILE_ROW(2, TILE_FMA)
-    TILE_BCAST(3) TILE_ROW(3, TILE_FMA)
-    TILE_BCAST(4) TILE_ROW(4, TILE_FMA)
-    TILE_BCAST(5) TILE_ROW(5, TILE_FMA)
-    TILE_BCAST(6) TILE_ROW(6, TILE_FMA)
-    TILE_BCAST(7) TILE_ROW(7, TILE_FMA)
-    TILE_BCAST(8) TILE_ROW(8, TILE_FMA)
-    TILE_BCAST(9) TILE_ROW(9, TILE_FMA)
-    TILE_BCAST(10) TILE_ROW(10, TILE_FMA)
-    TILE_BCAST(11) TILE_ROW(11, TILE_FMA)
+    TILE_EACH(TILE_STEP)
   }
   TILE_ALL(TILE_STORE)
 }
