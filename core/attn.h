@@ -156,6 +156,8 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights);
  * weights (B, H, Lq, Lk) may be NULL, which selects the online path.
  * scratch must hold attn_scratch_bytes(p, weights != NULL) bytes, 64-byte
  * aligned, owned by the calling thread for the duration of the call.
+ * Every element of the tasks' rows of out and weights is written, masked
+ * and empty positions as 0, so neither buffer needs initialising.
  * Returns 0 or ATTND_EINVAL (t1 beyond the task count). */
 int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1,
                    float *out, float *weights, void *scratch);

@@ -195,11 +195,11 @@ int proto__check_budget(proto__check *c) {
 int proto__alloc_outputs(proto__check *c) {
   const attn_problem *p = c->p;
   size_t rows = (size_t)p->B * p->H * p->Lq;
-  c->req->out = proto__own(c->req, rows * p->Dv * sizeof(float));
+  c->req->out = proto__own_filled(c->req, rows * p->Dv * sizeof(float));
   if (!c->req->out)
     return ATTND_ENOMEM;
   if (c->req->return_weights || c->req->diagnostics) {
-    c->req->weights = proto__own(c->req, rows * p->Lk * sizeof(float));
+    c->req->weights = proto__own_filled(c->req, rows * p->Lk * sizeof(float));
     if (!c->req->weights)
       return ATTND_ENOMEM;
   }

@@ -396,7 +396,7 @@ static int fill(v1_ctx *c, int in, int kind, const void **dst) {
                                  sizeof(uint8_t)};
   if (!t->json)
     return 0;
-  void *buf = proto__own_input(c->req, t->n * size[kind]);
+  void *buf = proto__own_filled(c->req, t->n * size[kind]);
   if (!buf)
     return ATTND_ENOMEM;
   c->req->in_bytes += t->n * size[kind];

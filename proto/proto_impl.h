@@ -296,9 +296,12 @@ int proto__vector_bytes(void);
  * Returns NULL when memory or the owned[] table runs out. */
 void *proto__own(proto_request *req, size_t n);
 
-/* The same, not zeroed, for an input tensor that the decoder fills
- * completely before anything reads it (or fails the whole request):
- * zeroing a large input first only costs a pass over its memory. */
-void *proto__own_input(proto_request *req, size_t n);
+/* The same, not zeroed, for a buffer written completely before anything
+ * reads it: an input tensor the decoder fills (or fails the whole
+ * request), an output the core writes element by element, masked and
+ * empty positions included (attn_run_tasks' contract; test_core runs it
+ * on NaN-filled buffers).  Zeroing it first would only cost a pass over
+ * its memory. */
+void *proto__own_filled(proto_request *req, size_t n);
 
 #endif /* PROTO_IMPL_H */

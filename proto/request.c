@@ -21,7 +21,7 @@ static void *own(proto_request *req, size_t n, int zeroed) {
 
 void *proto__own(proto_request *req, size_t n) { return own(req, n, 1); }
 
-void *proto__own_input(proto_request *req, size_t n) {
+void *proto__own_filled(proto_request *req, size_t n) {
   return own(req, n, 0);
 }
 

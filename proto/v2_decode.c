@@ -603,7 +603,7 @@ static int fill_one(v2_ctx *c, int in, const void **slot) {
               : in == PROTO__IN_MASK     ? 1 : sizeof(float);
   if (!t->json)
     return 0;
-  void *buf = proto__own_input(c->req, t->n * es);
+  void *buf = proto__own_filled(c->req, t->n * es);
   if (!buf)
     return ATTND_ENOMEM;
   c->req->in_bytes += t->n * es;

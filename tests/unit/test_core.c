@@ -306,6 +306,11 @@ static int compare_with_ref(const attn_problem *p, const char *what) {
   double *ro = malloc((size_t)p->Dv * sizeof *ro);
   int empty = 0;
   ck_assert(o1 && o2 && w && rw && ro);
+  /* NaN everywhere first: attnd hands the core unzeroed buffers, so an
+   * element the core does not write must fail the comparison */
+  memset(o1, 0xff, out_len(p) * sizeof *o1);
+  memset(o2, 0xff, out_len(p) * sizeof *o2);
+  memset(w, 0xff, w_len(p) * sizeof *w);
   ck_assert_int_eq(attn_forward(p, o1, w), 0);
   ck_assert_int_eq(attn_forward(p, o2, NULL), 0);
   for (int b = 0; b < p->B; b++)
@@ -769,6 +774,8 @@ static void split_is_bit_identical(int kinds, int with_weights) {
   size_t bytes = attn_scratch_bytes(&c.p, with_weights);
   size_t tasks = attn_task_count(&c.p, with_weights);
   ck_assert_uint_gt(tasks, 2 * 4 * 2 - 1);
+  memset(o2, 0xff, no * 4); /* NaN: every element must be written */
+  if (nw) memset(w2, 0xff, nw * 4);
   ck_assert_int_eq(attn_forward(&c.p, o1, w1), 0);
   for (size_t t = tasks; t-- > 0;) {
     void *scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
