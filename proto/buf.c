@@ -52,10 +52,18 @@ void proto__buf_putc(proto__buf *b, char c) {
   proto__buf_put(b, &c, 1);
 }
 
+/* Digits written back to front: every response carries a few shapes, and
+ * snprintf's format machinery cost more than the rest of their encoding. */
 void proto__buf_put_i64(proto__buf *b, long long v) {
-  char s[32];
-  int n = snprintf(s, sizeof s, "%lld", v);
-  proto__buf_put(b, s, (size_t)n);
+  char s[24], *o = s + sizeof s;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v
+                               : (unsigned long long)v;
+  do
+    *--o = (char)('0' + u % 10);
+  while (u /= 10);
+  if (v < 0)
+    *--o = '-';
+  proto__buf_put(b, o, (size_t)(s + sizeof s - o));
 }
 
 void proto__buf_free(proto__buf *b) {

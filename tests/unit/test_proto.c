@@ -6,6 +6,7 @@
  * request's own JSON. */
 #include <check.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -890,6 +891,30 @@ START_TEST(floats_are_not_longer_than_needed) {
 }
 END_TEST
 
+START_TEST(integers_print_as_printf_does) {
+  static const long long v[] = {0, 1, -1, 9, 10, -10, 99, 100, 2147483647LL,
+                                -2147483648LL, 999999999999LL, LLONG_MAX,
+                                LLONG_MIN, LLONG_MIN + 1};
+  proto__buf b = {0};
+  char want[2048] = "";
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    proto__buf_put_i64(&b, v[i]);
+    proto__buf_putc(&b, ',');
+    n += (size_t)snprintf(want + n, sizeof want - n, "%lld,", v[i]);
+  }
+  for (long long x = 1; x < LLONG_MAX / 10; x *= 10) /* every digit count */
+    for (long long d = -1; d <= 1; d++) {
+      proto__buf_put_i64(&b, x + d);
+      proto__buf_putc(&b, ',');
+      n += (size_t)snprintf(want + n, sizeof want - n, "%lld,", x + d);
+    }
+  ck_assert(!b.oom && n < sizeof want);
+  ck_assert_str_eq(b.p, want);
+  proto__buf_free(&b);
+}
+END_TEST
+
 /* ---- error bodies ------------------------------------------------------------ */
 
 static void check_error_body(const char *msg, const char *want) {
@@ -1186,6 +1211,7 @@ static Suite *proto_suite(void) {
                 encode_flat_rank4_with_weights,
                 floats_print_shortest_round_trip,
                 floats_are_not_longer_than_needed,
+                integers_print_as_printf_does,
                 error_body_escapes_quotes_backslashes_and_controls,
                 error_body_replaces_invalid_utf8,
                 field_names_in_messages_are_sanitised}},
