@@ -425,6 +425,153 @@ find_commas_avx512(const char *s, size_t len, uint32_t *pos) {
 }
 #endif
 
+#ifdef NUM_AVX512BW
+/* ---- eight tokens at once (AVX-512 F, BW, DQ, VL, CD) ----
+ *
+ * fast_token's shape and arithmetic for eight consecutive tokens of a
+ * list, with no step per token: each token's 16 bytes (ending at its
+ * comma) are one 128-bit lane of two 512-bit registers, so each byte
+ * class (digit, '.', '-', ' ', '0', inside the token) is one compare
+ * giving a 64-bit mask of 16 bits a token.  The eight tokens' 16-bit
+ * masks are then words of one 128-bit register, where the grammar is
+ * checked with word arithmetic (x & -x is a token's first byte) that
+ * never carries from one token into the next.  The digits are multiplied
+ * out in the lanes as value16 does, and one vdivpd and one vcvtpd2ps
+ * finish all eight, exactly as fast_token's double division and
+ * conversion do one.  One leading space (json.dumps' ", ") is allowed.
+ *
+ * Tokens of any other shape, and double-rounding midpoints, are left to
+ * list_token: the return value's bit i is set for each token i that was
+ * not written.  Token i is [c_{i-1} + 1, c_i) with c_i = cb + pos[i] and
+ * c_{-1} + 1 = s; s >= cb - 16, and the 16 bytes before c_0 readable. */
+#define TOKENS8_FN                                                          \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512cd"),    \
+                 noinline))
+
+/* GCC 12's AVX-512 headers start many intrinsics from a self-initialised
+ * "undefined" register, which g++ -Wall reports as maybe uninitialised. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+/* The 16-bit masks of tokens 0-3 (a) and 4-7 (b) as eight words. */
+#define TOKEN_WORDS(a, b) _mm_set_epi64x((long long)(b), (long long)(a))
+
+TOKENS8_FN unsigned tokens8(const char *s, const char *cb,
+                            const uint32_t *pos, float *out) {
+  const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(pos));
+  const __m256i st = _mm256_alignr_epi32(
+      _mm256_add_epi32(e, _mm256_set1_epi32(1)),
+      _mm256_set1_epi32((int)(s - cb)), 7);
+  const __m256i len = _mm256_sub_epi32(e, st);
+  if (_mm256_cmpgt_epu32_mask(_mm256_sub_epi32(len, _mm256_set1_epi32(1)),
+                              _mm256_set1_epi32(15)))
+    return 0xff; /* a token is empty or longer than 16 bytes */
+
+  __m512i v[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; h++) {
+    const char *c = cb - 16;
+    v[h] = _mm512_castsi128_si512(_mm_loadu_si128(
+        reinterpret_cast<const __m128i *>(c + pos[4 * h])));
+    v[h] = _mm512_inserti32x4(v[h], _mm_loadu_si128(
+        reinterpret_cast<const __m128i *>(c + pos[4 * h + 1])), 1);
+    v[h] = _mm512_inserti32x4(v[h], _mm_loadu_si128(
+        reinterpret_cast<const __m128i *>(c + pos[4 * h + 2])), 2);
+    v[h] = _mm512_inserti32x4(v[h], _mm_loadu_si128(
+        reinterpret_cast<const __m128i *>(c + pos[4 * h + 3])), 3);
+  }
+  /* byte j of a token's lane is inside it when j + len >= 16 */
+  const __m512i lane = _mm512_broadcast_i32x4(_mm_setr_epi8(
+      0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i len512 = _mm512_castsi256_si512(len);
+  uint64_t in[2], dig[2], dot[2], minus[2], space[2], zero[2];
+  __m512i d[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; h++) {
+    __m512i which = _mm512_add_epi32(
+        _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+        _mm512_set1_epi32(4 * h));
+    __m512i lb = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(which, len512),
+                                     _mm512_setzero_si512());
+    in[h] = _mm512_cmpge_epu8_mask(_mm512_add_epi8(lane, lb),
+                                   _mm512_set1_epi8(16));
+    d[h] = _mm512_sub_epi8(v[h], _mm512_set1_epi8('0'));
+    dig[h] = _mm512_mask_cmple_epu8_mask(in[h], d[h], _mm512_set1_epi8(9));
+    dot[h] = _mm512_mask_cmpeq_epi8_mask(in[h], v[h], _mm512_set1_epi8('.'));
+    minus[h] = _mm512_mask_cmpeq_epi8_mask(in[h], v[h], _mm512_set1_epi8('-'));
+    space[h] = _mm512_mask_cmpeq_epi8_mask(in[h], v[h], _mm512_set1_epi8(' '));
+    zero[h] = _mm512_mask_cmpeq_epi8_mask(in[h], v[h], _mm512_set1_epi8('0'));
+  }
+
+  /* the grammar, a token a word: [ ]?-?(0|[1-9][0-9]*)(\.[0-9]+)? */
+  const __m128i z = _mm_setzero_si128(), one = _mm_set1_epi16(1);
+  __m128i t = TOKEN_WORDS(in[0], in[1]), dg = TOKEN_WORDS(dig[0], dig[1]);
+  __m128i dt = TOKEN_WORDS(dot[0], dot[1]);
+  __m128i first = _mm_and_si128(t, _mm_sub_epi16(z, t));
+  __m128i sp = _mm_and_si128(first, TOKEN_WORDS(space[0], space[1]));
+  t = _mm_andnot_si128(sp, t);
+  first = _mm_and_si128(t, _mm_sub_epi16(z, t));
+  __m128i mi = _mm_and_si128(first, TOKEN_WORDS(minus[0], minus[1]));
+  t = _mm_andnot_si128(mi, t);
+  first = _mm_and_si128(t, _mm_sub_epi16(z, t)); /* the first digit */
+  __m128i bad = _mm_andnot_si128(_mm_or_si128(dg, dt), t);
+  bad = _mm_or_si128(bad, _mm_andnot_si128(dg, first));
+  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_sub_epi16(dt, one)));
+  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_set1_epi16(-0x8000)));
+  bad = _mm_or_si128(bad, _mm_and_si128(dg, _mm_slli_epi16(_mm_and_si128(
+      first, TOKEN_WORDS(zero[0], zero[1])), 1))); /* a leading zero */
+  __mmask8 ok = _mm_cmpeq_epi16_mask(bad, z) & _mm_cmpneq_epi16_mask(first, z);
+  if (!ok)
+    return 0xff;
+
+  /* digits before the '.' one byte up, as fast_token; nf digits after */
+  __mmask8 has_dot = _mm_cmpneq_epi16_mask(dt, z);
+  __m128i up = _mm_maskz_mov_epi16(has_dot,
+                                   _mm_or_si128(_mm_sub_epi16(dt, one), dt));
+  __m256i nf = _mm256_maskz_sub_epi32(
+      has_dot, _mm256_lzcnt_epi32(_mm256_cvtepu16_epi32(dt)),
+      _mm256_set1_epi32(16));
+  uint64_t ups[2] = {(uint64_t)_mm_cvtsi128_si64(up),
+                     (uint64_t)_mm_extract_epi64(up, 1)};
+  __m512i m[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; h++) {
+    __m512i x = _mm512_maskz_mov_epi8(dig[h], d[h]);
+    x = _mm512_mask_mov_epi8(x, ups[h], _mm512_bslli_epi128(x, 1));
+    x = _mm512_maddubs_epi16(x, _mm512_set1_epi16(0x010a));
+    x = _mm512_madd_epi16(x, _mm512_set1_epi32(0x00010064));
+    x = _mm512_madd_epi16(_mm512_packus_epi32(x, x),
+                          _mm512_set1_epi32(0x00012710));
+    /* each lane's first qword: 8 leading digits, then 8 more */
+    m[h] = _mm512_add_epi64(
+        _mm512_mul_epu32(x, _mm512_set1_epi64(100000000)),
+        _mm512_srli_epi64(x, 32));
+  }
+  __m512i mant = _mm512_permutex2var_epi64(
+      m[0], _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), m[1]);
+  __m512d p10 = _mm512_permutex2var_pd(
+      _mm512_loadu_pd(pow10_exact), _mm512_cvtepu32_epi64(nf),
+      _mm512_loadu_pd(pow10_exact + 8));
+  __m512d x = _mm512_div_pd(_mm512_cvtepu64_pd(mant), p10);
+  ok &= ~_mm512_cmpeq_epi64_mask(
+      _mm512_and_si512(_mm512_castpd_si512(x), _mm512_set1_epi64(0x1fffffff)),
+      _mm512_set1_epi64(0x10000000));
+  __m256i f = _mm256_castps_si256(_mm512_cvtpd_ps(x));
+  f = _mm256_mask_or_epi32(f, _mm_cmpneq_epi16_mask(mi, z), f,
+                           _mm256_set1_epi32(INT32_MIN));
+  _mm256_mask_storeu_epi32(out, ok, f);
+  return (unsigned)(uint8_t)~ok;
+}
+#undef TOKEN_WORDS
+#pragma GCC diagnostic pop
+
+inline bool use_tokens8() {
+  return __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512cd");
+}
+#endif
+
 /* Offsets of the commas in s[0, len) (len <= LIST_CHUNK) into pos, which
  * has room for LIST_CHUNK + 16; returns how many. */
 inline size_t find_commas(const char *s, size_t len, uint32_t *pos,
@@ -462,6 +609,7 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n) {
   float *o = dst, *last = dst + n - 1;
 #ifdef NUM_AVX512BW
   const bool wide = end - p >= 256 && proto__vector_bytes() == 64;
+  const bool eights = wide && use_tokens8();
 #else
   const bool wide = false;
 #endif
@@ -471,8 +619,24 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n) {
     size_t k = find_commas(cb, len, pos, wide);
     if (k > (size_t)(last - o))
       return -1; /* more than n numbers */
-    for (size_t j = 0; j < k; j++) {
-      const char *c = cb + pos[j];
+    for (size_t j = 0; j < k;) {
+#ifdef NUM_AVX512BW
+      /* not for a long token, nor the list's first 16 bytes */
+      if (eights && k - j >= 8 && s >= cb - 16 && cb + pos[j] - p >= 16) {
+        for (unsigned left = tokens8(s, cb, pos + j, o); left;
+             left &= left - 1) {
+          unsigned i = (unsigned)__builtin_ctz(left);
+          if (!list_token(p, i ? cb + pos[j + i - 1] + 1 : s,
+                          cb + pos[j + i], o + i))
+            return -1;
+        }
+        s = cb + pos[j + 7] + 1;
+        j += 8;
+        o += 8;
+        continue;
+      }
+#endif
+      const char *c = cb + pos[j++];
       if (!list_token(p, s, c, o++))
         return -1;
       s = c + 1;

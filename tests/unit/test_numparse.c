@@ -370,7 +370,9 @@ END_TEST
 
 /* One token at the start, in the middle, and ending exactly at the
  * list's end, after prefixes that put it on every offset around the
- * 16-byte window, alone and between others. */
+ * 16-byte window, alone and between others; and after 30 numbers more,
+ * so that the list is long enough to be read eight tokens at a time and
+ * the token takes every place among its eight. */
 START_TEST(list_tokens_at_every_offset_and_length) {
   static const char *const toks[] = {
     "0", "-0", "7", "-7", "0.5", "-0.5", "-0.123456", "0.0123456",
@@ -386,14 +388,17 @@ START_TEST(list_tokens_at_every_offset_and_length) {
     "0x10", "inf", "nan", "1-", "1-2", "1+2", "1e1.5", "- 1", "1 2",
     " 1", "1 ", "\t-0.5\n", "\r1\r"};
   static const char *const fills[] = {"1", "-0.25", "10.5", "123456.75"};
-  char s[512];
+  char s[1024];
   for (size_t t = 0; t < sizeof toks / sizeof *toks; t++) {
     for (int pre = 0; pre < 40; pre++) {
-      for (int shape = 0; shape < 4; shape++) {
+      for (int shape = 0; shape < 8; shape++) {
         const char *fill = fills[pre % 4];
         int o = 0;
+        for (int k = 0; shape & 4 && k < 30; k++)
+          o += snprintf(s + o, sizeof s - (size_t)o, "%s,", fills[k % 4]);
+        int o0 = o;
         if (shape & 1) /* numbers before it: pre bytes' worth */
-          while (o < pre)
+          while (o - o0 < pre)
             o += snprintf(s + o, sizeof s - (size_t)o, "%s,", fill);
         else /* or whitespace */
           for (int k = 0; k < pre % 20; k++)
@@ -409,11 +414,16 @@ START_TEST(list_tokens_at_every_offset_and_length) {
 END_TEST
 
 /* Every byte of a list replaced by each byte of the number grammar and a
- * few others, deleted, and doubled: the same verdict, the same numbers. */
+ * few others, deleted, and doubled: the same verdict, the same numbers.
+ * The list is long enough to be read eight tokens at a time, and has
+ * json.dumps' ", " in its second half. */
 START_TEST(list_errors_at_every_position) {
   static const char base[] =
       "-0.5,12.25,-3,0.0123456,1e5,-7.5e-3,0,-0,123456789012345,"
-      "0.33333334,2.5E+1,1234.5678";
+      "0.33333334,2.5E+1,1234.5678,0.25,-0.125,7,-8.5,99.75,-0.0625,"
+      "3.5,-1.75,0.5,6.25,-12.5,0.75,100.5,-2.25,0.001,-0.999,42,"
+      "-0.5, 12.25, -3, 0.0123456, 1e5, -7.5e-3, 0, -0, 123456789012345, "
+      "0.33333334, 2.5E+1, 1234.5678, 0.25, -0.125, 7, -8.5, 99.75";
   static const char subst[] = "0123456789-+.eE, \t\n\rx\"]";
   char s[sizeof base + 4];
   size_t len = strlen(base);
@@ -451,7 +461,11 @@ START_TEST(list_values_equal_strtof) {
   /* 15 significant digits (16 bytes) that a double rounds onto the
    * midpoint between two floats while the decimal is to one side of it:
    * (float) of that double would break the tie to even, strtof goes to
-   * the decimal's side */
+   * the decimal's side; each twice on its own, then all in one list (read
+   * eight at a time) */
+  static char mids[300][20];
+  char *all = malloc(sizeof mids);
+  size_t all_len = 0;
   int found = 0;
   for (int i = 0; i < 200000 && found < 300; i++) {
     float f = bits_f32(0x3f800000u + (uint32_t)(rnd() % (10u << 23)));
@@ -460,6 +474,8 @@ START_TEST(list_values_equal_strtof) {
     snprintf(s, sizeof s, "%.*f", 15 - idig, mid);
     if (strtod(s, NULL) != mid || strtof(s, NULL) == (float)mid)
       continue;
+    memcpy(mids[found], s, 17);
+    all_len += (size_t)sprintf(all + all_len, found ? ",%s" : "%s", s);
     found++;
     float x[2];
     char l[64];
@@ -472,6 +488,12 @@ START_TEST(list_values_equal_strtof) {
                   (double)strtof(s, NULL));
   }
   ck_assert_int_eq(found, 300);
+  float mx[300];
+  ck_assert_int_eq(proto__num_list_f32(all, all + all_len, mx, 300), 0);
+  for (int i = 0; i < 300; i++)
+    ck_assert_msg(f32_bits(mx[i]) == f32_bits(strtof(mids[i], NULL)),
+                  "%s in a list: %a", mids[i], (double)mx[i]);
+  free(all);
   /* 5000 numbers (about 50 KB, many chunks), 6 and 9 digits, shortest */
   enum { N = 5000 };
   size_t cap = (size_t)N * 25;
