@@ -448,10 +448,14 @@ find_commas_avx512(const char *s, size_t len, uint32_t *pos) {
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512cd"),    \
                  noinline))
 
-/* GCC 12's AVX-512 headers start many intrinsics from a self-initialised
- * "undefined" register, which g++ -Wall reports as maybe uninitialised. */
+/* gcc 12's AVX2 and AVX-512 intrinsics start from an "undefined"
+ * register, which -W(maybe-)uninitialized reports once inlined (gcc bug
+ * 105593, as for the printer below). */
+#if !defined(__clang__)
 #pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 /* The 16-bit masks of tokens 0-3 (a) and 4-7 (b) as eight words. */
 #define TOKEN_WORDS(a, b) _mm_set_epi64x((long long)(b), (long long)(a))
@@ -563,12 +567,173 @@ TOKENS8_FN unsigned tokens8(const char *s, const char *cb,
   return (unsigned)(uint8_t)~ok;
 }
 #undef TOKEN_WORDS
-#pragma GCC diagnostic pop
 
-inline bool use_tokens8() {
-  return __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512cd");
+/* tokens8's steps on AVX2 (no mask registers): each 256-bit register
+ * holds two tokens, a byte class is a compare and a movemask (two
+ * tokens' 16-bit masks), the grammar is the same word arithmetic, and the
+ * byte masks it yields are spread back over the bytes with a shuffle.
+ * Without vplzcntd, vcvtuqq2pd or masked stores: the digits after the '.'
+ * come from the exponent of the '.''s bit as a float, the mantissa
+ * becomes a double by the 2^52 trick (so values from 2^52 on are left to
+ * list_token), and all eight floats are stored (list_token then
+ * overwrites those it reads). */
+#define TOKENS8_AVX2_FN __attribute__((target("avx2"), noinline))
+
+/* Bytes 0-15 of the result: bit j of word lo (j = 0..15) spread to byte
+ * j as 0 or 0xff; bytes 16-31 the same of word hi.  The words are bits
+ * 0-15 and 16-31 of pair. */
+__attribute__((target("avx2"), always_inline)) inline __m256i
+spread_bits(uint32_t pair) {
+  const __m256i which = _mm256_setr_epi8(
+      0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+      2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pair), which);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+}
+
+TOKENS8_AVX2_FN unsigned tokens8_avx2(const char *s, const char *cb,
+                                      const uint32_t *pos, float *out) {
+  const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(pos));
+  const __m256i st = _mm256_blend_epi32(
+      _mm256_permutevar8x32_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(1)),
+                                  _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6)),
+      _mm256_set1_epi32((int)(s - cb)), 0x01);
+  const __m256i len = _mm256_sub_epi32(e, st);
+  const __m256i lm1 = _mm256_sub_epi32(len, _mm256_set1_epi32(1));
+  if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(
+          _mm256_min_epu32(lm1, _mm256_set1_epi32(15)), lm1)) != -1)
+    return 0xff; /* a token is empty or longer than 16 bytes */
+
+  const __m256i lane = _mm256_setr_epi8(
+      0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+      0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  uint32_t in[4], dig[4], dot[4], minus[4], space[4], zero[4];
+  __m256i d[4];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; q++) { /* tokens 2q and 2q + 1 */
+    const char *c = cb - 16;
+    __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(
+            reinterpret_cast<const __m128i *>(c + pos[2 * q]))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i *>(c + pos[2 * q + 1])),
+        1);
+    __m256i lb = _mm256_shuffle_epi8(
+        _mm256_permutevar8x32_epi32(len, _mm256_setr_epi32(2 * q, 0, 0, 0,
+                                                           2 * q + 1, 0, 0, 0)),
+        _mm256_setzero_si256());
+    __m256i t = _mm256_cmpgt_epi8(_mm256_add_epi8(lane, lb),
+                                  _mm256_set1_epi8(15));
+    __m256i dv = _mm256_sub_epi8(v, _mm256_set1_epi8('0'));
+    __m256i dg = _mm256_and_si256(
+        t, _mm256_cmpeq_epi8(_mm256_min_epu8(dv, _mm256_set1_epi8(9)), dv));
+    d[q] = _mm256_and_si256(dv, dg);
+    in[q] = (uint32_t)_mm256_movemask_epi8(t);
+    dig[q] = (uint32_t)_mm256_movemask_epi8(dg);
+#define CLASS(ch) (uint32_t) _mm256_movemask_epi8(_mm256_and_si256( \
+      t, _mm256_cmpeq_epi8(v, _mm256_set1_epi8(ch))))
+    dot[q] = CLASS('.');
+    minus[q] = CLASS('-');
+    space[q] = CLASS(' ');
+    zero[q] = CLASS('0');
+#undef CLASS
+  }
+
+#define WORDS(m) _mm_setr_epi32((int)(m)[0], (int)(m)[1], (int)(m)[2], \
+                                (int)(m)[3])
+  const __m128i z = _mm_setzero_si128(), one = _mm_set1_epi16(1);
+  __m128i t = WORDS(in), dg = WORDS(dig), dt = WORDS(dot);
+  __m128i first = _mm_and_si128(t, _mm_sub_epi16(z, t));
+  __m128i sp = _mm_and_si128(first, WORDS(space));
+  t = _mm_andnot_si128(sp, t);
+  first = _mm_and_si128(t, _mm_sub_epi16(z, t));
+  __m128i mi = _mm_and_si128(first, WORDS(minus));
+  t = _mm_andnot_si128(mi, t);
+  first = _mm_and_si128(t, _mm_sub_epi16(z, t));
+  __m128i bad = _mm_andnot_si128(_mm_or_si128(dg, dt), t);
+  bad = _mm_or_si128(bad, _mm_andnot_si128(dg, first));
+  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_sub_epi16(dt, one)));
+  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_set1_epi16(-0x8000)));
+  bad = _mm_or_si128(bad, _mm_and_si128(dg, _mm_slli_epi16(_mm_and_si128(
+      first, WORDS(zero)), 1)));
+#undef WORDS
+  __m128i okw = _mm_andnot_si128(_mm_cmpeq_epi16(first, z),
+                                 _mm_cmpeq_epi16(bad, z));
+  unsigned ok = (unsigned)_mm_movemask_epi8(_mm_packs_epi16(okw, z));
+  if (!ok)
+    return 0xff;
+
+  __m128i has_dot = _mm_andnot_si128(_mm_cmpeq_epi16(dt, z),
+                                     _mm_set1_epi16(-1));
+  __m128i up = _mm_and_si128(has_dot,
+                             _mm_or_si128(_mm_sub_epi16(dt, one), dt));
+  /* the '.' at bit j: 2^j as a float has exponent field 127 + j */
+  __m256i nf = _mm256_and_si256(
+      _mm256_cvtepi16_epi32(has_dot),
+      _mm256_sub_epi32(_mm256_set1_epi32(127 + 15),
+                       _mm256_srli_epi32(_mm256_castps_si256(
+                           _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(dt))),
+                                         23)));
+  uint32_t ups[4];
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(ups), up);
+  __m256i m[4];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; q++) {
+    __m256i x = d[q];
+    x = _mm256_blendv_epi8(x, _mm256_slli_si256(x, 1), spread_bits(ups[q]));
+    x = _mm256_maddubs_epi16(x, _mm256_set1_epi16(0x010a));
+    x = _mm256_madd_epi16(x, _mm256_set1_epi32(0x00010064));
+    x = _mm256_madd_epi16(_mm256_packus_epi32(x, x),
+                          _mm256_set1_epi32(0x00012710));
+    m[q] = _mm256_add_epi64(
+        _mm256_mul_epu32(x, _mm256_set1_epi64x(100000000)),
+        _mm256_srli_epi64(x, 32));
+  }
+  const __m256i two52 = _mm256_set1_epi64x(0x4330000000000000ll);
+  unsigned left = ~ok & 0xff;
+  __m128 f[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; h++) { /* tokens 4h .. 4h + 3 */
+    __m256i mant = _mm256_permute4x64_epi64(
+        _mm256_unpacklo_epi64(m[2 * h], m[2 * h + 1]), 0xd8);
+    left |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(
+                _mm256_cmpgt_epi64(mant, _mm256_set1_epi64x((1ll << 52) - 1))))
+            << (4 * h);
+    __m256d x = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(mant, two52)),
+                              _mm256_castsi256_pd(two52));
+    x = _mm256_div_pd(x, _mm256_i32gather_pd(
+        pow10_exact, h ? _mm256_extracti128_si256(nf, 1)
+                       : _mm256_castsi256_si128(nf), 8));
+    left |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(
+                _mm256_and_si256(_mm256_castpd_si256(x),
+                                 _mm256_set1_epi64x(0x1fffffff)),
+                _mm256_set1_epi64x(0x10000000))))
+            << (4 * h);
+    f[h] = _mm256_cvtpd_ps(x);
+  }
+  __m256i neg = _mm256_and_si256(
+      _mm256_cvtepi16_epi32(_mm_cmpeq_epi16(_mm_cmpeq_epi16(mi, z), z)),
+      _mm256_set1_epi32(INT32_MIN));
+  __m256 all = _mm256_insertf128_ps(_mm256_castps128_ps256(f[0]), f[1], 1);
+  _mm256_storeu_ps(out, _mm256_or_ps(all, _mm256_castsi256_ps(neg)));
+  return left;
+}
+
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+/* Which eight-token reader a list of len bytes takes at most vector
+ * width bytes (proto__vector_bytes, or less for the tests): 64 tokens8,
+ * 32 tokens8_avx2, 0 neither (one token at a time). */
+inline int tokens8_width(ptrdiff_t len, int width) {
+  if (len < 256)
+    return 0;
+  if (width == 64 && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512cd"))
+    return 64;
+  return width >= 32 ? 32 : 0;
 }
 #endif
 
@@ -600,18 +765,21 @@ inline size_t find_commas(const char *s, size_t len, uint32_t *pos,
   return k;
 }
 
-/* n comma-separated numbers filling [p, end) into dst: 0 or -1. */
-inline int read_list(const char *p, const char *end, float *dst, size_t n) {
+/* n comma-separated numbers filling [p, end) into dst, with vectors of
+ * at most width bytes: 0 or -1. */
+inline int read_list(const char *p, const char *end, float *dst, size_t n,
+                     int width) {
   if (n == 0)
     return p == end ? 0 : -1;
   uint32_t pos[LIST_CHUNK + 16];
   const char *s = p; /* the current token's first byte */
   float *o = dst, *last = dst + n - 1;
 #ifdef NUM_AVX512BW
-  const bool wide = end - p >= 256 && proto__vector_bytes() == 64;
-  const bool eights = wide && use_tokens8();
+  const bool wide = end - p >= 256 && width == 64;
+  const int eights = tokens8_width(end - p, width);
 #else
   const bool wide = false;
+  (void)width;
 #endif
   for (const char *cb = p; cb < end; cb += LIST_CHUNK) {
     size_t len = (size_t)(end - cb) < LIST_CHUNK ? (size_t)(end - cb)
@@ -623,8 +791,9 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n) {
 #ifdef NUM_AVX512BW
       /* not for a long token, nor the list's first 16 bytes */
       if (eights && k - j >= 8 && s >= cb - 16 && cb + pos[j] - p >= 16) {
-        for (unsigned left = tokens8(s, cb, pos + j, o); left;
-             left &= left - 1) {
+        for (unsigned left = eights == 64 ? tokens8(s, cb, pos + j, o)
+                                          : tokens8_avx2(s, cb, pos + j, o);
+             left; left &= left - 1) {
           unsigned i = (unsigned)__builtin_ctz(left);
           if (!list_token(p, i ? cb + pos[j + i - 1] + 1 : s,
                           cb + pos[j + i], o + i))
@@ -1089,7 +1258,13 @@ const char *proto__num_f32(const char *p, const char *end, float *out) {
 
 int proto__num_list_f32(const char *p, const char *end, float *dst,
                         size_t n) {
-  return read_list(p, end, dst, n);
+  return read_list(p, end, dst, n, proto__vector_bytes());
+}
+
+int proto__num_list_f32_width(const char *p, const char *end, float *dst,
+                              size_t n, int width) {
+  int w = proto__vector_bytes();
+  return read_list(p, end, dst, n, width < w ? width : w);
 }
 
 int proto__num_fmt_f32(char *out, float x) {

@@ -267,6 +267,10 @@ const char *proto__num_f32(const char *p, const char *end, float *out);
  * [p, end) -> dst, as proto__num_f32.  Returns 0 or -1. */
 int proto__num_list_f32(const char *p, const char *end, float *dst,
                         size_t n);
+/* The same with vectors of at most width bytes (64, 32, 16; for tests:
+ * every reader must give the same answer). */
+int proto__num_list_f32_width(const char *p, const char *end, float *dst,
+                              size_t n, int width);
 
 /* Writes x (finite, non-zero) as the shortest decimal that reads back as
  * x, the closest such when there are several (Dragonbox), laid out as

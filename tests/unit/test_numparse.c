@@ -296,6 +296,10 @@ static size_t commas_in(const char *s, size_t len) {
   return k;
 }
 
+/* The list readers' vector widths: AVX-512, AVX2, SSE2 (each where the CPU
+ * has it, else the next narrower). */
+static const int list_widths[3] = {64, 32, 16};
+
 /* proto__num_list_f32 on a heap copy of s[0, len) exactly as long (so that
  * ASan and valgrind see any read outside it) gives what ref_list gives,
  * for n = commas + 1 and the counts either side of it. */
@@ -308,13 +312,17 @@ static void same_list(const char *s, size_t len) {
   memcpy(b, s, len);
   for (size_t n = n0 > 1 ? n0 - 1 : 0; n <= n0 + 1; n++) {
     int rw = ref_list(b, b + len, want, n);
-    int rg = proto__num_list_f32(b, b + len, got, n);
-    ck_assert_msg(rg == rw, "n=%zu: %d, token by token %d: '%.*s'", n, rg,
-                  rw, (int)len, s);
-    for (size_t i = 0; rw == 0 && i < n; i++)
-      ck_assert_msg(f32_bits(got[i]) == f32_bits(want[i]),
-                    "element %zu: %a, token by token %a: '%.*s'", i,
-                    (double)got[i], (double)want[i], (int)len, s);
+    for (int w = 0; w < 3; w++) {
+      int rg =
+          proto__num_list_f32_width(b, b + len, got, n, list_widths[w]);
+      ck_assert_msg(rg == rw, "n=%zu, %d-byte vectors: %d, token by token "
+                    "%d: '%.*s'", n, list_widths[w], rg, rw, (int)len, s);
+      for (size_t i = 0; rw == 0 && i < n; i++)
+        ck_assert_msg(f32_bits(got[i]) == f32_bits(want[i]),
+                      "element %zu, %d-byte vectors: %a, token by token %a: "
+                      "'%.*s'", i, list_widths[w], (double)got[i],
+                      (double)want[i], (int)len, s);
+    }
   }
   free(b);
 }
@@ -489,10 +497,14 @@ START_TEST(list_values_equal_strtof) {
   }
   ck_assert_int_eq(found, 300);
   float mx[300];
-  ck_assert_int_eq(proto__num_list_f32(all, all + all_len, mx, 300), 0);
-  for (int i = 0; i < 300; i++)
-    ck_assert_msg(f32_bits(mx[i]) == f32_bits(strtof(mids[i], NULL)),
-                  "%s in a list: %a", mids[i], (double)mx[i]);
+  for (int w = 0; w < 3; w++) {
+    ck_assert_int_eq(proto__num_list_f32_width(all, all + all_len, mx, 300,
+                                               list_widths[w]), 0);
+    for (int i = 0; i < 300; i++)
+      ck_assert_msg(f32_bits(mx[i]) == f32_bits(strtof(mids[i], NULL)),
+                    "%s in a list, %d-byte vectors: %a", mids[i],
+                    list_widths[w], (double)mx[i]);
+  }
   free(all);
   /* 5000 numbers (about 50 KB, many chunks), 6 and 9 digits, shortest */
   enum { N = 5000 };
