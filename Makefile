@@ -38,7 +38,7 @@ endif
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
                $(PKG_CFLAGS) -I. $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
-# proto/fpconv.cc, the C++ shim over fast_float and std::to_chars.
+# proto/fpconv.cc, the C++ shim over fast_float and fmt's Dragonbox.
 FINAL_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -Wall -Wextra \
                  $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. $(CXXFLAGS) -MMD -MP
 FINAL_LIBS = $(PKG_LIBS) -lstdc++ -lpthread -lm $(LIBS)

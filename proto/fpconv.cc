@@ -237,10 +237,13 @@ inline const char *read_f32(const char *p, const char *end, float *out) {
  * bytes, is checked in one step from the mask of its digit bytes (one
  * 16-byte load that ends at its comma), its digits are multiplied out in
  * SIMD lanes, and one double division finishes it (Clinger's fast path,
- * as in clinger_f32).  Anything else (whitespace, exponents, longer
- * tokens, double-rounding midpoints, errors) goes to read_f32 on [s, c),
- * which decides it exactly as a lone number.  SSE2 is in every x86-64;
- * elsewhere (or with -DATTND_PORTABLE_NUM) every token takes read_f32.
+ * as in clinger_f32).  With AVX-512 or AVX2, and in lists of 256 bytes
+ * or more, eight tokens at a time take those steps together (tokens8,
+ * tokens8_avx2); one leading space is then allowed too (json.dumps).
+ * Anything else (whitespace, exponents, longer tokens, double-rounding
+ * midpoints, errors) goes to read_f32 on [s, c), which decides it exactly
+ * as a lone number.  SSE2 is in every x86-64; elsewhere (or with
+ * -DATTND_PORTABLE_NUM) every token takes read_f32.
  *
  * The list grammar is unchanged: n numbers, whitespace around each, one
  * comma between each two, nothing else.  Numbers and whitespace hold no
