@@ -460,6 +460,38 @@ find_commas_avx512(const char *s, size_t len, uint32_t *pos) {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+/* The grammar of eight tokens, [ ]?-?(0|[1-9][0-9]*)(\.[0-9]+)?, a token
+ * a 16-bit word of each byte-class mask (t: inside the token; dg digits,
+ * dt '.', sp ' ', mi '-', zero '0', each inside it): word arithmetic that
+ * never carries from one token into the next (x & -x is a token's first
+ * byte).  Returns 0xffff in the words of the tokens of that shape, 0 in
+ * the others; *neg gets the '-' bit of each negative token. */
+__attribute__((always_inline)) inline __m128i token_grammar(
+    __m128i t, __m128i dg, __m128i dt, __m128i sp, __m128i mi, __m128i zero,
+    __m128i *neg) {
+  const __m128i z = _mm_setzero_si128(), one = _mm_set1_epi16(1);
+  __m128i first = _mm_and_si128(t, _mm_sub_epi16(z, t));
+  sp = _mm_and_si128(first, sp);
+  t = _mm_andnot_si128(sp, t);
+  first = _mm_and_si128(t, _mm_sub_epi16(z, t));
+  mi = _mm_and_si128(first, mi);
+  t = _mm_andnot_si128(mi, t);
+  first = _mm_and_si128(t, _mm_sub_epi16(z, t)); /* the first digit */
+  __m128i bad = _mm_andnot_si128(_mm_or_si128(dg, dt), t);
+  bad = _mm_or_si128(bad, _mm_andnot_si128(dg, first));
+  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_sub_epi16(dt, one)));
+  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_set1_epi16(-0x8000)));
+  bad = _mm_or_si128(bad, _mm_and_si128(dg, _mm_slli_epi16(
+      _mm_and_si128(first, zero), 1))); /* a leading zero */
+  *neg = mi;
+  return _mm_andnot_si128(_mm_cmpeq_epi16(first, z), _mm_cmpeq_epi16(bad, z));
+}
+
+/* The verdict's words as 8 bits. */
+__attribute__((always_inline)) inline unsigned word_bits(__m128i w) {
+  return (unsigned)_mm_movemask_epi8(_mm_packs_epi16(w, _mm_setzero_si128()));
+}
+
 /* The 16-bit masks of tokens 0-3 (a) and 4-7 (b) as eight words. */
 #define TOKEN_WORDS(a, b) _mm_set_epi64x((long long)(b), (long long)(a))
 
@@ -510,24 +542,13 @@ TOKENS8_FN unsigned tokens8(const char *s, const char *cb,
     zero[h] = _mm512_mask_cmpeq_epi8_mask(in[h], v[h], _mm512_set1_epi8('0'));
   }
 
-  /* the grammar, a token a word: [ ]?-?(0|[1-9][0-9]*)(\.[0-9]+)? */
   const __m128i z = _mm_setzero_si128(), one = _mm_set1_epi16(1);
-  __m128i t = TOKEN_WORDS(in[0], in[1]), dg = TOKEN_WORDS(dig[0], dig[1]);
-  __m128i dt = TOKEN_WORDS(dot[0], dot[1]);
-  __m128i first = _mm_and_si128(t, _mm_sub_epi16(z, t));
-  __m128i sp = _mm_and_si128(first, TOKEN_WORDS(space[0], space[1]));
-  t = _mm_andnot_si128(sp, t);
-  first = _mm_and_si128(t, _mm_sub_epi16(z, t));
-  __m128i mi = _mm_and_si128(first, TOKEN_WORDS(minus[0], minus[1]));
-  t = _mm_andnot_si128(mi, t);
-  first = _mm_and_si128(t, _mm_sub_epi16(z, t)); /* the first digit */
-  __m128i bad = _mm_andnot_si128(_mm_or_si128(dg, dt), t);
-  bad = _mm_or_si128(bad, _mm_andnot_si128(dg, first));
-  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_sub_epi16(dt, one)));
-  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_set1_epi16(-0x8000)));
-  bad = _mm_or_si128(bad, _mm_and_si128(dg, _mm_slli_epi16(_mm_and_si128(
-      first, TOKEN_WORDS(zero[0], zero[1])), 1))); /* a leading zero */
-  __mmask8 ok = _mm_cmpeq_epi16_mask(bad, z) & _mm_cmpneq_epi16_mask(first, z);
+  const __m128i dt = TOKEN_WORDS(dot[0], dot[1]);
+  __m128i mi;
+  __mmask8 ok = (__mmask8)word_bits(token_grammar(
+      TOKEN_WORDS(in[0], in[1]), TOKEN_WORDS(dig[0], dig[1]), dt,
+      TOKEN_WORDS(space[0], space[1]), TOKEN_WORDS(minus[0], minus[1]),
+      TOKEN_WORDS(zero[0], zero[1]), &mi));
   if (!ok)
     return 0xff;
 
@@ -645,24 +666,12 @@ TOKENS8_AVX2_FN unsigned tokens8_avx2(const char *s, const char *cb,
 #define WORDS(m) _mm_setr_epi32((int)(m)[0], (int)(m)[1], (int)(m)[2], \
                                 (int)(m)[3])
   const __m128i z = _mm_setzero_si128(), one = _mm_set1_epi16(1);
-  __m128i t = WORDS(in), dg = WORDS(dig), dt = WORDS(dot);
-  __m128i first = _mm_and_si128(t, _mm_sub_epi16(z, t));
-  __m128i sp = _mm_and_si128(first, WORDS(space));
-  t = _mm_andnot_si128(sp, t);
-  first = _mm_and_si128(t, _mm_sub_epi16(z, t));
-  __m128i mi = _mm_and_si128(first, WORDS(minus));
-  t = _mm_andnot_si128(mi, t);
-  first = _mm_and_si128(t, _mm_sub_epi16(z, t));
-  __m128i bad = _mm_andnot_si128(_mm_or_si128(dg, dt), t);
-  bad = _mm_or_si128(bad, _mm_andnot_si128(dg, first));
-  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_sub_epi16(dt, one)));
-  bad = _mm_or_si128(bad, _mm_and_si128(dt, _mm_set1_epi16(-0x8000)));
-  bad = _mm_or_si128(bad, _mm_and_si128(dg, _mm_slli_epi16(_mm_and_si128(
-      first, WORDS(zero)), 1)));
+  const __m128i dt = WORDS(dot);
+  __m128i mi;
+  unsigned ok = word_bits(token_grammar(WORDS(in), WORDS(dig), dt,
+                                        WORDS(space), WORDS(minus),
+                                        WORDS(zero), &mi));
 #undef WORDS
-  __m128i okw = _mm_andnot_si128(_mm_cmpeq_epi16(first, z),
-                                 _mm_cmpeq_epi16(bad, z));
-  unsigned ok = (unsigned)_mm_movemask_epi8(_mm_packs_epi16(okw, z));
   if (!ok)
     return 0xff;
 
