@@ -789,6 +789,7 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n,
 #ifdef NUM_AVX512BW
   const bool wide = end - p >= 256 && width == 64;
   const int eights = tokens8_width(end - p, width);
+  int refused = 0; /* groups in a row tokens8 read none of */
 #else
   const bool wide = false;
   (void)width;
@@ -801,11 +802,15 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n,
       return -1; /* more than n numbers */
     for (size_t j = 0; j < k;) {
 #ifdef NUM_AVX512BW
-      /* not for a long token, nor the list's first 16 bytes */
-      if (eights && k - j >= 8 && s >= cb - 16 && cb + pos[j] - p >= 16) {
-        for (unsigned left = eights == 64 ? tokens8(s, cb, pos + j, o)
-                                          : tokens8_avx2(s, cb, pos + j, o);
-             left; left &= left - 1) {
+      /* not for a long token, nor the list's first 16 bytes; and no
+       * more once two groups in a row were refused whole, as every group
+       * of a list of longer tokens is (json.dumps' 17 digits) */
+      if (eights && refused < 2 && k - j >= 8 && s >= cb - 16 &&
+          cb + pos[j] - p >= 16) {
+        unsigned left = eights == 64 ? tokens8(s, cb, pos + j, o)
+                                     : tokens8_avx2(s, cb, pos + j, o);
+        refused = left == 0xff ? refused + 1 : 0;
+        for (; left; left &= left - 1) {
           unsigned i = (unsigned)__builtin_ctz(left);
           if (!list_token(p, i ? cb + pos[j + i - 1] + 1 : s,
                           cb + pos[j + i], o + i))
