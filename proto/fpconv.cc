@@ -800,25 +800,37 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n,
     size_t k = find_commas(cb, len, pos, wide);
     if (k > (size_t)(last - o))
       return -1; /* more than n numbers */
+    if (cb + len == end)
+      pos[k++] = (uint32_t)len; /* the last token ends at the list's end */
+#ifdef NUM_AVX512BW
+    const char *s0 = s; /* the chunk's first token, its number */
+    float *o0 = o;
+#endif
     for (size_t j = 0; j < k;) {
 #ifdef NUM_AVX512BW
-      /* not for a long token, nor the list's first 16 bytes; and no
-       * more once two groups in a row were refused whole, as every group
-       * of a list of longer tokens is (json.dumps' 17 digits) */
-      if (eights && refused < 2 && k - j >= 8 && s >= cb - 16 &&
-          cb + pos[j] - p >= 16) {
-        unsigned left = eights == 64 ? tokens8(s, cb, pos + j, o)
-                                     : tokens8_avx2(s, cb, pos + j, o);
+      /* eight tokens from g: from j, or, for the chunk's last tokens,
+       * the last eight (reading again some that are read, to the same
+       * values); not for a long token, nor the list's first 16 bytes;
+       * and no more once two groups in a row were refused whole, as
+       * every group of a list of longer tokens is (json.dumps' 17
+       * digits) */
+      size_t g = j + 8 <= k ? j : k - 8;
+      const char *gs = g ? cb + pos[g - 1] + 1 : s0;
+      if (eights && refused < 2 && k >= 8 && gs >= cb - 16 &&
+          cb + pos[g] - p >= 16) {
+        float *go = o0 + g;
+        unsigned left = eights == 64 ? tokens8(gs, cb, pos + g, go)
+                                     : tokens8_avx2(gs, cb, pos + g, go);
         refused = left == 0xff ? refused + 1 : 0;
         for (; left; left &= left - 1) {
           unsigned i = (unsigned)__builtin_ctz(left);
-          if (!list_token(p, i ? cb + pos[j + i - 1] + 1 : s,
-                          cb + pos[j + i], o + i))
+          if (!list_token(p, i ? cb + pos[g + i - 1] + 1 : gs,
+                          cb + pos[g + i], go + i))
             return -1;
         }
-        s = cb + pos[j + 7] + 1;
-        j += 8;
-        o += 8;
+        j = g + 8;
+        s = cb + pos[j - 1] + 1;
+        o = o0 + j;
         continue;
       }
 #endif
@@ -828,9 +840,7 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n,
       s = c + 1;
     }
   }
-  if (o != last)
-    return -1;
-  return list_token(p, s, end, o) ? 0 : -1;
+  return o == last + 1 ? 0 : -1;
 }
 
 /* Number of decimal digits of v, 1 <= v < 10^9. */
