@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "assets.h"
@@ -880,7 +881,33 @@ void http_set_state(struct http *h, enum http_state s) {
   atomic_store(&h->state, (int)s);
 }
 
+/* Whether MHD still holds a connection. */
+static int http_has_connections(struct http *h) {
+  const union MHD_DaemonInfo *i =
+      MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+  return i && i->num_connections > 0;
+}
+
+/* libmicrohttpd 0.9.75 defect: MHD_quiesce_daemon takes the listen socket
+ * out of each pool thread's epoll set while that thread, if it is between
+ * two waits, may take it out too; the loser's epoll_ctl fails and MHD
+ * aborts the process ("Failed to remove listen FD from epoll set").  A
+ * thread blocked in epoll_wait does not race.  So quiesce once the
+ * connections are gone (they go within milliseconds after the last answer
+ * when clients close), or after 100 ms, when idle keep-alive connections
+ * leave their threads waiting; a server still busy at that point keeps
+ * the (small) risk. */
+static void http_settle(struct http *h) {
+  struct timespec ms = {0, 1000000};
+  for (int i = 0; i < 100 && http_has_connections(h); i++)
+    nanosleep(&ms, NULL);
+  nanosleep(&ms, NULL);
+}
+
 void http_quiesce(struct http *h) {
+  if (atomic_load(&h->quiesced))
+    return;
+  http_settle(h);
   if (atomic_exchange(&h->quiesced, 1))
     return;
   h->quiesced_fd = MHD_quiesce_daemon(h->d);

@@ -72,7 +72,8 @@ void http_set_state(struct http *h, enum http_state s);
 
 /* Stops accepting new connections (the listen socket stays open, unused,
  * until http_stop) and answers any further request on an existing
- * connection with 503 and Connection: close.  Idempotent. */
+ * connection with 503 and Connection: close.  First waits, up to 100 ms,
+ * for MHD's connections to close (see http_settle).  Idempotent. */
 void http_quiesce(struct http *h);
 
 /* Requests that have started and not yet completed (including suspended
