@@ -446,7 +446,7 @@ find_commas_avx512(const char *s, size_t len, uint32_t *pos) {
  * Tokens of any other shape, and double-rounding midpoints, are left to
  * list_token: the return value's bit i is set for each token i that was
  * not written.  Token i is [c_{i-1} + 1, c_i) with c_i = cb + pos[i] and
- * c_{-1} + 1 = s; s >= cb - 16, and the 16 bytes before c_0 readable. */
+ * c_{-1} + 1 = s; cb - s <= 16, and the 16 bytes before c_0 readable. */
 #define TOKENS8_FN                                                          \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512cd"),    \
                  noinline))
@@ -492,6 +492,12 @@ __attribute__((always_inline)) inline unsigned word_bits(__m128i w) {
   return (unsigned)_mm_movemask_epi8(_mm_packs_epi16(w, _mm_setzero_si128()));
 }
 
+/* The 16 bytes that end at the comma cb + at. */
+__attribute__((always_inline)) inline __m128i window(const char *cb,
+                                                    uint32_t at) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i *>(cb + at - 16));
+}
+
 /* The 16-bit masks of tokens 0-3 (a) and 4-7 (b) as eight words. */
 #define TOKEN_WORDS(a, b) _mm_set_epi64x((long long)(b), (long long)(a))
 
@@ -509,15 +515,10 @@ TOKENS8_FN unsigned tokens8(const char *s, const char *cb,
   __m512i v[2];
 #pragma GCC unroll 2
   for (int h = 0; h < 2; h++) {
-    const char *c = cb - 16;
-    v[h] = _mm512_castsi128_si512(_mm_loadu_si128(
-        reinterpret_cast<const __m128i *>(c + pos[4 * h])));
-    v[h] = _mm512_inserti32x4(v[h], _mm_loadu_si128(
-        reinterpret_cast<const __m128i *>(c + pos[4 * h + 1])), 1);
-    v[h] = _mm512_inserti32x4(v[h], _mm_loadu_si128(
-        reinterpret_cast<const __m128i *>(c + pos[4 * h + 2])), 2);
-    v[h] = _mm512_inserti32x4(v[h], _mm_loadu_si128(
-        reinterpret_cast<const __m128i *>(c + pos[4 * h + 3])), 3);
+    v[h] = _mm512_castsi128_si512(window(cb, pos[4 * h]));
+    v[h] = _mm512_inserti32x4(v[h], window(cb, pos[4 * h + 1]), 1);
+    v[h] = _mm512_inserti32x4(v[h], window(cb, pos[4 * h + 2]), 2);
+    v[h] = _mm512_inserti32x4(v[h], window(cb, pos[4 * h + 3]), 3);
   }
   /* byte j of a token's lane is inside it when j + len >= 16 */
   const __m512i lane = _mm512_broadcast_i32x4(_mm_setr_epi8(
@@ -636,12 +637,9 @@ TOKENS8_AVX2_FN unsigned tokens8_avx2(const char *s, const char *cb,
   __m256i d[4];
 #pragma GCC unroll 4
   for (int q = 0; q < 4; q++) { /* tokens 2q and 2q + 1 */
-    const char *c = cb - 16;
     __m256i v = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(
-            reinterpret_cast<const __m128i *>(c + pos[2 * q]))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i *>(c + pos[2 * q + 1])),
-        1);
+        _mm256_castsi128_si256(window(cb, pos[2 * q])),
+        window(cb, pos[2 * q + 1]), 1);
     __m256i lb = _mm256_shuffle_epi8(
         _mm256_permutevar8x32_epi32(len, _mm256_setr_epi32(2 * q, 0, 0, 0,
                                                            2 * q + 1, 0, 0, 0)),
@@ -814,9 +812,9 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n,
        * and no more once two groups in a row were refused whole, as
        * every group of a list of longer tokens is (json.dumps' 17
        * digits) */
-      size_t g = j + 8 <= k ? j : k - 8;
+      size_t g = j + 8 <= k ? j : k >= 8 ? k - 8 : 0;
       const char *gs = g ? cb + pos[g - 1] + 1 : s0;
-      if (eights && refused < 2 && k >= 8 && gs >= cb - 16 &&
+      if (eights && refused < 2 && k >= 8 && cb - gs <= 16 &&
           cb + pos[g] - p >= 16) {
         float *go = o0 + g;
         unsigned left = eights == 64 ? tokens8(gs, cb, pos + g, go)
