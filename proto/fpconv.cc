@@ -732,19 +732,6 @@ TOKENS8_AVX2_FN unsigned tokens8_avx2(const char *s, const char *cb,
 #if !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-
-/* Which eight-token reader a list of len bytes takes at most vector
- * width bytes (proto__vector_bytes, or less for the tests): 64 tokens8,
- * 32 tokens8_avx2, 0 neither (one token at a time). */
-inline int tokens8_width(ptrdiff_t len, int width) {
-  if (len < 256)
-    return 0;
-  if (width == 64 && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512cd"))
-    return 64;
-  return width >= 32 ? 32 : 0;
-}
 #endif
 
 /* Offsets of the commas in s[0, len) (len <= LIST_CHUNK) into pos, which
@@ -785,8 +772,11 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n,
   const char *s = p; /* the current token's first byte */
   float *o = dst, *last = dst + n - 1;
 #ifdef NUM_AVX512BW
-  const bool wide = end - p >= 256 && width == 64;
-  const int eights = tokens8_width(end - p, width);
+  /* lists of 256 bytes on: with 64-byte vectors the comma finder and
+   * tokens8, with 32-byte ones tokens8_avx2; shorter ones a token at a
+   * time */
+  const int eights = end - p >= 256 && width >= 32 ? width : 0;
+  const bool wide = eights == 64;
   int refused = 0; /* groups in a row tokens8 read none of */
 #else
   const bool wide = false;

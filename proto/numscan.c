@@ -199,7 +199,13 @@ static size_t find_stop_avx2(const unsigned char *b, size_t j, size_t len,
 
 int proto__vector_bytes(void) {
 #if defined(__GNUC__) && defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+  /* every CPU with AVX-512BW also has DQ, VL and CD, which the list
+   * reader's tokens8 uses; checked all the same */
+  if (__builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512cd"))
     return 64;
   return __builtin_cpu_supports("avx2") ? 32 : 16;
 #else

@@ -290,8 +290,8 @@ size_t proto__num_fmt_f32_list_width(char *s, const float *x, size_t n,
                                      int width);
 
 /* The widest vectors the number paths use on this CPU, in bytes: 64
- * (AVX-512F and BW), 32 (AVX2), 16 (SSE2, every x86-64), 0 (none: not
- * x86-64).  The one place that decides it (numscan.c). */
+ * (AVX-512F, BW, DQ, VL and CD), 32 (AVX2), 16 (SSE2, every x86-64), 0
+ * (none: not x86-64).  The one place that decides it (numscan.c). */
 int proto__vector_bytes(void);
 
 /* ---- request memory (request.c) ------------------------------------------ */
