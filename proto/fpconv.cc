@@ -1060,6 +1060,18 @@ inline size_t fmt_list(char *out, const float *x, size_t n) {
 constexpr int POW10_MIN_K = fmt::detail::dragonbox::float_info<float>::min_k;
 constexpr int POW10_MAX_K = fmt::detail::dragonbox::float_info<float>::max_k;
 
+/* fmt's cache of those powers, which it keeps inside a function, copied
+ * once (at load) where a gather can read it. */
+struct pow10_cache {
+  uint64_t at[POW10_MAX_K - POW10_MIN_K + 1];
+  pow10_cache() {
+    using cache = fmt::detail::dragonbox::cache_accessor<float>;
+    for (int k = POW10_MIN_K; k <= POW10_MAX_K; k++)
+      at[k - POW10_MIN_K] = cache::get_cached_power(k);
+  }
+};
+const pow10_cache pow10_cached;
+
 /* gcc 12's AVX-512 intrinsics start from _mm512_undefined_epi32(), which
  * -W(maybe-)uninitialized reports once inlined (gcc bug 105593, fixed in
  * gcc 13). */
@@ -1198,11 +1210,6 @@ template <typename Src, int LANES>
 __attribute__((target("ssse3"))) size_t fmt_list_lanes(char *out,
                                                        const float *x,
                                                        size_t n) {
-  /* fmt's cache of powers of ten, copied where a gather can read it */
-  using cache = fmt::detail::dragonbox::cache_accessor<float>;
-  uint64_t pow10[POW10_MAX_K - POW10_MIN_K + 1];
-  for (int k = POW10_MIN_K; k <= POW10_MAX_K; k++)
-    pow10[k - POW10_MIN_K] = cache::get_cached_power(k);
   constexpr int MAX_GROUPS = 64 / LANES;
   char *o = out;
   size_t i = 0;
@@ -1210,7 +1217,8 @@ __attribute__((target("ssse3"))) size_t fmt_list_lanes(char *out,
     size_t left = (n - i) / LANES;
     int groups = left < (size_t)MAX_GROUPS ? (int)left : MAX_GROUPS;
     Src p[MAX_GROUPS];
-    uint64_t other = groups_of<Src, LANES>(x + i, groups, pow10, p);
+    uint64_t other =
+        groups_of<Src, LANES>(x + i, groups, pow10_cached.at, p);
     for (int j = 0; j < LANES * groups; j++, i++) {
       if (other >> j & 1) {
         o += proto__fmt_f32(o, x[i]);
