@@ -1082,10 +1082,12 @@ const pow10_cache pow10_cached;
 #endif
 
 namespace avx512 {
-#define LANES_FN __attribute__((target("avx512f")))
+#define LANES_FN __attribute__((target("avx512f,avx512bw,avx512cd")))
+#define LANES_LZCNT 1
 constexpr int LANES = 8;
 typedef uint64_t u64v __attribute__((vector_size(64)));
 typedef uint32_t u32v __attribute__((vector_size(64)));
+typedef uint16_t u16v __attribute__((vector_size(64)));
 typedef __mmask8 lanes_mask;
 struct plain_src {
   uint8_t src[LANES][16]; /* put_plain's source: 9 digits, '0', '.' */
@@ -1121,6 +1123,18 @@ LANES_FN inline u64v mul32(u64v a, u64v b) {
 LANES_FN inline u64v gather(const uint64_t *t, u64v i) {
   return (u64v)_mm512_i64gather_epi64((__m512i)i, t, 8);
 }
+LANES_FN inline u16v mulhi16(u16v a, uint16_t k) {
+  return (u16v)_mm512_mulhi_epu16((__m512i)a, _mm512_set1_epi16((short)k));
+}
+LANES_FN inline u64v lzcnt(u64v a) {
+  return (u64v)_mm512_lzcnt_epi64((__m512i)a);
+}
+LANES_FN inline u64v shl(u64v a, u64v bits) {
+  return (u64v)_mm512_sllv_epi64((__m512i)a, (__m512i)bits);
+}
+LANES_FN inline u64v shr(u64v a, u64v bits) {
+  return (u64v)_mm512_srlv_epi64((__m512i)a, (__m512i)bits);
+}
 LANES_FN inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
   const __m512i first = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
   const __m512i second = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
@@ -1132,6 +1146,7 @@ LANES_FN inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
                    _mm512_cvtepi64_epi8((__m512i)row));
 }
 #include "fpconv_lanes.inc"
+#undef LANES_LZCNT
 #undef LANES_FN
 }  // namespace avx512
 
@@ -1141,6 +1156,7 @@ constexpr int LANES = 4;
 typedef uint64_t u64v __attribute__((vector_size(32)));
 typedef int64_t i64v __attribute__((vector_size(32)));
 typedef uint32_t u32v __attribute__((vector_size(32)));
+typedef uint16_t u16v __attribute__((vector_size(32)));
 typedef i64v lanes_mask; /* -1 in the lanes of the set, 0 elsewhere */
 struct plain_src {
   uint8_t src[LANES][16];
@@ -1162,6 +1178,9 @@ LANES_FN inline u64v load_bits(const float *x) {
 }
 LANES_FN inline u64v mul32(u64v a, u64v b) {
   return (u64v)_mm256_mul_epu32((__m256i)a, (__m256i)b);
+}
+LANES_FN inline u16v mulhi16(u16v a, uint16_t k) {
+  return (u16v)_mm256_mulhi_epu16((__m256i)a, _mm256_set1_epi16((short)k));
 }
 LANES_FN inline u64v gather(const uint64_t *t, u64v i) {
   return (u64v)_mm256_i64gather_epi64(
