@@ -891,34 +891,50 @@ inline digits16 significant_digits(uint32_t v, int n) {
  * more than the digits themselves (a mixed tensor mispredicts about one
  * branch a number).  So every layout is one row of a table: for each of
  * its bytes, the lane of a 16-byte source (the nine digits with leading
- * zeros, then '0' and '.') it is copied from, and its length.  One
- * SSSE3 byte shuffle then lays the number out, with no branch. */
+ * zeros, then '0', '.' and '-') it is copied from, and its length.  One
+ * SSSE3 byte shuffle then lays the number out, with no branch.  Rows
+ * from NEG_ROWS on are the same layouts after a '-', which the printers
+ * of several numbers at once use. */
 #if defined(__GNUC__) && defined(__x86_64__)
 #define NUM_SHUFFLE 1
 #endif
 
 constexpr int E_MIN = -5, E_MAX = 8; /* exponents printed plainly */
-constexpr int ZERO_LANE = 9, DOT_LANE = 10, NONE_LANE = 0x80;
+constexpr int ZERO_LANE = 9, DOT_LANE = 10, MINUS_LANE = 11, NONE_LANE = 0x80;
 
-/* Row (e - E_MIN) * 9 + n - 1 of the table: exponent e, n digits. */
-constexpr int plain_row(int e, int n) { return (e - E_MIN) * 9 + n - 1; }
-constexpr int PLAIN_ROWS = (E_MAX - E_MIN + 1) * 9;
+/* Row (e - E_MIN) * 9 + n - 1 of the table: exponent e, n digits; plus
+ * NEG_ROWS after a '-' (at most 16 bytes: "-0.0000123456789"). */
+constexpr int NEG_ROWS = 128;
+constexpr int plain_row(int e, int n, bool neg = false) {
+  return (e - E_MIN) * 9 + n - 1 + (neg ? NEG_ROWS : 0);
+}
+constexpr int PLAIN_ROWS = 2 * NEG_ROWS;
+static_assert((E_MAX - E_MIN + 1) * 9 <= NEG_ROWS, "rows overlap");
+/* A source's bytes 8..15 after the last digit: '0', '.', '-' */
+constexpr uint64_t SRC_TAIL =
+    (uint64_t)'0' << 8 | (uint64_t)'.' << 16 | (uint64_t)'-' << 24;
 
 struct plain_layouts {
   uint8_t lane[PLAIN_ROWS][16]; /* byte j of the text: this source lane */
   uint8_t len[PLAIN_ROWS];
 
   constexpr plain_layouts() : lane(), len() {
-    for (int e = E_MIN; e <= E_MAX; e++)
-      for (int n = 1; n <= 9; n++)
-        fill(e, n, lane[plain_row(e, n)], &len[plain_row(e, n)]);
+    for (int neg = 0; neg <= 1; neg++)
+      for (int e = E_MIN; e <= E_MAX; e++)
+        for (int n = 1; n <= 9; n++)
+          fill(e, n, neg, lane[plain_row(e, n, neg)],
+               &len[plain_row(e, n, neg)]);
   }
 
   /* Digit i (0 = the leading one) of n is in lane 9 - n + i. */
-  static constexpr void fill(int e, int n, uint8_t *c, uint8_t *l) {
+  static constexpr void fill(int e, int n, bool neg, uint8_t *c,
+                             uint8_t *l) {
     int first = 9 - n, k = 0;
     for (int j = 0; j < 16; j++)
       c[j] = NONE_LANE;
+    if (neg)
+      c[k++] = MINUS_LANE;
+    int start = k;
     if (e < 0) { /* 0.000ddd */
       c[k++] = ZERO_LANE;
       c[k++] = DOT_LANE;
@@ -929,7 +945,7 @@ struct plain_layouts {
     } else if (n <= e + 1) { /* an integer: the digits, then zeros */
       for (int i = 0; i < n; i++)
         c[k++] = (uint8_t)(first + i);
-      while (k <= e)
+      while (k - start <= e)
         c[k++] = ZERO_LANE;
     } else { /* ddd.ddd */
       for (int i = 0; i < n; i++) {
@@ -951,7 +967,7 @@ __attribute__((target("ssse3"))) int put_plain(char *o, uint32_t sig, int n,
                                                int e) {
   uint64_t low8 = eight_digits(sig % 100000000u);
   uint64_t lo = low8 << 8 | (uint64_t)('0' + sig / 100000000u);
-  uint64_t hi = low8 >> 56 | (uint64_t)'0' << 8 | (uint64_t)'.' << 16;
+  uint64_t hi = low8 >> 56 | SRC_TAIL;
   __m128i src = _mm_set_epi64x((long long)hi, (long long)lo);
   __m128i c = _mm_loadu_si128(
       reinterpret_cast<const __m128i *>(plain.lane[plain_row(e, n)]));
@@ -1081,6 +1097,14 @@ const pow10_cache pow10_cached;
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+/* Up to BLOCK numbers' put_plain sources and table rows, one after
+ * another, as shortest_groups leaves them for the layout loop. */
+constexpr int BLOCK = 64;
+struct plain_block {
+  uint8_t src[BLOCK][16]; /* put_plain's source: 9 digits, '0', '.', '-' */
+  uint8_t row[BLOCK];     /* plain_row(e, n, neg) */
+};
+
 namespace avx512 {
 #define LANES_FN __attribute__((target("avx512f,avx512bw,avx512cd")))
 #define LANES_LZCNT 1
@@ -1089,10 +1113,6 @@ typedef uint64_t u64v __attribute__((vector_size(64)));
 typedef uint32_t u32v __attribute__((vector_size(64)));
 typedef uint16_t u16v __attribute__((vector_size(64)));
 typedef __mmask8 lanes_mask;
-struct plain_src {
-  uint8_t src[LANES][16]; /* put_plain's source: 9 digits, '0', '.' */
-  uint8_t row[LANES];     /* plain_row(e, n) */
-};
 LANES_FN inline lanes_mask eq(u64v a, u64v b) {
   return _mm512_cmpeq_epi64_mask((__m512i)a, (__m512i)b);
 }
@@ -1135,14 +1155,15 @@ LANES_FN inline u64v shl(u64v a, u64v bits) {
 LANES_FN inline u64v shr(u64v a, u64v bits) {
   return (u64v)_mm512_srlv_epi64((__m512i)a, (__m512i)bits);
 }
-LANES_FN inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
+LANES_FN inline void put_src(plain_block *o, int at, u64v lo, u64v hi,
+                             u64v row) {
   const __m512i first = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
   const __m512i second = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
-  _mm512_storeu_si512(o->src[0], _mm512_permutex2var_epi64(
-                                     (__m512i)lo, first, (__m512i)hi));
-  _mm512_storeu_si512(o->src[4], _mm512_permutex2var_epi64(
-                                     (__m512i)lo, second, (__m512i)hi));
-  _mm_storel_epi64(reinterpret_cast<__m128i *>(o->row),
+  _mm512_storeu_si512(o->src[at], _mm512_permutex2var_epi64(
+                                      (__m512i)lo, first, (__m512i)hi));
+  _mm512_storeu_si512(o->src[at + 4], _mm512_permutex2var_epi64(
+                                          (__m512i)lo, second, (__m512i)hi));
+  _mm_storel_epi64(reinterpret_cast<__m128i *>(o->row + at),
                    _mm512_cvtepi64_epi8((__m512i)row));
 }
 #include "fpconv_lanes.inc"
@@ -1158,10 +1179,6 @@ typedef int64_t i64v __attribute__((vector_size(32)));
 typedef uint32_t u32v __attribute__((vector_size(32)));
 typedef uint16_t u16v __attribute__((vector_size(32)));
 typedef i64v lanes_mask; /* -1 in the lanes of the set, 0 elsewhere */
-struct plain_src {
-  uint8_t src[LANES][16];
-  uint8_t row[LANES];
-};
 LANES_FN inline lanes_mask eq(u64v a, u64v b) { return a == b; }
 LANES_FN inline lanes_mask lt(u64v a, u64v b) { return (i64v)a < (i64v)b; }
 LANES_FN inline lanes_mask both(lanes_mask a, lanes_mask b) { return a & b; }
@@ -1189,15 +1206,16 @@ LANES_FN inline u64v gather(const uint64_t *t, u64v i) {
 LANES_FN inline unsigned bits_of(lanes_mask m) {
   return (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd((__m256i)m));
 }
-LANES_FN inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
+LANES_FN inline void put_src(plain_block *o, int at, u64v lo, u64v hi,
+                             u64v row) {
   __m256i a = _mm256_unpacklo_epi64((__m256i)lo, (__m256i)hi); /* 0, 2 */
   __m256i b = _mm256_unpackhi_epi64((__m256i)lo, (__m256i)hi); /* 1, 3 */
-  _mm256_storeu_si256(reinterpret_cast<__m256i *>(o->src[0]),
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(o->src[at]),
                       _mm256_permute2x128_si256(a, b, 0x20));
-  _mm256_storeu_si256(reinterpret_cast<__m256i *>(o->src[2]),
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(o->src[at + 2]),
                       _mm256_permute2x128_si256(a, b, 0x31));
   for (int j = 0; j < LANES; j++)
-    o->row[j] = (uint8_t)row[j];
+    o->row[at + j] = (uint8_t)row[j];
 }
 #include "fpconv_lanes.inc"
 #undef LANES_FN
@@ -1206,48 +1224,42 @@ LANES_FN inline void put_src(plain_src *o, u64v lo, u64v hi, u64v row) {
 #pragma GCC diagnostic pop
 #endif
 
-/* x[0, n) as fmt_list does, up to 64 numbers decided by one call of an
- * instruction set's shortest_groups at a time, each then laid out by one
- * byte shuffle (put_plain's). */
-template <typename Src, int LANES>
+/* x[0, n) as fmt_list does, up to BLOCK numbers decided by one call of
+ * an instruction set's shortest_groups at a time, each then laid out by
+ * one byte shuffle (put_plain's, sign included). */
+template <int LANES>
 uint64_t groups_of(const float *x, int groups, const uint64_t *pow10,
-                   Src *out);
+                   plain_block *out);
 template <>
-inline uint64_t groups_of<avx512::plain_src, 8>(const float *x, int groups,
-                                                const uint64_t *pow10,
-                                                avx512::plain_src *out) {
+inline uint64_t groups_of<8>(const float *x, int groups,
+                             const uint64_t *pow10, plain_block *out) {
   return avx512::shortest_groups(x, groups, pow10, out);
 }
 template <>
-inline uint64_t groups_of<avx2::plain_src, 4>(const float *x, int groups,
-                                              const uint64_t *pow10,
-                                              avx2::plain_src *out) {
+inline uint64_t groups_of<4>(const float *x, int groups,
+                             const uint64_t *pow10, plain_block *out) {
   return avx2::shortest_groups(x, groups, pow10, out);
 }
 
-template <typename Src, int LANES>
+template <int LANES>
 __attribute__((target("ssse3"))) size_t fmt_list_lanes(char *out,
                                                        const float *x,
                                                        size_t n) {
-  constexpr int MAX_GROUPS = 64 / LANES;
+  constexpr int MAX_GROUPS = BLOCK / LANES;
   char *o = out;
   size_t i = 0;
   while (n - i >= (size_t)LANES) {
     size_t left = (n - i) / LANES;
     int groups = left < (size_t)MAX_GROUPS ? (int)left : MAX_GROUPS;
-    Src p[MAX_GROUPS];
-    uint64_t other =
-        groups_of<Src, LANES>(x + i, groups, pow10_cached.at, p);
-    for (int j = 0; j < LANES * groups; j++, i++) {
+    plain_block p;
+    uint64_t other = groups_of<LANES>(x + i, groups, pow10_cached.at, &p);
+    for (int j = 0; j < LANES * groups; j++) {
       if (other >> j & 1) {
-        o += proto__fmt_f32(o, x[i]);
+        o += proto__fmt_f32(o, x[i + j]);
       } else {
-        const Src *g = &p[j / LANES];
-        int row = g->row[j % LANES];
-        *o = '-';
-        o += std::signbit(x[i]);
-        __m128i v = _mm_loadu_si128(
-            reinterpret_cast<const __m128i *>(g->src[j % LANES]));
+        int row = p.row[j];
+        __m128i v =
+            _mm_loadu_si128(reinterpret_cast<const __m128i *>(p.src[j]));
         __m128i c = _mm_loadu_si128(
             reinterpret_cast<const __m128i *>(plain.lane[row]));
         _mm_storeu_si128(reinterpret_cast<__m128i *>(o),
@@ -1256,6 +1268,7 @@ __attribute__((target("ssse3"))) size_t fmt_list_lanes(char *out,
       }
       *o++ = ',';
     }
+    i += (size_t)(LANES * groups);
   }
   if (i < n)
     return (size_t)(o - out) + fmt_list(o, x + i, n - i);
@@ -1277,9 +1290,9 @@ inline size_t fmt_list_width(char *out, const float *x, size_t n,
 #ifdef NUM_LANES
   int best = widest_printer();
   if (width == 8 && best >= 8 && n >= 8)
-    return fmt_list_lanes<avx512::plain_src, 8>(out, x, n);
+    return fmt_list_lanes<8>(out, x, n);
   if (width == 4 && best >= 4 && n >= 4)
-    return fmt_list_lanes<avx2::plain_src, 4>(out, x, n);
+    return fmt_list_lanes<4>(out, x, n);
 #else
   (void)width;
 #endif
