@@ -118,6 +118,13 @@ const double pow10_exact[23] = {
     1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
+/* 10^0 .. 10^-15, each the double nearest it: the eight-token readers
+ * multiply by these where fast_token divides by pow10_exact (see
+ * tokens8 for why the float is the same). */
+const double pow10_recip[16] = {1e0,   1e-1,  1e-2,  1e-3,  1e-4,  1e-5,
+                                1e-6,  1e-7,  1e-8,  1e-9,  1e-10, 1e-11,
+                                1e-12, 1e-13, 1e-14, 1e-15};
+
 /* Clinger's fast path, for float32: a decimal of at most 19 digits m and
  * exponent e (|e| <= 22, m <= 2^53) is m * 10^e or m / 10^-e in one
  * correctly rounded double operation (both operands exact).  That double
@@ -439,9 +446,15 @@ find_commas_avx512(const char *s, size_t len, uint32_t *pos) {
  * masks are then words of one 128-bit register, where the grammar is
  * checked with word arithmetic (x & -x is a token's first byte) that
  * never carries from one token into the next.  The digits are multiplied
- * out in the lanes as value16 does, and one vdivpd and one vcvtpd2ps
- * finish all eight, exactly as fast_token's double division and
- * conversion do one.  One leading space (json.dumps' ", ") is allowed.
+ * out in the lanes as value16 does, and one vmulpd by the doubles
+ * nearest 10^-k (pow10_recip) and one vcvtpd2ps finish all eight.  The
+ * mantissa (under 10^15) is exact, the multiplier and the product are
+ * each rounded once, so the product is within 2 double ulps of the
+ * decimal, and its float is the decimal's unless a midpoint between two
+ * floats lies within 4 ulps of it; those are left to list_token, as
+ * fast_token, whose division is correctly rounded, leaves the exact
+ * midpoints.  (vdivpd's 16 cycles for eight doubles were a quarter of
+ * tokens8's time.)  One leading space (json.dumps' ", ") is allowed.
  *
  * Tokens of any other shape, and double-rounding midpoints, are left to
  * list_token: the return value's bit i is set for each token i that was
@@ -485,6 +498,17 @@ __attribute__((always_inline)) inline __m128i token_grammar(
       _mm_and_si128(first, zero), 1))); /* a leading zero */
   *neg = mi;
   return _mm_andnot_si128(_mm_cmpeq_epi16(first, z), _mm_cmpeq_epi16(bad, z));
+}
+
+/* The lanes of eight doubles within 4 ulps of a float midpoint (the low
+ * 29 bits of the mantissa, which the float drops, near 2^28). */
+__attribute__((target("avx512f"), always_inline)) inline __mmask8
+near_midpoint8(__m512d x) {
+  __m512i low = _mm512_and_si512(_mm512_castpd_si512(x),
+                                 _mm512_set1_epi64(0x1fffffff));
+  return _mm512_cmple_epu64_mask(
+      _mm512_sub_epi64(low, _mm512_set1_epi64(0x10000000 - 4)),
+      _mm512_set1_epi64(8));
 }
 
 /* The verdict's words as 8 bits. */
@@ -579,12 +603,10 @@ TOKENS8_FN unsigned tokens8(const char *s, const char *cb,
   __m512i mant = _mm512_permutex2var_epi64(
       m[0], _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), m[1]);
   __m512d p10 = _mm512_permutex2var_pd(
-      _mm512_loadu_pd(pow10_exact), _mm512_cvtepu32_epi64(nf),
-      _mm512_loadu_pd(pow10_exact + 8));
-  __m512d x = _mm512_div_pd(_mm512_cvtepu64_pd(mant), p10);
-  ok &= ~_mm512_cmpeq_epi64_mask(
-      _mm512_and_si512(_mm512_castpd_si512(x), _mm512_set1_epi64(0x1fffffff)),
-      _mm512_set1_epi64(0x10000000));
+      _mm512_loadu_pd(pow10_recip), _mm512_cvtepu32_epi64(nf),
+      _mm512_loadu_pd(pow10_recip + 8));
+  __m512d x = _mm512_mul_pd(_mm512_cvtepu64_pd(mant), p10);
+  ok &= ~near_midpoint8(x);
   __m256i f = _mm256_castps_si256(_mm512_cvtpd_ps(x));
   f = _mm256_mask_or_epi32(f, _mm_cmpneq_epi16_mask(mi, z), f,
                            _mm256_set1_epi32(INT32_MIN));
@@ -603,6 +625,19 @@ TOKENS8_FN unsigned tokens8(const char *s, const char *cb,
  * list_token), and all eight floats are stored (list_token then
  * overwrites those it reads). */
 #define TOKENS8_AVX2_FN __attribute__((target("avx2"), noinline))
+
+/* near_midpoint8 for four doubles, as 4 bits (AVX2 compares only
+ * signed: the low bits minus 2^28 - 4 in 0..8). */
+__attribute__((target("avx2"), always_inline)) inline unsigned
+near_midpoint4(__m256d x) {
+  __m256i low = _mm256_and_si256(_mm256_castpd_si256(x),
+                                 _mm256_set1_epi64x(0x1fffffff));
+  __m256i d = _mm256_sub_epi64(low, _mm256_set1_epi64x(0x10000000 - 4));
+  __m256i bad = _mm256_andnot_si256(
+      _mm256_cmpgt_epi64(d, _mm256_set1_epi64x(8)),
+      _mm256_cmpgt_epi64(d, _mm256_set1_epi64x(-1)));
+  return (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(bad));
+}
 
 /* Bytes 0-15 of the result: bit j of word lo (j = 0..15) spread to byte
  * j as 0 or 0xff; bytes 16-31 the same of word hi.  The words are bits
@@ -711,14 +746,10 @@ TOKENS8_AVX2_FN unsigned tokens8_avx2(const char *s, const char *cb,
             << (4 * h);
     __m256d x = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(mant, two52)),
                               _mm256_castsi256_pd(two52));
-    x = _mm256_div_pd(x, _mm256_i32gather_pd(
-        pow10_exact, h ? _mm256_extracti128_si256(nf, 1)
+    x = _mm256_mul_pd(x, _mm256_i32gather_pd(
+        pow10_recip, h ? _mm256_extracti128_si256(nf, 1)
                        : _mm256_castsi256_si128(nf), 8));
-    left |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(
-                _mm256_and_si256(_mm256_castpd_si256(x),
-                                 _mm256_set1_epi64x(0x1fffffff)),
-                _mm256_set1_epi64x(0x10000000))))
-            << (4 * h);
+    left |= near_midpoint4(x) << (4 * h);
     f[h] = _mm256_cvtpd_ps(x);
   }
   __m256i neg = _mm256_and_si256(

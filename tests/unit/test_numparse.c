@@ -532,6 +532,44 @@ START_TEST(list_values_equal_strtof) {
 }
 END_TEST
 
+/* Tokens of up to 15 bytes (the eight-token readers' shape) within a
+ * few float64 ulps of the midpoint between two floats, on either side:
+ * those readers multiply by the double nearest 10^-k, which is within 2
+ * ulps of the decimal, so the ones nearer a midpoint must reach the
+ * exact path.  About one in ten lands within 4 ulps. */
+START_TEST(short_tokens_near_midpoints_equal_strtof) {
+  enum { N = 4000 };
+  static char tok[N][24];
+  char *all = malloc((size_t)N * 24);
+  size_t len = 0;
+  int near = 0;
+  for (int i = 0; i < N; i++) {
+    float f = bits_f32(0x3a800000u + (uint32_t)(rnd() % (28u << 23)));
+    double mid = ((double)f + (double)nextafterf(f, INFINITY)) / 2;
+    char ip[48];
+    int idig = mid < 1 ? 1 : snprintf(ip, sizeof ip, "%.0f", floor(mid));
+    int neg = (int)(rnd() % 2);
+    snprintf(tok[i], sizeof tok[i], "%s%.*f", neg ? "-" : "",
+             14 - idig - neg, mid);
+    double d = fabs(strtod(tok[i], NULL));
+    near += fabs(d - mid) <= 4 * (nextafter(mid, INFINITY) - mid);
+    len += (size_t)sprintf(all + len, i ? ",%s" : "%s", tok[i]);
+  }
+  ck_assert_int_gt(near, N / 50);
+  float x[N];
+  for (int w = 0; w < 3; w++) {
+    ck_assert_int_eq(proto__num_list_f32_width(all, all + len, x, N,
+                                               list_widths[w]), 0);
+    for (int i = 0; i < N; i++)
+      ck_assert_msg(f32_bits(x[i]) == f32_bits(strtof(tok[i], NULL)),
+                    "%s, %d-byte vectors: %a, strtof %a", tok[i],
+                    list_widths[w], (double)x[i],
+                    (double)strtof(tok[i], NULL));
+  }
+  free(all);
+}
+END_TEST
+
 /* ---- through the decoders ----------------------------------------------- */
 
 /* 1 + 2^-24 is the midpoint between 1 and its upper neighbour; this
@@ -1075,6 +1113,7 @@ static Suite *numparse_suite(void) {
   tcase_add_test(tc, list_tokens_at_every_offset_and_length);
   tcase_add_test(tc, list_errors_at_every_position);
   tcase_add_test(tc, list_values_equal_strtof);
+  tcase_add_test(tc, short_tokens_near_midpoints_equal_strtof);
   suite_add_tcase(s, tc);
   tc = tcase_create("decode");
   tcase_set_timeout(tc, 120);
