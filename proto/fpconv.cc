@@ -246,7 +246,8 @@ inline const char *read_f32(const char *p, const char *end, float *out) {
  * SIMD lanes, and one double division finishes it (Clinger's fast path,
  * as in clinger_f32).  With AVX-512 or AVX2, and in lists of 256 bytes
  * or more, eight tokens at a time take those steps together (tokens8,
- * tokens8_avx2); one leading space is then allowed too (json.dumps).
+ * tokens8_avx2), finished by a multiplication instead; one leading space
+ * is then allowed too (json.dumps).
  * Anything else (whitespace, exponents, longer tokens, double-rounding
  * midpoints, errors) goes to read_f32 on [s, c), which decides it exactly
  * as a lone number.  SSE2 is in every x86-64; elsewhere (or with
@@ -1092,8 +1093,10 @@ inline size_t fmt_list(char *out, const float *x, size_t n) {
  * lane: fmt's cache of powers of ten, the same 32 x 64-bit products (as
  * 32 x 32-bit halves) and the same tests, each outcome computed and
  * selected rather than branched to; then, in the same lanes, put_decimal's
- * steps up to the bytes put_plain shuffles.  The layout loop shuffles them
- * one number at a time.  Lanes that take no divisor decision (zero,
+ * steps up to the bytes put_plain shuffles (with AVX512CD, the digit
+ * count and trailing zeros from the digit bytes' bits, without a
+ * division).  The layout loop shuffles them one number at a time, the
+ * sign included.  Lanes that take no divisor decision (zero,
  * infinities and NaN, subnormals, powers of two: Dragonbox's shorter
  * interval) or print with an exponent are flagged and go to
  * proto__fmt_f32.  test_numparse holds every printer to the same text
