@@ -942,7 +942,8 @@ constexpr int plain_row(int e, int n, bool neg = false) {
 }
 constexpr int PLAIN_ROWS = 2 * NEG_ROWS;
 static_assert((E_MAX - E_MIN + 1) * 9 <= NEG_ROWS, "rows overlap");
-/* A source's bytes 8..15 after the last digit: '0', '.', '-' */
+/* A source's upper word after its last digit (byte 8): '0', '.' and '-'
+ * in bytes 9, 10 and 11 (ZERO_LANE, DOT_LANE, MINUS_LANE). */
 constexpr uint64_t SRC_TAIL =
     (uint64_t)'0' << 8 | (uint64_t)'.' << 16 | (uint64_t)'-' << 24;
 
