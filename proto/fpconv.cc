@@ -449,9 +449,10 @@ find_commas_avx512(const char *s, size_t len, uint32_t *pos) {
  * never carries from one token into the next.  The digits are multiplied
  * out in the lanes as value16 does, and one vmulpd by the doubles
  * nearest 10^-k (pow10_recip) and one vcvtpd2ps finish all eight.  The
- * mantissa (under 10^15) is exact, the multiplier and the product are
- * each rounded once, so the product is within 2 double ulps of the
- * decimal, and its float is the decimal's unless a midpoint between two
+ * mantissa is exact when the token has a '.' (15 digits at most); the
+ * multiplier and the product are each rounded once, so the product is
+ * within 2 double ulps of the decimal (without a '.', the mantissa's
+ * conversion is the one rounding and the multiplier is 1), and its float is the decimal's unless a midpoint between two
  * floats lies within 4 ulps of it; those are left to list_token, as
  * fast_token, whose division is correctly rounded, leaves the exact
  * midpoints.  (vdivpd's 16 cycles for eight doubles were a quarter of
