@@ -227,6 +227,27 @@ static inline int one_bf16(const unsigned char *src, float *dst) {
   }
 
 CONVERTER(conv_fp32, one_fp32, 4)
+
+/* The same test without the copy, for words checked where they lie. */
+static inline int bad_word(const unsigned char *src) {
+  return (load32(src) & 0x7f800000u) == 0x7f800000u;
+}
+
+size_t proto__f32_first_bad(const void *src, size_t n) {
+  const unsigned char *restrict s = src;
+  size_t i = 0;
+  for (; i + BLOCK <= n; i += BLOCK) {
+    int bad = 0;
+    for (size_t j = 0; j < BLOCK; j++)
+      bad |= bad_word(s + 4 * (i + j));
+    if (bad)
+      break;
+  }
+  for (; i < n; i++)
+    if (bad_word(s + 4 * i))
+      return i;
+  return n;
+}
 CONVERTER(conv_fp64, one_fp64, 8)
 CONVERTER(conv_fp16, one_fp16, 2)
 CONVERTER(conv_bf16, one_bf16, 2)

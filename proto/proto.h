@@ -142,6 +142,53 @@ int proto_v2_decode(const char *body, size_t len, const char *header_len,
                     int model, proto_request *req, size_t max_elems,
                     char err[PROTO_ERR_MAX]);
 
+/* ---- a body as it arrives (body.c) ------------------------------------
+ *
+ * The server receives a body in chunks, each one just read from the
+ * socket and still in cache.  proto_body keeps them, and checks on the
+ * way in that the 4-byte words after the v2 JSON part are finite
+ * float32s, so that proto_v2_decode_body can hand the core the FP32
+ * binary inputs where they lie, without a copy and without reading the
+ * body again once it has gone cold.  The body is placed so that its
+ * binary part starts on a 64-byte boundary.
+ *
+ * All fields are proto's; the server reads p and len only. */
+typedef struct proto_body {
+  char *base;               /* the allocation (mem_malloc), or NULL */
+  char *p;                  /* the body's first byte, base + shift */
+  size_t len, cap;          /* bytes held, bytes p has room for */
+  size_t shift;
+  size_t scan_from;         /* offset of the first word checked; SIZE_MAX:
+                               none (no Inference-Header-Content-Length) */
+  size_t clean_end;         /* the words in [scan_from, clean_end) are
+                               finite float32s */
+  int stopped;              /* a non-finite word ended the check there */
+} proto_body;
+
+/* Starts an empty body.  expect is the Content-Length (0 if unknown),
+ * reserved now; header_len the Inference-Header-Content-Length value as
+ * sent, or NULL (a value that is not a byte count within expect is
+ * ignored here: proto_v2_decode_body reports it).  Returns 0 or
+ * ATTND_ENOMEM (nothing reserved; appends may still succeed).  Every
+ * body starts here. */
+int proto_body_init(proto_body *b, size_t expect, const char *header_len);
+
+/* Appends n bytes, growing the buffer as needed.  Returns 0 or
+ * ATTND_ENOMEM (b keeps what it held). */
+int proto_body_append(proto_body *b, const char *data, size_t n);
+
+/* Releases the buffer unless a decode took it; safe on a zeroed or
+ * freed body. */
+void proto_body_free(proto_body *b);
+
+/* proto_v2_decode of b->p, b->len.  FP32 binary inputs that lie on
+ * checked, 4-byte-aligned words are used in place: req then takes b's
+ * buffer (b is left empty; proto_request_free releases it).  Same
+ * results, messages and return values as proto_v2_decode. */
+int proto_v2_decode_body(proto_body *b, const char *header_len, int model,
+                         proto_request *req, size_t max_elems,
+                         char err[PROTO_ERR_MAX]);
+
 /* Encodes a computed v2 request: the JSON response (model_name,
  * model_version, id, outputs) and then the binary outputs, in the order
  * the outputs are listed.  *json_len is the JSON part's length: equal to

@@ -220,6 +220,9 @@ int proto__f64_to_bf16(double x, uint16_t *out);
  * FP16, BF16) at src (any alignment) into dst.  Returns n, or the index of
  * the first non-finite element (dst is then partly written). */
 size_t proto__bin_to_f32(int dt, const void *src, size_t n, float *dst);
+/* The index of the first of n little-endian FP32 words at src (any
+ * alignment) that is not finite, or n. */
+size_t proto__f32_first_bad(const void *src, size_t n);
 /* INT32 or INT64 lengths in [0, hi] -> int32.  Returns n, or the index of
  * the first value outside, which is stored in *bad. */
 size_t proto__bin_to_len(int dt, const void *src, size_t n, long long hi,
@@ -307,5 +310,10 @@ void *proto__own(proto_request *req, size_t n);
  * on NaN-filled buffers).  Zeroing it first would only cost a pass over
  * its memory. */
 void *proto__own_filled(proto_request *req, size_t n);
+
+/* Makes req own p, a mem_malloc'd block (a body whose tensors req reads
+ * where they lie).  Returns 0, or ATTND_ENOMEM when the owned[] table is
+ * full (p is then still the caller's). */
+int proto__own_block(proto_request *req, void *p);
 
 #endif /* PROTO_IMPL_H */

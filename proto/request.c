@@ -25,6 +25,13 @@ void *proto__own_filled(proto_request *req, size_t n) {
   return own(req, n, 0);
 }
 
+int proto__own_block(proto_request *req, void *p) {
+  if (req->n_owned >= (int)(sizeof req->owned / sizeof req->owned[0]))
+    return ATTND_ENOMEM;
+  req->owned[req->n_owned++] = p;
+  return 0;
+}
+
 void proto_request_free(proto_request *req) {
   if (!req)
     return;

@@ -16,7 +16,9 @@
  *      byte count against shape x datatype size, and against the body),
  *      JSON element counts, the element budget;
  *   5. allocation and one conversion pass per tensor, straight from the
- *      body (binary) or the cJSON tree into the buffer the core reads.
+ *      body (binary) or the cJSON tree into the buffer the core reads;
+ *      or, for an FP32 binary input of a body received as a proto_body,
+ *      its words where they lie, checked on arrival (body.c).
  * Every message starts with the input, parameter or header concerned. */
 #include <float.h>
 #include <math.h>
@@ -42,6 +44,8 @@ typedef struct v2_ctx {
   v2_in in[PROTO__IN_COUNT];
   const char *body;
   size_t len, hlen;         /* body length, JSON part length */
+  const proto_body *src;    /* the body as received, or NULL: copy all */
+  int in_place;             /* some input points into src */
   int has_header;           /* Inference-Header-Content-Length was sent */
   int model;
   const cJSON *id, *params, *inputs, *outputs;
@@ -597,12 +601,36 @@ static int fill_json(v2_ctx *c, int in, void *dst) {
   return proto__tensor_fill(t, kind, c->p->Lk, "key length", dst, c->err);
 }
 
+/* Where a binary FP32 input can be read as it lies: every one of its
+ * words was checked finite on arrival (proto_body) and it is aligned for
+ * float.  NULL: copy it. */
+static const void *in_place(const v2_ctx *c, int in) {
+  const proto_body *b = c->src;
+  const v2_in *v = &c->in[in];
+  const char *at = c->body + v->bin_off;
+  if (!b || !v->binary || v->dtype != PROTO__DT_FP32 ||
+      in == PROTO__IN_VALID_LENS || in == PROTO__IN_MASK ||
+      b->scan_from == SIZE_MAX || v->bin_off < b->scan_from ||
+      (v->bin_off - b->scan_from) % 4 || v->bin_off > b->clean_end ||
+      v->bin_size > b->clean_end - v->bin_off ||
+      (uintptr_t)at % _Alignof(float))
+    return NULL;
+  return at;
+}
+
 static int fill_one(v2_ctx *c, int in, const void **slot) {
   const proto__tensor *t = &c->ck.t[in];
   size_t es = in == PROTO__IN_VALID_LENS ? sizeof(int32_t)
               : in == PROTO__IN_MASK     ? 1 : sizeof(float);
+  const void *at;
   if (!t->json)
     return 0;
+  if ((at = in_place(c, in))) {
+    c->req->in_bytes += t->n * es;
+    *slot = at;
+    c->in_place = 1;
+    return 0;
+  }
   void *buf = proto__own_filled(c->req, t->n * es);
   if (!buf)
     return ATTND_ENOMEM;
@@ -654,9 +682,9 @@ static int decode_root(v2_ctx *c, const cJSON *root) {
 
 static int decode(const char *body, size_t len, const char *hdr, int model,
                   proto_request *req, size_t max_elems, char *err,
-                  int leaves) {
-  v2_ctx c = {.body = body, .len = len, .model = model, .req = req,
-              .p = &req->prob, .err = err};
+                  int leaves, proto_body *src) {
+  v2_ctx c = {.body = body, .len = len, .src = src, .model = model,
+              .req = req, .p = &req->prob, .err = err};
   cJSON *root = NULL;
   memset(req, 0, sizeof *req);
   attn_problem_init(&req->prob);
@@ -678,6 +706,11 @@ static int decode(const char *body, size_t len, const char *hdr, int model,
   if (!rc && leaves && !proto__json_leaves_read(root, PROTO_CODEC_V2))
     rc = ATTND_EINVAL;
   cJSON_Delete(root);
+  /* Last: only a request that will be used keeps the body. */
+  if (!rc && c.in_place && !(rc = proto__own_block(req, src->base))) {
+    src->base = src->p = NULL;
+    src->len = src->cap = 0;
+  }
   if (!rc && req->prob.scale == 0)
     req->prob.scale = (float)(1.0 / sqrt((double)req->prob.D));
   if (rc) {
@@ -693,8 +726,18 @@ static int decode(const char *body, size_t len, const char *hdr, int model,
 int proto_v2_decode(const char *body, size_t len, const char *hdr,
                     int model, proto_request *req, size_t max_elems,
                     char err[PROTO_ERR_MAX]) {
-  int rc = decode(body, len, hdr, model, req, max_elems, err, 1);
+  int rc = decode(body, len, hdr, model, req, max_elems, err, 1, NULL);
   if (rc && rc != ATTND_ENOMEM)
-    rc = decode(body, len, hdr, model, req, max_elems, err, 0);
+    rc = decode(body, len, hdr, model, req, max_elems, err, 0, NULL);
+  return rc;
+}
+
+int proto_v2_decode_body(proto_body *b, const char *hdr, int model,
+                         proto_request *req, size_t max_elems,
+                         char err[PROTO_ERR_MAX]) {
+  const char *body = b->p ? b->p : "";
+  int rc = decode(body, b->len, hdr, model, req, max_elems, err, 1, b);
+  if (rc && rc != ATTND_ENOMEM)
+    rc = decode(body, b->len, hdr, model, req, max_elems, err, 0, b);
   return rc;
 }

@@ -13,7 +13,7 @@
  *   HEADERS    GET/HEAD only: routed and answered on the next call, once
  *              MHD holds the whole request (an answer queued from the
  *              first call makes MHD close the connection after it)
- *   RECEIVING  body chunks are copied into r->body (bounded by max_body;
+ *   RECEIVING  body chunks are appended to r->body (bounded by max_body;
  *              beyond it they are counted and dropped, too_big is set)
  *   QUEUED     final call: decoded, admitted (batcher_reserve), the
  *              connection suspended, THEN the job submitted.  Suspending
@@ -82,8 +82,7 @@ struct http_req {
   enum metrics_route route;
   int model;                /* /v2/models/{m}: enum proto_model */
   enum http_req_state state;
-  char *body;               /* accumulated request body */
-  size_t len, cap;
+  proto_body body;          /* accumulated request body */
   size_t bytes_in;          /* every body byte received, kept or not */
   int too_big;
   int unauth;               /* enum http_auth: 401 at the end if not OK */
@@ -450,12 +449,16 @@ static enum MHD_Result http_post_begin(struct http_req *r) {
                "limit of %zu bytes", n, r->h->cfg.max_body);
       return http_fail(r, ATTND_ETOOBIG, msg, NULL);
     }
-    /* Reserve once; a wrong Content-Length only costs a realloc. */
-    if (!r->unauth) {
-      r->body = mem_malloc(n ? (size_t)n : 1);
-      r->cap = r->body ? (size_t)n : 0;
-    }
   }
+  /* Reserve once; a wrong Content-Length only costs a realloc, and a
+   * failed reservation is answered when an append fails too. */
+  if (!r->unauth)
+    (void)proto_body_init(
+        &r->body, cl ? (size_t)strtoull(cl, NULL, 10) : 0,
+        r->rt->body == BODY_V2
+            ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                          "Inference-Header-Content-Length")
+            : NULL);
   r->state = REQ_RECEIVING;
   return MHD_YES;
 }
@@ -466,25 +469,13 @@ static void http_post_chunk(struct http_req *r, const char *data, size_t n) {
   r->bytes_in += n;
   if (r->too_big || r->unauth)
     return;
-  if (n > r->h->cfg.max_body - r->len) {
+  if (n > r->h->cfg.max_body - r->body.len) {
     r->too_big = 1;
-    mem_free(r->body);
-    r->body = NULL;
-    r->len = r->cap = 0;
+    proto_body_free(&r->body);
     return;
   }
-  if (r->len + n > r->cap) {
-    size_t cap = r->cap * 2 > r->len + n ? r->cap * 2 : r->len + n + 4096;
-    char *nb = mem_realloc(r->body, cap);
-    if (!nb) {
-      r->too_big = -1;  /* out of memory: answered on the final call */
-      return;
-    }
-    r->body = nb;
-    r->cap = cap;
-  }
-  memcpy(r->body + r->len, data, n);
-  r->len += n;
+  if (proto_body_append(&r->body, data, n))
+    r->too_big = -1;  /* out of memory: answered on the final call */
 }
 
 /* Runs on a worker or the loop thread: store the outcome, then resume.
@@ -503,15 +494,15 @@ static int http_post_plain(struct http_req *r, char **plain, const char **b,
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
   int rc;
   *plain = NULL;
-  *b = r->body ? r->body : "";
-  *n = r->len;
+  *b = r->body.p ? r->body.p : "";
+  *n = r->body.len;
   if (!coding)
     return 0;
   rc = proto_inflate(coding, *b, *n, r->h->cfg.max_body, plain, n, err);
   if (rc == 0 && *plain)
     *b = *plain;
   else if (rc == 0)
-    *n = r->len;  /* identity */
+    *n = r->body.len;  /* identity */
   return rc;
 }
 
@@ -522,16 +513,19 @@ static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
   char *plain;
   size_t n;
   int rc = http_post_plain(r, &plain, &b, &n, err);
-  if (rc == 0 && r->rt->body == BODY_V2)
-    rc = proto_v2_decode(b, n, MHD_lookup_connection_value(
-                                   r->conn, MHD_HEADER_KIND,
-                                   "Inference-Header-Content-Length"),
-                         r->model, &r->job.req, h->cfg.max_elems, err);
+  const char *hlen = MHD_lookup_connection_value(
+      r->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  /* As received, the body may lend the decoder its FP32 tensors. */
+  if (rc == 0 && r->rt->body == BODY_V2 && !plain)
+    rc = proto_v2_decode_body(&r->body, hlen, r->model, &r->job.req,
+                              h->cfg.max_elems, err);
+  else if (rc == 0 && r->rt->body == BODY_V2)
+    rc = proto_v2_decode(b, n, hlen, r->model, &r->job.req,
+                         h->cfg.max_elems, err);
   else if (rc == 0)
     rc = proto_v1_decode(b, n, &r->job.req, h->cfg.max_elems, err);
   mem_free(plain);
-  mem_free(r->body);
-  r->body = NULL;
+  proto_body_free(&r->body);
   return rc;
 }
 
@@ -771,7 +765,7 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   a.compute_ns = r->job.started_ns ? r->job.finished_ns - r->job.started_ns
                                    : 0;
   log_access(&a);
-  mem_free(r->body);
+  proto_body_free(&r->body);
   mem_free(r->job.body);
   proto_request_free(&r->job.req);
   mem_free(r);

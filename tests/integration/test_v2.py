@@ -307,6 +307,50 @@ class InferBinaryTest(V2Case):
             self.assertEqual(len(data) - header_len,
                              sum(o["parameters"]["binary_data_size"] for o in outs))
 
+    def test_binary_body_in_odd_chunks_with_and_without_length(self):
+        # The body as attnd receives it: FP32 inputs are read where they lie
+        # when aligned, copied after an odd-sized BOOL mask; with and without
+        # Content-Length (chunked, so the buffer grows), a bad value after
+        # the good ones still named.
+        from v2client import InferResult, build_request
+        q, k, v = rand_inputs(15, B=1, H=2, Lq=6, Lk=7, D=8, Dv=5)
+        mask = [[[[True, True, False, True, True, True, False]]]]
+        plain = [tensor_input("query", q), tensor_input("key", k),
+                 tensor_input("value", v)]
+        masked = [InferInput("mask", [1, 1, 1, 7], "BOOL").set_data_from_list(
+            flatten(mask))] + plain
+        bad = [tensor_input("query", q), tensor_input("key", k),
+               InferInput("value", [1, 2, 7, 5], "FP32").set_data_from_list(
+                   flatten(v)[:-1] + [float("nan")])]
+        for inputs, req in ((plain, {"query": q, "key": k, "value": v}),
+                            (masked, {"query": q, "key": k, "value": v, "mask": mask}),
+                            (bad, None)):
+            body, jl = build_request(inputs, parameters={"binary_data_output": True})
+            for chunked in (False, True):
+                h = {"Inference-Header-Content-Length": str(jl)}
+                conn = self.srv.connection()
+                try:
+                    if chunked:
+                        pieces = [body[i:i + 37] for i in range(0, len(body), 37)]
+                        h["Transfer-Encoding"] = "chunked"
+                        conn.request("POST", "/v2/models/attention/infer", body=iter(pieces),
+                                     encode_chunked=True, headers=h)
+                    else:
+                        conn.request("POST", "/v2/models/attention/infer", body=body,
+                                     headers=h)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    hdrs = {k2.lower(): v2 for k2, v2 in resp.getheaders()}
+                finally:
+                    conn.close()
+                if req is None:
+                    self.assert_error(resp.status, hdrs, data, 400,
+                                      "value[0][1][6][4]: FP32 value is not finite")
+                    continue
+                self.assertEqual(resp.status, 200, data[:300])
+                res = InferResult(data, int(hdrs["inference-header-content-length"]))
+                self.check_result(res, req)
+
 
 class ErrorTest(V2Case):
     def qkv(self, seed=13):

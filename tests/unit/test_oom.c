@@ -5,8 +5,9 @@
  * a valid request, never a crash - and releases every block it took.
  * The loop ends at the first N the operation gets through without the
  * fault firing; that run must give the same answer as a run without
- * injection.  Covers decode (v1, v2 JSON, v2 binary), encode (v1, v2 with
- * binary outputs), gzip/deflate both ways, error bodies and metadata.
+ * injection.  Covers decode (v1, v2 JSON, v2 binary as sent and as
+ * received in chunks), encode (v1, v2 with binary outputs), gzip/deflate
+ * both ways, error bodies and metadata.
  * Leaks are checked through mem_live() here, and by valgrind (make
  * valgrind) or LeakSanitizer (make SANITIZE=address test). */
 #include <check.h>
@@ -203,6 +204,29 @@ static int op_v2_binary_decode(const void *arg, char **out, size_t *len) {
   return rc;
 }
 
+/* The same body received the way the server receives it (proto_body):
+ * in 7-byte chunks with no Content-Length, so that its buffer grows. */
+static int op_v2_received_decode(const void *arg, char **out, size_t *len) {
+  const bin_req *b = arg;
+  proto_body pb;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  int rc = proto_body_init(&pb, 0, b->hlen);
+  for (size_t i = 0; rc == 0 && i < b->len; i += 7)
+    rc = proto_body_append(&pb, b->body + i, b->len - i < 7 ? b->len - i : 7);
+  if (rc == 0) {
+    rc = proto_v2_decode_body(&pb, b->hlen, PROTO_MODEL_ATTENTION, &r, 0,
+                              err);
+    if (rc)
+      ck_assert_int_eq(r.n_owned, 0);
+    else
+      rc = describe(&r, out, len);
+    proto_request_free(&r);
+  }
+  proto_body_free(&pb);
+  return rc;
+}
+
 /* Encoding only: the request is decoded and computed beforehand. */
 static int op_encode(const void *arg, char **out, size_t *len) {
   size_t json_len;
@@ -279,6 +303,8 @@ START_TEST(v2_decode_every_allocation) {
     ck_assert_int_gt(sweep("v2 json decode", op_v2_json_decode, v2_json,
                            persistent), 20);
     ck_assert_int_gt(sweep("v2 binary decode", op_v2_binary_decode, &b,
+                           persistent), 10);
+    ck_assert_int_gt(sweep("v2 received decode", op_v2_received_decode, &b,
                            persistent), 10);
   }
 }

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <zlib.h>
 
+#include "proto/mem.h"
 #include "proto/proto.h"
 #include "proto/proto_impl.h"
 
@@ -591,6 +592,228 @@ START_TEST(budget_applies_to_v2) {
 }
 END_TEST
 
+/* ---- bodies as received (proto_body) ------------------------------------------ */
+
+/* A v2 binary body built input by input: the JSON part in json, the
+ * binary part in bin (each input's bytes appended as it is listed). */
+typedef struct rbody {
+  char json[2048], *bytes;
+  size_t jlen, blen, len;
+  char bin[8192], hlen[32];
+} rbody;
+
+static void rb_start(rbody *b) {
+  memset(b, 0, sizeof *b);
+  b->jlen = (size_t)snprintf(b->json, sizeof b->json, "{\"inputs\":[");
+}
+
+static void rb_input(rbody *b, const char *name, const char *dtype,
+                     const char *shape, const void *data, size_t bytes) {
+  b->jlen += (size_t)snprintf(
+      b->json + b->jlen, sizeof b->json - b->jlen,
+      "%s{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":%s,"
+      "\"parameters\":{\"binary_data_size\":%zu}}",
+      b->json[b->jlen - 1] == '[' ? "" : ",", name, dtype, shape, bytes);
+  ck_assert_uint_le(b->blen + bytes, sizeof b->bin);
+  memcpy(b->bin + b->blen, data, bytes);
+  b->blen += bytes;
+}
+
+/* Closes the JSON part and joins both parts into b->bytes (malloc'd). */
+static void rb_finish(rbody *b) {
+  b->jlen += (size_t)snprintf(b->json + b->jlen, sizeof b->json - b->jlen,
+                              "],\"outputs\":[{\"name\":\"output\"},"
+                              "{\"name\":\"weights\"}]}");
+  b->len = b->jlen + b->blen;
+  b->bytes = malloc(b->len);
+  ck_assert_ptr_nonnull(b->bytes);
+  memcpy(b->bytes, b->json, b->jlen);
+  memcpy(b->bytes + b->jlen, b->bin, b->blen);
+  snprintf(b->hlen, sizeof b->hlen, "%zu", b->jlen);
+}
+
+/* FP32 values that are not all alike: x_i = (i * 37 mod 101 - 50) / 16. */
+static void rb_floats(float *x, size_t n, int seed) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)((int)((i * 37 + (size_t)seed) % 101) - 50) / 16.0f;
+}
+
+/* Query (1,2,5,8), key (1,2,7,8) and value (1,2,7,3) as FP32. */
+enum { RB_Q = 80, RB_K = 112, RB_V = 42 };
+static float rb_q[RB_Q], rb_k[RB_K], rb_v[RB_V];
+
+static void rb_qkv(rbody *b) {
+  rb_floats(rb_q, RB_Q, 1);
+  rb_floats(rb_k, RB_K, 2);
+  rb_floats(rb_v, RB_V, 3);
+  rb_input(b, "query", "FP32", "[1,2,5,8]", rb_q, sizeof rb_q);
+  rb_input(b, "key", "FP32", "[1,2,7,8]", rb_k, sizeof rb_k);
+  rb_input(b, "value", "FP32", "[1,2,7,3]", rb_v, sizeof rb_v);
+}
+
+/* Receives the body the way the server does: Content-Length `expect`
+ * (0: unknown, so the buffer grows), the header value init_hlen as the
+ * first call sees it, then chunks of `step` bytes. */
+static void rb_receive(proto_body *pb, const rbody *b, size_t expect,
+                       const char *init_hlen, size_t step) {
+  ck_assert_int_eq(proto_body_init(pb, expect, init_hlen), 0);
+  for (size_t i = 0; i < b->len; i += step)
+    ck_assert_int_eq(proto_body_append(pb, b->bytes + i,
+                                       b->len - i < step ? b->len - i : step),
+                     0);
+  ck_assert_uint_eq(pb->len, b->len);
+  ck_assert(memcmp(pb->p, b->bytes, b->len) == 0);
+}
+
+static int rb_inside(const void *x, const char *p, size_t len) {
+  return (const char *)x >= p && (const char *)x < p + len;
+}
+
+/* The request decoded from the received body computes exactly what the
+ * copying decode of the same bytes computes. */
+static void rb_same_answer(proto_request *a, proto_request *c) {
+  const attn_problem *p = &a->prob;
+  size_t nq = (size_t)p->B * p->H * p->Lq * p->D;
+  size_t nk = (size_t)p->B * p->Hkv * p->Lk * p->Dk;
+  size_t nv = (size_t)p->B * p->Hkv * p->Lk * p->Dv;
+  size_t no = (size_t)p->B * p->H * p->Lq * p->Dv;
+  size_t nw = (size_t)p->B * p->H * p->Lq * p->Lk;
+  ck_assert(!memcmp(p->q, c->prob.q, nq * 4));
+  ck_assert(!memcmp(p->k, c->prob.k, nk * 4));
+  ck_assert(!memcmp(p->v, c->prob.v, nv * 4));
+  ck_assert_int_eq(attn_forward(&a->prob, a->out, a->weights), 0);
+  ck_assert_int_eq(attn_forward(&c->prob, c->out, c->weights), 0);
+  ck_assert(!memcmp(a->out, c->out, no * 4));
+  ck_assert(!memcmp(a->weights, c->weights, nw * 4));
+}
+
+START_TEST(received_body_lends_fp32_inputs_in_place) {
+  static const size_t steps[] = {1, 3, 4, 7, 64, 1000, 1 << 20};
+  rbody b;
+  rb_start(&b);
+  rb_qkv(&b);
+  rb_finish(&b);
+  long live = mem_live();
+  for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+    for (int known = 0; known < 2; known++) {
+      proto_body pb;
+      proto_request r, c;
+      char err[PROTO_ERR_MAX];
+      rb_receive(&pb, &b, known ? b.len : 0, b.hlen, steps[s]);
+      const char *p = pb.p;
+      if (known)  /* the binary part starts on a 64-byte boundary */
+        ck_assert_uint_eq((uintptr_t)(p + b.jlen) % 64, 0);
+      ck_assert_msg(proto_v2_decode_body(&pb, b.hlen, PROTO_MODEL_ATTENTION,
+                                         &r, 0, err) == 0, "%s", err);
+      ck_assert_ptr_eq(r.prob.q, (const float *)(p + b.jlen));
+      ck_assert_ptr_eq(r.prob.k, (const float *)(p + b.jlen + sizeof rb_q));
+      ck_assert_ptr_eq(r.prob.v, (const float *)(p + b.jlen + sizeof rb_q +
+                                                 sizeof rb_k));
+      ck_assert_ptr_null(pb.base);  /* the request owns the body now */
+      ck_assert_uint_eq(r.in_bytes, sizeof rb_q + sizeof rb_k + sizeof rb_v);
+      ck_assert_int_eq(proto_v2_decode(b.bytes, b.len, b.hlen,
+                                       PROTO_MODEL_ATTENTION, &c, 0, err), 0);
+      ck_assert(!rb_inside(c.prob.q, b.bytes, b.len));
+      rb_same_answer(&r, &c);
+      proto_request_free(&r);
+      proto_request_free(&c);
+      proto_body_free(&pb);
+      ck_assert_int_eq(mem_live(), live);
+    }
+  }
+  free(b.bytes);
+}
+END_TEST
+
+START_TEST(received_body_reports_a_bad_value_like_the_copy) {
+  static const uint32_t bad[] = {0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                 0xff812345u};
+  static const size_t at[] = {0, RB_Q - 1, RB_Q, RB_Q + RB_K + RB_V - 1};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    rbody b;
+    proto_body pb;
+    proto_request r, c;
+    char err[PROTO_ERR_MAX], cerr[PROTO_ERR_MAX];
+    rb_start(&b);
+    rb_qkv(&b);
+    rb_finish(&b);
+    memcpy(b.bytes + b.jlen + 4 * at[i], &bad[i], 4);
+    rb_receive(&pb, &b, b.len, b.hlen, 100);
+    ck_assert_int_eq(proto_v2_decode_body(&pb, b.hlen, PROTO_MODEL_ATTENTION,
+                                          &r, 0, err), ATTND_EINVAL);
+    ck_assert_int_eq(proto_v2_decode(b.bytes, b.len, b.hlen,
+                                     PROTO_MODEL_ATTENTION, &c, 0, cerr),
+                     ATTND_EINVAL);
+    ck_assert_str_eq(err, cerr);
+    ck_assert_ptr_nonnull(strstr(err, "FP32 value is not finite"));
+    ck_assert_int_eq(r.n_owned, 0);
+    ck_assert_ptr_nonnull(pb.base);  /* a failed decode leaves the body */
+    proto_body_free(&pb);
+    free(b.bytes);
+  }
+}
+END_TEST
+
+/* Inputs that cannot be read where they lie are copied, with the same
+ * numbers: after a 3-byte BOOL mask (not 4-byte aligned), after an FP64
+ * input whose words look non-finite as float32, when the header length
+ * was unknown as the body arrived or differs from the one decoded. */
+START_TEST(received_body_copies_what_it_cannot_lend) {
+  uint8_t mask[7];
+  double q64[RB_Q];
+  for (size_t i = 0; i < sizeof mask; i++)
+    mask[i] = (uint8_t)(i % 3 != 0);
+  for (size_t i = 0; i < RB_Q; i++) {
+    uint64_t u;
+    q64[i] = (double)((int)(i % 9) - 4) / 8;
+    memcpy(&u, &q64[i], 8);
+    u |= 0x7f800000u;  /* low word non-finite as float32, value finite */
+    memcpy(&q64[i], &u, 8);
+  }
+  for (int kind = 0; kind < 4; kind++) {
+    rbody b;
+    proto_body pb;
+    proto_request r, c;
+    char err[PROTO_ERR_MAX];
+    rb_start(&b);
+    if (kind == 0) {  /* a (1,1,1,7) mask first: 7 bytes */
+      rb_input(&b, "mask", "BOOL", "[1,1,1,7]", mask, sizeof mask);
+      rb_qkv(&b);
+    } else if (kind == 1) {
+      rb_floats(rb_k, RB_K, 2);
+      rb_floats(rb_v, RB_V, 3);
+      rb_input(&b, "query", "FP64", "[1,2,5,8]", q64, sizeof q64);
+      rb_input(&b, "key", "FP32", "[1,2,7,8]", rb_k, sizeof rb_k);
+      rb_input(&b, "value", "FP32", "[1,2,7,3]", rb_v, sizeof rb_v);
+    } else {
+      rb_qkv(&b);
+    }
+    rb_finish(&b);
+    char other[32];
+    snprintf(other, sizeof other, "%zu", b.jlen - 1);
+    rb_receive(&pb, &b, b.len, kind == 2 ? NULL : kind == 3 ? other : b.hlen,
+               333);
+    const char *p = pb.p;
+    ck_assert_msg(proto_v2_decode_body(&pb, b.hlen, PROTO_MODEL_ATTENTION,
+                                       &r, 0, err) == 0, "kind %d: %s", kind,
+                  err);
+    ck_assert_int_eq(proto_v2_decode(b.bytes, b.len, b.hlen,
+                                     PROTO_MODEL_ATTENTION, &c, 0, err), 0);
+    if (kind == 0 || kind == 2 || kind == 3) {
+      ck_assert(!rb_inside(r.prob.q, p, b.len));
+      ck_assert(!rb_inside(r.prob.k, p, b.len));
+    } else {  /* FP64 converted; key and value lie after its bad words */
+      ck_assert(!rb_inside(r.prob.k, p, b.len));
+    }
+    rb_same_answer(&r, &c);
+    proto_request_free(&r);
+    proto_request_free(&c);
+    proto_body_free(&pb);
+    free(b.bytes);
+  }
+}
+END_TEST
+
 /* ---- models and metadata ------------------------------------------------------ */
 
 START_TEST(models_and_metadata) {
@@ -836,6 +1059,9 @@ static Suite *v2_suite(void) {
     {"binary", {binary_request_decodes_and_encodes, binary_layout_errors,
                 binary_value_errors, binary_lengths_int32_and_int64,
                 mutated_bodies_are_refused_cleanly}},
+    {"received", {received_body_lends_fp32_inputs_in_place,
+                  received_body_reports_a_bad_value_like_the_copy,
+                  received_body_copies_what_it_cannot_lend}},
     {"models", {models_and_metadata}},
     {"diagnostics", {window_parameters_decode,
                      diagnostics_outputs_decode_and_encode}},
