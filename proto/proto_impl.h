@@ -223,6 +223,8 @@ size_t proto__bin_to_f32(int dt, const void *src, size_t n, float *dst);
 /* The index of the first of n little-endian FP32 words at src (any
  * alignment) that is not finite, or n. */
 size_t proto__f32_first_bad(const void *src, size_t n);
+/* The same with vectors of at most width bytes (64, 32, 16; for tests). */
+size_t proto__f32_first_bad_width(const void *src, size_t n, int width);
 /* INT32 or INT64 lengths in [0, hi] -> int32.  Returns n, or the index of
  * the first value outside, which is stored in *bad. */
 size_t proto__bin_to_len(int dt, const void *src, size_t n, long long hi,

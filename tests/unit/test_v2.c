@@ -270,6 +270,40 @@ START_TEST(bulk_converters_find_the_first_bad_element) {
 }
 END_TEST
 
+START_TEST(word_check_finds_the_first_non_finite_word) {
+  enum { N = 1000 };
+  static const size_t at[] = {0, 1, 63, 64, 127, 128, 255, 256, 511, 700,
+                              936, 999};
+  static const uint32_t bad[] = {0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                 0x7f800001u, 0xffffffffu};
+  static const int widths[] = {64, 32, 16};
+  unsigned char buf[4 * N + 3];
+  for (int w = 0; w < 3; w++) {
+    for (size_t shift = 0; shift < 4; shift++) {
+      uint32_t f[N];
+      for (size_t i = 0; i < N; i++)  /* finite, exponents up to 254 */
+        f[i] = (uint32_t)(i * 2654435761u) & 0xff7fffffu;
+      memcpy(buf + shift, f, sizeof f);
+      ck_assert_uint_eq(proto__f32_first_bad_width(buf + shift, N,
+                                                   widths[w]), N);
+      for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        uint32_t b = bad[k % (sizeof bad / sizeof bad[0])];
+        memcpy(buf + shift + 4 * at[k], &b, 4);
+        ck_assert_msg(proto__f32_first_bad_width(buf + shift, N, widths[w]) ==
+                      at[0], "width %d shift %zu bad at %zu", widths[w], shift,
+                      at[k]);
+        /* the later ones, from just past the first */
+        if (k > 0)
+          ck_assert_uint_eq(proto__f32_first_bad_width(
+                                buf + shift + 4 * (at[k - 1] + 1),
+                                N - at[k - 1] - 1, widths[w]),
+                            at[k] - at[k - 1] - 1);
+      }
+    }
+  }
+}
+END_TEST
+
 /* ---- JSON requests ---------------------------------------------------------- */
 
 START_TEST(json_request_decodes) {
@@ -1052,7 +1086,8 @@ static Suite *v2_suite(void) {
                f64_to_f16_rounds_to_nearest_even, bf16_rounds_and_widens,
                f64_to_f32_rounds_to_nearest_even,
                binary_converters_check_values,
-               bulk_converters_find_the_first_bad_element}},
+               bulk_converters_find_the_first_bad_element,
+               word_check_finds_the_first_non_finite_word}},
     {"json", {json_request_decodes, json_fp16_values_are_rounded_to_fp16,
               json_errors_name_the_input, additive_model_needs_its_weights,
               budget_applies_to_v2}},
