@@ -197,6 +197,29 @@ int proto_v2_decode_body(proto_body *b, const char *header_len, int model,
 int proto_v2_encode(const proto_request *req, char **body, size_t *len,
                     size_t *json_len);
 
+/* A v2 response in parts, so that binary outputs are sent from the
+ * buffers the core wrote instead of being copied behind the JSON. */
+typedef struct proto_parts {
+  char *json;               /* the JSON part (malloc, free()) */
+  size_t json_len;          /* its Inference-Header-Content-Length */
+  const void *data[PROTO_OUT_COUNT];  /* the binary outputs, in order */
+  size_t len[PROTO_OUT_COUNT];
+  int n;                    /* binary outputs; 0: nothing here */
+  void *blocks[3];          /* the buffers data points into, each freed */
+  int n_blocks;             /* with free() by proto_parts_free */
+} proto_parts;
+
+/* The bytes proto_v2_encode writes, as the JSON part and the binary
+ * outputs where they lie.  The buffers holding those outputs move from
+ * req into *parts (proto_request_free no longer releases them), so req is
+ * not encoded again.  Returns 0, 1 when it does not apply (no binary
+ * output, or a big-endian host; *parts is then empty: use
+ * proto_v2_encode), or ATTND_ENOMEM (req unchanged). */
+int proto_v2_encode_parts(proto_request *req, proto_parts *parts);
+
+/* Frees what parts holds; safe on an empty or freed one. */
+void proto_parts_free(proto_parts *parts);
+
 /* Encodes with the codec that decoded req (proto_v1_encode sets *json_len
  * = *len).  What the worker calls. */
 int proto_encode(const proto_request *req, char **body, size_t *len,

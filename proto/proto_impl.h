@@ -318,4 +318,8 @@ void *proto__own_filled(proto_request *req, size_t n);
  * full (p is then still the caller's). */
 int proto__own_block(proto_request *req, void *p);
 
+/* The reverse: p, a block req owns, becomes the caller's (freed with
+ * mem_free).  Returns 0, or -1 when req does not own p. */
+int proto__take_block(proto_request *req, void *p);
+
 #endif /* PROTO_IMPL_H */

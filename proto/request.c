@@ -32,6 +32,15 @@ int proto__own_block(proto_request *req, void *p) {
   return 0;
 }
 
+int proto__take_block(proto_request *req, void *p) {
+  for (int i = 0; i < req->n_owned; i++)
+    if (req->owned[i] == p) {
+      req->owned[i] = req->owned[--req->n_owned];
+      return 0;
+    }
+  return -1;
+}
+
 void proto_request_free(proto_request *req) {
   if (!req)
     return;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "proto_impl.h"
 
 static const char *const model_names[PROTO_MODEL_COUNT] = {
@@ -224,26 +225,95 @@ static void put_binary(proto__buf *b, const proto_request *req) {
   }
 }
 
+static void put_json(proto__buf *b, const proto_request *req) {
+  proto__buf_puts(b, "{\"model_name\":\"");
+  proto__buf_puts(b, model_names[req->model]);
+  proto__buf_puts(b, "\",\"model_version\":\"" MODEL_VERSION "\"");
+  if (req->id_json) {
+    proto__buf_puts(b, ",\"id\":");
+    proto__buf_puts(b, req->id_json);
+  }
+  proto__buf_puts(b, ",\"outputs\":[");
+  for (int i = 0; i < req->n_outputs; i++) {
+    if (i)
+      proto__buf_putc(b, ',');
+    put_output(b, req, req->outputs[i]);
+  }
+  proto__buf_puts(b, "]}");
+}
+
 int proto_v2_encode(const proto_request *req, char **body, size_t *len,
                     size_t *json_len) {
   proto__buf b = {0};
-  proto__buf_puts(&b, "{\"model_name\":\"");
-  proto__buf_puts(&b, model_names[req->model]);
-  proto__buf_puts(&b, "\",\"model_version\":\"" MODEL_VERSION "\"");
-  if (req->id_json) {
-    proto__buf_puts(&b, ",\"id\":");
-    proto__buf_puts(&b, req->id_json);
-  }
-  proto__buf_puts(&b, ",\"outputs\":[");
-  for (int i = 0; i < req->n_outputs; i++) {
-    if (i)
-      proto__buf_putc(&b, ',');
-    put_output(&b, req, req->outputs[i]);
-  }
-  proto__buf_puts(&b, "]}");
+  put_json(&b, req);
   *json_len = b.len;
   put_binary(&b, req);
   return finish(&b, body, len);
+}
+
+/* The owned block an output lies in: the diagnostics share one, which
+ * starts at allowed_keys (check.c). */
+static void *out_block(const proto_request *req, int which) {
+  return which == PROTO_OUT_OUTPUT    ? (void *)req->out
+         : which == PROTO_OUT_WEIGHTS ? (void *)req->weights
+                                      : (void *)req->allowed_keys;
+}
+
+/* Moves the blocks the binary outputs lie in from req to parts, each
+ * once.  They were all allocated by the decoder, so only a bug fails. */
+static int take_blocks(proto_request *req, proto_parts *parts) {
+  for (int i = 0; i < req->n_outputs; i++) {
+    void *blk = out_block(req, req->outputs[i]);
+    int seen = 0;
+    if (!req->binary[req->outputs[i]])
+      continue;
+    for (int j = 0; j < parts->n_blocks; j++)
+      seen |= parts->blocks[j] == blk;
+    if (seen)
+      continue;
+    if (parts->n_blocks == 3 || proto__take_block(req, blk))
+      return -1;
+    parts->blocks[parts->n_blocks++] = blk;
+  }
+  return 0;
+}
+
+int proto_v2_encode_parts(proto_request *req, proto_parts *parts) {
+  proto__buf b = {0};
+  memset(parts, 0, sizeof *parts);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return 1;  /* the buffers are not little-endian: copy (put_binary) */
+#endif
+  for (int i = 0; i < req->n_outputs; i++) {
+    int which = req->outputs[i];
+    size_t n;
+    if (!req->binary[which])
+      continue;
+    parts->data[parts->n] = out_data(req, which, &n);
+    parts->len[parts->n++] = n * sizeof(float);
+  }
+  if (parts->n == 0)
+    return 1;
+  put_json(&b, req);
+  if (finish(&b, &parts->json, &parts->json_len)) {
+    memset(parts, 0, sizeof *parts);
+    return ATTND_ENOMEM;
+  }
+  if (take_blocks(req, parts)) {
+    for (int j = 0; j < parts->n_blocks; j++)  /* give them back */
+      (void)proto__own_block(req, parts->blocks[j]);
+    mem_free(parts->json);
+    memset(parts, 0, sizeof *parts);
+    return 1;
+  }
+  return 0;
+}
+
+void proto_parts_free(proto_parts *parts) {
+  mem_free(parts->json);
+  for (int j = 0; j < parts->n_blocks; j++)
+    mem_free(parts->blocks[j]);
+  memset(parts, 0, sizeof *parts);
 }
 
 int proto_encode(const proto_request *req, char **body, size_t *len,

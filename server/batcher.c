@@ -328,6 +328,28 @@ static int batcher_compress(struct batcher_job *job) {
   return 0;
 }
 
+/* The response of a computed job.  v2 binary outputs leave from the
+ * buffers the core wrote (job->parts), unless the response is to be
+ * compressed, which needs it in one piece. */
+static int batcher_encode(struct batcher_job *job) {
+  int rc = 1;
+  if (!job->coding && job->req.codec == PROTO_CODEC_V2)
+    rc = proto_v2_encode_parts(&job->req, &job->parts);
+  if (rc < 0)
+    return ATTND_ENOMEM;
+  if (rc == 0) {
+    job->json_len = job->plain_len = job->parts.json_len;
+    for (int i = 0; i < job->parts.n; i++)
+      job->plain_len += job->parts.len[i];
+    job->body_len = job->plain_len;
+    return 0;
+  }
+  if (proto_encode(&job->req, &job->body, &job->body_len, &job->json_len))
+    return ATTND_ENOMEM;
+  job->plain_len = job->body_len;
+  return batcher_compress(job);
+}
+
 /* Runs one request on this worker (and idle helpers): core, then encode.
  * w NULL: on the submitter's thread (batcher_run_here), alone, with
  * scratch of its own.  0 or ATTND_E*. */
@@ -371,10 +393,7 @@ static int batcher_compute(struct batcher *b, struct batcher_job *job,
       attn_diagnostics(p, weights, job->req.allowed_keys, job->req.entropy,
                        job->req.max_weight, job->req.jacobian_norm) != 0)
     return ATTND_EINTERNAL;
-  if (proto_encode(&job->req, &job->body, &job->body_len, &job->json_len))
-    return ATTND_ENOMEM;
-  job->plain_len = job->body_len;
-  return batcher_compress(job);
+  return batcher_encode(job);
 }
 
 /* Runs a job taken from its queue by worker w, or by its submitter (w
@@ -710,6 +729,7 @@ static void batcher_job_reset(struct batcher_job *job) {
   job->body = NULL;
   job->body_len = job->plain_len = job->json_len = 0;
   job->compressed = 0;
+  memset(&job->parts, 0, sizeof job->parts);
   job->batch_size = 0;
   job->enqueued_ns = clock_now_ns();
   job->started_ns = job->finished_ns = 0;

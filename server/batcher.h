@@ -7,8 +7,9 @@
  *   2. fills job->req, job->deadline_ns, job->cost, job->done, job->arg;
  *   3. batcher_submit(b, job): cannot fail.
  * Exactly once per submitted job, done(job) is called on a worker or on
- * the batcher's loop thread with job->err set (0: job->body holds the
- * encoded response, which the submitter then owns and frees with free()).
+ * the batcher's loop thread with job->err set (0: job->body, or for v2
+ * binary outputs job->parts, holds the encoded response, which the
+ * submitter then owns and frees with free() or proto_parts_free).
  * After done() returns the batcher never touches the job again, and
  * job->req has been released (proto_request_free).
  *
@@ -65,6 +66,10 @@ struct batcher_job {
   size_t json_len;          /* length of its JSON part: less than
                                plain_len when v2 binary outputs follow */
   int compressed;           /* 1: body is compressed with `coding` */
+  proto_parts parts;        /* parts.n > 0: the response is parts (JSON
+                               and binary outputs, uncopied) and body is
+                               NULL; the submitter frees it with
+                               proto_parts_free */
   int batch_size;           /* jobs in its batch, 0 if it never ran */
   uint64_t enqueued_ns, started_ns, finished_ns;
 

@@ -96,24 +96,15 @@ static const char http_json[] = "application/json";
 
 /* ---- responses --------------------------------------------------------- */
 
-/* Queues body (len bytes) with status.  own != 0 hands body to MHD, which
- * frees it; own == 0 means body is static.  Adds Content-Type, the
+/* Queues resp (len bytes of body) with status.  Adds Content-Type, the
  * name/value pairs of hdrs (NULL-terminated; NULL for none), and
  * Retry-After / WWW-Authenticate / Connection: close where they apply. */
-static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
-                                   char *body, size_t len, int own,
-                                   const char *ctype,
-                                   const char *const *hdrs) {
-  struct MHD_Response *resp;
+static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
+                                  struct MHD_Response *resp, size_t len,
+                                  const char *ctype,
+                                  const char *const *hdrs) {
   enum MHD_Result ret;
 
-  resp = MHD_create_response_from_buffer(
-      len, body, own ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-  if (!resp) {
-    if (own)
-      mem_free(body);
-    return MHD_NO;
-  }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   if (status_wants_retry_after(status))
     MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
@@ -138,6 +129,54 @@ static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
   metrics_record_request(r->h->m, r->route, status, r->bytes_in, len,
                          clock_now_ns() - r->start_ns);
   return ret;
+}
+
+/* Queues body (len bytes) with status, as http_queue.  own != 0 hands
+ * body to MHD, which frees it; own == 0 means body is static. */
+static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
+                                   char *body, size_t len, int own,
+                                   const char *ctype,
+                                   const char *const *hdrs) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(
+      len, body, own ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+  if (!resp) {
+    if (own)
+      mem_free(body);
+    return MHD_NO;
+  }
+  return http_queue(r, status, resp, len, ctype, hdrs);
+}
+
+static void http_free_parts(void *cls) {
+  proto_parts_free(cls);
+  mem_free(cls);
+}
+
+/* A 200 of a response in parts (v2 binary outputs where the core wrote
+ * them), which MHD sends as one iovec and frees with the response. */
+static enum MHD_Result http_answer_parts(struct http_req *r,
+                                         proto_parts *parts,
+                                         const char *const *hdrs) {
+  struct MHD_IoVec iov[1 + PROTO_OUT_COUNT];
+  proto_parts *own = mem_malloc(sizeof *own);
+  struct MHD_Response *resp = NULL;
+  size_t len = parts->json_len;
+  if (own) {
+    *own = *parts;
+    memset(parts, 0, sizeof *parts);
+    iov[0] = (struct MHD_IoVec){own->json, own->json_len};
+    for (int i = 0; i < own->n; i++) {
+      iov[1 + i] = (struct MHD_IoVec){own->data[i], own->len[i]};
+      len += own->len[i];
+    }
+    resp = MHD_create_response_from_iovec(iov, (unsigned int)(1 + own->n),
+                                          http_free_parts, own);
+    if (!resp)
+      http_free_parts(own);
+  }
+  if (!resp)
+    return MHD_NO;
+  return http_queue(r, 200, resp, len, "application/octet-stream", hdrs);
 }
 
 /* Compresses *body in place when the client's Accept-Encoding asks for
@@ -611,6 +650,8 @@ static enum MHD_Result http_post_answer(struct http_req *r) {
     hdrs[n++] = MHD_HTTP_HEADER_ACCEPT_ENCODING;
   }
   hdrs[n] = NULL;
+  if (job->parts.n)
+    return http_answer_parts(r, &job->parts, hdrs);
   job->body = NULL;
   return http_answer(r, 200, body, job->body_len, 1,
                      binary ? "application/octet-stream" : http_json, hdrs);
@@ -767,6 +808,7 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   log_access(&a);
   proto_body_free(&r->body);
   mem_free(r->job.body);
+  proto_parts_free(&r->job.parts);
   proto_request_free(&r->job.req);
   mem_free(r);
   *con_cls = NULL;

@@ -6,8 +6,8 @@
  * The loop ends at the first N the operation gets through without the
  * fault firing; that run must give the same answer as a run without
  * injection.  Covers decode (v1, v2 JSON, v2 binary as sent and as
- * received in chunks), encode (v1, v2 with binary outputs), gzip/deflate
- * both ways, error bodies and metadata.
+ * received in chunks), encode (v1, v2 with binary outputs, in one piece
+ * and in parts), gzip/deflate both ways, error bodies and metadata.
  * Leaks are checked through mem_live() here, and by valgrind (make
  * valgrind) or LeakSanitizer (make SANITIZE=address test). */
 #include <check.h>
@@ -227,6 +227,41 @@ static int op_v2_received_decode(const void *arg, char **out, size_t *len) {
   return rc;
 }
 
+/* Decode, compute and encode in parts (the buffers move out of the
+ * request, so every run decodes anew); the answer is the parts joined. */
+static int op_v2_parts(const void *arg, char **out, size_t *len) {
+  const bin_req *b = arg;
+  proto_request r;
+  proto_parts parts;
+  char err[PROTO_ERR_MAX];
+  int rc = proto_v2_decode(b->body, b->len, b->hlen, PROTO_MODEL_ATTENTION,
+                           &r, 0, err);
+  if (rc)
+    return rc;
+  ck_assert_int_eq(attn_forward(&r.prob, r.out, r.weights), 0);
+  rc = proto_v2_encode_parts(&r, &parts);
+  proto_request_free(&r);
+  if (rc)
+    return rc;
+  ck_assert_int_gt(parts.n, 0);
+  size_t n = parts.json_len;
+  for (int i = 0; i < parts.n; i++)
+    n += parts.len[i];
+  char *s = mem_malloc(n);
+  if (s) {
+    memcpy(s, parts.json, parts.json_len);
+    n = parts.json_len;
+    for (int i = 0; i < parts.n; i++) {
+      memcpy(s + n, parts.data[i], parts.len[i]);
+      n += parts.len[i];
+    }
+    *out = s;
+    *len = n;
+  }
+  proto_parts_free(&parts);
+  return s ? 0 : ATTND_ENOMEM;
+}
+
 /* Encoding only: the request is decoded and computed beforehand. */
 static int op_encode(const void *arg, char **out, size_t *len) {
   size_t json_len;
@@ -322,6 +357,8 @@ START_TEST(encode_every_allocation) {
     ck_assert_int_ge(sweep("v1 flat encode", op_encode, &r2, persistent), 1);
     ck_assert_int_ge(sweep("v2 binary encode", op_encode, &r3, persistent),
                      1);
+    ck_assert_int_ge(sweep("v2 encode in parts", op_v2_parts, &b,
+                           persistent), 10);
     ck_assert_int_ge(sweep("error body", op_error_body,
                            "key: width 3 \"bad\"", persistent), 1);
     ck_assert_int_ge(sweep("metadata", op_metadata, NULL, persistent), 2);

@@ -1079,6 +1079,68 @@ START_TEST(diagnostics_outputs_decode_and_encode) {
 }
 END_TEST
 
+/* Decodes and computes (the diagnostics too when asked). */
+static void dec_run(const body *b, proto_request *r) {
+  char err[PROTO_ERR_MAX];
+  ck_assert_msg(dec(b, NULL, PROTO_MODEL_ATTENTION, r, err) == 0, "%s", err);
+  ck_assert_int_eq(attn_forward(&r->prob, r->out, r->weights), 0);
+  if (r->diagnostics)
+    ck_assert_int_eq(attn_diagnostics(&r->prob, r->weights, r->allowed_keys,
+                                      r->entropy, r->max_weight,
+                                      r->jacobian_norm), 0);
+}
+
+START_TEST(binary_outputs_in_parts_are_the_bytes_of_the_copy) {
+  static const char *const outputs[] = {
+    "\"parameters\":{\"binary_data_output\":true}",
+    "\"outputs\":[{\"name\":\"weights\",\"parameters\":{\"binary_data\":"
+    "true}},{\"name\":\"output\"}]",
+    "\"outputs\":[{\"name\":\"allowed_keys\",\"parameters\":{\"binary_data\""
+    ":true}},{\"name\":\"jacobian_norm\",\"parameters\":{\"binary_data\":"
+    "true}},{\"name\":\"output\",\"parameters\":{\"binary_data\":true}},"
+    "{\"name\":\"entropy\"}]",
+    "\"outputs\":[{\"name\":\"output\"}]"};
+  static const int want_parts[] = {2, 1, 3, 0}, want_blocks[] = {2, 1, 2, 0};
+  long live = mem_live();
+  for (int c = 0; c < 4; c++) {
+    body b;
+    char json[1024], *whole;
+    size_t len, jlen;
+    proto_request r1, r2;
+    proto_parts parts;
+    snprintf(json, sizeof json, "{\"inputs\":[" IN_Q "," IN_K "," IN_V "],%s}",
+             outputs[c]);
+    body_json(&b, json);
+    dec_run(&b, &r1);
+    dec_run(&b, &r2);
+    int owned = r2.n_owned;
+    ck_assert_int_eq(proto_v2_encode(&r1, &whole, &len, &jlen), 0);
+    int rc = proto_v2_encode_parts(&r2, &parts);
+    ck_assert_int_eq(rc, want_parts[c] ? 0 : 1);
+    ck_assert_int_eq(parts.n, want_parts[c]);
+    ck_assert_int_eq(parts.n_blocks, want_blocks[c]);
+    ck_assert_int_eq(r2.n_owned, owned - want_blocks[c]);
+    proto_request_free(&r2);  /* the outputs live on in parts */
+    if (rc == 0) {
+      size_t at = jlen;
+      ck_assert_uint_eq(parts.json_len, jlen);
+      ck_assert(!memcmp(parts.json, whole, jlen));
+      for (int i = 0; i < parts.n; i++) {
+        ck_assert_uint_le(at + parts.len[i], len);
+        ck_assert(!memcmp(parts.data[i], whole + at, parts.len[i]));
+        at += parts.len[i];
+      }
+      ck_assert_uint_eq(at, len);
+    }
+    mem_free(whole);
+    proto_request_free(&r1);
+    proto_parts_free(&parts);
+    proto_parts_free(&parts);  /* safe twice */
+    ck_assert_int_eq(mem_live(), live);
+  }
+}
+END_TEST
+
 static Suite *v2_suite(void) {
   Suite *s = suite_create("v2");
   struct { const char *name; const TTest *tests[12]; } cases[] = {
@@ -1099,7 +1161,8 @@ static Suite *v2_suite(void) {
                   received_body_copies_what_it_cannot_lend}},
     {"models", {models_and_metadata}},
     {"diagnostics", {window_parameters_decode,
-                     diagnostics_outputs_decode_and_encode}},
+                     diagnostics_outputs_decode_and_encode,
+                     binary_outputs_in_parts_are_the_bytes_of_the_copy}},
     {"coding", {inflate_gzip_zlib_and_raw, inflate_bomb_stops_at_the_cap,
                 accept_encoding_and_deflate}},
   };
