@@ -1,7 +1,8 @@
 /* fuzz_v2_binary.c - the Triton binary tensor data extension: a JSON
  * inference header of Inference-Header-Content-Length bytes followed by
  * binary inputs.  proto_v2_decode with the header value as sent, then
- * proto_encode (binary outputs included) of every successful decode.
+ * proto_encode (binary outputs included) of every successful decode, in
+ * one piece and in parts (which must be the same bytes).
  * The same bytes received as the server receives them (proto_body, in
  * chunks) must decode to the same answer: the same return value and
  * message, the same tensors.
@@ -13,6 +14,31 @@
 
 static int same_floats(const float *a, const float *b, size_t n) {
   return (!a && !b) || (a && b && !memcmp(a, b, n * sizeof(float)));
+}
+
+/* The response in parts (proto_v2_encode_parts) is byte for byte the
+ * response in one piece.  Last use of req: the parts take its outputs. */
+static void check_parts(proto_request *req) {
+  char *body;
+  size_t len, json_len;
+  proto_parts parts;
+  FUZZ_CHECK(proto_v2_encode(req, &body, &len, &json_len) == 0, "encode");
+  int rc = proto_v2_encode_parts(req, &parts);
+  FUZZ_CHECK(rc == 0 || rc == 1, "proto_v2_encode_parts rc %d", rc);
+  FUZZ_CHECK((rc == 1) == (json_len == len), "parts iff binary outputs");
+  if (rc == 0) {
+    size_t at = parts.json_len;
+    FUZZ_CHECK(at == json_len && !memcmp(parts.json, body, at), "JSON part");
+    for (int i = 0; i < parts.n; i++) {
+      FUZZ_CHECK(at + parts.len[i] <= len &&
+                 !memcmp(parts.data[i], body + at, parts.len[i]),
+                 "binary part %d", i);
+      at += parts.len[i];
+    }
+    FUZZ_CHECK(at == len, "parts hold %zu bytes of %zu", at, len);
+  }
+  proto_parts_free(&parts);
+  free(body);
 }
 
 /* Decodes body as received in chunks of `step` bytes; compares with the
@@ -76,6 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(req.codec == PROTO_CODEC_V2 && req.model == model, "codec");
     fuzz_check_request(&req);
     fuzz_check_encode(&req);
+    check_parts(&req);
     proto_request_free(&req);
   }
   free(body);
