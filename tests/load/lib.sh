@@ -90,9 +90,29 @@ load_cpu() {
 # load_wrk TAG CONNS SECONDS URL SCRIPT [VAR=VALUE...]: runs wrk and
 # appends {"tag":..,"conns":..,<report.lua's fields>} to $LOAD_TMP/results.
 # One wrk thread per connection, at most two (the machine's cores).
+# The machine's busy share (user, system, irq) over the next 0.2 s, in %.
+load_busy() {
+  _a=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+  sleep 0.2
+  _b=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+  echo "$_a $_b" | awk '{d = $4 - $2; print (d > 0 ? int(100 * ($3 - $1) / d) : 0)}'
+}
+
+# Waits (up to 10 s) until the machine is idle: a server keeps working
+# through the requests still queued when wrk stops (FastAPI's small
+# answers at 64 connections take most of a second), which would
+# otherwise be charged to the next measurement.
+load_settle() {
+  _n=0
+  while [ "$(load_busy)" -ge 15 ] && [ $_n -lt 50 ]; do _n=$((_n + 1)); done
+  [ $_n -gt 1 ] && echo "  (waited $((_n * 2 / 10)).$((_n * 2 % 10)) s for the machine to go idle)" >&2
+  return 0
+}
+
 load_wrk() {
   _tag=$1 _c=$2 _s=$3 _url=$4 _script=$5
   shift 5
+  load_settle
   _t=$_c
   [ "$_t" -gt 2 ] && _t=2
   _line=$(env "$@" wrk -t "$_t" -c "$_c" -d "${_s}s" --timeout 10s \
