@@ -150,7 +150,8 @@ int proto_v2_decode(const char *body, size_t len, const char *header_len,
  * float32s, so that proto_v2_decode_body can hand the core the FP32
  * binary inputs where they lie, without a copy and without reading the
  * body again once it has gone cold.  The body is placed so that its
- * binary part starts on a 64-byte boundary.
+ * binary part starts on a 64-byte boundary (a body that outgrows its
+ * Content-Length keeps only malloc's alignment there, which suffices).
  *
  * All fields are proto's; the server reads p and len only. */
 typedef struct proto_body {
