@@ -23,24 +23,20 @@
  * is known before the first byte arrives. */
 #define BODY_ALIGN 64
 
-/* A plain decimal byte count within limit, else SIZE_MAX. */
+/* The header's byte count when it is one within limit, else SIZE_MAX. */
 static size_t header_count(const char *h, size_t limit) {
-  size_t v = 0;
-  if (!h || *h < '0' || *h > '9')
-    return SIZE_MAX;
-  for (; *h >= '0' && *h <= '9'; h++) {
-    v = v * 10 + (size_t)(*h - '0');
-    if (v > limit)
-      return SIZE_MAX;
-  }
-  return *h ? SIZE_MAX : v;
+  unsigned long long v;
+  return h && !proto__v2_header_count(h, &v) && v <= limit ? (size_t)v
+                                                            : SIZE_MAX;
 }
 
-/* Room for at least need bytes.  The first allocation picks the shift
- * that aligns the binary part; a later realloc keeps the shift, and with
- * it the alignment modulo malloc's (at least 4, all the decoder needs). */
+/* Room for at least need bytes.  The first allocation picks the offset
+ * of p in base that aligns the binary part; a later realloc keeps it,
+ * and with it the alignment modulo malloc's (at least 4, all the decoder
+ * needs). */
 static int grow(proto_body *b, size_t need) {
   size_t cap = !b->base ? need : b->cap * 2 > need ? b->cap * 2 : need + 4096;
+  size_t shift;
   char *nb;
   if (need > SIZE_MAX / 4)
     return ATTND_ENOMEM;
@@ -49,12 +45,14 @@ static int grow(proto_body *b, size_t need) {
     nb = mem_malloc(cap + BODY_ALIGN);
     if (!nb)
       return ATTND_ENOMEM;
-    b->shift = (BODY_ALIGN - ((uintptr_t)nb + at) % BODY_ALIGN) % BODY_ALIGN;
-  } else if (!(nb = mem_realloc(b->base, b->shift + cap))) {
-    return ATTND_ENOMEM;
+    shift = (BODY_ALIGN - ((uintptr_t)nb + at) % BODY_ALIGN) % BODY_ALIGN;
+  } else {
+    shift = (size_t)(b->p - b->base);
+    if (!(nb = mem_realloc(b->base, shift + cap)))
+      return ATTND_ENOMEM;
   }
   b->base = nb;
-  b->p = nb + b->shift;
+  b->p = nb + shift;
   b->cap = cap;
   return 0;
 }

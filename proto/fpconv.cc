@@ -452,8 +452,9 @@ find_commas_avx512(const char *s, size_t len, uint32_t *pos) {
  * mantissa is exact when the token has a '.' (15 digits at most); the
  * multiplier and the product are each rounded once, so the product is
  * within 2 double ulps of the decimal (without a '.', the mantissa's
- * conversion is the one rounding and the multiplier is 1), and its float is the decimal's unless a midpoint between two
- * floats lies within 4 ulps of it; those are left to list_token, as
+ * conversion is the one rounding and the multiplier is 1), and its float
+ * is the decimal's unless a midpoint between two floats lies within 4
+ * ulps of it; those are left to list_token, as
  * fast_token, whose division is correctly rounded, leaves the exact
  * midpoints.  (vdivpd's 16 cycles for eight doubles were a quarter of
  * tokens8's time.)  One leading space (json.dumps' ", ") is allowed.

@@ -156,9 +156,8 @@ int proto_v2_decode(const char *body, size_t len, const char *header_len,
  * All fields are proto's; the server reads p and len only. */
 typedef struct proto_body {
   char *base;               /* the allocation (mem_malloc), or NULL */
-  char *p;                  /* the body's first byte, base + shift */
+  char *p;                  /* the body's first byte, inside base */
   size_t len, cap;          /* bytes held, bytes p has room for */
-  size_t shift;
   size_t scan_from;         /* offset of the first word checked; SIZE_MAX:
                                none (no Inference-Header-Content-Length) */
   size_t clean_end;         /* the words in [scan_from, clean_end) are

@@ -318,6 +318,12 @@ void *proto__own_filled(proto_request *req, size_t n);
  * full (p is then still the caller's). */
 int proto__own_block(proto_request *req, void *p);
 
+/* An Inference-Header-Content-Length value as sent: decimal digits, with
+ * blanks (space, tab) around them.  Returns 0 with the count in *v
+ * (ULLONG_MAX past its range), or -1 (v2_decode.c, which also says why
+ * in its message). */
+int proto__v2_header_count(const char *h, unsigned long long *v);
+
 /* The reverse: p, a block req owns, becomes the caller's (freed with
  * mem_free).  Returns 0, or -1 when req does not own p. */
 int proto__take_block(proto_request *req, void *p);

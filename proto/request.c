@@ -10,12 +10,11 @@
 #include "proto_impl.h"
 
 static void *own(proto_request *req, size_t n, int zeroed) {
-  int cap = (int)(sizeof req->owned / sizeof req->owned[0]);
-  if (req->n_owned >= cap)
-    return NULL; /* more buffers than a v1 request can have: a bug */
   void *p = zeroed ? mem_calloc(1, n ? n : 1) : mem_malloc(n ? n : 1);
-  if (p)
-    req->owned[req->n_owned++] = p;
+  if (p && proto__own_block(req, p)) {
+    mem_free(p); /* more buffers than a request can have: a bug */
+    return NULL;
+  }
   return p;
 }
 

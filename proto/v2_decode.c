@@ -78,18 +78,25 @@ static void describe(const cJSON *j, char *s, size_t cap) {
 
 /* ---- phase 1: header length and the JSON part --------------------------- */
 
-static int header_len(v2_ctx *c, const char *h) {
+int proto__v2_header_count(const char *h, unsigned long long *v) {
   char *end;
+  while (*h == ' ' || *h == '\t')
+    h++;
+  *v = strtoull(h, &end, 10);
+  while (*end == ' ' || *end == '\t')
+    end++;
+  return *h < '0' || *h > '9' || *end ? -1 : 0;
+}
+
+static int header_len(v2_ctx *c, const char *h) {
+  unsigned long long v;
   if (!h) {
     c->hlen = c->len;
     return 0;
   }
   while (*h == ' ' || *h == '\t')
     h++;
-  unsigned long long v = strtoull(h, &end, 10);
-  while (*end == ' ' || *end == '\t')
-    end++;
-  if (*h < '0' || *h > '9' || *end) {
+  if (proto__v2_header_count(h, &v)) {
     char got[48];
     proto__quote_name(h, got, sizeof got);
     return ERR("Inference-Header-Content-Length: '%s' is not a byte count",

@@ -271,7 +271,8 @@ static int take_blocks(proto_request *req, proto_parts *parts) {
       seen |= parts->blocks[j] == blk;
     if (seen)
       continue;
-    if (parts->n_blocks == 3 || proto__take_block(req, blk))
+    if (parts->n_blocks == (int)(sizeof parts->blocks / sizeof blk) ||
+        proto__take_block(req, blk))
       return -1;
     parts->blocks[parts->n_blocks++] = blk;
   }

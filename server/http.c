@@ -476,24 +476,22 @@ static int http_auth(struct http_req *r, const struct http_route *rt) {
 static enum MHD_Result http_post_begin(struct http_req *r) {
   const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                MHD_HTTP_HEADER_CONTENT_LENGTH);
+  unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
   char msg[96];
 
   /* Answered at the end of the body: an answer sent mid-upload tends to
    * reach the client as a connection reset. */
   r->unauth = http_auth(r, r->rt);
-  if (cl) {
-    unsigned long long n = strtoull(cl, NULL, 10);
-    if (n > r->h->cfg.max_body) {
-      snprintf(msg, sizeof msg, "request body of %llu bytes exceeds the "
-               "limit of %zu bytes", n, r->h->cfg.max_body);
-      return http_fail(r, ATTND_ETOOBIG, msg, NULL);
-    }
+  if (n > r->h->cfg.max_body) {
+    snprintf(msg, sizeof msg, "request body of %llu bytes exceeds the "
+             "limit of %zu bytes", n, r->h->cfg.max_body);
+    return http_fail(r, ATTND_ETOOBIG, msg, NULL);
   }
   /* Reserve once; a wrong Content-Length only costs a realloc, and a
    * failed reservation is answered when an append fails too. */
   if (!r->unauth)
     (void)proto_body_init(
-        &r->body, cl ? (size_t)strtoull(cl, NULL, 10) : 0,
+        &r->body, (size_t)n,
         r->rt->body == BODY_V2
             ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                           "Inference-Header-Content-Length")
@@ -552,17 +550,17 @@ static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
   char *plain;
   size_t n;
   int rc = http_post_plain(r, &plain, &b, &n, err);
-  const char *hlen = MHD_lookup_connection_value(
-      r->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
-  /* As received, the body may lend the decoder its FP32 tensors. */
-  if (rc == 0 && r->rt->body == BODY_V2 && !plain)
-    rc = proto_v2_decode_body(&r->body, hlen, r->model, &r->job.req,
-                              h->cfg.max_elems, err);
-  else if (rc == 0 && r->rt->body == BODY_V2)
-    rc = proto_v2_decode(b, n, hlen, r->model, &r->job.req,
-                         h->cfg.max_elems, err);
-  else if (rc == 0)
+  if (rc == 0 && r->rt->body == BODY_V2) {
+    const char *hlen = MHD_lookup_connection_value(
+        r->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    /* As received, the body may lend the decoder its FP32 tensors. */
+    rc = plain ? proto_v2_decode(b, n, hlen, r->model, &r->job.req,
+                                 h->cfg.max_elems, err)
+               : proto_v2_decode_body(&r->body, hlen, r->model, &r->job.req,
+                                      h->cfg.max_elems, err);
+  } else if (rc == 0) {
     rc = proto_v1_decode(b, n, &r->job.req, h->cfg.max_elems, err);
+  }
   mem_free(plain);
   proto_body_free(&r->body);
   return rc;

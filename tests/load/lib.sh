@@ -90,11 +90,16 @@ load_cpu() {
 # load_wrk TAG CONNS SECONDS URL SCRIPT [VAR=VALUE...]: runs wrk and
 # appends {"tag":..,"conns":..,<report.lua's fields>} to $LOAD_TMP/results.
 # One wrk thread per connection, at most two (the machine's cores).
-# The machine's busy share (user, system, irq) over the next 0.2 s, in %.
+# All CPUs' busy (user, nice, system, irq, softirq) and total jiffies.
+load_jiffies() {
+  awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat
+}
+
+# The machine's busy share over the next 0.2 s, in %.
 load_busy() {
-  _a=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+  _a=$(load_jiffies)
   sleep 0.2
-  _b=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+  _b=$(load_jiffies)
   echo "$_a $_b" | awk '{d = $4 - $2; print (d > 0 ? int(100 * ($3 - $1) / d) : 0)}'
 }
 
