@@ -179,44 +179,23 @@ static enum MHD_Result http_answer_parts(struct http_req *r,
   return http_queue(r, 200, resp, len, "application/octet-stream", hdrs);
 }
 
-/* Compresses *body in place when the client's Accept-Encoding asks for
- * it; returns the coding used or NULL (body unchanged). */
-static const char *http_compress(struct http_req *r, char **body,
-                                 size_t *len) {
-  const char *coding = proto_accept_coding(MHD_lookup_connection_value(
-      r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
-  char *z;
-  size_t zlen;
-  if (!coding || proto_deflate(coding, *body, *len, &z, &zlen) != 0)
-    return NULL;
-  mem_free(*body);
-  *body = z;
-  *len = zlen;
-  return coding;
-}
-
-/* Queues {"error": msg} with the HTTP status for err, compressed like a
- * successful answer would be. */
+/* Queues {"error": msg} with the HTTP status for err.  Never compressed,
+ * whatever Accept-Encoding says, as Triton does: clients read an error
+ * before they decompress anything (tritonclient decodes the body of a
+ * failed request as UTF-8 straight away), and a short message gains
+ * nothing from it. */
 static enum MHD_Result http_fail(struct http_req *r, int err, const char *msg,
                                  const char *allow) {
   static char oom[] = "{\"error\": \"out of memory\"}";
-  const char *hdrs[7], *coding;
+  const char *hdrs[3] = {NULL};
   char *body;
   size_t len;
-  int n = 0;
   if (proto_error_body(msg ? msg : attnd_strerror(err), &body, &len) != 0)
     return http_answer(r, 503, oom, sizeof oom - 1, 0, http_json, NULL);
   if (allow) {
-    hdrs[n++] = MHD_HTTP_HEADER_ALLOW;
-    hdrs[n++] = allow;
+    hdrs[0] = MHD_HTTP_HEADER_ALLOW;
+    hdrs[1] = allow;
   }
-  if ((coding = http_compress(r, &body, &len)) != NULL) {
-    hdrs[n++] = MHD_HTTP_HEADER_CONTENT_ENCODING;
-    hdrs[n++] = coding;
-    hdrs[n++] = MHD_HTTP_HEADER_VARY;
-    hdrs[n++] = MHD_HTTP_HEADER_ACCEPT_ENCODING;
-  }
-  hdrs[n] = NULL;
   return http_answer(r, status_from_err(err), body, len, 1, http_json, hdrs);
 }
 
