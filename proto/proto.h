@@ -225,6 +225,14 @@ void proto_parts_free(proto_parts *parts);
 int proto_encode(const proto_request *req, char **body, size_t *len,
                  size_t *json_len);
 
+/* An upper bound of the bytes req's encoded answer takes beyond its
+ * output tensors (req->out_bytes), for admission against the in-flight
+ * budget: 16 bytes a number printed as JSON (sign, nine digits, point,
+ * exponent, comma) and 4 a row of brackets, the binary outputs' bytes
+ * (copied when the answer leaves in one piece), and the envelope.
+ * Weights returned as JSON are about three times their float32 size. */
+size_t proto_answer_bytes(const proto_request *req);
+
 /* ---- HTTP content coding (compress.c) ---------------------------------- */
 
 /* Decodes a request body sent with Content-Encoding `coding` ("gzip",

@@ -326,3 +326,37 @@ int proto_encode(const proto_request *req, char **body, size_t *len,
     *json_len = *len;
   return rc;
 }
+
+/* The elements of output `which` of req, and how many rows of brackets
+ * its nested JSON form has. */
+static size_t answer_elems(const proto_request *req, int which,
+                           size_t *rows) {
+  int dims[4], r = out_dims(req, which, dims);
+  size_t n = 1;
+  for (int i = 0; i < r; i++)
+    n *= (size_t)dims[i];
+  *rows = (dims[r - 1] > 0 ? n / (size_t)dims[r - 1] : 0) + 1;
+  return n;
+}
+
+size_t proto_answer_bytes(const proto_request *req) {
+  int printed[PROTO_OUT_COUNT], n = 0;
+  size_t total = 1024 + (req->id_json ? strlen(req->id_json) : 0);
+  if (req->codec == PROTO_CODEC_V2) {
+    for (int i = 0; i < req->n_outputs; i++)
+      printed[n++] = req->outputs[i];
+  } else {
+    printed[n++] = PROTO_OUT_OUTPUT;
+    if (req->return_weights)
+      printed[n++] = PROTO_OUT_WEIGHTS;
+    for (int o = PROTO_OUT_ALLOWED_KEYS; req->diagnostics &&
+                                         o < PROTO_OUT_COUNT; o++)
+      printed[n++] = o;
+  }
+  for (int i = 0; i < n; i++) {
+    size_t rows, elems = answer_elems(req, printed[i], &rows);
+    int binary = req->codec == PROTO_CODEC_V2 && req->binary[printed[i]];
+    total += binary ? elems * sizeof(float) : elems * 16 + rows * 4;
+  }
+  return total;
+}

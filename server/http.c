@@ -558,10 +558,30 @@ static uint64_t http_deadline(struct http_req *r) {
 
 static enum MHD_Result http_post_answer(struct http_req *r);
 
+/* Sets r->job.cost, what the request holds until it is answered: its
+ * tensors and its encoded answer (twice when compressed, the plain text
+ * and the compressed copy living together).  ATTND_ETOOBIG, with a
+ * message in msg, when that alone exceeds the in-flight budget: it could
+ * never be admitted, so 413 rather than a 503 to retry. */
+static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
+  const proto_request *q = &r->job.req;
+  size_t answer = proto_answer_bytes(q);
+  r->job.cost = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
+  if (r->job.cost <= r->h->cfg.max_inflight)
+    return 0;
+  snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
+           "answer, more than the server's in-flight limit of %zu MiB; "
+           "weights as JSON text take up to 4 times their float32 size "
+           "(v2 binary outputs do not); see --max-inflight-mb",
+           (r->job.cost >> 20) + 1,
+           r->h->cfg.max_inflight >> 20);
+  return ATTND_ETOOBIG;
+}
+
 /* Final call: decode, admit, then run here or suspend and submit. */
 static enum MHD_Result http_post_end(struct http_req *r) {
   struct http *h = r->h;
-  char err[PROTO_ERR_MAX], msg[96];
+  char err[PROTO_ERR_MAX], msg[256];
   int rc;
 
   if (r->unauth)
@@ -581,15 +601,16 @@ static enum MHD_Result http_post_end(struct http_req *r) {
   rc = http_post_decode(r, err);
   if (rc != 0)
     return http_fail(r, rc, err[0] ? err : NULL, NULL);
-  r->job.cost = r->job.req.in_bytes + r->job.req.out_bytes;
-  rc = batcher_reserve(h->b, r->job.cost);
-  if (rc != 0) {
-    proto_request_free(&r->job.req);
-    return http_fail(r, rc, NULL, NULL);
-  }
-  r->job.deadline_ns = http_deadline(r);
   r->job.coding = proto_accept_coding(MHD_lookup_connection_value(
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
+  rc = http_post_cost(r, msg, sizeof msg);
+  if (rc == 0)
+    rc = batcher_reserve(h->b, r->job.cost);
+  if (rc != 0) {
+    proto_request_free(&r->job.req);
+    return http_fail(r, rc, rc == ATTND_ETOOBIG ? msg : NULL, NULL);
+  }
+  r->job.deadline_ns = http_deadline(r);
   r->job.done = http_on_job_done;
   r->job.arg = r;
   if (batcher_run_here(h->b, &r->job)) {

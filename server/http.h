@@ -40,6 +40,8 @@ struct http_config {
   size_t max_body;          /* bytes; larger bodies get 413 */
   long timeout_ms;          /* request deadline from arrival, 0 = none */
   size_t max_elems;         /* tensor element bound passed to proto/ */
+  size_t max_inflight;      /* the batcher's byte budget: a request that
+                               needs more on its own is refused (413) */
   const char *token;        /* bearer token required on inference and v2
                                metadata routes; NULL or "" = none.
                                Health and the playground page stay open

@@ -182,6 +182,7 @@ static void main_config_parts(const struct config *cfg,
   /* One request may never decode into more floats than the whole
    * in-flight budget could hold. */
   hc->max_elems = budget / sizeof(float);
+  hc->max_inflight = budget;
   hc->token = cfg->token;
   hc->token_metrics = cfg->token_metrics;
   hc->max_conns_per_ip = cfg->max_conns_per_ip;

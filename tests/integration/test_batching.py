@@ -359,10 +359,41 @@ class InlineTest(harness.CloseChecks, harness.ServerTestCase):
 
 
 class InflightBudgetTest(harness.ServerTestCase):
-    # Each request below holds about 0.3 MiB of tensors (inputs, output and
-    # its 192x192 weights, float32), so a 1 MiB budget admits three.
-    server_args = ("--workers", "1", "--max-batch", "1", "--max-inflight-mb", "1",
+    # Each request below holds about 1.5 MiB: 0.3 MiB of tensors (inputs,
+    # output and its 192x192 weights, float32) and up to 1.2 MiB of JSON
+    # text for its answer (16 bytes a number), so a 5 MiB budget admits
+    # three.
+    server_args = ("--workers", "1", "--max-batch", "1", "--max-inflight-mb", "5",
                    "--max-queue", "1000")
+
+    def test_an_answer_that_alone_exceeds_the_budget_is_413(self):
+        # 600x600 weights: 1.4 MB as float32, up to 5.8 MB as JSON text.
+        # The text counts, so the request could never be admitted: 413
+        # naming the limit, not a 503 to retry.  As v2 binary output the
+        # same weights fit and are served.
+        rng = random.Random(5)
+        L = 600
+        data = [round(rng.uniform(-1, 1), 3) for _ in range(L)]
+        req = {"query": {"shape": [1, L, 1], "data": data},
+               "key": {"shape": [1, L, 1], "data": data},
+               "value": {"shape": [1, L, 1], "data": data}, "return_weights": True}
+        status, _, body = post(self.srv, json.dumps(req).encode())
+        self.assertEqual(status, 413, body[:200])
+        msg = json.loads(body)["error"]
+        self.assertIn("in-flight limit of 5 MiB", msg)
+        self.assertIn("--max-inflight-mb", msg)
+
+        def v2(binary):
+            t = [{"name": n, "datatype": "FP32", "shape": [1, L, 1], "data": data}
+                 for n in ("query", "key", "value")]
+            outs = [{"name": "weights", "parameters": {"binary_data": binary}}]
+            return json.dumps({"inputs": t, "outputs": outs}).encode()
+        status, _, body = post(self.srv, v2(False), "/v2/models/attention/infer")
+        self.assertEqual(status, 413, body[:200])
+        status, hdrs, body = post(self.srv, v2(True), "/v2/models/attention/infer")
+        self.assertEqual(status, 200, body[:200])
+        hlen = int(hdrs["inference-header-content-length"])
+        self.assertEqual(len(body) - hlen, L * L * 4)
 
     def test_over_the_tensor_budget_is_503_with_retry_after(self):
         body = v1_body(21, B=2, **SHAPE_X)

@@ -1162,6 +1162,42 @@ START_TEST(encode_diagnostics_nested_and_flat) {
 }
 END_TEST
 
+/* The in-flight budget admits a request by proto_answer_bytes, so it
+ * must bound the real answer even when every number prints at its
+ * longest (sign, nine digits, a two-digit negative exponent). */
+START_TEST(answer_bytes_bound_the_longest_answer) {
+  static const char *const forms[] = {
+    "{" QKV3 ",\"id\":\"a-rather-long-request-id\"}",
+    "{" QKV3 ",\"diagnostics\":true}",
+    "{\"query\":{\"shape\":[1,2,2,2],\"data\":[1,2,3,4,5,6,7,8]},"
+    "\"key\":{\"shape\":[1,2,3,2],\"data\":[1,0,0,1,1,1,2,0,0,2,1,0]},"
+    "\"value\":{\"shape\":[1,2,3,1],\"data\":[1,2,3,4,5,6]},"
+    "\"diagnostics\":true}"};
+  for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+    proto_request r;
+    char *body;
+    size_t len;
+    OK(forms[f], &r);
+    const attn_problem *p = &r.prob;
+    size_t rows = (size_t)p->B * p->H * p->Lq;
+    for (size_t i = 0; i < rows * (size_t)p->Dv; i++)
+      r.out[i] = -1.00000005e-38f;
+    for (size_t i = 0; r.weights && i < rows * (size_t)p->Lk; i++)
+      r.weights[i] = -1.17549435e-38f;
+    for (size_t i = 0; r.diagnostics && i < rows; i++) {
+      r.allowed_keys[i] = INT32_MIN;
+      r.entropy[i] = r.max_weight[i] = r.jacobian_norm[i] = -1.00000005e-38f;
+    }
+    ck_assert_int_eq(proto_v1_encode(&r, &body, &len), 0);
+    ck_assert_msg(len <= proto_answer_bytes(&r) - 1024 + 64,
+                  "form %zu: %zu bytes against a bound of %zu", f, len,
+                  proto_answer_bytes(&r));
+    free(body);
+    proto_request_free(&r);
+  }
+}
+END_TEST
+
 /* ---- suite -------------------------------------------------------------------- */
 
 static Suite *proto_suite(void) {
@@ -1217,7 +1253,8 @@ static Suite *proto_suite(void) {
                 field_names_in_messages_are_sanitised}},
     {"diagnostics", {diagnostics_field_decodes_and_allocates,
                      diagnostics_count_in_the_element_budget,
-                     encode_diagnostics_nested_and_flat}},
+                     encode_diagnostics_nested_and_flat,
+                     answer_bytes_bound_the_longest_answer}},
     {"core", {round_trip_through_core_matches_float64_reference}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
