@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,6 +87,7 @@ struct http_req {
   size_t bytes_in;          /* every body byte received, kept or not */
   int too_big;
   int unauth;               /* enum http_auth: 401 at the end if not OK */
+  int close;                /* answer with Connection: close */
   uint64_t start_ns;
   unsigned int status;      /* what we queued; 0 if nothing was */
   size_t bytes_out;
@@ -117,7 +119,7 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
         r->unauth == AUTH_INVALID
             ? "Bearer realm=\"attnd\", error=\"invalid_token\""
             : "Bearer realm=\"attnd\"");
-  if (atomic_load(&r->h->quiesced))
+  if (r->close || atomic_load(&r->h->quiesced))
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   ret = MHD_queue_response(r->conn, status, resp);
   MHD_destroy_response(resp);
@@ -713,6 +715,48 @@ static int http_has_body(struct MHD_Connection *c) {
                                      MHD_HTTP_HEADER_TRANSFER_ENCODING);
 }
 
+/* What http_framing_error gathers from the headers. */
+struct http_framing {
+  const char *length;       /* the first Content-Length */
+  int lengths_differ, chunked;
+};
+
+static enum MHD_Result http_framing_header(void *cls, enum MHD_ValueKind kind,
+                                           const char *key,
+                                           const char *value) {
+  struct http_framing *f = cls;
+  (void)kind;
+  if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+    f->chunked = 1;
+  else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) && value) {
+    if (f->length && strcmp(f->length, value))
+      f->lengths_differ = 1;
+    if (!f->length)
+      f->length = value;
+  }
+  return MHD_YES;
+}
+
+/* RFC 9112 section 6.3: a request with both Transfer-Encoding and
+ * Content-Length, or with Content-Lengths that disagree, has no one
+ * framing.  libmicrohttpd 0.9.75 picks one; a proxy in front may have
+ * picked the other and sent what we would read as its body as the next
+ * request (request smuggling).  Returns 1 with the reason in msg. */
+static int http_framing_error(struct MHD_Connection *c, char *msg,
+                              size_t cap) {
+  struct http_framing f = {NULL, 0, 0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, http_framing_header, &f);
+  if (f.chunked && f.length)
+    snprintf(msg, cap, "request has both Transfer-Encoding and "
+             "Content-Length; send one of them");
+  else if (f.lengths_differ)
+    snprintf(msg, cap, "request has Content-Length headers that "
+             "disagree; send one");
+  else
+    return 0;
+  return 1;
+}
+
 /* First call of any request: allocate the context; route it now, or for
  * a GET or HEAD without a body on the next call. */
 static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
@@ -720,6 +764,7 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
                                   void **con_cls) {
   struct http_req *r = mem_calloc(1, sizeof *r);
   int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+  char msg[96];
 
   if (!r) {
     *con_cls = &http_oom_ctx;
@@ -734,6 +779,12 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
   atomic_fetch_add(&h->active, 1);
   metrics_add_inflight(h->m, 1);
   r->route = METRICS_ROUTE_OTHER;
+  /* Answered from this first call, with Connection: close: not one byte
+   * after the headers is read, as a body or as a request. */
+  if (http_framing_error(c, msg, sizeof msg)) {
+    r->close = 1;
+    return http_fail(r, ATTND_EINVAL, msg, NULL);
+  }
   /* MHD 0.9.75 closes the connection after an answer queued from this
    * first call, even for a GET without a body: that would drop
    * keep-alive and every request pipelined behind it.  So a bodiless GET

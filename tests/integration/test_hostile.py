@@ -543,6 +543,40 @@ class MalformedTest(Checks, harness.ServerTestCase):
         self.assert_settled(idle)
         self.assert_serving()
 
+    def test_conflicting_framing_is_400_and_nothing_behind_it_is_read(self):
+        # CL.TE and CL.CL smuggling: what one reading of the framing calls
+        # the body carries a second request.  attnd must refuse the framing
+        # itself, say why, close the connection, and never answer the
+        # request hidden behind it.
+        hidden = b"GET /v2/models/attention HTTP/1.1\r\nHost: x\r\n\r\n"
+        cases = [
+            ("CL.TE", b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n"
+             % (5 + len(hidden)) + b"0\r\n\r\n" + hidden, "Transfer-Encoding"),
+            ("TE.CL", b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n"
+             b"0\r\n\r\n" + hidden, "Transfer-Encoding"),
+            ("CL.CL", b"Content-Length: 2\r\nContent-Length: %d\r\n\r\n{}"
+             % (2 + len(hidden)) + hidden, "disagree"),
+        ]
+        for name, rest, phrase in cases:
+            s = connect(self.srv, timeout=30 * SLOW)
+            try:
+                s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n" + rest)
+                got = read_all(s)  # to EOF: the server must close
+            finally:
+                s.close()
+            self.assertTrue(got.startswith(b"HTTP/1.1 400"), "%s: %r" % (name, got[:200]))
+            head, body = got.split(b"\r\n\r\n", 1)
+            self.assertIn(b"connection: close", head.lower(), name)
+            self.assertIn(phrase, json.loads(body)["error"], name)
+            self.assertEqual(got.count(b"HTTP/1.1 "), 1, "%s: %r" % (name, got[:400]))
+        # The same value twice is one framing, and is served.
+        req = json.dumps(small_request(5)).encode()
+        got = self.exchange(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                            b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+                            % (len(req), len(req)) + req)
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
+        self.assert_serving()
+
     def test_junk_that_never_completes_is_dropped_by_the_idle_timeout(self):
         idle = self.idle_fds()
         for data in (b"\x00\xff\x16\x03\x01" * 50 + b"\r\n\r\n",
