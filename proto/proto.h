@@ -129,6 +129,36 @@ int proto_v2_server_metadata(const char *version, char **body, size_t *len);
 int proto_v2_model_metadata(int model, char **body, size_t *len);
 int proto_v2_model_ready(int model, int ready, char **body, size_t *len);
 
+/* One phase of Triton's statistics extension: how many, and their total
+ * nanoseconds. */
+typedef struct proto_stat {
+  uint64_t count, ns;
+} proto_stat;
+
+/* A model's figures for GET /v2/models[/{m}]/stats, as the server counted
+ * them over its v2 inference requests: success and fail (arrival to
+ * answer), queue (waiting for a worker), compute_input (inflating and
+ * decoding the body), compute_infer (the core), compute_output
+ * (encoding).  Every request is its own execution (batch size 1). */
+typedef struct proto_model_stats {
+  uint64_t last_inference_ms;   /* Unix ms of the last success, 0 = none */
+  uint64_t inferences;          /* requests computed */
+  proto_stat success, fail, queue, compute_input, compute_infer,
+      compute_output;
+} proto_model_stats;
+
+/* The bodies of GET /v2/models/{m}/config (Triton's model_configuration
+ * extension: the model's config in Triton's JSON form, its tensors as in
+ * the metadata, max_batch_size 0 since the batch axis is part of every
+ * tensor, one CPU instance group of `instances` workers) and of GET
+ * /v2/models[/{m}]/stats (Triton's statistics extension: one entry per
+ * models[i], from stats[i]).  As the metadata bodies: *body malloc'd,
+ * freed by the caller; 0 or ATTND_ENOMEM. */
+int proto_v2_model_config(int model, int instances, char **body,
+                          size_t *len);
+int proto_v2_model_stats(const int *models, const proto_model_stats *stats,
+                         int n, char **body, size_t *len);
+
 /* Decodes a POST /v2/models/{m}/infer body for model (enum proto_model):
  * a JSON inference request, optionally followed by binary tensors (the
  * Triton binary tensor data extension).  header_len is the request's

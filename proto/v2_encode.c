@@ -61,49 +61,177 @@ int proto_v2_server_metadata(const char *version, char **body,
   proto__buf_puts(&b, "{\"name\":\"attnd\",\"version\":");
   proto__buf_put_json_string(&b, version);
   proto__buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\","
-                      "\"parameters\"]}");
+                      "\"parameters\",\"model_configuration\","
+                      "\"statistics\"]}");
   return finish(&b, body, len);
 }
 
-/* One $metadata_tensor; rank -1 axes. */
-static void put_meta_tensor(proto__buf *b, const char *name,
-                            const char *dtype, int rank, int comma) {
+/* The tensors of every model, as metadata and config list them.  Shapes
+ * are given at rank 4, (B, H, L, D); rank 3 (B, L, D) is also accepted.
+ * Float inputs take FP32, FP64, FP16 or BF16: FP32 is listed as the one
+ * clients should use.  The additive model takes all nine inputs, the
+ * dot-product one the first six. */
+static const struct model_tensor {
+  const char *name, *dtype;
+  int rank, optional;
+} model_inputs[] = {
+  {"query", "FP32", 4, 0}, {"key", "FP32", 4, 0},   {"value", "FP32", 4, 0},
+  {"valid_lens", "INT32", 1, 1}, {"mask", "BOOL", 4, 1},
+  {"bias", "FP32", 4, 1},  {"w_q", "FP32", 2, 0},   {"w_k", "FP32", 2, 0},
+  {"w_v", "FP32", 1, 0}};
+/* The diagnostics, (B, H, Lq), are computed only when named. */
+static const struct model_tensor model_outputs[PROTO_OUT_COUNT] = {
+  {"output", "FP32", 4, 0},        {"weights", "FP32", 4, 0},
+  {"allowed_keys", "INT32", 3, 0}, {"entropy", "FP32", 3, 0},
+  {"max_weight", "FP32", 3, 0},    {"jacobian_norm", "FP32", 3, 0}};
+
+static int model_input_count(int model) {
+  return model == PROTO_MODEL_ADDITIVE ? 9 : 6;
+}
+
+/* rank axes of -1 (any size), as [-1,-1,..]. */
+static void put_any_dims(proto__buf *b, int rank) {
+  proto__buf_putc(b, '[');
+  for (int i = 0; i < rank; i++)
+    proto__buf_puts(b, i ? ",-1" : "-1");
+  proto__buf_putc(b, ']');
+}
+
+/* One $metadata_tensor. */
+static void put_meta_tensor(proto__buf *b, const struct model_tensor *t,
+                            int comma) {
   if (comma)
     proto__buf_putc(b, ',');
   proto__buf_puts(b, "{\"name\":\"");
-  proto__buf_puts(b, name);
+  proto__buf_puts(b, t->name);
   proto__buf_puts(b, "\",\"datatype\":\"");
-  proto__buf_puts(b, dtype);
-  proto__buf_puts(b, "\",\"shape\":[");
-  for (int i = 0; i < rank; i++)
-    proto__buf_puts(b, i ? ",-1" : "-1");
-  proto__buf_puts(b, "]}");
+  proto__buf_puts(b, t->dtype);
+  proto__buf_puts(b, "\",\"shape\":");
+  put_any_dims(b, t->rank);
+  proto__buf_putc(b, '}');
 }
 
 int proto_v2_model_metadata(int model, char **body, size_t *len) {
-  /* Shapes are given at rank 4, (B, H, L, D); rank 3 (B, L, D) is also
-   * accepted.  Float inputs take FP32, FP64, FP16 or BF16: FP32 is listed
-   * as the one clients should use. */
-  static const struct { const char *name, *dtype; int rank; } ins[] = {
-    {"query", "FP32", 4}, {"key", "FP32", 4},      {"value", "FP32", 4},
-    {"valid_lens", "INT32", 1}, {"mask", "BOOL", 4}, {"bias", "FP32", 4},
-    {"w_q", "FP32", 2},   {"w_k", "FP32", 2},      {"w_v", "FP32", 1}};
-  int n = model == PROTO_MODEL_ADDITIVE ? 9 : 6;
   proto__buf b = {0};
   proto__buf_puts(&b, "{\"name\":\"");
   proto__buf_puts(&b, model_names[model]);
   proto__buf_puts(&b, "\",\"versions\":[\"" MODEL_VERSION "\"],"
                       "\"platform\":\"attnd\",\"inputs\":[");
-  for (int i = 0; i < n; i++)
-    put_meta_tensor(&b, ins[i].name, ins[i].dtype, ins[i].rank, i > 0);
+  for (int i = 0; i < model_input_count(model); i++)
+    put_meta_tensor(&b, &model_inputs[i], i > 0);
   proto__buf_puts(&b, "],\"outputs\":[");
-  /* the diagnostics, (B, H, Lq), are computed only when named */
-  put_meta_tensor(&b, "output", "FP32", 4, 0);
-  put_meta_tensor(&b, "weights", "FP32", 4, 1);
-  put_meta_tensor(&b, "allowed_keys", "INT32", 3, 1);
-  put_meta_tensor(&b, "entropy", "FP32", 3, 1);
-  put_meta_tensor(&b, "max_weight", "FP32", 3, 1);
-  put_meta_tensor(&b, "jacobian_norm", "FP32", 3, 1);
+  for (int i = 0; i < PROTO_OUT_COUNT; i++)
+    put_meta_tensor(&b, &model_outputs[i], i > 0);
+  proto__buf_puts(&b, "]}");
+  return finish(&b, body, len);
+}
+
+/* One ModelInput or ModelOutput of a config, with the fields Triton
+ * prints (its data types are the v2 names with a TYPE_ prefix). */
+static void put_config_tensor(proto__buf *b, const struct model_tensor *t,
+                              int input, int comma) {
+  if (comma)
+    proto__buf_putc(b, ',');
+  proto__buf_puts(b, "{\"name\":\"");
+  proto__buf_puts(b, t->name);
+  proto__buf_puts(b, "\",\"data_type\":\"TYPE_");
+  proto__buf_puts(b, t->dtype);
+  proto__buf_puts(b, input ? "\",\"format\":\"FORMAT_NONE\",\"dims\":"
+                           : "\",\"dims\":");
+  put_any_dims(b, t->rank);
+  if (input)
+    proto__buf_puts(b, t->optional ? ",\"is_shape_tensor\":false,"
+                                     "\"allow_ragged_batch\":false,"
+                                     "\"optional\":true}"
+                                   : ",\"is_shape_tensor\":false,"
+                                     "\"allow_ragged_batch\":false,"
+                                     "\"optional\":false}");
+  else
+    proto__buf_puts(b, ",\"label_filename\":\"\",\"is_shape_tensor\":false}");
+}
+
+int proto_v2_model_config(int model, int instances, char **body,
+                          size_t *len) {
+  proto__buf b = {0};
+  char n[24];
+  proto__buf_puts(&b, "{\"name\":\"");
+  proto__buf_puts(&b, model_names[model]);
+  /* max_batch_size 0: the batch axis is part of every tensor's shape
+   * (attnd groups requests of one shape, but each keeps its own B). */
+  proto__buf_puts(&b, "\",\"platform\":\"attnd\",\"backend\":\"attnd\","
+                      "\"version_policy\":{\"latest\":{\"num_versions\":1}},"
+                      "\"max_batch_size\":0,\"input\":[");
+  for (int i = 0; i < model_input_count(model); i++)
+    put_config_tensor(&b, &model_inputs[i], 1, i > 0);
+  proto__buf_puts(&b, "],\"output\":[");
+  for (int i = 0; i < PROTO_OUT_COUNT; i++)
+    put_config_tensor(&b, &model_outputs[i], 0, i > 0);
+  snprintf(n, sizeof n, "%d", instances);
+  proto__buf_puts(&b, "],\"instance_group\":[{\"name\":\"");
+  proto__buf_puts(&b, model_names[model]);
+  proto__buf_puts(&b, "\",\"kind\":\"KIND_CPU\",\"count\":");
+  proto__buf_puts(&b, n);
+  proto__buf_puts(&b, ",\"gpus\":[],\"profile\":[]}],"
+                      "\"model_transaction_policy\":{\"decoupled\":false},"
+                      "\"parameters\":{}}");
+  return finish(&b, body, len);
+}
+
+/* "name":{"count":c,"ns":t} */
+static void put_stat(proto__buf *b, const char *name, proto_stat st,
+                     int comma) {
+  char n[64];
+  snprintf(n, sizeof n, "\":{\"count\":%llu,\"ns\":%llu}",
+           (unsigned long long)st.count, (unsigned long long)st.ns);
+  proto__buf_puts(b, comma ? ",\"" : "\"");
+  proto__buf_puts(b, name);
+  proto__buf_puts(b, n);
+}
+
+static void put_model_stats(proto__buf *b, int model,
+                            const proto_model_stats *st) {
+  static const proto_stat none = {0, 0};
+  char n[96];
+  proto__buf_puts(b, "{\"name\":\"");
+  proto__buf_puts(b, model_names[model]);
+  snprintf(n, sizeof n, "\",\"version\":\"" MODEL_VERSION "\","
+           "\"last_inference\":%llu,\"inference_count\":%llu,"
+           "\"execution_count\":%llu,",
+           (unsigned long long)st->last_inference_ms,
+           (unsigned long long)st->inferences,
+           (unsigned long long)st->inferences);
+  proto__buf_puts(b, n);
+  proto__buf_puts(b, "\"inference_stats\":{");
+  put_stat(b, "success", st->success, 0);
+  put_stat(b, "fail", st->fail, 1);
+  put_stat(b, "queue", st->queue, 1);
+  put_stat(b, "compute_input", st->compute_input, 1);
+  put_stat(b, "compute_infer", st->compute_infer, 1);
+  put_stat(b, "compute_output", st->compute_output, 1);
+  /* attnd keeps no response cache: nothing is ever a hit or a miss */
+  put_stat(b, "cache_hit", none, 1);
+  put_stat(b, "cache_miss", none, 1);
+  proto__buf_puts(b, "},\"batch_stats\":[");
+  /* every request runs as its own execution of batch size 1 */
+  if (st->inferences) {
+    proto__buf_puts(b, "{\"batch_size\":1,");
+    put_stat(b, "compute_input", st->compute_input, 0);
+    put_stat(b, "compute_infer", st->compute_infer, 1);
+    put_stat(b, "compute_output", st->compute_output, 1);
+    proto__buf_putc(b, '}');
+  }
+  proto__buf_puts(b, "]}");
+}
+
+int proto_v2_model_stats(const int *models, const proto_model_stats *stats,
+                         int n, char **body, size_t *len) {
+  proto__buf b = {0};
+  proto__buf_puts(&b, "{\"model_stats\":[");
+  for (int i = 0; i < n; i++) {
+    if (i)
+      proto__buf_putc(&b, ',');
+    put_model_stats(&b, models[i], &stats[i]);
+  }
   proto__buf_puts(&b, "]}");
   return finish(&b, body, len);
 }

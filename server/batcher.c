@@ -393,7 +393,23 @@ static int batcher_compute(struct batcher *b, struct batcher_job *job,
       attn_diagnostics(p, weights, job->req.allowed_keys, job->req.entropy,
                        job->req.max_weight, job->req.jacobian_norm) != 0)
     return ATTND_EINTERNAL;
+  job->computed_ns = clock_now_ns();
   return batcher_encode(job);
+}
+
+/* A v2 job's phases, for its model's statistics (proto_model_stats). */
+static void batcher_record_model(struct batcher *b,
+                                 const struct batcher_job *job,
+                                 uint64_t end_ns) {
+  int model = job->req.model;
+  if (job->req.codec != PROTO_CODEC_V2)
+    return;
+  metrics_record_model(b->m, model, METRICS_PHASE_QUEUE,
+                       job->started_ns - job->enqueued_ns);
+  metrics_record_model(b->m, model, METRICS_PHASE_INFER,
+                       job->computed_ns - job->started_ns);
+  metrics_record_model(b->m, model, METRICS_PHASE_OUTPUT,
+                       end_ns - job->computed_ns);
 }
 
 /* Runs a job taken from its queue by worker w, or by its submitter (w
@@ -401,6 +417,7 @@ static int batcher_compute(struct batcher *b, struct batcher_job *job,
  * error. */
 static int batcher_execute(struct batcher *b, struct batcher_job *job,
                            struct pool_worker *w, int batch_size) {
+  uint64_t end;
   int err;
   job->batch_size = batch_size;
   job->started_ns = clock_now_ns();
@@ -408,8 +425,11 @@ static int batcher_execute(struct batcher *b, struct batcher_job *job,
     err = ATTND_ETIMEDOUT;
   else
     err = batcher_compute(b, job, w);
+  end = clock_now_ns();
   metrics_record_job(b->m, job->started_ns - job->enqueued_ns,
-                     clock_now_ns() - job->started_ns);
+                     end - job->started_ns);
+  if (err == 0)
+    batcher_record_model(b, job, end);
   return err;
 }
 
@@ -732,7 +752,7 @@ static void batcher_job_reset(struct batcher_job *job) {
   memset(&job->parts, 0, sizeof job->parts);
   job->batch_size = 0;
   job->enqueued_ns = clock_now_ns();
-  job->started_ns = job->finished_ns = 0;
+  job->started_ns = job->finished_ns = job->computed_ns = 0;
 }
 
 /* What a request is expected to cost on one core, in nanoseconds: its two

@@ -72,6 +72,7 @@ struct batcher_job {
                                proto_parts_free */
   int batch_size;           /* jobs in its batch, 0 if it never ran */
   uint64_t enqueued_ns, started_ns, finished_ns;
+  uint64_t computed_ns;      /* the core done, encoding starts; 0 if not */
 
   /* Private to the batcher. */
   struct batcher_job *next;

@@ -130,6 +130,11 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
    * answer can already see it counted in /metrics. */
   metrics_record_request(r->h->m, r->route, status, r->bytes_in, len,
                          clock_now_ns() - r->start_ns);
+  if (r->route == METRICS_ROUTE_V2_INFER && r->rt && r->unauth == AUTH_OK)
+    metrics_record_model(r->h->m, r->model,
+                         status == 200 ? METRICS_PHASE_SUCCESS
+                                       : METRICS_PHASE_FAIL,
+                         clock_now_ns() - r->start_ns);
   return ret;
 }
 
@@ -269,6 +274,34 @@ static enum MHD_Result http_get_v2_model(struct http_req *r) {
   return http_send(r, 200, rc, body, len);
 }
 
+static enum MHD_Result http_get_v2_model_config(struct http_req *r) {
+  char *body;
+  size_t len;
+  int rc = proto_v2_model_config(r->model, r->h->cfg.workers, &body, &len);
+  return http_send(r, 200, rc, body, len);
+}
+
+/* One model's statistics (r->model >= 0), or every model's. */
+static enum MHD_Result http_get_v2_stats(struct http_req *r) {
+  proto_model_stats st[PROTO_MODEL_COUNT];
+  int models[PROTO_MODEL_COUNT], n = 0, rc;
+  char *body;
+  size_t len;
+  for (int m = 0; m < PROTO_MODEL_COUNT; m++)
+    if (r->model < 0 || r->model == m) {
+      models[n] = m;
+      metrics_model_stats(r->h->m, m, &st[n++]);
+    }
+  rc = proto_v2_model_stats(models, st, n, &body, &len);
+  return http_send(r, 200, rc, body, len);
+}
+
+/* GET /v2/models/stats: r->model is 0 from the allocation; every model. */
+static enum MHD_Result http_get_v2_stats_all(struct http_req *r) {
+  r->model = -1;
+  return http_get_v2_stats(r);
+}
+
 static enum MHD_Result http_get_v2_model_ready(struct http_req *r) {
   int ready = atomic_load(&r->h->state) == HTTP_READY;
   char *body;
@@ -319,6 +352,8 @@ static const struct http_route http_routes[] = {
    0},
   {"/v2/health/ready", METRICS_ROUTE_V2_READY, "GET, HEAD", http_get_v2_ready,
    0, 0},
+  {"/v2/models/stats", METRICS_ROUTE_V2_STATS, "GET, HEAD",
+   http_get_v2_stats_all, 0, 1},
 };
 
 /* /v2/models/{m}[/versions/{v}][/ready|/infer], resolved after the model. */
@@ -330,6 +365,21 @@ static const struct http_route http_v2_ready_route = {
   http_get_v2_model_ready, 0, 1};
 static const struct http_route http_v2_infer_route = {
   "/v2/models/{m}/infer", METRICS_ROUTE_V2_INFER, "POST", NULL, BODY_V2, 1};
+static const struct http_route http_v2_config_route = {
+  "/v2/models/{m}/config", METRICS_ROUTE_V2_MODEL_CONFIG, "GET, HEAD",
+  http_get_v2_model_config, 0, 1};
+static const struct http_route http_v2_stats_route = {
+  "/v2/models/{m}/stats", METRICS_ROUTE_V2_STATS, "GET, HEAD",
+  http_get_v2_stats, 0, 1};
+
+/* The routes under /v2/models/{m}[/versions/{v}], by the last segment. */
+static const struct {
+  const char *action;
+  const struct http_route *route;
+} http_v2_actions[] = {
+  {"", &http_v2_model_route},          {"ready", &http_v2_ready_route},
+  {"infer", &http_v2_infer_route},     {"config", &http_v2_config_route},
+  {"stats", &http_v2_stats_route}};
 
 /* Every embedded file shares one route entry; its path is the URL. */
 static const struct http_route http_asset_route = {
@@ -376,16 +426,17 @@ static const struct http_route *http_find_v2_model(struct http_req *r,
                                                    char *msg, size_t cap) {
   char buf[256], err[PROTO_ERR_MAX];
   const char *m, *v, *act;
-  const struct http_route *route;
-  if (http_v2_split(url + 11, buf, sizeof buf, &m, &v, &act) != 0 ||
-      (act[0] && strcmp(act, "ready") && strcmp(act, "infer"))) {
+  const struct http_route *route = NULL;
+  size_t i;
+  if (http_v2_split(url + 11, buf, sizeof buf, &m, &v, &act) == 0)
+    for (i = 0; i < sizeof http_v2_actions / sizeof http_v2_actions[0]; i++)
+      if (!strcmp(act, http_v2_actions[i].action))
+        route = http_v2_actions[i].route;
+  if (!route) {
     snprintf(msg, cap, "no route for %.120s", url);
     return NULL;
   }
   err[0] = '\0';
-  route = !act[0]          ? &http_v2_model_route
-          : act[0] == 'r' ? &http_v2_ready_route
-                          : &http_v2_infer_route;
   r->model = proto_v2_model_find(m, v, err);
   if (r->model < 0) {
     /* Counted under the route it would have been, like any 404 there. */
@@ -584,6 +635,7 @@ static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
 static enum MHD_Result http_post_end(struct http_req *r) {
   struct http *h = r->h;
   char err[PROTO_ERR_MAX], msg[256];
+  uint64_t t0;
   int rc;
 
   if (r->unauth)
@@ -600,9 +652,13 @@ static enum MHD_Result http_post_end(struct http_req *r) {
   if (atomic_load(&h->quiesced))
     return http_fail(r, ATTND_EDRAINING, NULL, NULL);
   err[0] = '\0';
+  t0 = clock_now_ns();
   rc = http_post_decode(r, err);
   if (rc != 0)
     return http_fail(r, rc, err[0] ? err : NULL, NULL);
+  if (r->rt->body == BODY_V2)
+    metrics_record_model(h->m, r->model, METRICS_PHASE_INPUT,
+                         clock_now_ns() - t0);
   r->job.coding = proto_accept_coding(MHD_lookup_connection_value(
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
   rc = http_post_cost(r, msg, sizeof msg);

@@ -35,6 +35,7 @@ struct http_config {
   const char *host;         /* numeric IPv4 or IPv6 address */
   int port;                 /* 0 = ephemeral, see http_port */
   int threads;              /* MHD thread pool size */
+  int workers;              /* compute workers (a v2 config's instances) */
   int max_conns;
   int conn_timeout_s;       /* 0 = never */
   size_t max_body;          /* bytes; larger bodies get 413 */

@@ -175,6 +175,7 @@ static void main_config_parts(const struct config *cfg,
   hc->host = cfg->host;
   hc->port = cfg->port;
   hc->threads = cfg->http_threads;
+  hc->workers = cfg->workers;
   hc->max_conns = cfg->max_conns;
   hc->conn_timeout_s = cfg->conn_timeout_s;
   hc->max_body = (size_t)cfg->max_body_mb << 20;

@@ -14,9 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../core/attnd_err.h"
 #include "../proto/mem.h"
+#include "../proto/proto.h"
 #include "config.h"
 
 /* HTTP statuses attnd can send; anything else is counted as "other". */
@@ -27,7 +29,8 @@ static const unsigned int metrics_codes[] = {200, 400, 401, 404, 405, 413,
 static const char *const metrics_route_names[METRICS_ROUTE_COUNT] = {
   "/v1/attention", "/healthz", "/readyz", "/metrics", "static", "/v2",
   "/v2/health/live", "/v2/health/ready", "/v2/models/:m",
-  "/v2/models/:m/ready", "/v2/models/:m/infer", "other"};
+  "/v2/models/:m/ready", "/v2/models/:m/infer", "/v2/models/:m/config",
+  "/v2/models[/:m]/stats", "other"};
 
 /* Seconds buckets for the latency histograms. */
 static const double metrics_time_bounds[] = {
@@ -51,6 +54,10 @@ struct metrics {
   _Atomic int64_t inflight, queue_depth;
   struct metrics_hist request_time[METRICS_ROUTE_COUNT];
   struct metrics_hist queue_time, compute_time, batch_size;
+  struct metrics_model {
+    _Atomic uint64_t count[METRICS_PHASE_COUNT], ns[METRICS_PHASE_COUNT];
+    _Atomic uint64_t last_ms;
+  } models[PROTO_MODEL_COUNT];
 };
 
 #define RELAXED memory_order_relaxed
@@ -96,6 +103,50 @@ void metrics_record_job(struct metrics *m, uint64_t queue_ns,
 void metrics_record_batch(struct metrics *m, int size) {
   metrics_observe(&m->batch_size, metrics_batch_bounds, N_BATCH, size,
                   (uint64_t)size);
+}
+
+void metrics_record_model(struct metrics *m, int model,
+                          enum metrics_phase phase, uint64_t ns) {
+  struct metrics_model *mm;
+  if (model < 0 || model >= PROTO_MODEL_COUNT ||
+      (unsigned)phase >= METRICS_PHASE_COUNT)
+    return;
+  mm = &m->models[model];
+  atomic_fetch_add_explicit(&mm->count[phase], 1, RELAXED);
+  atomic_fetch_add_explicit(&mm->ns[phase], ns, RELAXED);
+  if (phase == METRICS_PHASE_SUCCESS) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    atomic_store_explicit(&mm->last_ms,
+                          (uint64_t)ts.tv_sec * 1000u +
+                              (uint64_t)ts.tv_nsec / 1000000u,
+                          RELAXED);
+  }
+}
+
+static proto_stat metrics_phase_stat(struct metrics_model *mm,
+                                     enum metrics_phase phase) {
+  proto_stat st;
+  st.count = atomic_load_explicit(&mm->count[phase], RELAXED);
+  st.ns = atomic_load_explicit(&mm->ns[phase], RELAXED);
+  return st;
+}
+
+void metrics_model_stats(struct metrics *m, int model,
+                         proto_model_stats *out) {
+  struct metrics_model *mm;
+  memset(out, 0, sizeof *out);
+  if (model < 0 || model >= PROTO_MODEL_COUNT)
+    return;
+  mm = &m->models[model];
+  out->last_inference_ms = atomic_load_explicit(&mm->last_ms, RELAXED);
+  out->success = metrics_phase_stat(mm, METRICS_PHASE_SUCCESS);
+  out->fail = metrics_phase_stat(mm, METRICS_PHASE_FAIL);
+  out->queue = metrics_phase_stat(mm, METRICS_PHASE_QUEUE);
+  out->compute_input = metrics_phase_stat(mm, METRICS_PHASE_INPUT);
+  out->compute_infer = metrics_phase_stat(mm, METRICS_PHASE_INFER);
+  out->compute_output = metrics_phase_stat(mm, METRICS_PHASE_OUTPUT);
+  out->inferences = out->compute_infer.count;
 }
 
 void metrics_add_inflight(struct metrics *m, int delta) {

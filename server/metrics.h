@@ -25,6 +25,8 @@ enum metrics_route {
   METRICS_ROUTE_V2_MODEL,       /* /v2/models/{m}[/versions/{v}] */
   METRICS_ROUTE_V2_MODEL_READY,
   METRICS_ROUTE_V2_INFER,       /* POST /v2/models/{m}/infer */
+  METRICS_ROUTE_V2_MODEL_CONFIG, /* /v2/models/{m}/config */
+  METRICS_ROUTE_V2_STATS,       /* /v2/models[/{m}]/stats */
   METRICS_ROUTE_OTHER,
   METRICS_ROUTE_COUNT
 };
@@ -49,6 +51,22 @@ void metrics_record_job(struct metrics *m, uint64_t queue_ns,
 /* One batch handed to a worker. */
 void metrics_record_batch(struct metrics *m, int size);
 
+/* Triton's statistics extension (GET /v2/models[/{m}]/stats), per v2
+ * model (enum proto_model; anything else is ignored): the phases of its
+ * inference requests, each a count and a sum of nanoseconds.  SUCCESS
+ * and FAIL are whole requests, arrival to answer; a success also stamps
+ * the model's last inference.  INFER counts the requests computed. */
+enum metrics_phase {
+  METRICS_PHASE_SUCCESS = 0, METRICS_PHASE_FAIL, METRICS_PHASE_QUEUE,
+  METRICS_PHASE_INPUT, METRICS_PHASE_INFER, METRICS_PHASE_OUTPUT,
+  METRICS_PHASE_COUNT
+};
+void metrics_record_model(struct metrics *m, int model,
+                          enum metrics_phase phase, uint64_t ns);
+struct proto_model_stats;
+/* Fills *out with model's figures so far. */
+void metrics_model_stats(struct metrics *m, int model,
+                         struct proto_model_stats *out);
 /* Gauges: requests being handled (first handler call to completion) and
  * requests waiting for a worker. */
 void metrics_add_inflight(struct metrics *m, int delta);

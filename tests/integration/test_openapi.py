@@ -427,7 +427,7 @@ class RoutesTest(LiveCase):
             self.assertNotIn(status, (404, 405), "%s %s: %d %r" % (method, url, status, data))
             self.assertIn(str(status), op["responses"], "%s %s: %d" % (method, url, status))
             n += 1
-        self.assertEqual(n, 33 if self.has_v2 else 17)
+        self.assertEqual(n, 43 if self.has_v2 else 17)
 
     def test_allow_header_lists_exactly_the_documented_methods(self):
         for path, item in self.doc["paths"].items():
@@ -445,7 +445,7 @@ class RoutesTest(LiveCase):
     def test_undocumented_paths_are_404(self):
         documented = set(self.doc["paths"])
         for url in ("/v3", "/v1", "/v1/attention/x", "/healthz/", "/openapi.yaml",
-                    "/docs", "/v2/models/attention/stats", "/v2/health/dead",
+                    "/docs", "/v2/models/attention/trace/setting", "/v2/health/dead",
                     "/v2/models", "/metrics/x", "/index.htm", "/V1/attention"):
             self.assertNotIn(url, documented)
             status, hdrs, body = self.srv.get(url)

@@ -56,7 +56,8 @@ class PromtoolTest(harness.ServerTestCase):
         # Every route's counter shows up, so every label set was checked.
         for route in ("/v1/attention", "/healthz", "/readyz", "/metrics", "static",
                       "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/:m",
-                      "/v2/models/:m/ready", "/v2/models/:m/infer", "other"):
+                      "/v2/models/:m/ready", "/v2/models/:m/infer",
+                      "/v2/models/:m/config", "/v2/models[/:m]/stats", "other"):
             self.assertIn('route="%s"' % route, text.decode())
         for code in ("200", "400", "404", "405", "413"):
             self.assertIn('code="%s"' % code, text.decode())

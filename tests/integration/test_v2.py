@@ -15,6 +15,7 @@ import os
 import random
 import struct
 import subprocess
+import time
 import zlib
 
 import harness
@@ -107,6 +108,30 @@ class EndpointTest(V2Case):
         self.assertTrue(meta["version"])
         self.assertIn("binary_tensor_data", meta["extensions"])
 
+    def test_model_config_is_tritons_form_of_the_metadata(self):
+        # What perf_analyzer reads before it sends a request: max_batch_size,
+        # and per tensor its TYPE_ data type, dims and whether it is optional.
+        self.assertIn("model_configuration", self.client.get_server_metadata()["extensions"])
+        for model in ("attention", "additive_attention"):
+            meta = self.client.get_model_metadata(model)
+            for path in ("/v2/models/%s/config" % model,
+                         "/v2/models/%s/versions/1/config" % model):
+                status, hdrs, body = self.srv.get(path)
+                self.assertEqual(status, 200, body[:200])
+                self.assertTrue(hdrs["content-type"].startswith("application/json"))
+                cfg = json.loads(body)
+                self.assertEqual((cfg["name"], cfg["platform"], cfg["max_batch_size"]),
+                                 (model, "attnd", 0))
+                for kind, key in (("input", "inputs"), ("output", "outputs")):
+                    self.assertEqual([(t["name"], t["data_type"], t["dims"]) for t in cfg[kind]],
+                                     [(t["name"], "TYPE_" + t["datatype"], t["shape"])
+                                      for t in meta[key]], path + " " + kind)
+                optional = {t["name"] for t in cfg["input"] if t["optional"]}
+                self.assertEqual(optional, {"valid_lens", "mask", "bias"})
+                self.assertEqual(cfg["instance_group"][0]["kind"], "KIND_CPU")
+                self.assertEqual(cfg["instance_group"][0]["count"], 2)  # --workers 2
+                self.assertFalse(cfg["model_transaction_policy"]["decoupled"])
+
     def test_health_live_and_ready(self):
         self.assertTrue(self.client.is_server_live())
         self.assertTrue(self.client.is_server_ready())
@@ -143,7 +168,9 @@ class EndpointTest(V2Case):
                 ("GET", "/v2/models/bert/ready", "unknown model"),
                 ("POST", "/v2/models/bert/infer", "unknown model"),
                 ("POST", "/v2/models/attention/versions/7/infer", "no version '7'"),
-                ("GET", "/v2/models/attention/config", None),
+                ("GET", "/v2/models/bert/config", "unknown model"),
+                ("GET", "/v2/models/attention/versions/2/stats", "no version '2'"),
+                ("GET", "/v2/models/attention/trace/setting", None),
                 ("GET", "/v2/health/dead", None)):
             status, hdrs, body = self.raw(path, b"{}" if method == "POST" else None,
                                           method=method)
@@ -152,10 +179,64 @@ class EndpointTest(V2Case):
     def test_wrong_method_is_405(self):
         for method, path in (("GET", "/v2/models/attention/infer"), ("POST", "/v2"),
                              ("DELETE", "/v2/models/attention"),
+                             ("POST", "/v2/models/attention/config"),
+                             ("POST", "/v2/models/stats"),
                              ("POST", "/v2/health/live")):
             status, hdrs, body = self.raw(path, None, method=method)
             self.assert_error(status, hdrs, body, 405)
             self.assertTrue(hdrs.get("allow"))
+
+
+class StatisticsTest(V2Case):
+    def stats(self, path="/v2/models/attention/stats"):
+        status, _, body = self.srv.get(path)
+        self.assertEqual(status, 200, body[:200])
+        return {m["name"]: m for m in json.loads(body)["model_stats"]}
+
+    def test_each_phase_counts_the_v2_requests_of_its_model(self):
+        # Triton's statistics extension, as perf_analyzer reads it around
+        # each measurement: counts and nanoseconds per phase, per model.
+        self.assertIn("statistics", self.client.get_server_metadata()["extensions"])
+        before = self.stats("/v2/models/stats")
+        self.assertEqual(set(before), {"attention", "additive_attention"})
+        t0 = int(time.time() * 1000)
+        q, k, v = rand_inputs(31)
+        for binary in (False, True, True):
+            res = self.client.infer("attention", [tensor_input("query", q, binary=binary),
+                                                  tensor_input("key", k, binary=binary),
+                                                  tensor_input("value", v, binary=binary)])
+            self.check_result(res, {"query": q, "key": k, "value": v})
+        for bad in (b"{}", b"not json"):
+            status, _, _ = self.raw("/v2/models/attention/infer", bad)
+            self.assertEqual(status, 400)
+        self.srv.post_json("/v1/attention", {"query": q, "key": k, "value": v})
+        t1 = int(time.time() * 1000) + 1
+        after = self.stats()["attention"]
+        self.assertEqual(after, self.stats("/v2/models/attention/versions/1/stats")["attention"])
+        was = before["attention"]
+        self.assertEqual(after["version"], "1")
+        self.assertLessEqual(t0, after["last_inference"])
+        self.assertLessEqual(after["last_inference"], t1)
+        # /v1 requests are not the v2 model's; the two failures are.
+        self.assertEqual(after["inference_count"] - was["inference_count"], 3)
+        self.assertEqual(after["execution_count"] - was["execution_count"], 3)
+        got = {k: (after["inference_stats"][k]["count"] - was["inference_stats"][k]["count"],
+                   after["inference_stats"][k]["ns"] - was["inference_stats"][k]["ns"])
+               for k in after["inference_stats"]}
+        for phase in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+            self.assertEqual(got[phase][0], 3, phase)
+            self.assertGreater(got[phase][1], 0, phase)
+        self.assertEqual(got["fail"][0], 2)
+        self.assertEqual(got["cache_hit"], (0, 0))
+        # the phases of the three successes lie within their own spans
+        self.assertGreaterEqual(got["success"][1], sum(
+            got[p][1] for p in ("queue", "compute_input", "compute_infer", "compute_output")))
+        self.assertEqual(after["batch_stats"][0]["batch_size"], 1)
+        self.assertEqual(after["batch_stats"][0]["compute_infer"]["count"],
+                         after["inference_count"])
+        # the other model saw none of it
+        self.assertEqual(self.stats("/v2/models/stats")["additive_attention"],
+                         before["additive_attention"])
 
 
 class InferJsonTest(V2Case):
