@@ -186,6 +186,39 @@ static int top_fields(v2_ctx *c, const cJSON *root) {
   return 0;
 }
 
+/* ERR when object obj holds one of names[0..n) twice.  cJSON's lookups
+ * take the first of two, a loop over the members the last, so a
+ * duplicate would mean whichever the code happens to read.  Only the
+ * names attnd reads are checked, in O(members x n); others are ignored
+ * anyway.  where prefixes the message ("inputs[2]", "parameters"). */
+static int no_duplicate(v2_ctx *c, const cJSON *obj,
+                        const char *const *names, int n, const char *where,
+                        int pos) {
+  unsigned seen = 0;
+  char at[48];
+  for (const cJSON *m = obj->child; m; m = m->next)
+    for (int i = 0; i < n; i++) {
+      if (strcmp(m->string, names[i]))
+        continue;
+      if (seen & (1u << i)) {
+        snprintf(at, sizeof at, where, pos);
+        return ERR("%s: duplicate field '%s'", at, names[i]);
+      }
+      seen |= 1u << i;
+    }
+  return 0;
+}
+
+static const char *const param_names[] = {
+  "causal", "scale", "binary_data_output", "dropout_p", "seed",
+  "window_left", "window_right", "timeout"};
+static const char *const input_fields[] = {"name", "shape", "datatype",
+                                           "data", "parameters"};
+static const char *const output_fields[] = {"name", "parameters"};
+static const char *const binary_data_size[] = {"binary_data_size"};
+static const char *const binary_data[] = {"binary_data"};
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
 static int param_causal(v2_ctx *c, const cJSON *j) {
   char what[48];
   if (cJSON_IsBool(j))
@@ -285,11 +318,17 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
                                                               "binary_data")
                            : NULL;
   char got[48];
-  int k;
+  int k, rc;
   if (!cJSON_IsObject(o) || !cJSON_IsString(name))
     return ERR("outputs[%d]: expected {\"name\": \"output\", \"weights\", "
                "\"allowed_keys\", \"entropy\", \"max_weight\" or "
                "\"jacobian_norm\"}", i);
+  if ((rc = no_duplicate(c, o, output_fields, COUNT(output_fields),
+                         "outputs[%d]", i)) ||
+      (cJSON_IsObject(params) &&
+       (rc = no_duplicate(c, params, binary_data, 1,
+                          "outputs[%d].parameters", i))))
+    return rc;
   for (k = 0; k < PROTO_OUT_COUNT; k++)
     if (!strcmp(name->valuestring, output_names[k]))
       break;
@@ -313,6 +352,9 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
 
 static int params_outputs(v2_ctx *c) {
   int bin_all = 0, rc, i = 0;
+  if (c->params && (rc = no_duplicate(c, c->params, param_names,
+                                      COUNT(param_names), "parameters", 0)))
+    return rc;
   if (c->params)
     for (const cJSON *j = c->params->child; j; j = j->next)
       if ((rc = param_one(c, j, &bin_all)))
@@ -399,6 +441,9 @@ static int input_data(v2_ctx *c, int in, const cJSON *obj) {
   double x;
   if (params && !cJSON_IsObject(params))
     return ERR("%s: \"parameters\" must be an object", name);
+  if (params && no_duplicate(c, params, binary_data_size, 1,
+                             "inputs[%d].parameters", c->in[in].pos))
+    return ATTND_EINVAL;
   if (params)
     bs = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
   if (data && bs)
@@ -429,6 +474,9 @@ static int input_one(v2_ctx *c, const cJSON *obj, int pos) {
   if (!cJSON_IsObject(obj))
     return ERR("inputs[%d]: expected an object with name, datatype, shape "
                "and data", pos);
+  if ((rc = no_duplicate(c, obj, input_fields, COUNT(input_fields),
+                         "inputs[%d]", pos)))
+    return rc;
   if ((rc = input_index(c, cJSON_GetObjectItemCaseSensitive(obj, "name"),
                         pos, &in)))
     return rc;

@@ -402,6 +402,57 @@ START_TEST(json_errors_name_the_input) {
 }
 END_TEST
 
+/* cJSON takes the first of two equal keys, a loop over members the last:
+ * every field attnd reads is refused when given twice, at every level. */
+START_TEST(fields_given_twice_are_refused_at_every_level) {
+  static const struct { const char *json, *want; } cases[] = {
+    {"{\"inputs\":[{\"name\":\"query\",\"name\":\"key\",\"datatype\":"
+     "\"FP32\",\"shape\":[1,2,2],\"data\":[1,0,0,2]}," IN_K "," IN_V "]}",
+     "inputs[0]: duplicate field 'name'"},
+    {"{\"inputs\":[" IN_Q ",{\"name\":\"key\",\"datatype\":\"FP32\","
+     "\"shape\":[1,3,2],\"shape\":[1,2,3],\"data\":[1,2,3,4,5,6]}," IN_V "]}",
+     "inputs[1]: duplicate field 'shape'"},
+    {"{\"inputs\":[" IN_Q "," IN_K ",{\"name\":\"value\",\"datatype\":"
+     "\"FP32\",\"datatype\":\"FP16\",\"shape\":[1,3,2],"
+     "\"data\":[1,2,3,4,5,6]}]}",
+     "inputs[2]: duplicate field 'datatype'"},
+    {"{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+     "\"shape\":[1,2,2],\"data\":[1,0,0,2],\"data\":[0,0,0,0]}," IN_K ","
+     IN_V "]}",
+     "inputs[0]: duplicate field 'data'"},
+    {"{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+     "\"shape\":[1,2,2],\"data\":[1,0,0,2],\"parameters\":{},"
+     "\"parameters\":{}}," IN_K "," IN_V "]}",
+     "inputs[0]: duplicate field 'parameters'"},
+    {"{\"parameters\":{\"scale\":0.0001,\"scale\":100},\"inputs\":["
+     IN_Q "," IN_K "," IN_V "]}",
+     "parameters: duplicate field 'scale'"},
+    {"{\"parameters\":{\"causal\":true,\"causal\":false},\"inputs\":["
+     IN_Q "," IN_K "," IN_V "]}",
+     "parameters: duplicate field 'causal'"},
+    {"{\"outputs\":[{\"name\":\"output\",\"name\":\"weights\"}],"
+     "\"inputs\":[" IN_Q "," IN_K "," IN_V "]}",
+     "outputs[0]: duplicate field 'name'"},
+    {"{\"outputs\":[{\"name\":\"output\"},{\"name\":\"weights\","
+     "\"parameters\":{\"binary_data\":true,\"binary_data\":false}}],"
+     "\"inputs\":[" IN_Q "," IN_K "," IN_V "]}",
+     "outputs[1].parameters: duplicate field 'binary_data'"},
+  };
+  body b;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    body_json(&b, cases[i].json);
+    BAD(&b, NULL, cases[i].want);
+  }
+  /* names attnd does not read may repeat, as they are ignored */
+  body_json(&b, "{\"parameters\":{\"x-trace\":1,\"x-trace\":2},"
+                "\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  ck_assert_int_eq(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err), 0);
+  proto_request_free(&r);
+}
+END_TEST
+
 START_TEST(additive_model_needs_its_weights) {
   body b;
   proto_request r;
@@ -1151,7 +1202,9 @@ static Suite *v2_suite(void) {
                bulk_converters_find_the_first_bad_element,
                word_check_finds_the_first_non_finite_word}},
     {"json", {json_request_decodes, json_fp16_values_are_rounded_to_fp16,
-              json_errors_name_the_input, additive_model_needs_its_weights,
+              json_errors_name_the_input,
+              fields_given_twice_are_refused_at_every_level,
+              additive_model_needs_its_weights,
               budget_applies_to_v2}},
     {"binary", {binary_request_decodes_and_encodes, binary_layout_errors,
                 binary_value_errors, binary_lengths_int32_and_int64,
