@@ -547,6 +547,16 @@ static void http_post_chunk(struct http_req *r, const char *data, size_t n) {
     r->too_big = -1;  /* out of memory: answered on the final call */
 }
 
+/* A refused body (past the limit, or without the token) is read and
+ * dropped so that its answer reaches a client that sends all before it
+ * reads; but not forever: past twice the limit, a chunked upload that
+ * does not end is cut off (libmicrohttpd 0.9.75 cannot answer mid-body,
+ * so the connection is closed). */
+static int http_refused_too_long(const struct http_req *r) {
+  return (r->too_big > 0 || r->unauth) &&
+         r->bytes_in / 2 > r->h->cfg.max_body;
+}
+
 /* Runs on a worker or the loop thread: store the outcome, then resume.
  * After MHD_resume_connection this thread must not touch r. */
 static void http_on_job_done(struct batcher_job *job) {
@@ -875,7 +885,7 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c,
     if (*upload_data_size) {
       http_post_chunk(r, upload_data, *upload_data_size);
       *upload_data_size = 0;
-      return MHD_YES;
+      return http_refused_too_long(r) ? MHD_NO : MHD_YES;
     }
     return http_post_end(r);
   case REQ_JOB_DONE:

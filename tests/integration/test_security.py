@@ -101,7 +101,7 @@ OPEN = ["/healthz", "/readyz", "/v2/health/live", "/v2/health/ready"]
 
 
 class TokenTest(Checks, harness.ServerTestCase):
-    server_args = ("--workers", "2", "--token", TOKEN)
+    server_args = ("--workers", "2", "--token", TOKEN, "--max-body-mb", "1")
 
     def body_for(self, kind):
         req = v1_request(3)
@@ -124,6 +124,25 @@ class TokenTest(Checks, harness.ServerTestCase):
                     method, path, body, {"Authorization": "Bearer " + tok})
                 www = REALM if tok == "" else INVALID
                 self.assert_401(status, hdrs, data, www, "%s %s %r" % (method, path, tok))
+
+    def test_an_unauthorised_upload_that_never_ends_is_cut_off(self):
+        # Without the token the body is dropped until its end, for the 401;
+        # a chunked stream that does not end is closed past twice the body
+        # limit (1 MiB here) rather than read forever.
+        s = socket.create_connection((self.srv.host, self.srv.port), timeout=60)
+        sent, cut = 0, False
+        try:
+            s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n")
+            chunk = b"10000\r\n" + b" " * 65536 + b"\r\n"
+            while sent < (64 << 20):
+                s.sendall(chunk)
+                sent += 65536
+        except (BrokenPipeError, ConnectionResetError):
+            cut = True
+        finally:
+            s.close()
+        self.assertTrue(cut, "the server read %d MiB without a token" % (sent >> 20))
 
     def test_other_schemes_are_401_without_an_error_code(self):
         for auth in ("Basic " + TOKEN, TOKEN, "Token " + TOKEN, "Bearer"):
