@@ -367,7 +367,7 @@ static int window_side(v1_ctx *c, const cJSON *j, int which, int limit,
     return 0;
   }
   if (get_count(j, &x))
-    return ERR("window[%d]: expected a non-negative integer or null",
+    return ERR("window[%d]: expected an integer in [0, 2^53] or null",
                which);
   *out = x > limit ? limit : (int)x;
   return 0;

@@ -298,7 +298,7 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
     c->p->seed = (uint64_t)x;
   } else if (!strcmp(n, "window_left") || !strcmp(n, "window_right")) {
     if (!cJSON_IsNull(j) && get_count(j, &x))
-      return ERR("parameters.%s: must be a non-negative integer (or null: "
+      return ERR("parameters.%s: must be an integer in [0, 2^53] (or null: "
                  "unbounded)", n);
     c->window[n[7] == 'r'] = j;
   } else if (!strcmp(n, "timeout")) {

@@ -468,7 +468,10 @@ START_TEST(window_sides_and_unbounded) {
 END_TEST
 
 START_TEST(window_rejects_bad_values) {
-  BAD("{" QKV3 ",\"window\":[-1,0]}", "window[0]", "non-negative integer");
+  BAD("{" QKV3 ",\"window\":[-1,0]}", "window[0]", "integer in [0, 2^53]");
+  /* a non-negative integer, but past what a double holds exactly */
+  BAD("{" QKV3 ",\"window\":[9007199254740994,0]}", "window[0]",
+      "integer in [0, 2^53]");
   BAD("{" QKV3 ",\"window\":[1,0.5]}", "window[1]");
   BAD("{" QKV3 ",\"window\":[1]}", "window: expected [left, right]");
   BAD("{" QKV3 ",\"window\":{\"left\":1}}", "window: expected");

@@ -1053,10 +1053,13 @@ START_TEST(window_parameters_decode) {
   proto_request_free(&r);
   body_json(&b, "{\"parameters\":{\"window_left\":-1},\"inputs\":[" IN_Q
                 "," IN_K "," IN_V "]}");
-  BAD(&b, NULL, "parameters.window_left", "non-negative integer");
+  BAD(&b, NULL, "parameters.window_left", "integer in [0, 2^53]");
   body_json(&b, "{\"parameters\":{\"window_right\":0.5},\"inputs\":[" IN_Q
                 "," IN_K "," IN_V "]}");
-  BAD(&b, NULL, "parameters.window_right", "non-negative integer");
+  BAD(&b, NULL, "parameters.window_right", "integer in [0, 2^53]");
+  body_json(&b, "{\"parameters\":{\"window_left\":9007199254740994},"
+                "\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "parameters.window_left", "integer in [0, 2^53]");
   body_json(&b, "{\"parameters\":{\"window_right\":\"1\"},\"inputs\":[" IN_Q
                 "," IN_K "," IN_V "]}");
   BAD(&b, NULL, "parameters.window_right");
