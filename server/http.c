@@ -356,7 +356,8 @@ static const struct http_route http_routes[] = {
    http_get_v2_stats_all, 0, 1},
 };
 
-/* /v2/models/{m}[/versions/{v}][/ready|/infer], resolved after the model. */
+/* /v2/models/{m}[/versions/{v}][/ready|/infer|/config|/stats], resolved after
+ * the model. */
 static const struct http_route http_v2_model_route = {
   "/v2/models/{m}", METRICS_ROUTE_V2_MODEL, "GET, HEAD", http_get_v2_model, 0,
   1};
