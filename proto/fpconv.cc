@@ -204,32 +204,20 @@ inline int clinger_f32(const char *p, const char *end, float *out,
   return 1;
 }
 
-/* A float32 JSON number at p, within the cJSON path's range: the token's
- * end, or nullptr. */
-inline const char *read_f32(const char *p, const char *end, float *out);
-
-/* The double that strtod reads from [p, q): what cJSON would have stored. */
-inline bool read_double(const char *p, const char *q, double *out) {
-  auto r = fast_float::from_chars(p, q, *out);
-  return r.ec == std::errc() && r.ptr == q;
-}
-
-/* float32 range as the cJSON path checks it: |double(text)| <= FLT_MAX.
- * Only the largest float can be rounded to from text whose double is past
- * FLT_MAX, so only that case needs the second reading. */
-inline bool f32_in_range(const char *p, const char *q, float f) {
-  if (std::fabs(f) < FLT_MAX)
-    return true;
-  double d;
-  return std::isfinite(f) && read_double(p, q, &d) && std::fabs(d) <= FLT_MAX;
-}
-
+/* A float32 JSON number at p: the token's end, or nullptr when it is not
+ * a JSON number or its value rounds to no finite float.  fast_float rounds
+ * the decimal itself to nearest (ties to even), so every decimal below
+ * FLT_MAX + half an ulp (2^128 - 2^103, the midpoint to 2^128) becomes a
+ * float and FLT_MAX's own shortest text, 3.4028235e38, reads back as
+ * FLT_MAX; from the midpoint on, the float is infinite.  (Its double, by
+ * contrast, can be past FLT_MAX, or on the midpoint itself, for a decimal
+ * below it: 3.4028235677973366e38.) */
 inline const char *read_f32(const char *p, const char *end, float *out) {
   const char *q;
   if (clinger_f32(p, end, out, &q))
     return q;
   q = read_json(p, end, out);
-  return q && f32_in_range(p, q, *out) ? q : nullptr;
+  return q && std::isfinite(*out) ? q : nullptr;
 }
 
 /* ---- lists: many numbers at once ----------------------------------------

@@ -263,8 +263,10 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
 int proto__json_leaves_read(cJSON *root, int codec);
 
 /* One JSON number token at p (the JSON grammar exactly, no leading space):
- * the correctly rounded double, or float32 within the cJSON path's range
- * (|double| <= FLT_MAX).  Return the token's end, or NULL. */
+ * the correctly rounded double, or the correctly rounded float32 (the
+ * decimal rounded to nearest, not its double), refused when that float is
+ * infinite: accepted below FLT_MAX + half an ulp, so 3.4028235e38 is
+ * FLT_MAX.  Return the token's end, or NULL. */
 const char *proto__num_f64(const char *p, const char *end, double *out);
 const char *proto__num_f32(const char *p, const char *end, float *out);
 
