@@ -88,6 +88,7 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
     proto__describe(*root, what, sizeof what);
     return ERR("body must be a JSON object, got %s", what);
   }
+  proto__json_mark_ties(*root, body, end);
   return 0;
 }
 
@@ -347,12 +348,13 @@ static int opt_scale(v1_ctx *c) {
     return ERR("scale: expected a number, got %s", what);
   }
   double x = j->valuedouble;
-  if (!(fabs(x) <= FLT_MAX))
-    return ERR("scale: %g is out of float32 range", x);
-  if ((float)x == 0.0f)
+  float f;
+  if (proto__json_f32(j, &f))
+    return proto__range_err(c->err, "scale", x, "float32");
+  if (f == 0.0f)
     return ERR("scale: must be non-zero%s", x != 0 ? " (underflows float32)"
                                                   : "");
-  c->p->scale = (float)x;
+  c->p->scale = f;
   return 0;
 }
 

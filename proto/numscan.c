@@ -28,6 +28,8 @@
  * the '[' in the original body, valuedouble = bytes up to the ']',
  * valueint = elements (commas + 1).  PROTO__LEAF_READ is set in type once
  * its elements have been converted. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __SSE2__
@@ -426,6 +428,7 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
       goto fail;
   if (!cJSON_IsObject(root) || walk_root(root, codec, &s, 0))
     goto fail;
+  proto__json_mark_ties(root, s.out, end);
   rc = 0;
   goto out;
 fail:
@@ -444,4 +447,167 @@ out:
 int proto__json_leaves_read(cJSON *root, int codec) {
   scan s = {.codec = codec};
   return walk_root(root, codec, &s, 1) == 0;
+}
+
+/* ---- ties at the top of a range (proto_impl.h) -------------------------
+ *
+ * The doubles halfway from the largest finite float32, FP16 and BF16 to
+ * the next power of two, each exact in a double, with its exact decimal
+ * digits (value 0.ddd x 10^e). */
+static const struct tie {
+  double x;
+  const char *digits;
+  int e;
+  const char *type, *text, *max; /* for messages */
+} ties[] = {
+  {340282356779733661637539395458142568448.0,  /* 2^128 - 2^103 */
+   "340282356779733661637539395458142568448", 39, "float32",
+   "3.40282356779733661637539395458142568448e38", "3.4028235e38"},
+  {65520.0, "6552", 5, "FP16", "65520", "65504"}, /* 2^16 - 2^4 */
+  {339617752923046005526922703901628039168.0,  /* 2^128 - 2^119 - 2^120 */
+   "339617752923046005526922703901628039168", 39, "BF16",
+   "3.39617752923046005526922703901628039168e38", "3.3895314e38"},
+};
+
+int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
+                     const char *type) {
+  char num[32];
+  const struct tie *t = ties;
+  while (strcmp(t->type, type) && t + 1 < ties + sizeof ties / sizeof *ties)
+    t++;
+  /* the shortest %g that reads back, with all of an integer part below
+   * 10^16 ("65520", not "6.552e+04") */
+  int p = fabs(x) >= 1 && fabs(x) < 1e16 ? 1 + (int)log10(fabs(x)) : 1;
+  for (; p < 17; p++) {
+    snprintf(num, sizeof num, "%.*g", p, x);
+    if (strtod(num, NULL) == x)
+      break;
+  }
+  snprintf(num, sizeof num, "%.*g", p, x);
+  if (fabs(x) == t->x) /* the text may have been a little under it */
+    snprintf(err, PROTO_ERR_MAX, "%s: %s is out of %s range (decimals "
+             "from %s on round to infinity; the largest is %s)", what, num,
+             type, t->text, t->max);
+  else
+    snprintf(err, PROTO_ERR_MAX, "%s: %s is out of %s range (the largest "
+             "is %s)", what, num, type, t->max);
+  return ATTND_EINVAL;
+}
+
+static const struct tie *tie_of(double x) {
+  x = fabs(x);
+  for (size_t i = 0; i < sizeof ties / sizeof *ties; i++)
+    if (x == ties[i].x)
+      return &ties[i];
+  return NULL;
+}
+
+/* 1 when the decimal [p, q) (sign, digits, '.', exponent, as cJSON or
+ * JSON writes them) is nearer zero than t, exactly: its digits from the
+ * first non-zero one against t's, after the exponents. */
+static int text_below(const char *p, const char *q, const struct tie *t) {
+  char d[48];
+  size_t nd = 0;
+  long e = 0;
+  int frac = 0;
+  if (p < q && (*p == '-' || *p == '+'))
+    p++;
+  for (; p < q && ((*p >= '0' && *p <= '9') || *p == '.'); p++) {
+    if (*p == '.') {
+      frac = 1;
+    } else if (!nd && *p == '0') {
+      e -= frac; /* a leading zero: after the '.', one place down */
+    } else {
+      e += !frac;
+      if (nd < sizeof d) /* more than any tie has */
+        d[nd] = *p;
+      nd++;
+    }
+  }
+  if (!nd)
+    return 1; /* zero */
+  if (p < q && (*p == 'e' || *p == 'E')) {
+    int neg = ++p < q && *p == '-';
+    long x = 0;
+    for (p += p < q && (*p == '-' || *p == '+'); p < q && *p >= '0' &&
+         *p <= '9'; p++)
+      x = x < 100000 ? x * 10 + (*p - '0') : x;
+    e += neg ? -x : x;
+  }
+  if (e != t->e)
+    return e < t->e;
+  for (size_t i = 0; t->digits[i]; i++) {
+    char c = i < nd && i < sizeof d ? d[i] : '0';
+    if (c != t->digits[i])
+      return c < t->digits[i];
+  }
+  return 0; /* t itself, or above it */
+}
+
+int proto__num_below_tie(const char *p, const char *q, double x) {
+  const struct tie *t = tie_of(x);
+  return t && text_below(p, q, t);
+}
+
+static int any_tie(const cJSON *j) {
+  for (; j; j = j->next)
+    if ((cJSON_IsNumber(j) && tie_of(j->valuedouble)) ||
+        (j->child && any_tie(j->child)))
+      return 1;
+  return 0;
+}
+
+static int num_char(char ch) {
+  return (ch >= '0' && ch <= '9') || ch == '-' || ch == '+' || ch == '.' ||
+         ch == 'e' || ch == 'E';
+}
+
+/* The next number token in [p, end), strings skipped: its first byte and,
+ * in *q, its end; NULL when there is none.  In text cJSON parsed, numbers
+ * are the runs of number bytes that start with '-' or a digit outside
+ * strings (true, false and null hold none), one per number node in
+ * document order. */
+static const char *next_number(const char *p, const char *end,
+                               const char **q) {
+  while (p < end) {
+    if (*p == '"') {
+      for (p++; p < end && *p != '"'; p++)
+        if (*p == '\\')
+          p++;
+      p++;
+    } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+      const char *e = p;
+      while (e < end && num_char(*e))
+        e++;
+      *q = e;
+      return p;
+    } else {
+      p++;
+    }
+  }
+  return NULL;
+}
+
+/* Walks j and its siblings in document order, the number tokens of the
+ * text from p alongside; returns where the text was left (NULL when it
+ * ran out, which text cJSON parsed does not). */
+static const char *mark_ties(cJSON *j, const char *p, const char *end) {
+  for (; j && p; j = j->next) {
+    if (cJSON_IsNumber(j)) {
+      const char *q, *t = next_number(p, end, &q);
+      if (!t)
+        return NULL;
+      if (proto__num_below_tie(t, q, j->valuedouble))
+        j->type |= PROTO__NUM_BELOW_TIE;
+      p = q;
+    } else if (j->child) {
+      p = mark_ties(j->child, p, end);
+    }
+  }
+  return p;
+}
+
+void proto__json_mark_ties(cJSON *root, const char *text, const char *end) {
+  if (root && any_tie(root))
+    mark_ties(root, text, end);
 }

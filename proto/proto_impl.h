@@ -262,6 +262,50 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
  * that no element went unchecked. */
 int proto__json_leaves_read(cJSON *root, int codec);
 
+/* ---- the top of a float range, from text (numscan.c, tensor.c) ---------
+ *
+ * cJSON keeps a number as its double, one rounding before the float32,
+ * FP16 or BF16 it becomes.  That second rounding changes whether a value
+ * is in range at one place: a decimal just below the largest finite value
+ * plus half an ulp (float32: 2^128 - 2^103) rounds to that largest value,
+ * but with enough digits its double can be the midpoint itself
+ * (3.4028235677973366e38), which rounds on to infinity.  So the decoders
+ * read the text of every number whose double is one of those three
+ * midpoints once more and mark the node when the decimal is below it; its
+ * value is then taken as the double just below (nextafter towards zero),
+ * which rounds as the decimal does. */
+
+/* Set in a number node's type: its double is one of the midpoints above,
+ * its decimal nearer zero. */
+#define PROTO__NUM_BELOW_TIE 0x2000
+
+/* 1 when |x| is one of those midpoints and the decimal [p, q) that gave
+ * it is nearer zero, exactly (digit by digit); 0 otherwise. */
+int proto__num_below_tie(const char *p, const char *q, double x);
+
+/* Marks the numbers of root (parsed by cJSON from [text, end), end where
+ * its parse stopped) as PROTO__NUM_BELOW_TIE says.  Costs one walk over
+ * the tree; the text is read only when some double is on a midpoint.
+ * Cannot fail. */
+void proto__json_mark_ties(cJSON *root, const char *text, const char *end);
+
+/* The value of a cJSON number as its decimal rounds: its double, or the
+ * double below it when PROTO__NUM_BELOW_TIE is set. */
+double proto__json_num(const cJSON *j);
+
+/* The float32 a cJSON number j rounds to into *out: 0, or -1 when it
+ * rounds to infinity. */
+int proto__json_f32(const cJSON *j, float *out);
+
+/* Writes "<what>: <x> is out of <type> range (...)" into err, for a
+ * number x that rounds past every finite value of type ("float32", "FP16"
+ * or "BF16"): x as its shortest text, the type's largest value, and when
+ * x is the midpoint above it, the exact decimal from which on numbers
+ * round to infinity (the text sent may have been just under that and
+ * still refused).  Returns ATTND_EINVAL. */
+int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
+                     const char *type);
+
 /* One JSON number token at p (the JSON grammar exactly, no leading space):
  * the correctly rounded double, or the correctly rounded float32 (the
  * decimal rounded to nearest, not its double), refused when that float is

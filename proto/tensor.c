@@ -279,13 +279,23 @@ static int put_f32(fill_ctx *f, const cJSON *e) {
     proto__describe(e, what, sizeof what);
     return ERR("%s: expected a number at %s, got %s", f->t->name, at, what);
   }
-  double x = e->valuedouble;
-  if (!(fabs(x) <= FLT_MAX)) {
+  if (proto__json_f32(e, (float *)f->dst + f->pos)) {
+    char where[PROTO_ERR_MAX / 2];
     index_str(f->idx, f->t->rank, at, sizeof at);
-    return ERR("%s%s: %g is out of float32 range", f->t->name, at, x);
+    snprintf(where, sizeof where, "%s%s", f->t->name, at);
+    return proto__range_err(err, where, e->valuedouble, "float32");
   }
-  ((float *)f->dst)[f->pos++] = (float)x;
+  f->pos++;
   return 0;
+}
+
+double proto__json_num(const cJSON *j) {
+  double x = j->valuedouble;
+  return j->type & PROTO__NUM_BELOW_TIE ? nextafter(x, 0.0) : x;
+}
+
+int proto__json_f32(const cJSON *j, float *out) {
+  return proto__f64_to_f32(proto__json_num(j), out);
 }
 
 /* FP16 or BF16 given as a JSON number: one rounding from the double onto
@@ -300,11 +310,12 @@ static int put_half(fill_ctx *f, const cJSON *e) {
     proto__describe(e, what, sizeof what);
     return ERR("%s: expected a number at %s, got %s", f->t->name, at, what);
   }
-  double x = e->valuedouble;
+  double x = proto__json_num(e);
   if (bf ? proto__f64_to_bf16(x, &h) : proto__f64_to_f16(x, &h)) {
+    char where[PROTO_ERR_MAX / 2];
     index_str(f->idx, f->t->rank, at, sizeof at);
-    return ERR("%s%s: %g is out of %s range", f->t->name, at, x,
-               bf ? "BF16" : "FP16");
+    snprintf(where, sizeof where, "%s%s", f->t->name, at);
+    return proto__range_err(err, where, x, bf ? "BF16" : "FP16");
   }
   float *dst = (float *)f->dst + f->pos++;
   if (bf)
@@ -401,11 +412,15 @@ static const char *leaf_elem(fill_ctx *f, const char *p, const char *end) {
     ((uint8_t *)f->dst)[f->pos++] = x == 1;
     return q;
   case PROTO__KIND_BF16:
+    if (proto__num_below_tie(p, q, x)) /* just under BF16's top midpoint */
+      x = nextafter(x, 0.0);
     if (proto__f64_to_bf16(x, &h))
       return NULL;
     proto__bf16_to_f32(h, (float *)f->dst + f->pos++);
     return q;
   default:
+    if (proto__num_below_tie(p, q, x)) /* just under 65520 */
+      x = nextafter(x, 0.0);
     if (proto__f64_to_f16(x, &h))
       return NULL;
     proto__f16_to_f32(h, (float *)f->dst + f->pos++);

@@ -154,6 +154,7 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
     proto__describe(*root, what, sizeof what);
     return ERR("body must be a JSON object, got %s", what);
   }
+  proto__json_mark_ties(*root, c->body, end);
   return 0;
 }
 
@@ -257,12 +258,13 @@ static int param_scale(v2_ctx *c, const cJSON *j) {
     return ERR("parameters.scale: expected a number, got %s", what);
   }
   double x = j->valuedouble;
-  if (!(fabs(x) <= FLT_MAX))
-    return ERR("parameters.scale: %g is out of float32 range", x);
-  if ((float)x == 0.0f)
+  float f;
+  if (proto__json_f32(j, &f))
+    return proto__range_err(c->err, "parameters.scale", x, "float32");
+  if (f == 0.0f)
     return ERR("parameters.scale: must be non-zero%s",
                x != 0 ? " (underflows float32)" : "");
-  c->p->scale = (float)x;
+  c->p->scale = f;
   return 0;
 }
 

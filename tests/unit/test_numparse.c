@@ -890,11 +890,180 @@ START_TEST(what_only_cjson_accepts_still_decodes) {
 }
 END_TEST
 
+/* ---- the top of each float range --------------------------------------
+ *
+ * A decimal is in range exactly when it rounds (to nearest) to a finite
+ * value: below FLT_MAX + half an ulp (2^128 - 2^103), 65504 + 16 for FP16,
+ * BF16's largest + half its ulp.  FLT_MAX prints as 3.4028235e38, whose
+ * double is past FLT_MAX, and 3.4028235677973366e38, whose double is the
+ * midpoint itself; both are under it.  Every text goes into every float
+ * field of both codecs, through numscan (' ') and cJSON alone ('\x01'). */
+
+/* 2^128 - 2^103 and BF16's 2^128 - 2^119 - 2^120, exactly. */
+#define F32_MID "340282356779733661637539395458142568448"
+#define BF16_MID "339617752923046005526922703901628039168"
+
+/* v1 with t in query (nested), key (flat), bias and scale; v2 with t in
+ * an FP32 and an FP64 input's data, the bias and parameters.scale, and h
+ * in an FP16 value and b in a BF16 mask-free bias of their own. */
+static size_t top_body(char *o, size_t cap, int v2, const char *t,
+                       const char *h, const char *b) {
+  if (!v2)
+    return (size_t)snprintf(o, cap, " {\"query\":[[[%s,1]]],\"key\":"
+                            "{\"shape\":[1,1,2],\"data\":[1,%s]},\"value\":"
+                            "[[[%s]]],\"bias\":[[%s]],\"scale\":%s}", t, t,
+                            h ? h : "1", t, t);
+  return (size_t)snprintf(
+      o, cap, " {\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+      "\"shape\":[1,1,2],\"data\":[%s,1]},{\"name\":\"key\",\"datatype\":"
+      "\"FP64\",\"shape\":[1,1,2],\"data\":[1,%s]},{\"name\":\"value\","
+      "\"datatype\":\"FP16\",\"shape\":[1,1,1],\"data\":[%s]},{\"name\":"
+      "\"bias\",\"datatype\":\"%s\",\"shape\":[1,1],\"data\":[%s]}],"
+      "\"parameters\":{\"scale\":%s}}", t, t, h ? h : "1", b ? "BF16" : "FP32",
+      b ? b : t, t);
+}
+
+static void top_accepted(int v2, const char *t, float want, const char *h,
+                         float hwant, const char *b, float bwant) {
+  char body[1024];
+  for (int path = 0; path < 2; path++) {
+    size_t len = top_body(body, sizeof body, v2, t, h, b);
+    outcome x;
+    run(body, len, v2, path ? '\x01' : ' ', &x);
+    ck_assert_msg(x.rc == 0, "%s (v%d, %s): %s", t, v2 + 1,
+                  path ? "cJSON" : "numscan", x.err);
+    const attn_problem *p = &x.r.prob;
+    ck_assert_msg(p->q[0] == want && p->k[1] == want && p->scale == want &&
+                      p->bias[0] == (b ? bwant : want) &&
+                      p->v[0] == (h ? hwant : 1.0f),
+                  "%s (v%d, %s): %a %a %a %a %a", t, v2 + 1,
+                  path ? "cJSON" : "numscan", (double)p->q[0],
+                  (double)p->k[1], (double)p->scale, (double)p->bias[0],
+                  (double)p->v[0]);
+    proto_request_free(&x.r);
+  }
+}
+
+START_TEST(flt_max_text_is_accepted_everywhere) {
+  static const char *const under[] = {
+    "3.4028235e38", "3.4028235E+38", "34028235e31", "3.4028235677973366e38",
+    "340282356779733661637539395458142568447",
+    "3.40282356779733661637539395458142568447999e38",
+    "340282356779733661637539395458142568447.9999", "3.4028234663852886e38"};
+  char neg[64];
+  for (size_t i = 0; i < sizeof under / sizeof *under; i++) {
+    for (int v2 = 0; v2 < 2; v2++) {
+      top_accepted(v2, under[i], FLT_MAX, NULL, 0, NULL, 0);
+      snprintf(neg, sizeof neg, "-%s", under[i]);
+      top_accepted(v2, neg, -FLT_MAX, NULL, 0, NULL, 0);
+    }
+  }
+}
+END_TEST
+
+START_TEST(fp16_and_bf16_tops_are_accepted) {
+  static const char *const h16[] = {"65504", "65519.99", "65519.999999999999999999",
+                                    "6.5519999999999999999999e4"};
+  float bmax;
+  proto__bf16_to_f32(0x7f7f, &bmax);
+  static const char *const b16[] = {"3.3895314e38", "3.3961775e38",
+                                    "3.39617752923046e38",
+                                    "3.396177529230460055269227039016280391679e38", "339617752923046005526922703901628039167"};
+  char neg[64], nb[64];
+  for (size_t i = 0; i < sizeof h16 / sizeof *h16; i++) {
+    snprintf(neg, sizeof neg, "-%s", h16[i]);
+    snprintf(nb, sizeof nb, "-%s", b16[i]);
+    top_accepted(1, "1", 1, h16[i], 65504, b16[i], bmax);
+    top_accepted(1, "1", 1, neg, -65504, nb, -bmax);
+    top_accepted(0, "1", 1, NULL, 0, NULL, 0);
+  }
+  top_accepted(1, "1", 1, "1", 1, b16[4], bmax);
+}
+END_TEST
+
+/* text refused in every field of kind (0: float32, 1: FP16, 2: BF16),
+ * on both paths, with a message holding want. */
+static void top_refused(const char *t, int kind, const char *want) {
+  char body[1024];
+  static const char *const fields[2][4] = {
+    {"query[0][0][0]", "key[0][0][1]", "bias[0][0]", "scale"},
+    {"query[0][0][0]", "key[0][0][1]", "bias[0][0]", "parameters.scale"}};
+  for (int v2 = 0; v2 < (kind ? 1 : 2); v2++) {
+    for (int f = 0; f < (kind ? 1 : 4); f++) {
+      const char *q = f == 0 ? t : "1", *k = f == 1 ? t : "1";
+      const char *bi = f == 2 ? t : "1", *sc = f == 3 ? t : "1";
+      size_t len;
+      if (kind)
+        len = top_body(body, sizeof body, 1, "1", kind == 1 ? t : NULL,
+                       kind == 2 ? t : NULL);
+      else if (!v2)
+        len = (size_t)snprintf(body, sizeof body, " {\"query\":[[[%s,1]]],"
+                               "\"key\":{\"shape\":[1,1,2],\"data\":[1,%s]},"
+                               "\"value\":[[[1]]],\"bias\":[[%s]],\"scale\":"
+                               "%s}", q, k, bi, sc);
+      else
+        len = (size_t)snprintf(
+            body, sizeof body, " {\"inputs\":[{\"name\":\"query\","
+            "\"datatype\":\"FP32\",\"shape\":[1,1,2],\"data\":[%s,1]},"
+            "{\"name\":\"key\",\"datatype\":\"FP64\",\"shape\":[1,1,2],"
+            "\"data\":[1,%s]},{\"name\":\"value\",\"datatype\":\"FP32\","
+            "\"shape\":[1,1,1],\"data\":[1]},{\"name\":\"bias\",\"datatype\":"
+            "\"FP32\",\"shape\":[1,1],\"data\":[%s]}],\"parameters\":"
+            "{\"scale\":%s}}", q, k, bi, sc);
+      const char *name = kind == 1 ? "value[0][0][0]"
+                         : kind == 2 ? "bias[0][0]" : fields[v2][f];
+      char full[256];
+      snprintf(full, sizeof full, "%s: %s", name, want);
+      for (int path = 0; path < 2; path++) {
+        outcome x;
+        run(body, len, kind ? 1 : v2, path ? '\x01' : ' ', &x);
+        ck_assert_msg(x.rc == ATTND_EINVAL && strstr(x.err, full),
+                      "%s as %s (%s): rc %d '%s'", t, name,
+                      path ? "cJSON" : "numscan", x.rc, x.err);
+        if (x.rc == 0)
+          proto_request_free(&x.r);
+      }
+    }
+  }
+}
+
+START_TEST(past_the_midpoint_is_refused_with_the_value) {
+  static const char *const f32_tie =
+      " is out of float32 range (decimals from "
+      "3.40282356779733661637539395458142568448e38 on round to infinity; "
+      "the largest is 3.4028235e38)";
+  char m[300];
+  snprintf(m, sizeof m, "3.4028235677973366e+38%s", f32_tie);
+  top_refused(F32_MID, 0, m);
+  top_refused("3.40282356779733661637539395458142568448e38", 0, m);
+  top_refused("3.4028235677973367e38", 0, m);
+  top_refused("3.402823567797336616375393954581425684480000001e+38", 0, m);
+  snprintf(m, sizeof m, "-3.4028235677973366e+38%s", f32_tie);
+  top_refused("-" F32_MID, 0, m);
+  top_refused("3.4028236e38", 0, "3.4028236e+38 is out of float32 range "
+              "(the largest is 3.4028235e38)");
+  top_refused("1e39", 0, "1e+39 is out of float32 range (the largest is "
+              "3.4028235e38)");
+  top_refused("-1e39", 0, "-1e+39 is out of float32 range");
+  top_refused("65520", 1, "65520 is out of FP16 range (decimals from 65520 "
+              "on round to infinity; the largest is 65504)");
+  top_refused("-65520.0000000000000001", 1, "-65520 is out of FP16 range");
+  top_refused("65536", 1, "65536 is out of FP16 range (the largest is "
+              "65504)");
+  top_refused(BF16_MID, 2, "3.39617752923046e+38 is out of BF16 range "
+              "(decimals from 3.39617752923046005526922703901628039168e38 "
+              "on round to infinity; the largest is 3.3895314e38)");
+  top_refused("3.3961776e38", 2, "3.3961776e+38 is out of BF16 range "
+              "(the largest is 3.3895314e38)");
+}
+END_TEST
+
 /* Errors inside numscan's leaves carry the cJSON path's messages. */
 START_TEST(errors_in_leaves_keep_their_messages) {
   static const struct { const char *body, *msg; } cases[] = {
     {"{\"query\":[[[1,1e39]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
-     "query[0][0][1]: 1e+39 is out of float32 range"},
+     "query[0][0][1]: 1e+39 is out of float32 range (the largest is "
+     "3.4028235e38)"},
     {"{\"query\":[[[1,2]]],\"key\":[[[1,true]]],\"value\":[[[1]]]}",
      "key: expected a number at [0][0][1], got true"},
     {"{\"query\":[[[1,2],[3]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
@@ -1124,6 +1293,9 @@ static Suite *numparse_suite(void) {
   tcase_add_test(tc, what_only_cjson_accepts_still_decodes);
   tcase_add_test(tc, long_leaves_with_a_stop_byte_anywhere);
   tcase_add_test(tc, errors_in_leaves_keep_their_messages);
+  tcase_add_test(tc, flt_max_text_is_accepted_everywhere);
+  tcase_add_test(tc, fp16_and_bf16_tops_are_accepted);
+  tcase_add_test(tc, past_the_midpoint_is_refused_with_the_value);
   tcase_add_test(tc, comma_count_matches_the_bytewise_one);
   suite_add_tcase(s, tc);
   tc = tcase_create("print");
