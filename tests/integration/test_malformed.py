@@ -400,6 +400,55 @@ class MalformedTest(harness.ServerTestCase):
                           want=413)
         self.assert_valid_still_served()
 
+    def test_flt_max_as_printed_reads_back(self):
+        # attnd prints FLT_MAX as its shortest float32 text, 3.4028235e38;
+        # that decimal is past FLT_MAX as a double but rounds to FLT_MAX,
+        # so the answer's own text must be accepted as input again
+        body = ('{"query":[[[0,0]]],"key":[[[0,0]]],'
+                '"value":[[[3.4028235e38,-3.4028235e38]]]}')
+        status, _, data = self.post(body.encode())
+        self.assertEqual(status, 200, data[:300])
+        raw = data.decode()
+        at = raw.index('"output":') + len('"output":')
+        out = raw[at:raw.index("]]]", at) + 3]
+        self.assertEqual(out, "[[[3.4028235e38,-3.4028235e38]]]")
+        for again in (
+                '{"query":[[[0,0]]],"key":[[[0,0]]],"value":%s,'
+                '"scale":3.4028235e38,"bias":[[-3.4028235e38]]}' % out,
+                '{"query":[[[0,0]]],"key":[[[0,0]]],"value":{"shape":[1,1,2],'
+                '"data":%s}}' % out.replace("[", "").replace("]", "").join("[]")):
+            status, _, data = self.post(again.encode())
+            self.assertEqual(status, 200, data[:300])
+            self.assertIn(b"3.4028235e38,-3.4028235e38", data)
+        v2 = ('{"inputs":[{"name":"query","datatype":"FP32","shape":[1,1,2],'
+              '"data":[0,0]},{"name":"key","datatype":"FP64","shape":[1,1,2],'
+              '"data":[0,3.4028235e38]},{"name":"value","datatype":"FP32",'
+              '"shape":[1,1,2],"data":%s}],"parameters":{"scale":'
+              '-3.4028235e38}}' % out)
+        status, _, data = self.srv.request(
+            "POST", "/v2/models/attention/infer", v2.encode(),
+            {"Content-Type": "application/json"})
+        self.assertEqual(status, 200, data[:300])
+        self.assertIn(b"3.4028235e38,-3.4028235e38", data)
+
+    def test_past_flt_max_is_refused_showing_the_value(self):
+        for text, shown in (
+                ("3.4028236e38", "3.4028236e+38 is out of float32 range "
+                 "(the largest is 3.4028235e38)"),
+                ("340282356779733661637539395458142568448",
+                 "3.4028235677973366e+38 is out of float32 range (decimals "
+                 "from 3.40282356779733661637539395458142568448e38 on round "
+                 "to infinity")):
+            for field, body in (
+                    ("value[0][0][0]", '{"query":[[[0,0]]],"key":[[[0,0]]],'
+                     '"value":[[[%s]]]}' % text),
+                    ("scale", '{"query":[[[0,0]]],"key":[[[0,0]]],'
+                     '"value":[[[1]]],"scale":%s}' % text)):
+                status, _, data = self.post(body.encode())
+                self.assert_error(field, status, data,
+                                  ("%s: %s" % (field, shown),), want=400)
+        self.assert_valid_still_served()
+
     def test_messages_echo_client_text_safely(self):
         # a field name with quotes, control characters and invalid UTF-8
         status, _, data = self.post(b'{"a\\"b\\u0001\xff": 1}')
