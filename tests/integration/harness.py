@@ -19,6 +19,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -109,6 +110,25 @@ class Attnd:
     def get(self, path):
         status, hdrs, data = self.request("GET", path)
         return status, hdrs, data
+
+    def stream_endless_chunks(self, path, limit=64 << 20):
+        """POSTs a chunked body of blanks that would never end (up to limit
+        bytes); returns the bytes sent before the server cut the
+        connection, or None when it read them all."""
+        s = socket.create_connection((self.host, self.port), timeout=60)
+        sent = 0
+        try:
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n" % path.encode())
+            chunk = b"10000\r\n" + b" " * 65536 + b"\r\n"
+            while sent < limit:
+                s.sendall(chunk)
+                sent += 65536
+        except (BrokenPipeError, ConnectionResetError):
+            return sent
+        finally:
+            s.close()
+        return None
 
     def stop(self, sig=signal.SIGTERM, timeout=None):
         """Sends sig and waits; returns the exit code."""
