@@ -114,7 +114,8 @@ int proto_v1_encode(const proto_request *req, char **body, size_t *len);
  * byte of their requests and answers, are proto's. */
 
 /* Looks a model up by the {m} and optional {v} of a /v2/models path
- * (version NULL when the path has none; "1" is the only version).
+ * (version NULL when the path has none; "1" is the only version, and
+ * "01" the same, as Triton reads the segment as an integer).
  * Returns the enum proto_model, or ATTND_ENOTFOUND with a message in err
  * ("unknown model 'x' (models: attention, additive_attention)"). */
 int proto_v2_model_find(const char *name, const char *version,

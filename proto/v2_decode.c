@@ -210,6 +210,28 @@ static int no_duplicate(v2_ctx *c, const cJSON *obj,
   return 0;
 }
 
+/* ERR when params (an input's or output's parameters, or NULL) asks for
+ * a Triton extension attnd does not serve: silently ignoring it would
+ * answer something other than what was asked (a plain tensor instead of
+ * the top-N classes; a tensor read from, or written to, a shared memory
+ * region that attnd never touches).  GET /v2 lists what is served. */
+static int unsupported_param(v2_ctx *c, const cJSON *params,
+                             const char *where, int pos) {
+  static const char *const names[] = {"classification",
+                                      "shared_memory_region",
+                                      "shared_memory_byte_size",
+                                      "shared_memory_offset"};
+  char at[48];
+  for (int i = 0; params && i < 4; i++)
+    if (cJSON_GetObjectItemCaseSensitive(params, names[i])) {
+      snprintf(at, sizeof at, where, pos);
+      return ERR("%s.%s: not supported (attnd serves the binary_tensor_data,"
+                 " parameters, model_configuration and statistics "
+                 "extensions)", at, names[i]);
+    }
+  return 0;
+}
+
 static const char *const param_names[] = {
   "causal", "scale", "binary_data_output", "dropout_p", "seed",
   "window_left", "window_right", "timeout"};
@@ -344,6 +366,8 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
       return ERR("outputs[%d]: output '%s' requested twice", i, got);
   if (params && !cJSON_IsObject(params))
     return ERR("outputs[%d].parameters: expected an object", i);
+  if ((rc = unsupported_param(c, params, "outputs[%d].parameters", i)))
+    return rc;
   if (bd && !cJSON_IsBool(bd))
     return ERR("outputs[%d].parameters.binary_data: expected true or "
                "false", i);
@@ -443,8 +467,10 @@ static int input_data(v2_ctx *c, int in, const cJSON *obj) {
   double x;
   if (params && !cJSON_IsObject(params))
     return ERR("%s: \"parameters\" must be an object", name);
-  if (params && no_duplicate(c, params, binary_data_size, 1,
-                             "inputs[%d].parameters", c->in[in].pos))
+  if (params && (no_duplicate(c, params, binary_data_size, 1,
+                              "inputs[%d].parameters", c->in[in].pos) ||
+                 unsupported_param(c, params, "inputs[%d].parameters",
+                                   c->in[in].pos)))
     return ATTND_EINVAL;
   if (params)
     bs = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");

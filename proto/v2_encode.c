@@ -26,13 +26,21 @@ static const char *const output_names[PROTO_OUT_COUNT] = {
 /* Floats written per reserve, so a reserve never spans a large tensor. */
 #define F32_CHUNK 4096
 
+/* Triton reads a version segment as an integer ([0-9]+), so "01" is
+ * version 1 as well. */
+static int version_is_one(const char *v) {
+  while (*v == '0')
+    v++;
+  return !strcmp(v, MODEL_VERSION);
+}
+
 int proto_v2_model_find(const char *name, const char *version,
                         char err[PROTO_ERR_MAX]) {
   char got[48];
   for (int m = 0; m < PROTO_MODEL_COUNT; m++) {
     if (strcmp(name, model_names[m]))
       continue;
-    if (!version || !strcmp(version, MODEL_VERSION))
+    if (!version || version_is_one(version))
       return m;
     proto__quote_name(version, got, sizeof got);
     snprintf(err, PROTO_ERR_MAX, "model '%s' has no version '%s' "

@@ -156,6 +156,7 @@ class EndpointTest(V2Case):
 
     def test_model_ready(self):
         for path in ("/v2/models/attention/ready", "/v2/models/attention/versions/1/ready",
+                     "/v2/models/attention/versions/01/ready",
                      "/v2/models/additive_attention/ready"):
             status, _, body = self.srv.get(path)
             self.assertEqual(status, 200, path)

@@ -453,6 +453,31 @@ START_TEST(fields_given_twice_are_refused_at_every_level) {
 }
 END_TEST
 
+/* Triton extensions attnd does not serve are refused by name, not
+ * ignored: the answer would not be what was asked for. */
+START_TEST(extensions_attnd_lacks_are_refused) {
+  static const struct { const char *json, *want; } cases[] = {
+    {"{\"outputs\":[{\"name\":\"output\",\"parameters\":"
+     "{\"classification\":2}}],\"inputs\":[" IN_Q "," IN_K "," IN_V "]}",
+     "outputs[0].parameters.classification: not supported"},
+    {"{\"outputs\":[{\"name\":\"output\"},{\"name\":\"weights\","
+     "\"parameters\":{\"shared_memory_region\":\"r\","
+     "\"shared_memory_byte_size\":24}}],\"inputs\":[" IN_Q "," IN_K ","
+     IN_V "]}",
+     "outputs[1].parameters.shared_memory_region: not supported"},
+    {"{\"inputs\":[" IN_Q "," IN_K ",{\"name\":\"value\",\"datatype\":"
+     "\"FP32\",\"shape\":[1,3,2],\"parameters\":{\"shared_memory_region\":"
+     "\"r\",\"shared_memory_byte_size\":24}}]}",
+     "inputs[2].parameters.shared_memory_region: not supported"},
+  };
+  body b;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    body_json(&b, cases[i].json);
+    BAD(&b, NULL, cases[i].want);
+  }
+}
+END_TEST
+
 START_TEST(additive_model_needs_its_weights) {
   body b;
   proto_request r;
@@ -911,6 +936,15 @@ START_TEST(models_and_metadata) {
   ck_assert_int_eq(proto_v2_model_find("attention", "2", err),
                    ATTND_ENOTFOUND);
   ck_assert_ptr_nonnull(strstr(err, "no version '2'"));
+  /* the segment is an integer to Triton: 01 is 1; 10, 0 and 1x are not */
+  ck_assert_int_eq(proto_v2_model_find("attention", "01", err),
+                   PROTO_MODEL_ATTENTION);
+  ck_assert_int_eq(proto_v2_model_find("attention", "10", err),
+                   ATTND_ENOTFOUND);
+  ck_assert_int_eq(proto_v2_model_find("attention", "0", err),
+                   ATTND_ENOTFOUND);
+  ck_assert_int_eq(proto_v2_model_find("attention", "1x", err),
+                   ATTND_ENOTFOUND);
   ck_assert_int_eq(proto_v2_model_find("bert", NULL, err), ATTND_ENOTFOUND);
   ck_assert_ptr_nonnull(strstr(err, "unknown model 'bert'"));
   ck_assert_int_eq(proto_v2_server_metadata("9.9", &out, &len), 0);
@@ -1207,6 +1241,7 @@ static Suite *v2_suite(void) {
     {"json", {json_request_decodes, json_fp16_values_are_rounded_to_fp16,
               json_errors_name_the_input,
               fields_given_twice_are_refused_at_every_level,
+              extensions_attnd_lacks_are_refused,
               additive_model_needs_its_weights,
               budget_applies_to_v2}},
     {"binary", {binary_request_decodes_and_encodes, binary_layout_errors,
