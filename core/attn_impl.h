@@ -328,16 +328,17 @@ void attn__write_row_avx2(float *w, int lk, int klo, int khi,
                           const float *s, float inv, int stream);
 void attn__write_row_avx512(float *w, int lk, int klo, int khi,
                             const float *s, float inv);
-void attn__scale_sanitize_avx512(float *dst, const float *src, int n,
-                                 float g);
+int attn__scale_sanitize_avx512(float *dst, const float *src, int n,
+                                float g);
 int attn__softmax_span_avx512(float *s, int n, int a, int z, float floor,
                               float *m_out, float *sum);
 void attn__sfence_avx2(void);
 #endif
 
 /* dst[c] = src[c] * g with +-inf clamped to +-FLT_MAX and NaN as 0;
- * dst may be src. */
-void attn__scale_sanitize(float *dst, const float *src, int n, float g);
+ * dst may be src.  Returns 1 when every product was finite, 0 when one
+ * was clipped (how the paths notice that a sum overflowed). */
+int attn__scale_sanitize(float *dst, const float *src, int n, float g);
 
 /* One row of returned weights: w[0, klo) = 0, w[klo, khi) = s * inv,
  * w[khi, lk) = 0.  stream != 0 asks for streaming (non-temporal) stores

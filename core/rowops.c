@@ -163,17 +163,23 @@ void attn__write_weights_done(int stream) {
   (void)stream;
 }
 
+/* Whether a product was inf or NaN is an integer compare on its
+ * magnitude bits OR-ed into one flag: no branch, so the loop still
+ * vectorizes. */
 ATTN__VEC_CLONES
-static void scale_sanitize(float *dst, const float *src, int n, float g) {
-  for (int c = 0; c < n; c++) dst[c] = attn__sanitize(src[c] * g);
+static int scale_sanitize(float *dst, const float *src, int n, float g) {
+  uint32_t clipped = 0;
+  for (int c = 0; c < n; c++) {
+    float x = src[c] * g;
+    clipped |= (attn__f2u(x) & 0x7fffffffu) >= 0x7f800000u;
+    dst[c] = attn__sanitize(x);
+  }
+  return clipped == 0;
 }
 
-void attn__scale_sanitize(float *dst, const float *src, int n, float g) {
+int attn__scale_sanitize(float *dst, const float *src, int n, float g) {
 #if ATTN__HAVE_AVX2_FMA
-  if (attn__use_avx512()) {
-    attn__scale_sanitize_avx512(dst, src, n, g);
-    return;
-  }
+  if (attn__use_avx512()) return attn__scale_sanitize_avx512(dst, src, n, g);
 #endif
-  scale_sanitize(dst, src, n, g);
+  return scale_sanitize(dst, src, n, g);
 }

@@ -1622,7 +1622,9 @@ START_TEST(test_avx512_row_helpers_match_the_others) {
       s[c] = rng_int(&r, 9) ? rng_sym(&r, 3e38f) : odd[c % 3];
       u[c] = -1.0f;
     }
-    attn__scale_sanitize_avx512(u, s, n, g);
+    int finite = 1;
+    for (int c = 0; c < n; c++) finite &= isfinite(s[c] * g) != 0;
+    ck_assert_int_eq(attn__scale_sanitize_avx512(u, s, n, g), finite);
     for (int c = 0; c < N; c++) {
       float want = c < n ? attn__sanitize(s[c] * g) : -1.0f;
       EXPECT(memcmp(&u[c], &want, sizeof want) == 0,
