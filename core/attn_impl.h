@@ -379,6 +379,15 @@ void attn__gemm_nn_avx512(int m, int n, int k, const float *a, int lda,
                           int ldc);
 #endif
 
+/* Overflowed outputs (rescale.c).  attn__value_scale is the power of two
+ * g <= 1 by which a task's probabilities are scaled when it runs again
+ * after its sums over keys [j0, j1) overflowed: small enough that
+ * (j1 - j0) max|v| g, with dropout's 1/(1-p), stays below 2^126.
+ * attn__scale_floats multiplies x[0, n) by g. */
+float attn__value_scale(const attn_problem *p, const attn__task *t, int j0,
+                        int j1);
+void attn__scale_floats(float *x, size_t n, float g);
+
 /* The two paths, one task each. */
 void attn__task_weights(const attn_problem *p, const attn__task *t,
                         float *out, float *weights, char *scratch,

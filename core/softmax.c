@@ -7,7 +7,9 @@
  * weights P / sum are written to the caller's buffer once, together with
  * the zeros around [klo, khi).  Nothing is read back from the weights
  * buffer, so a large one is written without being read (streaming
- * stores where the CPU has them).
+ * stores where the CPU has them).  When P V overflows (huge values: see
+ * rescale.c) the chunk's output is computed once more from P scaled by a
+ * power of two, after the weights have gone out.
  *
  * Keys outside a row's span (valid_lens, causal, window) get weight 0
  * directly; keys inside it that the mask forbids hold -FLT_MAX as scores
@@ -92,18 +94,46 @@ static void chunk_scores(const attn_problem *p, const attn__task *t,
 }
 
 /* Output rows: o * inv[r], +-inf clamped, NaN as 0; rows without keys
- * are +0. */
-static void finish_out(const attn_problem *p, const attn__task *t,
-                       const float *inv, float *o) {
-  int dv = p->Dv;
+ * are +0.  Returns 0 when a row had to be clamped. */
+static int finish_out(const attn_problem *p, const attn__task *t,
+                      const float *inv, float *o) {
+  int dv = p->Dv, finite = 1;
   for (int r = 0; r < t->rows; r++) {
     float *orow = o + (size_t)r * dv;
     if (inv[r] == 0.0f) {
       zero(orow, (size_t)dv);
       continue;
     }
-    attn__scale_sanitize(orow, orow, dv, inv[r]);
+    finite &= attn__scale_sanitize(orow, orow, dv, inv[r]);
   }
+  return finite;
+}
+
+/* o = P V (dropped when dropout is on), row r scaled by inv[r]; returns 0
+ * when P V overflowed somewhere (rescale.c). */
+static int chunk_out(const attn_problem *p, const attn__task *t,
+                     const float *s, int klo, int khi, const float *inv,
+                     float *o, char *scratch, const attn__scratch *lay) {
+  int n = khi - klo;
+  if (p->dropout_p > 0.0f)
+    dropped_times_v(p, t, s, klo, khi, (float *)(scratch + lay->drop), o,
+                    lay);
+  else
+    p_times_v(p, t, s, n, klo, n, 0.0f, o, lay);
+  return finish_out(p, t, inv, o);
+}
+
+/* chunk_out again after an overflow, with P scaled by g and the row
+ * factors by 1/g (both exact); destroys P and inv.  A clamp now is a true
+ * output beyond float range, which dropout's 1/(1-p) allows. */
+static void chunk_out_rescaled(const attn_problem *p, const attn__task *t,
+                               float *s, int klo, int khi, float *inv,
+                               float *o, char *scratch,
+                               const attn__scratch *lay) {
+  float g = attn__value_scale(p, t, klo, khi);
+  attn__scale_floats(s, (size_t)t->rows * (khi - klo), g);
+  for (int r = 0; r < t->rows; r++) inv[r] *= 1.0f / g;
+  (void)chunk_out(p, t, s, klo, khi, inv, o, scratch, lay);
 }
 
 /* Weights rows: 0 before klo and from khi on, P * inv[r] between. */
@@ -144,17 +174,15 @@ static void chunk_weights(const attn_problem *p, const attn__task *t,
     inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
     any |= sum > 0.0f;
   }
-  if (!any) {
+  int finite = 1;
+  if (!any)
     zero(o, (size_t)t->rows * p->Dv);
-  } else {
-    if (p->dropout_p > 0.0f)
-      dropped_times_v(p, t, s, klo, khi, (float *)(scratch + lay->drop), o,
-                      lay);
-    else
-      p_times_v(p, t, s, n, klo, n, 0.0f, o, lay);
-    finish_out(p, t, inv, o);
-  }
+  else
+    finite = chunk_out(p, t, s, klo, khi, inv, o, scratch, lay);
+  /* The weights go out from the unscaled P, so they are the same bits
+   * whether or not the output has to be redone. */
   write_weights(p, t, s, klo, khi, inv, w, lay);
+  if (!finite) chunk_out_rescaled(p, t, s, klo, khi, inv, o, scratch, lay);
 }
 
 void attn__task_weights(const attn_problem *p, const attn__task *t,
