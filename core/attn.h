@@ -32,7 +32,10 @@
  * A disallowed score is the most negative finite float, so its weight is
  * exactly 0.  A row with no allowed key has all-zero weights and an all-zero
  * output row.  Softmax subtracts the row maximum: no finite input yields
- * NaN or Inf.
+ * NaN or Inf.  Nor does the output overflow on the way: it is the
+ * weighted mean of value rows even when Lk max|v| is beyond FLT_MAX (only
+ * dropout's 1/(1-p) can take a true output past FLT_MAX, and then it is
+ * clamped to +-FLT_MAX).
  *
  * Dropout (dropout_p > 0): each weight is kept with probability 1 - p and
  * survivors are scaled by 1 / (1 - p); the decision for (b, h, i, j) is a

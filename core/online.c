@@ -3,7 +3,9 @@
  * block it keeps per row the running maximum m, the running sum l of
  * exp(s - m) and the accumulator acc = sum exp(s - m) v, rescaling l and
  * acc by exp(m_old - m_new) when the maximum grows.  The output row is
- * acc / l, or 0 when l stayed 0 (no allowed key).
+ * acc / l, or 0 when l stayed 0 (no allowed key).  A task whose acc
+ * overflowed (huge values: see rescale.c) runs once more with every block's
+ * probabilities scaled by a power of two.
  *
  * Key blocks are skipped without computing scores when no row of the task
  * may see any key in them (outside every row's interval from valid_lens,
@@ -15,6 +17,7 @@ typedef struct online_state {
   float *flags, *s, *acc, *m, *l, *alpha;
   int *lo, *hi;
   attn__span *span;
+  float g;            /* probabilities' factor: 1, or rescale.c's 2^-k */
 } online_state;
 
 static void state_of(char *scratch, const attn__scratch *lay,
@@ -104,21 +107,45 @@ static int run_block(const attn_problem *p, const attn__task *t,
   attn__scores(p, t, j0, n, st->s, n, scratch, lay);
   for (int r = 0; r < t->rows; r++) block_row_update(p, t, st, r, j0, n);
   if (p->dropout_p > 0.0f) block_dropout(p, t, st->s, j0, n);
+  if (st->g != 1.0f)
+    attn__scale_floats(st->s, (size_t)t->rows * n, st->g);
   block_accumulate(p, t, st, j0, n, first, lay);
   return 1;
 }
 
-static void write_out(const attn_problem *p, const attn__task *t,
-                      const online_state *st, float *o) {
-  int dv = p->Dv;
+/* Output rows acc / (l g); returns 0 when a row had to be clamped, which
+ * with g = 1 means acc overflowed (rescale.c). */
+static int write_out(const attn_problem *p, const attn__task *t,
+                     const online_state *st, float *o) {
+  int dv = p->Dv, finite = 1;
+  float back = 1.0f / st->g; /* exact: g is a power of two */
   for (int r = 0; r < t->rows; r++) {
     float *orow = o + (size_t)r * dv;
     const float *acc = st->acc + (size_t)r * dv;
     if (st->l[r] > 0.0f) {
-      attn__scale_sanitize(orow, acc, dv, 1.0f / st->l[r]);
+      finite &= attn__scale_sanitize(orow, acc, dv, 1.0f / st->l[r] * back);
     } else {
       memset(orow, 0, (size_t)dv * sizeof *orow);
     }
+  }
+  return finite;
+}
+
+/* Every key block of [klo, khi) with probabilities times g. */
+static void run_pass(const attn_problem *p, const attn__task *t,
+                     online_state *st, int klo, int khi, float g,
+                     char *scratch, const attn__scratch *lay) {
+  for (int r = 0; r < t->rows; r++) {
+    st->m[r] = -FLT_MAX;
+    st->l[r] = 0.0f;
+  }
+  st->g = g;
+  /* acc is written by the first computed block; write_out reads it only
+   * for rows whose sum l grew, which only a computed block does. */
+  int first = 1;
+  for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
+    int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
+    if (run_block(p, t, st, j0, n, first, scratch, lay)) first = 0;
   }
 }
 
@@ -129,16 +156,11 @@ void attn__task_online(const attn_problem *p, const attn__task *t,
   int klo, khi;
   state_of(scratch, lay, &st);
   attn__row_intervals(p, t, st.lo, st.hi, &klo, &khi);
-  for (int r = 0; r < t->rows; r++) {
-    st.m[r] = -FLT_MAX;
-    st.l[r] = 0.0f;
-  }
-  /* acc is written by the first computed block; write_out reads it only
-   * for rows whose sum l grew, which only a computed block does. */
-  int first = 1;
-  for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
-    int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
-    if (run_block(p, t, &st, j0, n, first, scratch, lay)) first = 0;
-  }
-  write_out(p, t, &st, out + row0 * p->Dv);
+  run_pass(p, t, &st, klo, khi, 1.0f, scratch, lay);
+  if (write_out(p, t, &st, out + row0 * p->Dv)) return;
+  /* acc overflowed: the whole task again with scaled probabilities; a
+   * clamp now is a true output beyond float range (dropout) */
+  run_pass(p, t, &st, klo, khi, attn__value_scale(p, t, klo, khi), scratch,
+           lay);
+  (void)write_out(p, t, &st, out + row0 * p->Dv);
 }
