@@ -236,6 +236,23 @@ class NumericTest(harness.ServerTestCase):
         for x in flatten(resp["output"]) + flatten(resp["weights"]):
             self.assertTrue(math.isfinite(x))
 
+    def test_huge_values_average_without_overflow(self):
+        # The output is a weighted mean of value rows, no larger than the
+        # largest value, though the sums behind it reach Lk * max|v|.
+        for values in ([2e38, 2e38], [3e38, 3e38, -3e38, -3e38], [1e36] * 400,
+                       [1e37] * 40, [-3e38] * 3):
+            req = {"query": [[[0.0]]], "key": [[[0.0]] * len(values)],
+                   "value": [[[x] for x in values]]}
+            self.run_case(req)
+        # grouped heads, per-item lengths (0 gives empty rows), one sign so
+        # that no cancellation hides an error
+        rng = random.Random(27)
+        req = rand_request(27, B=2, H=2, Hkv=1, Lq=3, Lk=600, D=4, Dv=2)
+        req["value"] = [[[[rng.uniform(1e37, 3e38) for _ in range(2)]
+                          for _ in range(600)]] for _ in range(2)]
+        req["valid_lens"] = [600, 0]
+        self.run_case(req)
+
 
 if __name__ == "__main__":
     harness.main()

@@ -225,9 +225,12 @@ static int ref_keep(const attn_problem *p, int b, int h, int i, int j) {
   return u >= (double)p->dropout_p;
 }
 
-/* One query row: weights w (Lk) and output o (Dv); returns allowed count. */
-static int ref_row(const attn_problem *p, int b, int h, int i, double *w,
-                   double *o) {
+/* One query row: weights w (Lk) and output o (Dv); returns allowed count.
+ * mag (Dv), when not NULL, gets sum_j |w_j v_j| with the dropped weights:
+ * the size of the terms, which bounds what float rounding can cost an
+ * output whose values are far from unit scale. */
+static int ref_row_mag(const attn_problem *p, int b, int h, int i, double *w,
+                       double *o, double *mag) {
   int kvh = h / (p->H / p->Hkv), n = 0;
   double mx = -INFINITY, sum = 0.0;
   for (int j = 0; j < p->Lk; j++) {
@@ -240,6 +243,7 @@ static int ref_row(const attn_problem *p, int b, int h, int i, double *w,
   for (int j = 0; j < p->Lk; j++)
     if (ref_allowed(p, b, h, i, j)) sum += (w[j] = exp(w[j] - mx));
   for (int d = 0; d < p->Dv; d++) o[d] = 0.0;
+  for (int d = 0; mag && d < p->Dv; d++) mag[d] = 0.0;
   if (n == 0) return 0;
   for (int j = 0; j < p->Lk; j++) {
     w[j] /= sum;
@@ -248,8 +252,14 @@ static int ref_row(const attn_problem *p, int b, int h, int i, double *w,
       wd = ref_keep(p, b, h, i, j) ? wd / (1.0 - p->dropout_p) : 0.0;
     const float *v = p->v + (((size_t)b * p->Hkv + kvh) * p->Lk + j) * p->Dv;
     for (int d = 0; d < p->Dv; d++) o[d] += wd * v[d];
+    for (int d = 0; mag && d < p->Dv; d++) mag[d] += fabs(wd * v[d]);
   }
   return n;
+}
+
+static int ref_row(const attn_problem *p, int b, int h, int i, double *w,
+                   double *o) {
+  return ref_row_mag(p, b, h, i, w, o, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -263,9 +273,12 @@ static size_t w_len(const attn_problem *p) {
   return (size_t)p->B * p->H * p->Lq * p->Lk;
 }
 
+/* mag, when not NULL, widens the output tolerance by 1e-5 sum_j |w_j v_j|
+ * (ref_row_mag), for values far from unit scale. */
 static void check_row(const attn_problem *p, const char *what, int b, int h,
                       int i, int n, const double *rw, const double *ro,
-                      const float *w, const float *o1, const float *o2) {
+                      const double *mag, const float *w, const float *o1,
+                      const float *o2) {
   double sum = 0.0;
   for (int j = 0; j < p->Lk; j++) {
     int ok = ref_allowed(p, b, h, i, j);
@@ -281,7 +294,7 @@ static void check_row(const attn_problem *p, const char *what, int b, int h,
     EXPECT(fabs(sum - 1.0) <= 1e-5, "%s: row (%d,%d,%d) sums to %.9g",
                   what, b, h, i, sum);
   for (int d = 0; d < p->Dv; d++) {
-    double tol = 1e-5 + 1e-5 * fabs(ro[d]);
+    double tol = 1e-5 + 1e-5 * fabs(ro[d]) + (mag ? 1e-5 * mag[d] : 0.0);
     if (n == 0)
       EXPECT(o1[d] == 0.0f && o2[d] == 0.0f,
                     "%s: empty row (%d,%d,%d) output %g / %g", what, b, h, i,
@@ -297,15 +310,17 @@ static void check_row(const attn_problem *p, const char *what, int b, int h,
 
 /* Runs both paths and compares every row with the reference; returns the
  * number of rows that had no allowed key (so callers can insist that
- * their case exercised them). */
-static int compare_with_ref(const attn_problem *p, const char *what) {
+ * their case exercised them).  scaled != 0 measures output errors against
+ * the size of the terms (check_row's mag). */
+static int compare_ref(const attn_problem *p, const char *what, int scaled) {
   float *o1 = malloc(out_len(p) * sizeof *o1);
   float *o2 = malloc(out_len(p) * sizeof *o2);
   float *w = malloc(w_len(p) * sizeof *w);
   double *rw = malloc((size_t)p->Lk * sizeof *rw);
   double *ro = malloc((size_t)p->Dv * sizeof *ro);
+  double *mag = malloc((size_t)p->Dv * sizeof *mag);
   int empty = 0;
-  ck_assert(o1 && o2 && w && rw && ro);
+  ck_assert(o1 && o2 && w && rw && ro && mag);
   /* NaN everywhere first: attnd hands the core unzeroed buffers, so an
    * element the core does not write must fail the comparison */
   memset(o1, 0xff, out_len(p) * sizeof *o1);
@@ -317,13 +332,17 @@ static int compare_with_ref(const attn_problem *p, const char *what) {
     for (int h = 0; h < p->H; h++)
       for (int i = 0; i < p->Lq; i++) {
         size_t row = ((size_t)b * p->H + h) * p->Lq + i;
-        int n = ref_row(p, b, h, i, rw, ro);
+        int n = ref_row_mag(p, b, h, i, rw, ro, mag);
         empty += n == 0;
-        check_row(p, what, b, h, i, n, rw, ro, w + row * p->Lk,
-                  o1 + row * p->Dv, o2 + row * p->Dv);
+        check_row(p, what, b, h, i, n, rw, ro, scaled ? mag : NULL,
+                  w + row * p->Lk, o1 + row * p->Dv, o2 + row * p->Dv);
       }
-  free(o1); free(o2); free(w); free(rw); free(ro);
+  free(o1); free(o2); free(w); free(rw); free(ro); free(mag);
   return empty;
+}
+
+static int compare_with_ref(const attn_problem *p, const char *what) {
+  return compare_ref(p, what, 0);
 }
 
 static const shape full_shapes[] = {
@@ -873,6 +892,157 @@ START_TEST(test_random_problems_match_reference) {
     compare_with_ref(&c.p, label);
     free_case(&c);
   }
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Values far beyond unit scale.  The output is a convex combination of
+ * value rows (times 1/(1-p) under dropout), so it is no larger than the
+ * largest value even when Lk * max|v| is far beyond FLT_MAX; sums of
+ * unnormalised terms must not overflow on the way.  Outputs are measured
+ * against the size of their terms (compare_ref scaled). */
+
+/* Values of random sign (or all positive) with magnitudes spread
+ * log-uniformly over [lo, hi]. */
+static void set_values(tcase *c, rng *r, double lo, double hi, int signs) {
+  const attn_problem *p = &c->p;
+  size_t n = (size_t)p->B * p->Hkv * p->Lk * p->Dv;
+  for (size_t i = 0; i < n; i++) {
+    double m = exp(log(lo) + (log(hi) - log(lo)) * rng_unit(r));
+    c->v[i] = (float)(signs && rng_int(r, 2) ? -m : m);
+  }
+}
+
+/* Lk keys at score 0 with every value x (or pattern's values, one a
+ * key): uniform weights, so the output is the mean.  Besides 1e-5, the
+ * tolerance allows the textbook bound Lk 2^-24 |x| of a sum of Lk float
+ * terms taken one after another, which is how the products accumulate
+ * over keys: 4000 equal terms drift by about 4e-5 relative at any scale
+ * (0.1 too), by rounding and not by overflow. */
+static void uniform_keys(int lk, const float *pattern, float x, double want) {
+  float q[1] = {0}, o1[1], o2[1];
+  float *k = calloc((size_t)lk, sizeof *k), *v = malloc((size_t)lk * 4);
+  float *w = malloc((size_t)lk * 4);
+  attn_problem p;
+  for (int j = 0; j < lk; j++) v[j] = pattern ? pattern[j] : x;
+  attn_problem_init(&p);
+  p.B = 1; p.Lq = 1; p.Lk = lk; p.D = p.Dk = 1; p.Dv = 1;
+  p.q = q; p.k = k; p.v = v; p.scale = 1.0f;
+  run_both(&p, o1, w, o2);
+  for (int j = 0; j < lk; j++)
+    EXPECT(fabs(w[j] - 1.0 / lk) <= 1e-7, "Lk %d: w[%d] = %g", lk, j, w[j]);
+  double tol = 1e-5 * (fabs(want) + fabs(x)) + lk * 0x1p-24 * fabs(x);
+  EXPECT(fabs(o1[0] - want) <= tol, "Lk %d x %g: weights path %.9g, want %g",
+         lk, x, o1[0], want);
+  EXPECT(fabs(o2[0] - want) <= tol, "Lk %d x %g: online path %.9g, want %g",
+         lk, x, o2[0], want);
+  free(k); free(v); free(w);
+}
+
+START_TEST(test_huge_equal_values_average_to_themselves) {
+  static const float signs4[4] = {3e38f, 3e38f, -3e38f, -3e38f};
+  uniform_keys(2, NULL, 2e38f, 2e38);
+  uniform_keys(4, signs4, 3e38f, 0.0);
+  uniform_keys(2, NULL, FLT_MAX, FLT_MAX);
+  uniform_keys(4000, NULL, 1e35f, 1e35f);
+  uniform_keys(400, NULL, 1e36f, 1e36f);
+  uniform_keys(40, NULL, 1e37f, 1e37f);
+  uniform_keys(40, NULL, -1e37f, -1e37f);
+}
+END_TEST
+
+/* Random signs at 1e35 .. 3e38 (and one sign, the worst case for the
+ * sums) with key lengths on both sides of the key block and of the
+ * weights path's row chunk, query lengths past a query block, through
+ * the GEMM the core picks and through cblas_sgemm. */
+START_TEST(test_huge_values_match_reference_across_key_lengths) {
+  static const int lk[] = {2, 3, 17, 511, 512, 513, 1025, 4096};
+  size_t nl = sizeof lk / sizeof lk[0];
+  rng r = {77};
+  for (size_t t = 0; t < nl; t++)
+    for (int signs = 0; signs < 4; signs++) {
+      int lq = under_valgrind() ? 3 : lk[t] > 1024 ? 20 : 65;
+      shape s = {1, 2, 1, lq, lk[t], 4, 3};
+      tcase c;
+      char label[96];
+      make_case(&c, &s, 0, 50 + t);
+      set_values(&c, &r, 1e35, 3e38, signs & 1);
+      c.p.gemm = signs & 2 ? ATTN_GEMM_BLAS : ATTN_GEMM_AUTO;
+      snprintf(label, sizeof label, "huge values Lk %d signs %d gemm %d",
+               lk[t], signs & 1, c.p.gemm);
+      compare_ref(&c.p, label, 1);
+      free_case(&c);
+    }
+}
+END_TEST
+
+/* Huge values under every mask kind, grouped heads, additive scoring and
+ * dropout: masked weights and empty rows stay exactly 0.  Dropout values
+ * stay below FLT_MAX (1 - p) so that the true output is a float. */
+static void huge_values_kinds(int kinds, const char *what) {
+  static const shape sh[] = {
+    {2, 4, 2, 65, 129, 8, 5}, {1, 2, 1, 70, 600, 4, 3},
+    {2, 3, 1, 9, 1100, 3, 2},
+  };
+  rng r = {(uint64_t)kinds + 5};
+  int empty = 0;
+  for (size_t t = 0; t < sizeof sh / sizeof sh[0]; t++) {
+    tcase c;
+    char label[128];
+    make_case(&c, &sh[t], kinds, 60 + t + (uint64_t)kinds);
+    set_values(&c, &r, 1e35, (kinds & K_DROP) ? 1e38 : 3e38, t != 1);
+    snprintf(label, sizeof label, "%s huge values B%d H%d/%d Lq%d Lk%d",
+             what, sh[t].B, sh[t].H, sh[t].Hkv, sh[t].Lq, sh[t].Lk);
+    empty += compare_ref(&c.p, label, 1);
+    free_case(&c);
+  }
+  if (kinds & (K_VL1 | K_VL2)) ck_assert_int_gt(empty, 0);
+}
+
+START_TEST(test_huge_values_with_masks_match_reference) {
+  huge_values_kinds(K_VL1, "valid_lens");
+  huge_values_kinds(K_VL2 | K_MASK | K_UL | K_BIAS, "composed");
+  huge_values_kinds(K_VL2 | K_LR | K_WIN, "window");
+}
+END_TEST
+
+START_TEST(test_huge_values_additive_and_dropout_match_reference) {
+  huge_values_kinds(K_ADD | K_VL2 | K_MASK, "additive");
+  huge_values_kinds(K_DROP | K_VL2 | K_MASK, "dropout");
+  huge_values_kinds(K_DROP | K_ADD | K_UL, "additive dropout");
+}
+END_TEST
+
+/* The redone tasks keep the split invariant: tasks run one at a time in
+ * reverse order give attn_forward's bits. */
+static void huge_split(int with_weights) {
+  shape s = {2, 4, 2, 150, 700, 4, 3};
+  rng r = {88};
+  tcase c;
+  make_case(&c, &s, K_VL2 | K_MASK | K_BIAS | K_DROP, 23);
+  set_values(&c, &r, 1e35, 1e38, 0);
+  size_t no = out_len(&c.p), nw = with_weights ? w_len(&c.p) : 0;
+  float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
+  float *w1 = nw ? malloc(nw * 4) : NULL, *w2 = nw ? malloc(nw * 4) : NULL;
+  size_t bytes = (attn_scratch_bytes(&c.p, with_weights) + 63) / 64 * 64;
+  size_t tasks = attn_task_count(&c.p, with_weights);
+  ck_assert_int_eq(attn_forward(&c.p, o1, w1), 0);
+  for (size_t t = tasks; t-- > 0;) {
+    void *scratch = aligned_alloc(64, bytes);
+    memset(scratch, 0xA5, bytes);
+    ck_assert_int_eq(attn_run_tasks(&c.p, t, t + 1, o2, w2, scratch), 0);
+    free(scratch);
+  }
+  ck_assert_mem_eq(o1, o2, no * 4);
+  if (nw) ck_assert_mem_eq(w1, w2, nw * 4);
+  compare_ref(&c.p, "huge split", 1);
+  free(o1); free(o2); free(w1); free(w2);
+  free_case(&c);
+}
+
+START_TEST(test_huge_values_task_split_is_bit_identical) {
+  huge_split(1);
+  huge_split(0);
 }
 END_TEST
 
@@ -1680,6 +1850,15 @@ static Suite *core_suite(void) {
   tcase_add_test(edge, test_online_path_skips_key_blocks_the_mask_forbids);
   tcase_add_test(edge, test_online_scratch_does_not_grow_with_lk);
   suite_add_tcase(s, edge);
+
+  TCase *huge = tcase_create("huge values");
+  tcase_set_timeout(huge, 120);
+  tcase_add_test(huge, test_huge_equal_values_average_to_themselves);
+  tcase_add_test(huge, test_huge_values_match_reference_across_key_lengths);
+  tcase_add_test(huge, test_huge_values_with_masks_match_reference);
+  tcase_add_test(huge, test_huge_values_additive_and_dropout_match_reference);
+  tcase_add_test(huge, test_huge_values_task_split_is_bit_identical);
+  suite_add_tcase(s, huge);
 
   TCase *api = tcase_create("api");
   tcase_add_test(api, test_check_rejects_inconsistent_problems);
