@@ -914,12 +914,14 @@ static void set_values(tcase *c, rng *r, double lo, double hi, int signs) {
 }
 
 /* Lk keys at score 0 with every value x (or pattern's values, one a
- * key): uniform weights, so the output is the mean.  Besides 1e-5, the
- * tolerance allows the textbook bound Lk 2^-24 |x| of a sum of Lk float
- * terms taken one after another, which is how the products accumulate
- * over keys: 4000 equal terms drift by about 4e-5 relative at any scale
- * (0.1 too), by rounding and not by overflow. */
-static void uniform_keys(int lk, const float *pattern, float x, double want) {
+ * key): uniform weights, so the output is the mean, within the contract's
+ * 1e-5 (relative, as the values are huge).  Equal terms are the hard case
+ * for a long sum: each rounding errs the same way, so a sum of Lk of them
+ * taken as one chain drifts by about Lk 2^-26 (4000 keys: 6e-5); the
+ * products are summed in blocks, which keeps it near 1e-6.  gemm selects
+ * the product (ATTN_GEMM_AUTO or ATTN_GEMM_BLAS). */
+static void uniform_keys_with(int gemm, int lk, const float *pattern,
+                              float x, double want) {
   float q[1] = {0}, o1[1], o2[1];
   float *k = calloc((size_t)lk, sizeof *k), *v = malloc((size_t)lk * 4);
   float *w = malloc((size_t)lk * 4);
@@ -928,16 +930,36 @@ static void uniform_keys(int lk, const float *pattern, float x, double want) {
   attn_problem_init(&p);
   p.B = 1; p.Lq = 1; p.Lk = lk; p.D = p.Dk = 1; p.Dv = 1;
   p.q = q; p.k = k; p.v = v; p.scale = 1.0f;
+  p.gemm = gemm;
   run_both(&p, o1, w, o2);
   for (int j = 0; j < lk; j++)
     EXPECT(fabs(w[j] - 1.0 / lk) <= 1e-7, "Lk %d: w[%d] = %g", lk, j, w[j]);
-  double tol = 1e-5 * (fabs(want) + fabs(x)) + lk * 0x1p-24 * fabs(x);
-  EXPECT(fabs(o1[0] - want) <= tol, "Lk %d x %g: weights path %.9g, want %g",
-         lk, x, o1[0], want);
-  EXPECT(fabs(o2[0] - want) <= tol, "Lk %d x %g: online path %.9g, want %g",
-         lk, x, o2[0], want);
+  double tol = 1e-5 * (fabs(want) + fabs(x));
+  EXPECT(fabs(o1[0] - want) <= tol,
+         "Lk %d x %g gemm %d: weights path %.9g, want %g", lk, x, gemm, o1[0],
+         want);
+  EXPECT(fabs(o2[0] - want) <= tol,
+         "Lk %d x %g gemm %d: online path %.9g, want %g", lk, x, gemm, o2[0],
+         want);
   free(k); free(v); free(w);
 }
+
+static void uniform_keys(int lk, const float *pattern, float x, double want) {
+  uniform_keys_with(ATTN_GEMM_AUTO, lk, pattern, x, want);
+}
+
+/* The same at unit scale, where the contract's tolerance is 1e-5 +
+ * 1e-5 |ref|: the mean of 16384 values of 0.1 was 1.5e-5 off. */
+START_TEST(test_long_rows_of_equal_values_average_within_tolerance) {
+  static const float xs[] = {0.1f, 0.3f, 0.7f, -0.9f, 1e-3f};
+  static const int lks[] = {1000, 4096, 16384};
+  for (int g = 0; g < 2; g++)
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++)
+      for (size_t l = 0; l < sizeof lks / sizeof lks[0]; l++)
+        uniform_keys_with(g ? ATTN_GEMM_BLAS : ATTN_GEMM_AUTO, lks[l], NULL,
+                          xs[i], xs[i]);
+}
+END_TEST
 
 START_TEST(test_huge_equal_values_average_to_themselves) {
   static const float signs4[4] = {3e38f, 3e38f, -3e38f, -3e38f};
@@ -1854,6 +1876,7 @@ static Suite *core_suite(void) {
   TCase *huge = tcase_create("huge values");
   tcase_set_timeout(huge, 120);
   tcase_add_test(huge, test_huge_equal_values_average_to_themselves);
+  tcase_add_test(huge, test_long_rows_of_equal_values_average_within_tolerance);
   tcase_add_test(huge, test_huge_values_match_reference_across_key_lengths);
   tcase_add_test(huge, test_huge_values_with_masks_match_reference);
   tcase_add_test(huge, test_huge_values_additive_and_dropout_match_reference);
