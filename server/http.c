@@ -550,12 +550,15 @@ static void http_post_chunk(struct http_req *r, const char *data, size_t n) {
 
 /* A refused body (past the limit, or without the token) is read and
  * dropped so that its answer reaches a client that sends all before it
- * reads; but not forever: past twice the limit, a chunked upload that
- * does not end is cut off (libmicrohttpd 0.9.75 cannot answer mid-body,
- * so the connection is closed). */
+ * reads, however far over the limit a real upload goes; but not forever:
+ * past 64 times the limit, a chunked upload that does not end is cut off
+ * (libmicrohttpd 0.9.75 cannot answer mid-body, so the connection is
+ * closed). */
+#define HTTP_DRAIN_FACTOR 64
+
 static int http_refused_too_long(const struct http_req *r) {
   return (r->too_big > 0 || r->unauth) &&
-         r->bytes_in / 2 > r->h->cfg.max_body;
+         r->bytes_in / HTTP_DRAIN_FACTOR > r->h->cfg.max_body;
 }
 
 /* Runs on a worker or the loop thread: store the outcome, then resume.

@@ -111,7 +111,7 @@ class Attnd:
         status, hdrs, data = self.request("GET", path)
         return status, hdrs, data
 
-    def stream_endless_chunks(self, path, limit=64 << 20):
+    def stream_endless_chunks(self, path, limit=256 << 20):
         """POSTs a chunked body of blanks that would never end (up to limit
         bytes); returns the bytes sent before the server cut the
         connection, or None when it read them all."""

@@ -198,7 +198,7 @@ class RoutesTest(CheckMixin, harness.ServerTestCase):
     def test_a_refused_chunked_body_that_never_ends_is_cut_off(self):
         # Past the limit the body is dropped while attnd waits for its end
         # to answer 413; a stream that does not end is closed once it has
-        # sent twice the limit (1 MiB here), instead of being read forever.
+        # sent 64 times the limit (1 MiB here), instead of being read forever.
         self.assertIsNotNone(self.srv.stream_endless_chunks("/v1/attention"),
                              "the server read a refused body to its end")
         status, resp = self.srv.post_json("/v1/attention", make_request(3))

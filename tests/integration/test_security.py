@@ -127,7 +127,7 @@ class TokenTest(Checks, harness.ServerTestCase):
 
     def test_an_unauthorised_upload_that_never_ends_is_cut_off(self):
         # Without the token the body is dropped until its end, for the 401;
-        # a chunked stream that does not end is closed past twice the body
+        # a chunked stream that does not end is closed past 64 times the body
         # limit (1 MiB here) rather than read forever.
         self.assertIsNotNone(self.srv.stream_endless_chunks("/v1/attention"),
                              "the server read a whole body without a token")
