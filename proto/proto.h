@@ -140,10 +140,10 @@ typedef struct proto_stat {
  * them over its v2 inference requests: success and fail (arrival to
  * answer), queue (waiting for a worker), compute_input (inflating and
  * decoding the body), compute_infer (the core), compute_output
- * (encoding).  Every request is its own execution (batch size 1). */
+ * (encoding).  Every request is its own execution (batch size 1), so
+ * compute_infer.count is both the inference and the execution count. */
 typedef struct proto_model_stats {
   uint64_t last_inference_ms;   /* Unix ms of the last success, 0 = none */
-  uint64_t inferences;          /* requests computed */
   proto_stat success, fail, queue, compute_input, compute_infer,
       compute_output;
 } proto_model_stats;

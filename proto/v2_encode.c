@@ -105,15 +105,23 @@ static void put_any_dims(proto__buf *b, int rank) {
   proto__buf_putc(b, ']');
 }
 
+/* A tensor's opening, `{"name":"<name>","<type>`<dtype>, after a comma
+ * when one is due: the metadata and the config differ in what follows,
+ * and in the data type's key (type is `datatype":"` or
+ * `data_type":"TYPE_`). */
+static void put_tensor_head(proto__buf *b, const struct model_tensor *t,
+                            const char *type, int comma) {
+  proto__buf_puts(b, comma ? ",{\"name\":\"" : "{\"name\":\"");
+  proto__buf_puts(b, t->name);
+  proto__buf_puts(b, "\",\"");
+  proto__buf_puts(b, type);
+  proto__buf_puts(b, t->dtype);
+}
+
 /* One $metadata_tensor. */
 static void put_meta_tensor(proto__buf *b, const struct model_tensor *t,
                             int comma) {
-  if (comma)
-    proto__buf_putc(b, ',');
-  proto__buf_puts(b, "{\"name\":\"");
-  proto__buf_puts(b, t->name);
-  proto__buf_puts(b, "\",\"datatype\":\"");
-  proto__buf_puts(b, t->dtype);
+  put_tensor_head(b, t, "datatype\":\"", comma);
   proto__buf_puts(b, "\",\"shape\":");
   put_any_dims(b, t->rank);
   proto__buf_putc(b, '}');
@@ -138,24 +146,17 @@ int proto_v2_model_metadata(int model, char **body, size_t *len) {
  * prints (its data types are the v2 names with a TYPE_ prefix). */
 static void put_config_tensor(proto__buf *b, const struct model_tensor *t,
                               int input, int comma) {
-  if (comma)
-    proto__buf_putc(b, ',');
-  proto__buf_puts(b, "{\"name\":\"");
-  proto__buf_puts(b, t->name);
-  proto__buf_puts(b, "\",\"data_type\":\"TYPE_");
-  proto__buf_puts(b, t->dtype);
+  put_tensor_head(b, t, "data_type\":\"TYPE_", comma);
   proto__buf_puts(b, input ? "\",\"format\":\"FORMAT_NONE\",\"dims\":"
                            : "\",\"dims\":");
   put_any_dims(b, t->rank);
-  if (input)
-    proto__buf_puts(b, t->optional ? ",\"is_shape_tensor\":false,"
-                                     "\"allow_ragged_batch\":false,"
-                                     "\"optional\":true}"
-                                   : ",\"is_shape_tensor\":false,"
-                                     "\"allow_ragged_batch\":false,"
-                                     "\"optional\":false}");
-  else
+  if (input) {
+    proto__buf_puts(b, ",\"is_shape_tensor\":false,"
+                       "\"allow_ragged_batch\":false,\"optional\":");
+    proto__buf_puts(b, t->optional ? "true}" : "false}");
+  } else {
     proto__buf_puts(b, ",\"label_filename\":\"\",\"is_shape_tensor\":false}");
+  }
 }
 
 int proto_v2_model_config(int model, int instances, char **body,
@@ -206,8 +207,8 @@ static void put_model_stats(proto__buf *b, int model,
            "\"last_inference\":%llu,\"inference_count\":%llu,"
            "\"execution_count\":%llu,",
            (unsigned long long)st->last_inference_ms,
-           (unsigned long long)st->inferences,
-           (unsigned long long)st->inferences);
+           (unsigned long long)st->compute_infer.count,
+           (unsigned long long)st->compute_infer.count);
   proto__buf_puts(b, n);
   proto__buf_puts(b, "\"inference_stats\":{");
   put_stat(b, "success", st->success, 0);
@@ -221,7 +222,7 @@ static void put_model_stats(proto__buf *b, int model,
   put_stat(b, "cache_miss", none, 1);
   proto__buf_puts(b, "},\"batch_stats\":[");
   /* every request runs as its own execution of batch size 1 */
-  if (st->inferences) {
+  if (st->compute_infer.count) {
     proto__buf_puts(b, "{\"batch_size\":1,");
     put_stat(b, "compute_input", st->compute_input, 0);
     put_stat(b, "compute_infer", st->compute_infer, 1);

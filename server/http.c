@@ -106,6 +106,7 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
                                   const char *ctype,
                                   const char *const *hdrs) {
   enum MHD_Result ret;
+  uint64_t took;
 
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   if (status_wants_retry_after(status))
@@ -128,13 +129,13 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
   r->bytes_out = len;
   /* Counted here rather than on completion so that a client holding its
    * answer can already see it counted in /metrics. */
-  metrics_record_request(r->h->m, r->route, status, r->bytes_in, len,
-                         clock_now_ns() - r->start_ns);
+  took = clock_now_ns() - r->start_ns;
+  metrics_record_request(r->h->m, r->route, status, r->bytes_in, len, took);
   if (r->route == METRICS_ROUTE_V2_INFER && r->rt && r->unauth == AUTH_OK)
     metrics_record_model(r->h->m, r->model,
                          status == 200 ? METRICS_PHASE_SUCCESS
                                        : METRICS_PHASE_FAIL,
-                         clock_now_ns() - r->start_ns);
+                         took);
   return ret;
 }
 

@@ -146,7 +146,6 @@ void metrics_model_stats(struct metrics *m, int model,
   out->compute_input = metrics_phase_stat(mm, METRICS_PHASE_INPUT);
   out->compute_infer = metrics_phase_stat(mm, METRICS_PHASE_INFER);
   out->compute_output = metrics_phase_stat(mm, METRICS_PHASE_OUTPUT);
-  out->inferences = out->compute_infer.count;
 }
 
 void metrics_add_inflight(struct metrics *m, int delta) {
