@@ -460,12 +460,14 @@ static int decode(const char *body, size_t len, proto_request *req,
   memset(req, 0, sizeof *req);
   attn_problem_init(&req->prob);
   err[0] = '\0';
+  mem_json_arena_begin(); /* the tree lives until the delete below */
   int rc = parse_body(&c, body, len, leaves, &root);
   if (!rc)
     rc = decode_root(&c, root);
   if (!rc && leaves && !proto__json_leaves_read(root, PROTO_CODEC_V1))
     rc = ATTND_EINVAL;
   cJSON_Delete(root);
+  mem_json_arena_end();
   if (rc) {
     if (rc == ATTND_ENOMEM && !err[0])
       snprintf(err, PROTO_ERR_MAX, "out of memory decoding the request");

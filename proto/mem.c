@@ -21,6 +21,15 @@ static _Atomic unsigned long mem_calls;
 static _Thread_local long mem_live_n;
 static _Thread_local unsigned long mem_thread_failed;
 
+/* The calling thread's parse arena (mem.h).  Static thread-local storage,
+ * so no thread ever allocates or frees it. */
+typedef struct mem_arena {
+  _Alignas(16) unsigned char buf[MEM_JSON_ARENA_BYTES];
+  size_t used;
+  int depth;  /* open brackets */
+} mem_arena;
+static _Thread_local mem_arena mem_json_arena;
+
 /* 1 when this allocation is to fail. */
 static int mem_should_fail(void) {
   long v;
@@ -110,8 +119,41 @@ void mem_zfree(void *opaque, void *p) {
   mem_free(p);
 }
 
+void mem_json_arena_begin(void) { mem_json_arena.depth++; }
+
+void mem_json_arena_end(void) {
+  mem_arena *a = &mem_json_arena;
+  if (a->depth > 0 && --a->depth == 0)
+    a->used = 0;
+}
+
+static int mem_in_arena(const mem_arena *a, const void *p) {
+  uintptr_t u = (uintptr_t)p, b = (uintptr_t)a->buf;
+  return u >= b && u < b + sizeof a->buf;
+}
+
+/* cJSON's malloc: the arena when a bracket is open and the block fits. */
+static void *mem_json_malloc(size_t n) {
+  mem_arena *a = &mem_json_arena;
+  size_t need = (n + 15) & ~(size_t)15;
+  if (a->depth == 0 || n == 0 || need > sizeof a->buf - a->used)
+    return mem_malloc(n);
+  if (mem_should_fail()) {
+    mem_thread_failed++;
+    return NULL;
+  }
+  void *p = a->buf + a->used;
+  a->used += need;
+  return p;
+}
+
+static void mem_json_free(void *p) {
+  if (!mem_in_arena(&mem_json_arena, p))
+    mem_free(p);
+}
+
 void mem_init(void) {
-  cJSON_Hooks hooks = {mem_malloc, mem_free};
+  cJSON_Hooks hooks = {mem_json_malloc, mem_json_free};
   cJSON_InitHooks(&hooks);
 }
 

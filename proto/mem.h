@@ -40,6 +40,25 @@
  * at startup, before any thread uses cJSON. */
 void mem_init(void);
 
+/* The parse arena: between mem_json_arena_begin and mem_json_arena_end
+ * on one thread, cJSON's allocations on that thread are carved from a
+ * small per-thread block (MEM_JSON_ARENA_BYTES) instead of malloc, and
+ * its frees of them do nothing; what does not fit goes to mem_malloc as
+ * before.  A decoder's envelope tree is some 40 small nodes and names
+ * that live for one call: the arena turns their 80 malloc and free calls
+ * into pointer bumps.
+ *
+ * Contract: every cJSON tree made inside the bracket is deleted inside it,
+ * on the same thread (a decoder parses, reads and deletes its tree in one
+ * call), because end recycles the block.  Brackets nest (a count); only
+ * the outermost end recycles.  Failure injection counts arena
+ * allocations like any other, and a failed one counts for
+ * mem_thread_failures.  Arena blocks are not counted by mem_live: they
+ * are released by end, not one by one. */
+#define MEM_JSON_ARENA_BYTES 16384
+void mem_json_arena_begin(void);
+void mem_json_arena_end(void);
+
 void *mem_malloc(size_t n);
 void *mem_calloc(size_t count, size_t size);
 /* As realloc; mem_realloc(NULL, n) allocates.  On failure the old block

@@ -781,6 +781,7 @@ static int decode(const char *body, size_t len, const char *hdr, int model,
   c.ck.max_elems = max_elems;
   c.ck.err = err;
   err[0] = '\0';
+  mem_json_arena_begin(); /* the tree lives until the delete below */
   int rc = header_len(&c, hdr);
   if (!rc)
     rc = parse_json(&c, max_elems, leaves, &root);
@@ -789,6 +790,7 @@ static int decode(const char *body, size_t len, const char *hdr, int model,
   if (!rc && leaves && !proto__json_leaves_read(root, PROTO_CODEC_V2))
     rc = ATTND_EINVAL;
   cJSON_Delete(root);
+  mem_json_arena_end();
   /* Last: only a request that will be used keeps the body. */
   if (!rc && c.in_place && !(rc = proto__own_block(req, src->base))) {
     src->base = src->p = NULL;

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <zlib.h>
 
+#include <cjson/cJSON.h>
+
 #include "proto/mem.h"
 #include "proto/proto.h"
 
@@ -423,10 +425,84 @@ START_TEST(wrapper_counts_and_fails_the_nth) {
 }
 END_TEST
 
+/* The parse arena: cJSON's nodes come from it inside the bracket (mem_live
+ * does not move), a tree too big for it spills to malloc and still
+ * deletes cleanly, brackets nest, injection reaches arena allocations, and
+ * the decoders leave the bracket closed. */
+START_TEST(json_arena_takes_parse_trees_inside_the_bracket) {
+  long live = mem_live();
+  mem_json_arena_begin();
+  cJSON *t = cJSON_Parse("{\"a\":[1,2,3],\"b\":{\"c\":\"x\"}}");
+  ck_assert_ptr_nonnull(t);
+  ck_assert_int_eq(mem_live(), live);  /* all from the arena */
+  ck_assert_int_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(t, "a"), 2)
+                       ->valueint, 3);
+  cJSON_Delete(t);
+  mem_json_arena_end();
+
+  /* bigger than the arena: the spill is malloc'd, then freed */
+  size_t n = 4000, len = 0;
+  char *doc = malloc(n * 2 + 2);
+  doc[len++] = '[';
+  for (size_t i = 0; i < n; i++)
+    doc[len++] = '7', doc[len++] = i + 1 < n ? ',' : ']';
+  doc[len] = '\0';
+  mem_json_arena_begin();
+  t = cJSON_Parse(doc);
+  ck_assert_ptr_nonnull(t);
+  ck_assert_int_gt(mem_live(), live);
+  ck_assert_int_eq(cJSON_GetArraySize(t), (int)n);
+  ck_assert_int_eq(cJSON_GetArrayItem(t, (int)n - 1)->valueint, 7);
+  cJSON_Delete(t);
+  ck_assert_int_eq(mem_live(), live);
+  mem_json_arena_end();
+  free(doc);
+
+  /* nested: the inner end keeps the outer tree's memory */
+  mem_json_arena_begin();
+  t = cJSON_Parse("[\"kept\"]");
+  mem_json_arena_begin();
+  cJSON *u = cJSON_Parse("[\"inner\"]");
+  cJSON_Delete(u);
+  mem_json_arena_end();
+  cJSON *w = cJSON_Parse("[\"after\"]");
+  ck_assert_str_eq(cJSON_GetArrayItem(t, 0)->valuestring, "kept");
+  ck_assert_str_eq(cJSON_GetArrayItem(w, 0)->valuestring, "after");
+  cJSON_Delete(w);
+  cJSON_Delete(t);
+  mem_json_arena_end();
+  ck_assert_int_eq(mem_live(), live);
+
+  /* injection fails an arena allocation and counts it */
+  unsigned long thr = mem_thread_failures();
+  mem_fail_at(1, 0);
+  mem_json_arena_begin();
+  ck_assert_ptr_null(cJSON_Parse("[1]"));
+  mem_json_arena_end();
+  mem_fail_at(0, 0);
+  ck_assert_uint_eq(mem_thread_failures(), thr + 1);
+
+  /* after a decode, cJSON outside a bracket is malloc'd again */
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  ck_assert_int_eq(proto_v1_decode(v1_body, strlen(v1_body), &r, 0, err), 0);
+  proto_request_free(&r);
+  ck_assert_int_eq(proto_v2_decode(v2_json, strlen(v2_json), NULL,
+                                   PROTO_MODEL_ATTENTION, &r, 0, err), 0);
+  proto_request_free(&r);
+  ck_assert_int_eq(mem_live(), live);
+  t = cJSON_Parse("[1]");
+  ck_assert_int_gt(mem_live(), live);  /* counted: malloc, not the arena */
+  cJSON_Delete(t);
+  ck_assert_int_eq(mem_live(), live);
+}
+END_TEST
+
 static Suite *oom_suite(void) {
   Suite *s = suite_create("oom");
   TCase *tc = tcase_create("oom");
   tcase_add_test(tc, wrapper_counts_and_fails_the_nth);
+  tcase_add_test(tc, json_arena_takes_parse_trees_inside_the_bracket);
   tcase_add_test(tc, v1_decode_every_allocation);
   tcase_add_test(tc, v2_decode_every_allocation);
   tcase_add_test(tc, encode_every_allocation);
