@@ -28,6 +28,11 @@
  * A suspended connection never times out and its completion cannot run,
  * so r always outlives its job.
  *
+ * An answer queued from the first call of a request with a body makes
+ * MHD close without reading the body: the MHD thread keeps a duplicate
+ * of the socket (r->linger_fd) and, in the completion callback, hands it
+ * to the linger thread (linger.h), which then owns it.
+ *
  * Shared state: h->state (readiness) and h->quiesced are atomics written
  * by the controlling thread; h->active counts started-not-completed
  * requests for the drain.  No locks of our own.
@@ -35,6 +40,7 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
@@ -48,6 +54,7 @@
 #include "assets.h"
 #include "clock.h"
 #include "config.h"
+#include "linger.h"
 #include "log.h"
 #include "net.h"
 #include "status.h"
@@ -66,6 +73,7 @@ struct http {
   struct batcher *b;
   struct metrics *m;
   struct MHD_Daemon *d;
+  struct linger_set *lg;    /* NULL: early answers close at once */
   MHD_socket quiesced_fd;   /* listen socket after quiesce, else invalid */
   int port;
   _Atomic int state;        /* enum http_state */
@@ -88,6 +96,8 @@ struct http_req {
   int too_big;
   int unauth;               /* enum http_auth: 401 at the end if not OK */
   int close;                /* answer with Connection: close */
+  int linger_fd;            /* answered before its body: a duplicate of
+                               the socket for linger_add, else -1 */
   uint64_t start_ns;
   unsigned int status;      /* what we queued; 0 if nothing was */
   size_t bytes_out;
@@ -828,6 +838,21 @@ static int http_framing_error(struct MHD_Connection *c, char *msg,
   return 1;
 }
 
+/* An answer queued from the first call of a request with a body: MHD
+ * sends it and closes without reading the body, which would reach a
+ * client still writing it as a reset.  Keep a duplicate of the socket
+ * for a lingering close (linger.h), handed over on completion. */
+static enum MHD_Result http_linger_if_early(struct http_req *r,
+                                            enum MHD_Result ret) {
+  const union MHD_ConnectionInfo *ci;
+  if (r->state != REQ_ANSWERED || !r->h->lg || !http_has_body(r->conn))
+    return ret;
+  ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (ci)
+    r->linger_fd = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0);
+  return ret;
+}
+
 /* First call of any request: allocate the context; route it now, or for
  * a GET or HEAD without a body on the next call. */
 static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
@@ -846,6 +871,7 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
   r->url = url;
   r->method = method;
   r->start_ns = clock_now_ns();
+  r->linger_fd = -1;
   *con_cls = r;
   atomic_fetch_add(&h->active, 1);
   metrics_add_inflight(h->m, 1);
@@ -854,7 +880,7 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
    * after the headers is read, as a body or as a request. */
   if (http_framing_error(c, msg, sizeof msg)) {
     r->close = 1;
-    return http_fail(r, ATTND_EINVAL, msg, NULL);
+    return http_linger_if_early(r, http_fail(r, ATTND_EINVAL, msg, NULL));
   }
   /* MHD 0.9.75 closes the connection after an answer queued from this
    * first call, even for a GET without a body: that would drop
@@ -863,7 +889,7 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
    * early answer (and the close), which spares reading a refused body. */
   if (get && !http_has_body(c))
     return MHD_YES;  /* r->state is REQ_HEADERS */
-  return http_dispatch(r);
+  return http_linger_if_early(r, http_dispatch(r));
 }
 
 static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c,
@@ -910,10 +936,17 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   struct http_req *r = *con_cls;
   struct log_access a;
   (void)c;
-  (void)toe;
   if (!r || *con_cls == &http_oom_ctx) {
     *con_cls = NULL;
     return;
+  }
+  /* The answer has been written: only now may the client's rest be read
+   * and dropped.  After a failure there is no answer to wait for. */
+  if (r->linger_fd >= 0) {
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+      linger_add(h->lg, r->linger_fd);
+    else
+      close(r->linger_fd);
   }
   a.method = r->method;
   a.path = r->url;
@@ -1025,6 +1058,9 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
   }
   info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
   h->port = info ? info->port : cfg->port;
+  /* Without it (logged) early answers close as libmicrohttpd does. */
+  h->lg = linger_start((size_t)cfg->max_conns,
+                       (unsigned long long)cfg->max_body * HTTP_DRAIN_FACTOR);
   return h;
 err:
   free(h);
@@ -1079,6 +1115,7 @@ size_t http_active(struct http *h) { return atomic_load(&h->active); }
 
 void http_stop(struct http *h) {
   MHD_stop_daemon(h->d);
+  linger_stop(h->lg);
   /* The quiesced listen socket must outlive MHD_stop_daemon. */
   if (h->quiesced_fd != MHD_INVALID_SOCKET)
     close(h->quiesced_fd);

@@ -178,6 +178,31 @@ class RoutesTest(CheckMixin, harness.ServerTestCase):
         obj = self.assert_error(resp.status, hdrs, data, 413)
         self.assertIn("limit", obj["error"])
 
+    def test_a_client_that_writes_all_before_reading_gets_the_early_answer(self):
+        # http.client (like requests) sends the whole body before it reads.
+        # attnd answers from the headers and closes; without the lingering
+        # close, the unread body made that close a reset and the client
+        # saw ConnectionResetError instead of the answer.  Also for a
+        # refusal of the path (404) and of the framing (400).
+        body = b"[" + b"1," * (2 << 20) + b"1]"   # 4 MiB, over the 1 MiB limit
+        cases = [("POST", "/v1/attention", {}, 413, "limit"),
+                 ("POST", "/no/such/route", {}, 404, "no route"),
+                 ("PUT", "/v1/attention", {}, 405, "not allowed")]
+        for method, path, extra, want, words in cases:
+            conn = self.srv.connection()
+            try:
+                conn.request(method, path, body=body,
+                             headers=dict({"Content-Type": "application/json"}, **extra))
+                resp = conn.getresponse()
+                data = resp.read()
+                hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            finally:
+                conn.close()
+            obj = self.assert_error(resp.status, hdrs, data, want)
+            self.assertIn(words, obj["error"], (method, path))
+        status, resp = self.srv.post_json("/v1/attention", make_request(4))
+        self.assertEqual(status, 200)
+
     def test_chunked_body_over_limit_is_413(self):
         chunk = b" " * 65536
 
