@@ -426,7 +426,9 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
   for (const char *e = end; e < s.out + s.olen; e++)
     if (!is_ws(*e))
       goto fail;
-  if (!cJSON_IsObject(root) || walk_root(root, codec, &s, 0))
+  size_t bad_n;
+  if (!cJSON_IsObject(root) || walk_root(root, codec, &s, 0) ||
+      proto__json_bad_number(s.out, end, &bad_n) >= 0)
     goto fail;
   proto__json_mark_ties(root, s.out, end);
   rc = 0;
@@ -605,6 +607,44 @@ static const char *mark_ties(cJSON *j, const char *p, const char *end) {
     }
   }
   return p;
+}
+
+/* 1 when [p, q) is -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int json_number(const char *p, const char *q) {
+  const char *d;
+  if (p < q && *p == '-')
+    p++;
+  if (p == q || *p < '0' || *p > '9')
+    return 0;
+  if (*p++ == '0' && p < q && *p >= '0' && *p <= '9')
+    return 0; /* a leading zero */
+  while (p < q && *p >= '0' && *p <= '9')
+    p++;
+  if (p < q && *p == '.') {
+    for (d = ++p; p < q && *p >= '0' && *p <= '9'; p++) {
+    }
+    if (p == d)
+      return 0; /* no digit after the '.' */
+  }
+  if (p < q && (*p == 'e' || *p == 'E')) {
+    if (++p < q && (*p == '+' || *p == '-'))
+      p++;
+    for (d = p; p < q && *p >= '0' && *p <= '9'; p++) {
+    }
+    if (p == d)
+      return 0;
+  }
+  return p == q;
+}
+
+long proto__json_bad_number(const char *text, const char *end, size_t *n) {
+  const char *q;
+  for (const char *p = text; (p = next_number(p, end, &q)) != NULL; p = q)
+    if (!json_number(p, q)) {
+      *n = (size_t)(q - p);
+      return (long)(p - text);
+    }
+  return -1;
 }
 
 void proto__json_mark_ties(cJSON *root, const char *text, const char *end) {

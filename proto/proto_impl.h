@@ -289,6 +289,13 @@ int proto__num_below_tie(const char *p, const char *q, double x);
  * Cannot fail. */
 void proto__json_mark_ties(cJSON *root, const char *text, const char *end);
 
+/* cJSON also reads "01", "-01", "1." and "1.e5" as numbers, which JSON
+ * (RFC 8259 section 6) does not allow and attnd's own reader refuses.
+ * Returns the offset in [text, end) of the first number token outside
+ * strings that is not a JSON number, its length in *n; -1 when there is
+ * none.  For text cJSON has parsed (strings are well formed). */
+long proto__json_bad_number(const char *text, const char *end, size_t *n);
+
 /* The value of a cJSON number as its decimal rounds: its double, or the
  * double below it when PROTO__NUM_BELOW_TIE is set. */
 double proto__json_num(const cJSON *j);

@@ -868,12 +868,48 @@ START_TEST(long_leaves_with_a_stop_byte_anywhere) {
 }
 END_TEST
 
+/* Numbers JSON does not allow, which cJSON reads (and numscan's reader
+ * refuses): 400 naming the token, on both paths and in every place a
+ * number goes - a tensor element, the v1 envelope, a v2 shape. */
+START_TEST(numbers_json_forbids_are_refused_on_both_paths) {
+  static const char *const tokens[] = {"01", "-01", "00", "1.", "-1.", "0.",
+                                       "1.e5", "00.5", "-.5", "1.E+2"};
+  static const char *const v1[] = {
+    " {\"query\":[[[%s,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
+    " {\"query\":{\"shape\":[1,1,2],\"data\":[1,%s]},\"key\":[[[1,2]]],"
+    "\"value\":[[[1]]]}",
+    " {\"query\":[[[1,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]],"
+    "\"scale\":%s}",
+  };
+  static const char v2[] =
+      " {\"inputs\":[{\"name\":\"query\",\"shape\":[1,1,1,%s],"
+      "\"datatype\":\"FP32\",\"data\":[1,2]},{\"name\":\"key\",\"shape\":"
+      "[1,1,1,2],\"datatype\":\"FP32\",\"data\":[1,2]},{\"name\":\"value\","
+      "\"shape\":[1,1,1,1],\"datatype\":\"FP32\",\"data\":[1]}]}";
+  char b[512], want[64];
+  for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) {
+    snprintf(want, sizeof want, "%s is not a JSON number", tokens[t]);
+    for (size_t i = 0; i <= sizeof v1 / sizeof *v1; i++) {
+      int is_v2 = i == sizeof v1 / sizeof *v1;
+      /* the v2 shape holds integers: "1.e5" and "-.5" fail there as such */
+      if (is_v2 && strpbrk(tokens[t], ".eE-"))
+        continue;
+      int len = snprintf(b, sizeof b, is_v2 ? v2 : v1[i], tokens[t]);
+      outcome x;
+      run(b, (size_t)len, is_v2, ' ', &x);
+      ck_assert_msg(x.rc == ATTND_EINVAL, "%s: accepted", b);
+      ck_assert_msg(strstr(x.err, want) && strstr(x.err, "near byte"),
+                    "%s: %s", b, x.err);
+      proto_request_free(&x.r);
+      compare_paths(b, (size_t)len, is_v2);
+    }
+  }
+}
+END_TEST
+
 /* Bodies numscan leaves to cJSON, which accepts them: the same answer. */
 START_TEST(what_only_cjson_accepts_still_decodes) {
   static const char *const bodies[] = {
-    " {\"query\":[[[01,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
-    " {\"query\":[[[1.,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
-    " {\"query\":[[[-.5,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
     " {\"query\":[[[1,\x01" "2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
     " {\"\\u0071uery\":[[[1,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
   };
@@ -1291,6 +1327,7 @@ static Suite *numparse_suite(void) {
   tcase_add_test(tc, decoded_tensors_equal_strtof);
   tcase_add_test(tc, mutated_bodies_decode_as_on_the_cjson_path);
   tcase_add_test(tc, what_only_cjson_accepts_still_decodes);
+  tcase_add_test(tc, numbers_json_forbids_are_refused_on_both_paths);
   tcase_add_test(tc, long_leaves_with_a_stop_byte_anywhere);
   tcase_add_test(tc, errors_in_leaves_keep_their_messages);
   tcase_add_test(tc, flt_max_text_is_accepted_everywhere);
