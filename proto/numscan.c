@@ -28,7 +28,9 @@
  * the '[' in the original body, valuedouble = bytes up to the ']',
  * valueint = elements (commas + 1).  PROTO__LEAF_READ is set in type once
  * its elements have been converted. */
+#include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,12 +553,37 @@ int proto__num_below_tie(const char *p, const char *q, double x) {
   return t && text_below(p, q, t);
 }
 
+/* 1 when rounding x to float32 may differ from rounding its decimal: x
+ * on or next to a float midpoint (its low 29 mantissa bits, which float
+ * drops, at 2^28 +- 1), or in the subnormal floats' range, where the
+ * midpoints sit elsewhere in the double.  A double exactly on a float
+ * (every integer a shape holds) never is. */
+static int near_f32_midpoint(double x) {
+  uint64_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  uint32_t low = (uint32_t)(bits & 0x1fffffffu);
+  double a = fabs(x);
+  return (a != 0 && a < FLT_MIN) || low - (0x10000000u - 1u) <= 2u;
+}
+
 static int any_tie(const cJSON *j) {
   for (; j; j = j->next)
-    if ((cJSON_IsNumber(j) && tie_of(j->valuedouble)) ||
+    if ((cJSON_IsNumber(j) && (tie_of(j->valuedouble) ||
+                               near_f32_midpoint(j->valuedouble))) ||
         (j->child && any_tie(j->child)))
       return 1;
   return 0;
+}
+
+/* Sets PROTO__NUM_F32_UP or _DOWN on j when its decimal [t, q) rounds to
+ * another float32 than its double does. */
+static void mark_f32(cJSON *j, const char *t, const char *q) {
+  float want, got;
+  if (!near_f32_midpoint(j->valuedouble) ||
+      proto__num_f32(t, q, &want) != q || proto__json_f32(j, &got) != 0 ||
+      want == got)
+    return;
+  j->type |= want > got ? PROTO__NUM_F32_UP : PROTO__NUM_F32_DOWN;
 }
 
 static int num_char(char ch) {
@@ -601,6 +628,7 @@ static const char *mark_ties(cJSON *j, const char *p, const char *end) {
         return NULL;
       if (proto__num_below_tie(t, q, j->valuedouble))
         j->type |= PROTO__NUM_BELOW_TIE;
+      mark_f32(j, t, q);
       p = q;
     } else if (j->child) {
       p = mark_ties(j->child, p, end);

@@ -283,10 +283,20 @@ int proto__json_leaves_read(cJSON *root, int codec);
  * it is nearer zero, exactly (digit by digit); 0 otherwise. */
 int proto__num_below_tie(const char *p, const char *q, double x);
 
+/* Set in a number node's type: the decimal's own float32 (rounded once,
+ * from the text) is the float above (UP) or below (DOWN) the one its
+ * double rounds to.  cJSON's double is the decimal rounded once; rounding
+ * it again to float32 can land on the wrong side of a float midpoint when
+ * the double is next to one (a long decimal such as
+ * 1.00000005960464477539062500001, whose double is 1 + 2^-24 itself). */
+#define PROTO__NUM_F32_UP 0x8000
+#define PROTO__NUM_F32_DOWN 0x10000
+
 /* Marks the numbers of root (parsed by cJSON from [text, end), end where
- * its parse stopped) as PROTO__NUM_BELOW_TIE says.  Costs one walk over
- * the tree; the text is read only when some double is on a midpoint.
- * Cannot fail. */
+ * its parse stopped) as PROTO__NUM_BELOW_TIE and PROTO__NUM_F32_UP/DOWN
+ * say.  Costs one walk over the tree; the text is read only when some
+ * double is on or next to a midpoint (or is below FLT_MIN).  Cannot
+ * fail. */
 void proto__json_mark_ties(cJSON *root, const char *text, const char *end);
 
 /* cJSON also reads "01", "-01", "1." and "1.e5" as numbers, which JSON

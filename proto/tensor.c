@@ -295,7 +295,14 @@ double proto__json_num(const cJSON *j) {
 }
 
 int proto__json_f32(const cJSON *j, float *out) {
-  return proto__f64_to_f32(proto__json_num(j), out);
+  int rc = proto__f64_to_f32(proto__json_num(j), out);
+  /* the float next to the double's, which the decimal rounds to: finite,
+   * as the decimal was read as a finite float32 */
+  if (rc == 0 && (j->type & PROTO__NUM_F32_UP))
+    *out = nextafterf(*out, INFINITY);
+  else if (rc == 0 && (j->type & PROTO__NUM_F32_DOWN))
+    *out = nextafterf(*out, -INFINITY);
+  return rc;
 }
 
 /* FP16 or BF16 given as a JSON number: one rounding from the double onto

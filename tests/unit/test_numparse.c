@@ -907,6 +907,69 @@ START_TEST(numbers_json_forbids_are_refused_on_both_paths) {
 }
 END_TEST
 
+/* The decimal a hair above (dir > 0) or below the midpoint between f and
+ * the float above it, into s: the midpoint's exact expansion (a double,
+ * so %.80e is exact) with a 1 appended, or with 1 taken off its 85th
+ * digit.  Its double is the midpoint itself, which rounds to the even
+ * float; the decimal rounds to the float on its side. */
+static void near_midpoint_text(float f, int dir, char *s, size_t cap) {
+  double m = ((double)f + (double)nextafterf(f, INFINITY)) / 2;
+  char e[16];
+  snprintf(s, cap, "%.84e", m);
+  char *x = strchr(s, 'e');
+  snprintf(e, sizeof e, "%s", x);
+  if (dir > 0) {
+    x[0] = '1';
+  } else {
+    char *d = x - 1; /* borrow from the last digit */
+    while (*d == '0')
+      *d-- = '9';
+    (*d)--;
+    x[0] = '\0';
+  }
+  snprintf(x + (dir > 0), cap - (size_t)(x - s) - 1, "%s", e);
+}
+
+/* Bodies the cJSON path decodes (\x01 in front, or an escaped member
+ * name) read every float32 as its decimal rounds, not as its double: the
+ * same floats as numscan's exact reader, next to midpoints too. */
+START_TEST(cjson_path_rounds_long_decimals_once) {
+  enum { N = 256 };
+  static char b[N * 100 + 256], tok[128];
+  static float want[N];
+  size_t len = (size_t)snprintf(b, sizeof b, " {\"query\":[[[0]]],"
+                                "\"key\":[[[0]]],\"\\u0076alue\":[[[");
+  for (int i = 0; i < N; i++) {
+    /* 2^-10 to 2, where %.84e is the midpoint's whole expansion; every
+     * other one negative */
+    uint64_t r = rnd();
+    float f = bits_f32((uint32_t)(r & 0x7fffffu) |
+                       (uint32_t)(117 + (r >> 32) % 11) << 23);
+    int neg = i % 4 >= 2;
+    tok[0] = '-';
+    near_midpoint_text(f, i % 2 ? 1 : -1, tok + neg, sizeof tok - 1);
+    want[i] = i % 2 ? nextafterf(f, INFINITY) : f;
+    if (neg)
+      want[i] = -want[i];
+    ck_assert_msg(strtof(tok, NULL) == want[i], "%s", tok);
+    len += (size_t)snprintf(b + len, sizeof b - len, "%s%s", i ? "," : "",
+                            tok);
+  }
+  len += (size_t)snprintf(b + len, sizeof b - len,
+                          "]]],\"return_weights\":false}");
+  outcome x;
+  run(b, len, 0, ' ', &x);
+  ck_assert_msg(x.rc == 0, "%s", x.err);
+  const float *v = x.r.prob.v;
+  int wrong = 0;
+  for (int i = 0; i < N; i++)
+    wrong += f32_bits(v[i]) != f32_bits(want[i]);
+  ck_assert_msg(wrong == 0, "%d of %d values not rounded once", wrong, N);
+  proto_request_free(&x.r);
+  compare_paths(b, len, 0);
+}
+END_TEST
+
 /* Bodies numscan leaves to cJSON, which accepts them: the same answer. */
 START_TEST(what_only_cjson_accepts_still_decodes) {
   static const char *const bodies[] = {
@@ -1328,6 +1391,7 @@ static Suite *numparse_suite(void) {
   tcase_add_test(tc, mutated_bodies_decode_as_on_the_cjson_path);
   tcase_add_test(tc, what_only_cjson_accepts_still_decodes);
   tcase_add_test(tc, numbers_json_forbids_are_refused_on_both_paths);
+  tcase_add_test(tc, cjson_path_rounds_long_decimals_once);
   tcase_add_test(tc, long_leaves_with_a_stop_byte_anywhere);
   tcase_add_test(tc, errors_in_leaves_keep_their_messages);
   tcase_add_test(tc, flt_max_text_is_accepted_everywhere);
