@@ -88,10 +88,11 @@ static int main_wait_signal(int ms) {
   return 0;
 }
 
-/* Enough descriptors for --max-conns plus our own. */
+/* Enough descriptors for --max-conns, as many lingering sockets (at most
+ * --max-conns of them, linger.h) and our own. */
 static void main_raise_nofile(int max_conns) {
   struct rlimit rl;
-  rlim_t want = (rlim_t)max_conns + 64;
+  rlim_t want = (rlim_t)max_conns * 2 + 64;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
     return;
   rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
