@@ -285,6 +285,39 @@ static void emit(scan *s, size_t from, size_t to) {
 
 /* Writes the copy.  Returns 0, or -1 when the body is not one the scan
  * understands (cJSON then parses the original). */
+static int num_char(char ch) {
+  return (ch >= '0' && ch <= '9') || ch == '-' || ch == '+' || ch == '.' ||
+         ch == 'e' || ch == 'E';
+}
+
+/* 1 when [p, q) is -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int json_number(const char *p, const char *q) {
+  const char *d;
+  if (p < q && *p == '-')
+    p++;
+  if (p == q || *p < '0' || *p > '9')
+    return 0;
+  if (*p++ == '0' && p < q && *p >= '0' && *p <= '9')
+    return 0; /* a leading zero */
+  while (p < q && *p >= '0' && *p <= '9')
+    p++;
+  if (p < q && *p == '.') {
+    for (d = ++p; p < q && *p >= '0' && *p <= '9'; p++) {
+    }
+    if (p == d)
+      return 0; /* no digit after the '.' */
+  }
+  if (p < q && (*p == 'e' || *p == 'E')) {
+    if (++p < q && (*p == '+' || *p == '-'))
+      p++;
+    for (d = p; p < q && *p >= '0' && *p <= '9'; p++) {
+    }
+    if (p == d)
+      return 0;
+  }
+  return p == q;
+}
+
 static int scan_body(scan *s) {
   unsigned char type[MAX_DEPTH], ctx[MAX_DEPTH], key[MAX_DEPTH];
   int depth = 0, err = 0;
@@ -312,6 +345,15 @@ static int scan_body(scan *s) {
     } else if (ch == ',') {
       if (depth && type[depth - 1] == '{')
         key[depth - 1] = K_NONE;
+    } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+      /* a number outside the leaves: cJSON would take "01" or "1." too,
+       * so the cJSON path decides it (and refuses it by name) */
+      size_t j = i;
+      while (j < s->len && num_char(s->body[j]))
+        j++;
+      if (!json_number(s->body + i, s->body + j))
+        return -1;
+      i = j - 1;
     } else if (ch == '{' || ch == '[') {
       int up = depth ? ctx[depth - 1] : C_NONE;
       int k = depth && type[depth - 1] == '{' ? key[depth - 1] : K_NONE;
@@ -428,9 +470,7 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
   for (const char *e = end; e < s.out + s.olen; e++)
     if (!is_ws(*e))
       goto fail;
-  size_t bad_n;
-  if (!cJSON_IsObject(root) || walk_root(root, codec, &s, 0) ||
-      proto__json_bad_number(s.out, end, &bad_n) >= 0)
+  if (!cJSON_IsObject(root) || walk_root(root, codec, &s, 0))
     goto fail;
   proto__json_mark_ties(root, s.out, end);
   rc = 0;
@@ -586,11 +626,6 @@ static void mark_f32(cJSON *j, const char *t, const char *q) {
   j->type |= want > got ? PROTO__NUM_F32_UP : PROTO__NUM_F32_DOWN;
 }
 
-static int num_char(char ch) {
-  return (ch >= '0' && ch <= '9') || ch == '-' || ch == '+' || ch == '.' ||
-         ch == 'e' || ch == 'E';
-}
-
 /* The next number token in [p, end), strings skipped: its first byte and,
  * in *q, its end; NULL when there is none.  In text cJSON parsed, numbers
  * are the runs of number bytes that start with '-' or a digit outside
@@ -635,34 +670,6 @@ static const char *mark_ties(cJSON *j, const char *p, const char *end) {
     }
   }
   return p;
-}
-
-/* 1 when [p, q) is -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int json_number(const char *p, const char *q) {
-  const char *d;
-  if (p < q && *p == '-')
-    p++;
-  if (p == q || *p < '0' || *p > '9')
-    return 0;
-  if (*p++ == '0' && p < q && *p >= '0' && *p <= '9')
-    return 0; /* a leading zero */
-  while (p < q && *p >= '0' && *p <= '9')
-    p++;
-  if (p < q && *p == '.') {
-    for (d = ++p; p < q && *p >= '0' && *p <= '9'; p++) {
-    }
-    if (p == d)
-      return 0; /* no digit after the '.' */
-  }
-  if (p < q && (*p == 'e' || *p == 'E')) {
-    if (++p < q && (*p == '+' || *p == '-'))
-      p++;
-    for (d = p; p < q && *p >= '0' && *p <= '9'; p++) {
-    }
-    if (p == d)
-      return 0;
-  }
-  return p == q;
 }
 
 long proto__json_bad_number(const char *text, const char *end, size_t *n) {
