@@ -352,15 +352,7 @@ static int opt_scale(v1_ctx *c) {
     proto__describe(j, what, sizeof what);
     return ERR("scale: expected a number, got %s", what);
   }
-  double x = j->valuedouble;
-  float f;
-  if (proto__json_f32(j, &f))
-    return proto__range_err(c->err, "scale", x, "float32");
-  if (f == 0.0f)
-    return ERR("scale: must be non-zero%s", x != 0 ? " (underflows float32)"
-                                                  : "");
-  c->p->scale = f;
-  return 0;
+  return proto__json_scale(j, "scale", &c->p->scale, c->err);
 }
 
 /* One side of the window: null is unbounded (-1); a side wider than the

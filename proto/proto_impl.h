@@ -314,6 +314,13 @@ double proto__json_num(const cJSON *j);
  * rounds to infinity. */
 int proto__json_f32(const cJSON *j, float *out);
 
+/* A scale factor given as a JSON number j (v1 "scale", v2
+ * parameters.scale, named what in the messages): its float32, which must
+ * be finite and non-zero, into *out.  0, or ATTND_EINVAL with the message
+ * in err.  Each codec words "not a number" its own way, before. */
+int proto__json_scale(const cJSON *j, const char *what, float *out,
+                      char err[PROTO_ERR_MAX]);
+
 /* Writes "<what>: <x> is out of <type> range (...)" into err, for a
  * number x that rounds past every finite value of type ("float32", "FP16"
  * or "BF16"): x as its shortest text, the type's largest value, and when

@@ -305,6 +305,18 @@ int proto__json_f32(const cJSON *j, float *out) {
   return rc;
 }
 
+int proto__json_scale(const cJSON *j, const char *what, float *out,
+                      char err[PROTO_ERR_MAX]) {
+  float f;
+  if (proto__json_f32(j, &f))
+    return proto__range_err(err, what, j->valuedouble, "float32");
+  if (f == 0.0f)
+    return ERR("%s: must be non-zero%s", what,
+               j->valuedouble != 0 ? " (underflows float32)" : "");
+  *out = f;
+  return 0;
+}
+
 /* FP16 or BF16 given as a JSON number: one rounding from the double onto
  * the type's grid, then the exact widening, so that the core sees what the
  * binary form of the same tensor would give. */

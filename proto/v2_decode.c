@@ -285,15 +285,7 @@ static int param_scale(v2_ctx *c, const cJSON *j) {
     describe(j, what, sizeof what);
     return ERR("parameters.scale: expected a number, got %s", what);
   }
-  double x = j->valuedouble;
-  float f;
-  if (proto__json_f32(j, &f))
-    return proto__range_err(c->err, "parameters.scale", x, "float32");
-  if (f == 0.0f)
-    return ERR("parameters.scale: must be non-zero%s",
-               x != 0 ? " (underflows float32)" : "");
-  c->p->scale = f;
-  return 0;
+  return proto__json_scale(j, "parameters.scale", &c->p->scale, c->err);
 }
 
 static int param_bool(v2_ctx *c, const cJSON *j, const char *name, int *out) {
