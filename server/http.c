@@ -40,6 +40,7 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <microhttpd.h>
@@ -48,7 +49,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "assets.h"
@@ -74,7 +74,9 @@ struct http {
   struct metrics *m;
   struct MHD_Daemon *d;
   struct linger_set *lg;    /* NULL: early answers close at once */
-  MHD_socket quiesced_fd;   /* listen socket after quiesce, else invalid */
+  int retired_peer;         /* after quiesce: the socket pair's end that
+                               keeps MHD's listen descriptor quiet (see
+                               http_retire_listen), else -1 */
   int port;
   _Atomic int state;        /* enum http_state */
   _Atomic int quiesced;
@@ -1046,7 +1048,7 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
   h->cfg = *cfg;
   h->b = b;
   h->m = m;
-  h->quiesced_fd = MHD_INVALID_SOCKET;
+  h->retired_peer = -1;
   if (!net_sockaddr(cfg->host, cfg->port, &ss, &ipv6)) {
     log_error("http: bad listen address '%s'", cfg->host);
     goto err;
@@ -1073,42 +1075,53 @@ void http_set_state(struct http *h, enum http_state s) {
   atomic_store(&h->state, (int)s);
 }
 
-/* Whether MHD still holds a connection. */
-static int http_has_connections(struct http *h) {
+/* Stops the kernel from accepting for MHD, without MHD_quiesce_daemon.
+ *
+ * libmicrohttpd 0.9.75's MHD_quiesce_daemon takes the listen socket out
+ * of each pool thread's epoll set while that thread, between two waits,
+ * may take it out too; the loser's epoll_ctl fails and MHD aborts the
+ * process ("Failed to remove listen FD from epoll set").  A busy server,
+ * which is what a rolling update drains, is the one that races.  So attnd
+ * leaves MHD's state alone and changes the socket under it
+ * (net_retire_listener): the socket stops listening, so the kernel
+ * refuses new clients, and becomes a connection to a silent peer of our
+ * own, which MHD's threads go on watching without an event.  An accept
+ * they may still try fails with EINVAL, which MHD takes quietly.  MHD
+ * closes the socket in MHD_stop_daemon; http_stop closes the peer after.
+ *
+ * Should that fail, dup2 puts one end of a socket pair on the listen
+ * descriptor: the listen socket, no longer referenced, closes and leaves
+ * the epoll sets by itself.  That leaves one narrower race: a thread that
+ * had just reached its share of --max-conns takes the descriptor out of
+ * its set next, finds it gone, and MHD aborts. */
+static void http_retire_listen(struct http *h) {
   const union MHD_DaemonInfo *i =
-      MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-  return i && i->num_connections > 0;
-}
-
-/* libmicrohttpd 0.9.75 defect: MHD_quiesce_daemon takes the listen socket
- * out of each pool thread's epoll set while that thread, if it is between
- * two waits, may take it out too; the loser's epoll_ctl fails and MHD
- * aborts the process ("Failed to remove listen FD from epoll set").  A
- * thread blocked in epoll_wait does not race.  So quiesce once the
- * connections are gone (they go within milliseconds after the last answer
- * when clients close), or after 100 ms, when idle keep-alive connections
- * leave their threads waiting; a server still busy at that point keeps
- * the (small) risk. */
-static void http_settle(struct http *h) {
-  struct timespec ms = {0, 1000000};
-  for (int i = 0; i < 100 && http_has_connections(h); i++)
-    nanosleep(&ms, NULL);
-  nanosleep(&ms, NULL);
+      MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_LISTEN_FD);
+  int rc, sv[2];
+  if (!i || i->listen_fd == MHD_INVALID_SOCKET)
+    return;
+  rc = net_retire_listener(i->listen_fd, &h->retired_peer);
+  if (rc == 0)
+    return;
+  log_error("http: cannot retire the listen socket (%s); replacing it",
+            strerror(errno));
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
+    if (dup2(sv[0], i->listen_fd) >= 0) {
+      close(sv[0]);
+      h->retired_peer = sv[1];
+      return;
+    }
+    close(sv[0]);
+    close(sv[1]);
+  }
+  log_error("http: cannot stop accepting: %s%s", strerror(errno),
+            rc == -2 ? "; the HTTP threads will spin until exit" : "");
 }
 
 void http_quiesce(struct http *h) {
-  if (atomic_load(&h->quiesced))
-    return;
-  http_settle(h);
   if (atomic_exchange(&h->quiesced, 1))
     return;
-  h->quiesced_fd = MHD_quiesce_daemon(h->d);
-  /* MHD stops accepting but the socket still listens, so new clients would
-   * complete the handshake into the backlog and hang until exit.  Shutting
-   * it down makes the kernel refuse them at once; the descriptor itself
-   * stays open until after MHD_stop_daemon, as MHD requires. */
-  if (h->quiesced_fd != MHD_INVALID_SOCKET)
-    shutdown(h->quiesced_fd, SHUT_RDWR);
+  http_retire_listen(h);
 }
 
 size_t http_active(struct http *h) { return atomic_load(&h->active); }
@@ -1116,8 +1129,9 @@ size_t http_active(struct http *h) { return atomic_load(&h->active); }
 void http_stop(struct http *h) {
   MHD_stop_daemon(h->d);
   linger_stop(h->lg);
-  /* The quiesced listen socket must outlive MHD_stop_daemon. */
-  if (h->quiesced_fd != MHD_INVALID_SOCKET)
-    close(h->quiesced_fd);
+  /* Only now: closing the peer first would wake MHD's threads (EPOLLHUP)
+   * on the descriptor they still watch. */
+  if (h->retired_peer >= 0)
+    close(h->retired_peer);
   free(h);
 }

@@ -73,10 +73,9 @@ int http_port(struct http *h);
 /* Sets what /readyz reports. */
 void http_set_state(struct http *h, enum http_state s);
 
-/* Stops accepting new connections (the listen socket stays open, unused,
- * until http_stop) and answers any further request on an existing
- * connection with 503 and Connection: close.  First waits, up to 100 ms,
- * for MHD's connections to close (see http_settle).  Idempotent. */
+/* Stops accepting: from now on the kernel refuses new connections (see
+ * http_retire_listen in http.c), and any further request on an existing
+ * connection is answered 503 with Connection: close.  Idempotent. */
 void http_quiesce(struct http *h);
 
 /* Requests that have started and not yet completed (including suspended
