@@ -1,8 +1,10 @@
 """attnd's process lifecycle: configuration, startup, drain and exit.
 
 Runs the real build/attnd.  SIGTERM while requests are in flight must
-answer every started request (200, or 503 once draining) and exit 0;
-readiness turns 503 at once; a second signal exits at once; bad
+answer every started request (200, or 503 once draining) and exit 0,
+also under keep-alive load; once draining, new clients are refused and
+the server stays idle; readiness turns 503 at once; a second signal
+exits at once; bad
 configuration exits 2 with a message naming the flag or variable.
 """
 
