@@ -83,11 +83,8 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
     if (!is_ws(body[j]))
       return ERR("body has unexpected data after the JSON object at byte "
                  "%zu", j);
-  size_t bad_n;
-  long bad = proto__json_bad_number(body, end, &bad_n);
-  if (bad >= 0)
-    return ERR("body is not valid JSON (near byte %ld): %.*s is not a JSON "
-               "number", bad, (int)(bad_n < 24 ? bad_n : 24), body + bad);
+  if (proto__json_refuse_bad_number(body, end, "", c->err))
+    return ATTND_EINVAL;
   if (!cJSON_IsObject(*root)) {
     char what[48];
     proto__describe(*root, what, sizeof what);

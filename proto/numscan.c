@@ -283,8 +283,6 @@ static void emit(scan *s, size_t from, size_t to) {
   s->olen += to - from;
 }
 
-/* Writes the copy.  Returns 0, or -1 when the body is not one the scan
- * understands (cJSON then parses the original). */
 static int num_char(char ch) {
   return (ch >= '0' && ch <= '9') || ch == '-' || ch == '+' || ch == '.' ||
          ch == 'e' || ch == 'E';
@@ -318,6 +316,8 @@ static int json_number(const char *p, const char *q) {
   return p == q;
 }
 
+/* Writes the copy.  Returns 0, or -1 when the body is not one the scan
+ * understands (cJSON then parses the original). */
 static int scan_body(scan *s) {
   unsigned char type[MAX_DEPTH], ctx[MAX_DEPTH], key[MAX_DEPTH];
   int depth = 0, err = 0;
@@ -672,14 +672,18 @@ static const char *mark_ties(cJSON *j, const char *p, const char *end) {
   return p;
 }
 
-long proto__json_bad_number(const char *text, const char *end, size_t *n) {
+int proto__json_refuse_bad_number(const char *text, const char *end,
+                                  const char *where, char err[PROTO_ERR_MAX]) {
   const char *q;
   for (const char *p = text; (p = next_number(p, end, &q)) != NULL; p = q)
     if (!json_number(p, q)) {
-      *n = (size_t)(q - p);
-      return (long)(p - text);
+      size_t n = (size_t)(q - p);
+      snprintf(err, PROTO_ERR_MAX, "body is not valid JSON (near byte %zu%s): "
+               "%.*s is not a JSON number", (size_t)(p - text), where,
+               (int)(n < 24 ? n : 24), p);
+      return ATTND_EINVAL;
     }
-  return -1;
+  return 0;
 }
 
 void proto__json_mark_ties(cJSON *root, const char *text, const char *end) {

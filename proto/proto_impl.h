@@ -301,10 +301,13 @@ void proto__json_mark_ties(cJSON *root, const char *text, const char *end);
 
 /* cJSON also reads "01", "-01", "1." and "1.e5" as numbers, which JSON
  * (RFC 8259 section 6) does not allow and attnd's own reader refuses.
- * Returns the offset in [text, end) of the first number token outside
- * strings that is not a JSON number, its length in *n; -1 when there is
- * none.  For text cJSON has parsed (strings are well formed). */
-long proto__json_bad_number(const char *text, const char *end, size_t *n);
+ * Returns 0 when every number token outside strings in [text, end) is a
+ * JSON number; otherwise ATTND_EINVAL with "body is not valid JSON (near
+ * byte N<where>): <token> is not a JSON number" in err, for the first
+ * that is not (where: "" or a suffix such as " of the inference
+ * header").  For text cJSON has parsed (strings are well formed). */
+int proto__json_refuse_bad_number(const char *text, const char *end,
+                                  const char *where, char err[PROTO_ERR_MAX]);
 
 /* The value of a cJSON number as its decimal rounds: its double, or the
  * double below it when PROTO__NUM_BELOW_TIE is set. */

@@ -149,12 +149,10 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
                  "%zu%s", j, c->has_header ? " (binary data must start at "
                  "Inference-Header-Content-Length)" : " (binary inputs need "
                  "an Inference-Header-Content-Length header)");
-  size_t bad_n;
-  long bad = proto__json_bad_number(c->body, end, &bad_n);
-  if (bad >= 0)
-    return ERR("body is not valid JSON (near byte %ld%s): %.*s is not a "
-               "JSON number", bad, c->has_header ? " of the inference header"
-               : "", (int)(bad_n < 24 ? bad_n : 24), c->body + bad);
+  if (proto__json_refuse_bad_number(
+          c->body, end, c->has_header ? " of the inference header" : "",
+          c->err))
+    return ATTND_EINVAL;
   if (!cJSON_IsObject(*root)) {
     char what[48];
     proto__describe(*root, what, sizeof what);
