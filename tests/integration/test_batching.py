@@ -22,6 +22,7 @@ nothing asserts on wall-clock latency.
 
 import http.client
 import json
+import os
 import random
 import re
 import signal
@@ -422,6 +423,13 @@ class InflightBudgetTest(harness.ServerTestCase):
         self.assertEqual(post(self.srv, body)[0], 200)
 
 
+def cpu_seconds(pid):
+    """User and system CPU time of process pid so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def refused(port):
     """True when the kernel refuses a new connection outright."""
     try:
@@ -472,6 +480,11 @@ class DrainOrderTest(harness.ServerTestCase):
         self.assertTrue(wait_for(lambda: refused(port), 60 * SLOW),
                         "new connections were not refused")
         self.assertIsNone(srv.proc.poll(), "exited instead of draining")
+        # Nor do the HTTP threads spin on the retired listen socket: one
+        # spinning would take about the whole second.
+        c0 = cpu_seconds(srv.proc.pid)
+        time.sleep(1.0)
+        self.assertLess(cpu_seconds(srv.proc.pid) - c0, 0.9 if harness.VALGRIND else 0.5)
         # The held request still gets an answer: 200, or 503 now that the
         # server is draining; never a reset.
         held.sendall(tiny[10:])
@@ -483,6 +496,7 @@ class DrainOrderTest(harness.ServerTestCase):
         resp.read()
         held.close()
         self.assertEqual(srv.proc.wait(120 * SLOW), 0)
+        self.assertNotIn("epoll", "".join(srv.log))
 
 
 if __name__ == "__main__":
