@@ -186,7 +186,7 @@ static int config_check(const struct config *cfg, FILE *err) {
     fprintf(err, "attnd: --tls-cert and --tls-key: give both or neither\n");
     return ATTND_EINVAL;
   }
-  /* MHD divides --max-conns among its threads; each needs at least one. */
+  /* A thread that no connection could ever reach is a mistake. */
   if (cfg->max_conns < cfg->http_threads) {
     fprintf(err, "attnd: --max-conns: %d is fewer than --http-threads %d\n",
             cfg->max_conns, cfg->http_threads);

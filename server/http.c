@@ -3,8 +3,12 @@
  * DESIGN
  *
  * Threads: MHD runs an epoll thread pool (MHD_USE_EPOLL_INTERNAL_THREAD +
- * MHD_OPTION_THREAD_POOL_SIZE).  A connection belongs to one MHD thread;
- * its access handler calls and its completion callback all run there.
+ * MHD_OPTION_THREAD_POOL_SIZE) without a listen socket of its own: the
+ * accept thread (acceptor.h) picks a pool thread for each connection and
+ * hands it over (http_on_accept, MHD_add_connection); MHD's connection
+ * notifications tell the acceptor when one starts and closes.  A
+ * connection belongs to one MHD thread; its access handler calls and its
+ * completion callback all run there.
  * Workers (and the batcher loop thread) touch a request only through
  * http_on_job_done, which stores the outcome and resumes the connection.
  *
@@ -42,6 +46,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/socket.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
@@ -51,6 +56,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "acceptor.h"
 #include "assets.h"
 #include "clock.h"
 #include "config.h"
@@ -73,11 +79,8 @@ struct http {
   struct batcher *b;
   struct metrics *m;
   struct MHD_Daemon *d;
+  struct acceptor *acc;     /* the listen sockets and accept thread */
   struct linger_set *lg;    /* NULL: early answers close at once */
-  int retired_peer;         /* after quiesce: the socket pair's end that
-                               keeps MHD's listen descriptor quiet (see
-                               http_retire_listen), else -1 */
-  int port;
   _Atomic int state;        /* enum http_state */
   _Atomic int quiesced;
   _Atomic size_t active;
@@ -971,6 +974,40 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   atomic_fetch_sub(&h->active, 1);
 }
 
+/* MHD's word that a connection handed over has started or closed.  The
+ * lane it is on travels in the socket context, as lane + 1. */
+static void http_on_connection(void *cls, struct MHD_Connection *c,
+                               void **socket_context,
+                               enum MHD_ConnectionNotificationCode toe) {
+  struct http *h = cls;
+  const union MHD_ConnectionInfo *i;
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+    i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    *socket_context =
+        (void *)(uintptr_t)(i ? (unsigned)i->connect_fd % h->cfg.threads + 1
+                              : 1);
+    acceptor_started(h->acc);
+  } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+    acceptor_closed(h->acc, (unsigned)((uintptr_t)*socket_context - 1));
+  }
+}
+
+/* The accept thread's hand-off.  MHD 0.9.75's MHD_add_connection looks
+ * for a pool thread with room starting at the descriptor's number modulo
+ * the pool's size, and every thread has room (http_start_daemon), so the
+ * descriptor's number picks the thread: fd moves to one with the lane's
+ * remainder.  If it cannot (out of descriptors), another thread serves
+ * it.  MHD closes fd when it refuses it (the per-address limit, out of
+ * memory) and then reports nothing. */
+static int http_on_accept(void *arg, int fd, const struct sockaddr *sa,
+                          socklen_t len, unsigned lane) {
+  struct http *h = arg;
+  int moved = net_fd_with_remainder(fd, lane, (unsigned)h->cfg.threads);
+  if (moved >= 0)
+    fd = moved;
+  return MHD_add_connection(h->d, fd, sa, len) == MHD_YES ? 0 : -1;
+}
+
 static void http_on_mhd_log(void *cls, const char *fmt, va_list ap) {
   (void)cls;
   log_verror(fmt, ap);
@@ -998,29 +1035,31 @@ static void http_tls_options(const struct http_config *cfg,
   o[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 }
 
-static struct MHD_Daemon *http_start_daemon(struct http *h,
-                                            struct sockaddr_storage *ss,
-                                            int ipv6) {
+static struct MHD_Daemon *http_start_daemon(struct http *h) {
   /* TURBO (opportunistic reads and writes) measured about 5-10% more
    * small requests per second on a 2-core machine. */
   unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO |
-                       MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+                       MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                       MHD_USE_NO_LISTEN_SOCKET;
   struct MHD_OptionItem tls[4];
-  if (ipv6)
-    flags |= MHD_USE_IPv6;
+  /* The acceptor holds the whole server to --max-conns.  MHD divides
+   * CONNECTION_LIMIT evenly among the pool's threads and closes a
+   * connection handed to a thread at its share, so each thread's share
+   * is the whole of max_conns: no thread is ever full, and a connection
+   * goes to the thread its descriptor names (http_on_accept). */
+  size_t limit = (size_t)h->cfg.max_conns * (size_t)h->cfg.threads;
   if (h->cfg.tls_cert && h->cfg.tls_key)
     flags |= MHD_USE_TLS;
   http_tls_options(&h->cfg, tls);
-  /* MHD divides CONNECTION_LIMIT evenly among the pool's threads (a
-   * thread at its share stops accepting, the others go on), while the
-   * per-address count is one table shared by all of them. */
+  /* The per-address count is one table shared by the pool's threads. */
   return MHD_start_daemon(
-      flags, (uint16_t)h->cfg.port, NULL, NULL, http_on_request, h,
+      flags, 0, NULL, NULL, http_on_request, h,
       /* First, so that MHD reports even option errors through it. */
       MHD_OPTION_EXTERNAL_LOGGER, http_on_mhd_log, h,
-      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss,
       MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)h->cfg.threads,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned int)h->cfg.max_conns,
+      MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned int)(limit < UINT_MAX ? limit : UINT_MAX),
+      MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, h,
       MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       (unsigned int)h->cfg.max_conns_per_ip,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)h->cfg.conn_timeout_s,
@@ -1038,8 +1077,7 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
                         struct metrics *m) {
   struct http *h = calloc(1, sizeof *h);
   struct sockaddr_storage ss;
-  const union MHD_DaemonInfo *info;
-  int ipv6;
+  socklen_t len;
 
   if (!h) {
     log_error("http: out of memory");
@@ -1048,90 +1086,63 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
   h->cfg = *cfg;
   h->b = b;
   h->m = m;
-  h->retired_peer = -1;
-  if (!net_sockaddr(cfg->host, cfg->port, &ss, &ipv6)) {
+  if (!(len = net_sockaddr(cfg->host, cfg->port, &ss, NULL))) {
     log_error("http: bad listen address '%s'", cfg->host);
     goto err;
   }
-  h->d = http_start_daemon(h, &ss, ipv6);
-  if (!h->d) {
-    log_error("http: cannot listen on %s:%d", cfg->host, cfg->port);
+  h->acc = acceptor_listen((struct sockaddr *)&ss, len,
+                           (unsigned)cfg->threads);
+  if (!h->acc) {
+    log_error("http: cannot listen on %s:%d: %s", cfg->host, cfg->port,
+              strerror(errno));
     goto err;
   }
-  info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-  h->port = info ? info->port : cfg->port;
+  if (!(h->d = http_start_daemon(h))) {
+    log_error("http: cannot listen on %s:%d: libmicrohttpd did not start "
+              "(see above)", cfg->host, cfg->port);
+    goto err;
+  }
   /* Without it (logged) early answers close as libmicrohttpd does. */
   h->lg = linger_start((size_t)cfg->max_conns,
                        (unsigned long long)cfg->max_body * HTTP_DRAIN_FACTOR);
+  if (acceptor_run(h->acc, (size_t)cfg->max_conns, http_on_accept, h) != 0) {
+    log_error("http: cannot start the accept thread");
+    MHD_stop_daemon(h->d);
+    linger_stop(h->lg);
+    goto err;
+  }
   return h;
 err:
+  acceptor_stop(h->acc);
   free(h);
   return NULL;
 }
 
-int http_port(struct http *h) { return h->port; }
+int http_port(struct http *h) { return acceptor_port(h->acc); }
 
 void http_set_state(struct http *h, enum http_state s) {
   atomic_store(&h->state, (int)s);
 }
 
-/* Stops the kernel from accepting for MHD, without MHD_quiesce_daemon.
- *
- * libmicrohttpd 0.9.75's MHD_quiesce_daemon takes the listen socket out
- * of each pool thread's epoll set while that thread, between two waits,
- * may take it out too; the loser's epoll_ctl fails and MHD aborts the
- * process ("Failed to remove listen FD from epoll set").  A busy server,
- * which is what a rolling update drains, is the one that races.  So attnd
- * leaves MHD's state alone and changes the socket under it
- * (net_retire_listener): the socket stops listening, so the kernel
- * refuses new clients, and becomes a connection to a silent peer of our
- * own, which MHD's threads go on watching without an event.  An accept
- * they may still try fails with EINVAL, which MHD takes quietly.  MHD
- * closes the socket in MHD_stop_daemon; http_stop closes the peer after.
- *
- * Should that fail, dup2 puts one end of a socket pair on the listen
- * descriptor: the listen socket, no longer referenced, closes and leaves
- * the epoll sets by itself.  That leaves one narrower race: a thread that
- * had just reached its share of --max-conns takes the descriptor out of
- * its set next, finds it gone, and MHD aborts. */
-static void http_retire_listen(struct http *h) {
-  const union MHD_DaemonInfo *i =
-      MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_LISTEN_FD);
-  int rc, sv[2];
-  if (!i || i->listen_fd == MHD_INVALID_SOCKET)
-    return;
-  rc = net_retire_listener(i->listen_fd, &h->retired_peer);
-  if (rc == 0)
-    return;
-  log_error("http: cannot retire the listen socket (%s); replacing it",
-            strerror(errno));
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
-    if (dup2(sv[0], i->listen_fd) >= 0) {
-      close(sv[0]);
-      h->retired_peer = sv[1];
-      return;
-    }
-    close(sv[0]);
-    close(sv[1]);
-  }
-  log_error("http: cannot stop accepting: %s%s", strerror(errno),
-            rc == -2 ? "; the HTTP threads will spin until exit" : "");
-}
-
+/* Closing the listen sockets (the acceptor's, which MHD never sees) makes
+ * the kernel refuse new clients and reset those in the backlogs.
+ * (libmicrohttpd 0.9.75's own MHD_quiesce_daemon races its pool threads
+ * on a busy server and can abort the process: attnd never calls it.) */
 void http_quiesce(struct http *h) {
   if (atomic_exchange(&h->quiesced, 1))
     return;
-  http_retire_listen(h);
+  acceptor_quiesce(h->acc);
 }
 
 size_t http_active(struct http *h) { return atomic_load(&h->active); }
 
 void http_stop(struct http *h) {
+  /* Accepting stops first: a connection handed over after MHD stopped
+   * would be refused.  MHD reports each close to the acceptor, which
+   * therefore outlives MHD_stop_daemon. */
+  acceptor_quiesce(h->acc);
   MHD_stop_daemon(h->d);
+  acceptor_stop(h->acc);
   linger_stop(h->lg);
-  /* Only now: closing the peer first would wake MHD's threads (EPOLLHUP)
-   * on the descriptor they still watch. */
-  if (h->retired_peer >= 0)
-    close(h->retired_peer);
   free(h);
 }

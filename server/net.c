@@ -3,14 +3,15 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
-/* How long the loopback handshake of net_retire_listener may take. */
-#define NET_RETIRE_MS 2000
+/* Copies net_fd_with_remainder tries; each miss skips a run of numbers
+ * in use, so a few are plenty. */
+#define NET_REMAINDER_TRIES 16
 
 socklen_t net_sockaddr(const char *host, int port,
                        struct sockaddr_storage *ss, int *ipv6) {
@@ -35,74 +36,25 @@ socklen_t net_sockaddr(const char *host, int port,
   return 0;
 }
 
-/* Where fd's peer listens: fd's own address (loopback for a wildcard),
- * any port.  Returns the address length, or 0. */
-static socklen_t net_peer_addr(int fd, struct sockaddr_storage *ss) {
-  socklen_t len = sizeof *ss;
-  if (getsockname(fd, (struct sockaddr *)ss, &len) != 0)
-    return 0;
-  if (ss->ss_family == AF_INET) {
-    struct sockaddr_in *a = (struct sockaddr_in *)ss;
-    if (a->sin_addr.s_addr == htonl(INADDR_ANY))
-      a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a->sin_port = 0;
-    return len;
+int net_fd_with_remainder(int fd, unsigned rem, unsigned mod) {
+  unsigned want = rem;
+  if (mod <= 1 || (unsigned)fd % mod == rem)
+    return fd;
+  for (int i = 0; i < NET_REMAINDER_TRIES; i++) {
+    int d = fcntl(fd, F_DUPFD_CLOEXEC, (int)want);
+    if (d < 0)
+      return -1;
+    if ((unsigned)d % mod == rem) {
+      close(fd);
+      return d;
+    }
+    close(d);
+    /* Every number from want to d is in use: the next candidate is the
+     * first above d with the remainder. */
+    want = (unsigned)d - (unsigned)d % mod + rem;
+    if (want <= (unsigned)d)
+      want += mod;
   }
-  if (ss->ss_family == AF_INET6) {
-    struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-    if (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr))
-      a->sin6_addr = in6addr_loopback;
-    a->sin6_port = 0;
-    return len;
-  }
-  errno = EAFNOSUPPORT;
-  return 0;
-}
-
-/* A listening socket at ss (port 0); its address back in ss. */
-static int net_peer_listener(struct sockaddr_storage *ss, socklen_t *len) {
-  int pl = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (pl < 0)
-    return -1;
-  if (bind(pl, (struct sockaddr *)ss, *len) == 0 && listen(pl, 1) == 0 &&
-      getsockname(pl, (struct sockaddr *)ss, len) == 0)
-    return pl;
-  int e = errno;
-  close(pl);
-  errno = e;
+  errno = EMFILE;
   return -1;
-}
-
-int net_retire_listener(int fd, int *peer) {
-  struct sockaddr_storage ss;
-  socklen_t len = net_peer_addr(fd, &ss);
-  struct pollfd w;
-  int pl, p, n, e, rc = -2;
-  if (!len || (pl = net_peer_listener(&ss, &len)) < 0)
-    return -1;
-  /* On a listening TCP socket, SHUT_RD stops the listening: the socket
-   * is closed to the network but stays bound, and may connect. */
-  if (shutdown(fd, SHUT_RD) != 0) {
-    rc = -1;
-    goto out;
-  }
-  if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS)
-    goto out;
-  w = (struct pollfd){pl, POLLIN, 0};
-  while ((n = poll(&w, 1, NET_RETIRE_MS)) < 0 && errno == EINTR)
-    ;
-  if (n != 1) {
-    if (n == 0)
-      errno = ETIMEDOUT;
-    goto out;
-  }
-  if ((p = accept4(pl, NULL, NULL, SOCK_CLOEXEC)) < 0)
-    goto out;
-  *peer = p;
-  rc = 0;
-out:
-  e = errno;
-  close(pl);
-  errno = e;
-  return rc;
 }

@@ -13,18 +13,13 @@
 socklen_t net_sockaddr(const char *host, int port,
                        struct sockaddr_storage *ss, int *ipv6);
 
-/* Stops the listening socket fd from listening without closing it or
- * changing what its descriptor names, so that an epoll set watching fd
- * keeps a valid entry: the kernel refuses new clients at once (and
- * resets those in fd's backlog), and fd becomes a connected socket that
- * reports no event but writability while its peer, a socket made here
- * and returned in *peer, stays open and silent.  accept on fd then fails
- * with EINVAL.  Returns:
- *    0  done; the caller owns *peer and closes it after whoever watches
- *       fd has stopped (its close would make fd readable);
- *   -1  nothing changed: fd still listens (errno says why);
- *   -2  fd no longer listens but is not connected, so it reports EPOLLHUP
- *       until it is closed or its descriptor replaced (errno says why). */
-int net_retire_listener(int fd, int *peer);
+/* Moves descriptor fd to the lowest free number n at or above rem with
+ * n % mod == rem (mod >= 1, rem < mod), closing fd; so the caller can
+ * pick the libmicrohttpd pool thread a connection goes to (see
+ * http_on_accept).  Returns the descriptor that now names fd's file: fd
+ * itself when it already has the remainder (or mod is 1).  -1 with errno
+ * set when no copy could be made (out of descriptors, say); fd is then
+ * left open and unchanged. */
+int net_fd_with_remainder(int fd, unsigned rem, unsigned mod);
 
 #endif /* ATTND_NET_H */

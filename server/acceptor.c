@@ -1,0 +1,406 @@
+/* acceptor.c - the listen socket and its accept thread (see acceptor.h).
+ *
+ * DESIGN
+ *
+ * Threads: the accept thread alone calls accept4 and the hand-off
+ * callback.  The controlling thread creates the socket, starts the
+ * thread, and in acceptor_quiesce wakes it (an eventfd it polls beside
+ * the listen socket, and a.cv while it waits for room), joins it and
+ * closes the socket.  acceptor_started and acceptor_closed come from the
+ * threads that serve the connections.
+ *
+ * Shared state, under a.mu (the only lock; the callback is never called
+ * with it held): the counts of connections handed over, started and
+ * closed, each lane's count of open ones, and the stopping flag.  closed <= started <= handed always, so
+ * handed - closed is the number open.  A connection handed over that
+ * never starts (the server dropped it, out of memory, without a word)
+ * would hold its place forever; when the thread has waited a whole
+ * ACCEPTOR_WRITE_OFF_MS for room with no start and no close, it writes
+ * such ones off (handed = started), and one that starts after all is
+ * counted back in.  A lane's count only steers the choice of lane, so a
+ * written-off connection stays in it.
+ */
+#include "acceptor.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <linux/filter.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "../proto/mem.h"
+
+#define ACCEPTOR_BURST 16           /* accepts per wake of poll */
+#define ACCEPTOR_BACKOFF_MS 100     /* after EMFILE and the like */
+#define ACCEPTOR_WRITE_OFF_MS 1000
+/* A lane holding more than this many connections above the least loaded
+ * one gets no more until the others catch up. */
+#define ACCEPTOR_SLACK 32
+/* Lanes beyond this many get connections only from the balancing. */
+#define ACCEPTOR_MAX_LISTENERS 64
+
+struct acceptor {
+  int fd[ACCEPTOR_MAX_LISTENERS];  /* listen sockets, one per lane up to
+                                      the maximum; -1 once quiesced */
+  unsigned nfd;
+  int wake;                 /* eventfd; -1 once quiesced */
+  int port;
+  acceptor_fn *fn;
+  void *arg;
+  size_t max_open;
+  pthread_t thread;
+  int running;              /* the thread was started and not joined */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  size_t handed, started, closed;  /* under mu */
+  int stopping;                    /* under mu */
+  unsigned lanes;
+  size_t *lane_open;               /* [lanes], under mu */
+};
+
+/* Whether some socket is already bound to sa's port (another server, or
+ * another attnd): a plain bind, without SO_REUSEPORT, fails then.  This
+ * keeps attnd from silently joining the reuse group of another process
+ * of the same user. */
+static int acceptor_port_taken(const struct sockaddr *sa, socklen_t len) {
+  int one = 1, taken;
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return 0;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (sa->sa_family == AF_INET6)
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  taken = bind(fd, sa, len) != 0 && errno == EADDRINUSE;
+  close(fd);
+  if (taken)
+    errno = EADDRINUSE;
+  return taken;
+}
+
+/* A listening socket on sa, in sa's reuse group. */
+static int acceptor_bind(const struct sockaddr *sa, socklen_t len) {
+  int one = 1, eno;
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+      setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) == 0 &&
+      (sa->sa_family != AF_INET6 ||
+       setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0) &&
+      bind(fd, sa, len) == 0 && listen(fd, SOMAXCONN) == 0)
+    return fd;
+  eno = errno;
+  close(fd);
+  errno = eno;
+  return -1;
+}
+
+static int acceptor_bound_port(int fd) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+    return -1;
+  if (ss.ss_family == AF_INET6)
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+static int acceptor_sa_port(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+  return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+}
+
+static void acceptor_set_port(struct sockaddr_storage *ss, int port) {
+  if (ss->ss_family == AF_INET6)
+    ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+  else
+    ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+}
+
+/* The kernel puts a new connection in the listen socket (of the group,
+ * in the order they listened) that this classic BPF program returns: the
+ * number of the CPU its handshake arrived on, modulo the sockets.  For a
+ * client on this machine that is the CPU its thread connected from.
+ * Without the program (an old kernel; logged) the kernel picks by a hash
+ * of the addresses, and only the balancing groups connections. */
+static void acceptor_steer(struct acceptor *a) {
+  struct sock_filter code[] = {
+      {BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_AD_OFF + SKF_AD_CPU)},
+      {BPF_ALU | BPF_MOD | BPF_K, 0, 0, a->nfd},
+      {BPF_RET | BPF_A, 0, 0, 0},
+  };
+  struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+  if (a->nfd > 1 && setsockopt(a->fd[0], SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF,
+                               &prog, sizeof prog) != 0)
+    log_error("accept: cannot steer connections by CPU (%s); lanes are "
+              "balanced only", strerror(errno));
+}
+
+/* Binds the group: the first socket takes the port (the kernel's choice
+ * for port 0), the others join it. */
+static int acceptor_bind_all(struct acceptor *a, const struct sockaddr *sa,
+                             socklen_t len) {
+  struct sockaddr_storage ss;
+  memcpy(&ss, sa, len);
+  if (acceptor_sa_port(sa) != 0 && acceptor_port_taken(sa, len))
+    return -1;
+  while (a->nfd < a->lanes && a->nfd < ACCEPTOR_MAX_LISTENERS) {
+    int fd = acceptor_bind((struct sockaddr *)&ss, len);
+    if (fd < 0)
+      return -1;
+    a->fd[a->nfd++] = fd;
+    if (a->nfd == 1) {
+      if ((a->port = acceptor_bound_port(fd)) < 0)
+        return -1;
+      acceptor_set_port(&ss, a->port);
+    }
+  }
+  acceptor_steer(a);
+  return 0;
+}
+
+static void acceptor_close_all(struct acceptor *a) {
+  for (unsigned i = 0; i < a->nfd; i++)
+    close(a->fd[i]);
+  a->nfd = 0;
+}
+
+struct acceptor *acceptor_listen(const struct sockaddr *sa, socklen_t len,
+                                 unsigned lanes) {
+  struct acceptor *a = mem_calloc(1, sizeof *a);
+  pthread_condattr_t ca;
+  int eno;
+  if (!a)
+    return NULL;
+  a->wake = -1;
+  a->lanes = lanes ? lanes : 1;
+  if (!(a->lane_open = mem_calloc(a->lanes, sizeof *a->lane_open)) ||
+      acceptor_bind_all(a, sa, len) != 0 ||
+      (a->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+    goto err;
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&a->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  return a;
+err:
+  eno = errno ? errno : ENOMEM;
+  acceptor_close_all(a);
+  mem_free(a->lane_open);
+  mem_free(a);
+  errno = eno;
+  return NULL;
+}
+
+int acceptor_port(const struct acceptor *a) { return a->port; }
+
+/* Waits while max_open connections are open; 0 once stopping. */
+static int acceptor_wait_room(struct acceptor *a) {
+  int ok;
+  pthread_mutex_lock(&a->mu);
+  while (!a->stopping && a->handed - a->closed >= a->max_open) {
+    size_t started = a->started, closed = a->closed;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += ACCEPTOR_WRITE_OFF_MS / 1000;
+    if (pthread_cond_timedwait(&a->cv, &a->mu, &t) == ETIMEDOUT &&
+        started == a->started && closed == a->closed)
+      a->handed = a->started;
+  }
+  ok = !a->stopping;
+  pthread_mutex_unlock(&a->mu);
+  return ok;
+}
+
+/* The lane for a connection from listen socket i: lane i, unless that
+ * one holds more than ACCEPTOR_SLACK connections above the least loaded
+ * lane, which then gets it.  Under a->mu. */
+static unsigned acceptor_lane(struct acceptor *a, unsigned i) {
+  unsigned least = 0;
+  for (unsigned l = 1; l < a->lanes; l++)
+    if (a->lane_open[l] < a->lane_open[least])
+      least = l;
+  return a->lane_open[i] > a->lane_open[least] + ACCEPTOR_SLACK ? least : i;
+}
+
+/* Hands fd, from listen socket i, over, counting it first: it may start
+ * and close before the callback returns. */
+static void acceptor_hand(struct acceptor *a, unsigned i, int fd,
+                          const struct sockaddr_storage *ss, socklen_t len) {
+  unsigned lane;
+  pthread_mutex_lock(&a->mu);
+  a->handed++;
+  lane = acceptor_lane(a, i);
+  a->lane_open[lane]++;
+  pthread_mutex_unlock(&a->mu);
+  if (a->fn(a->arg, fd, (const struct sockaddr *)ss, len, lane) == 0)
+    return;
+  pthread_mutex_lock(&a->mu);
+  if (a->handed > a->started)
+    a->handed--;
+  if (a->lane_open[lane] > 0)
+    a->lane_open[lane]--;
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* Errors accept4 reports for one connection that failed (or a network
+ * error pending on it), after which the next one may be fine. */
+static int acceptor_transient(int e) {
+  switch (e) {
+  case EINTR: case ECONNABORTED: case EPROTO: case ENETDOWN:
+  case ENOPROTOOPT: case EHOSTDOWN: case ENONET: case EHOSTUNREACH:
+  case EOPNOTSUPP: case ENETUNREACH: case EPERM: case ETIMEDOUT:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* Sleeps ms unless woken; 0 when woken (stopping). */
+static int acceptor_pause(struct acceptor *a, int ms) {
+  struct pollfd p = {a->wake, POLLIN, 0};
+  return poll(&p, 1, ms) == 0;
+}
+
+/* Accepts what is waiting on listen socket l, up to ACCEPTOR_BURST; 0
+ * when the thread must end. */
+static int acceptor_take(struct acceptor *a, unsigned l) {
+  for (int i = 0; i < ACCEPTOR_BURST; i++) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    int fd;
+    if (i > 0 && !acceptor_wait_room(a))
+      return 0;
+    fd = accept4(a->fd[l], (struct sockaddr *)&ss, &len,
+                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      acceptor_hand(a, l, fd, &ss, len);
+      continue;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return 1;
+    if (acceptor_transient(errno))
+      continue;
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+        errno == ENOMEM) {
+      /* Out of descriptors or memory: the clients wait in the backlog
+       * until something closes. */
+      log_error("accept: %s; retrying in %d ms", strerror(errno),
+                ACCEPTOR_BACKOFF_MS);
+      return acceptor_pause(a, ACCEPTOR_BACKOFF_MS);
+    }
+    log_error("accept: %s; no longer accepting connections",
+              strerror(errno));
+    return 0;
+  }
+  return 1;
+}
+
+/* Polls the listen sockets and, last, the wake-up. */
+static void *acceptor_main(void *arg) {
+  struct acceptor *a = arg;
+  struct pollfd p[ACCEPTOR_MAX_LISTENERS + 1];
+  unsigned n = a->nfd;
+  for (unsigned i = 0; i < n; i++)
+    p[i] = (struct pollfd){a->fd[i], POLLIN, 0};
+  p[n] = (struct pollfd){a->wake, POLLIN, 0};
+  while (acceptor_wait_room(a)) {
+    if (poll(p, n + 1, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      log_error("accept: poll: %s; no longer accepting connections",
+                strerror(errno));
+      return NULL;
+    }
+    if (p[n].revents)
+      return NULL;
+    for (unsigned i = 0; i < n; i++)
+      if (p[i].revents && !acceptor_take(a, i))
+        return NULL;
+  }
+  return NULL;
+}
+
+int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
+                 void *arg) {
+  a->fn = fn;
+  a->arg = arg;
+  a->max_open = max_open ? max_open : 1;
+  if (pthread_create(&a->thread, NULL, acceptor_main, a) != 0)
+    return -1;
+  a->running = 1;
+  return 0;
+}
+
+void acceptor_started(struct acceptor *a) {
+  pthread_mutex_lock(&a->mu);
+  a->started++;
+  if (a->started > a->handed) /* written off, and started after all */
+    a->handed = a->started;
+  pthread_mutex_unlock(&a->mu);
+}
+
+void acceptor_closed(struct acceptor *a, unsigned lane) {
+  pthread_mutex_lock(&a->mu);
+  if (a->closed < a->started)
+    a->closed++;
+  if (lane < a->lanes && a->lane_open[lane] > 0)
+    a->lane_open[lane]--;
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+size_t acceptor_open(struct acceptor *a) {
+  size_t n;
+  pthread_mutex_lock(&a->mu);
+  n = a->handed - a->closed;
+  pthread_mutex_unlock(&a->mu);
+  return n;
+}
+
+size_t acceptor_lane_open(struct acceptor *a, unsigned lane) {
+  size_t n = 0;
+  pthread_mutex_lock(&a->mu);
+  if (lane < a->lanes)
+    n = a->lane_open[lane];
+  pthread_mutex_unlock(&a->mu);
+  return n;
+}
+
+void acceptor_quiesce(struct acceptor *a) {
+  uint64_t one = 1;
+  if (a->wake < 0)
+    return;
+  pthread_mutex_lock(&a->mu);
+  a->stopping = 1;
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  if (write(a->wake, &one, sizeof one) < 0)
+    log_error("accept: cannot wake the accept thread: %s", strerror(errno));
+  if (a->running)
+    pthread_join(a->thread, NULL);
+  a->running = 0;
+  /* Closing the listen sockets resets the connections in their backlogs
+   * and makes the kernel refuse new ones. */
+  acceptor_close_all(a);
+  close(a->wake);
+  a->wake = -1;
+}
+
+void acceptor_stop(struct acceptor *a) {
+  if (!a)
+    return;
+  acceptor_quiesce(a);
+  pthread_cond_destroy(&a->cv);
+  pthread_mutex_destroy(&a->mu);
+  mem_free(a->lane_open);
+  mem_free(a);
+}
