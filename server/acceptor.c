@@ -1,18 +1,20 @@
-/* acceptor.c - the listen socket and its accept thread (see acceptor.h).
+/* acceptor.c - the listen sockets and their accept thread (see
+ * acceptor.h).
  *
  * DESIGN
  *
  * Threads: the accept thread alone calls accept4 and the hand-off
- * callback.  The controlling thread creates the socket, starts the
+ * callback.  The controlling thread creates the sockets, starts the
  * thread, and in acceptor_quiesce wakes it (an eventfd it polls beside
- * the listen socket, and a.cv while it waits for room), joins it and
- * closes the socket.  acceptor_started and acceptor_closed come from the
- * threads that serve the connections.
+ * the listen sockets, and a.cv while it waits for room), joins it and
+ * closes the sockets.  acceptor_started and acceptor_closed come from
+ * the threads that serve the connections.
  *
  * Shared state, under a.mu (the only lock; the callback is never called
  * with it held): the counts of connections handed over, started and
- * closed, each lane's count of open ones, and the stopping flag.  closed <= started <= handed always, so
- * handed - closed is the number open.  A connection handed over that
+ * closed, each lane's count of open ones, and the stopping flag.
+ * closed <= started <= handed always, so handed - closed is the number
+ * open.  A connection handed over that
  * never starts (the server dropped it, out of memory, without a word)
  * would hold its place forever; when the thread has waited a whole
  * ACCEPTOR_WRITE_OFF_MS for room with no start and no close, it writes

@@ -78,7 +78,7 @@ void acceptor_closed(struct acceptor *a, unsigned lane);
 size_t acceptor_open(struct acceptor *a);
 size_t acceptor_lane_open(struct acceptor *a, unsigned lane);
 
-/* Stops accepting and closes the listen socket; returns once the accept
+/* Stops accepting and closes the listen sockets; returns once the accept
  * thread has exited.  Idempotent. */
 void acceptor_quiesce(struct acceptor *a);
 

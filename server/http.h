@@ -73,9 +73,10 @@ int http_port(struct http *h);
 /* Sets what /readyz reports. */
 void http_set_state(struct http *h, enum http_state s);
 
-/* Stops accepting: from now on the kernel refuses new connections (see
- * http_retire_listen in http.c), and any further request on an existing
- * connection is answered 503 with Connection: close.  Idempotent. */
+/* Stops accepting: from now on the kernel refuses new connections (the
+ * listen sockets close, see acceptor.h), and any further request on an
+ * existing connection is answered 503 with Connection: close.
+ * Idempotent. */
 void http_quiesce(struct http *h);
 
 /* Requests that have started and not yet completed (including suspended
