@@ -49,8 +49,8 @@
 
 struct acceptor {
   int fd[ACCEPTOR_MAX_LISTENERS];  /* listen sockets, one per lane up to
-                                      the maximum; -1 once quiesced */
-  unsigned nfd;
+                                      the maximum */
+  unsigned nfd;             /* how many; 0 once quiesced */
   int wake;                 /* eventfd; -1 once quiesced */
   int port;
   acceptor_fn *fn;
@@ -103,20 +103,18 @@ static int acceptor_bind(const struct sockaddr *sa, socklen_t len) {
   return -1;
 }
 
+static int acceptor_sa_port(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+  return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+}
+
 static int acceptor_bound_port(int fd) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
   if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
     return -1;
-  if (ss.ss_family == AF_INET6)
-    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-  return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-}
-
-static int acceptor_sa_port(const struct sockaddr *sa) {
-  if (sa->sa_family == AF_INET6)
-    return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-  return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+  return acceptor_sa_port((struct sockaddr *)&ss);
 }
 
 static void acceptor_set_port(struct sockaddr_storage *ss, int port) {
