@@ -314,7 +314,7 @@ class Slowloris:
 
 
 class SlowlorisTest(Checks, harness.ServerTestCase):
-    # 2 MHD threads: --max-conns 600 is 300 per thread.
+    # --max-conns 600 over 2 HTTP threads: the accept thread holds the total.
     server_args = ("--workers", "2", "--http-threads", "2", "--max-conns", "600",
                    "--max-conns-per-ip", "100", "--conn-timeout-s", "5")
 
@@ -385,7 +385,7 @@ class SlowlorisTest(Checks, harness.ServerTestCase):
 
 
 class ConnLimitTest(Checks, harness.ServerTestCase):
-    # 64 connections over 2 MHD threads (32 each); idle ones closed after 2 s.
+    # 64 connections in all over 2 HTTP threads; idle ones closed after 2 s.
     server_args = ("--workers", "1", "--http-threads", "2", "--max-conns", "64",
                    "--conn-timeout-s", "2")
 
