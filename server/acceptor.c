@@ -136,7 +136,11 @@ static void acceptor_steer(struct acceptor *a) {
       {BPF_ALU | BPF_MOD | BPF_K, 0, 0, a->nfd},
       {BPF_RET | BPF_A, 0, 0, 0},
   };
-  struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+  struct sock_fprog prog;
+  /* Zeroed first: the kernel copies the padding after prog.len too. */
+  memset(&prog, 0, sizeof prog);
+  prog.len = sizeof code / sizeof code[0];
+  prog.filter = code;
   if (a->nfd > 1 && setsockopt(a->fd[0], SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF,
                                &prog, sizeof prog) != 0)
     log_error("accept: cannot steer connections by CPU (%s); lanes are "
