@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "net.h"
 #include "../proto/mem.h"
 
 #define ACCEPTOR_BURST 16           /* accepts per wake of poll */
@@ -103,25 +104,12 @@ static int acceptor_bind(const struct sockaddr *sa, socklen_t len) {
   return -1;
 }
 
-static int acceptor_sa_port(const struct sockaddr *sa) {
-  if (sa->sa_family == AF_INET6)
-    return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-  return ntohs(((const struct sockaddr_in *)sa)->sin_port);
-}
-
 static int acceptor_bound_port(int fd) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
   if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
     return -1;
-  return acceptor_sa_port((struct sockaddr *)&ss);
-}
-
-static void acceptor_set_port(struct sockaddr_storage *ss, int port) {
-  if (ss->ss_family == AF_INET6)
-    ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-  else
-    ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+  return net_port((struct sockaddr *)&ss);
 }
 
 /* The kernel puts a new connection in the listen socket (of the group,
@@ -153,7 +141,7 @@ static int acceptor_bind_all(struct acceptor *a, const struct sockaddr *sa,
                              socklen_t len) {
   struct sockaddr_storage ss;
   memcpy(&ss, sa, len);
-  if (acceptor_sa_port(sa) != 0 && acceptor_port_taken(sa, len))
+  if (net_port(sa) != 0 && acceptor_port_taken(sa, len))
     return -1;
   while (a->nfd < a->lanes && a->nfd < ACCEPTOR_MAX_LISTENERS) {
     int fd = acceptor_bind((struct sockaddr *)&ss, len);
@@ -163,7 +151,7 @@ static int acceptor_bind_all(struct acceptor *a, const struct sockaddr *sa,
     if (a->nfd == 1) {
       if ((a->port = acceptor_bound_port(fd)) < 0)
         return -1;
-      acceptor_set_port(&ss, a->port);
+      net_set_port(&ss, a->port);
     }
   }
   acceptor_steer(a);

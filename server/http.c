@@ -974,21 +974,22 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   atomic_fetch_sub(&h->active, 1);
 }
 
-/* MHD's word that a connection handed over has started or closed.  The
- * lane it is on travels in the socket context, as lane + 1. */
+/* MHD's word that a connection handed over has started or closed.  Its
+ * lane is the pool thread serving it, which its descriptor's number
+ * names (http_on_accept); MHD keeps the number until after this call. */
 static void http_on_connection(void *cls, struct MHD_Connection *c,
                                void **socket_context,
                                enum MHD_ConnectionNotificationCode toe) {
   struct http *h = cls;
   const union MHD_ConnectionInfo *i;
+  (void)socket_context;
   if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-    i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    *socket_context =
-        (void *)(uintptr_t)(i ? (unsigned)i->connect_fd % h->cfg.threads + 1
-                              : 1);
     acceptor_started(h->acc);
-  } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
-    acceptor_closed(h->acc, (unsigned)((uintptr_t)*socket_context - 1));
+  } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+    i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    acceptor_closed(h->acc,
+                    i ? (unsigned)i->connect_fd % (unsigned)h->cfg.threads
+                      : 0);
   }
 }
 

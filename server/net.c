@@ -22,18 +22,31 @@ socklen_t net_sockaddr(const char *host, int port,
     *ipv6 = 0;
   if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
     in4->sin_family = AF_INET;
-    in4->sin_port = htons((uint16_t)port);
+    net_set_port(ss, port);
     return sizeof *in4;
   }
   if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
     in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons((uint16_t)port);
+    net_set_port(ss, port);
     if (ipv6)
       *ipv6 = 1;
     return sizeof *in6;
   }
   memset(ss, 0, sizeof *ss);
   return 0;
+}
+
+int net_port(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+  return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+}
+
+void net_set_port(struct sockaddr_storage *ss, int port) {
+  if (ss->ss_family == AF_INET6)
+    ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+  else
+    ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
 }
 
 int net_fd_with_remainder(int fd, unsigned rem, unsigned mod) {

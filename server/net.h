@@ -13,6 +13,10 @@
 socklen_t net_sockaddr(const char *host, int port,
                        struct sockaddr_storage *ss, int *ipv6);
 
+/* The port of an IPv4 or IPv6 address, and setting it. */
+int net_port(const struct sockaddr *sa);
+void net_set_port(struct sockaddr_storage *ss, int port);
+
 /* Moves descriptor fd to the lowest free number n at or above rem with
  * n % mod == rem (mod >= 1, rem < mod), closing fd; so the caller can
  * pick the libmicrohttpd pool thread a connection goes to (see

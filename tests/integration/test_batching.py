@@ -480,7 +480,7 @@ class DrainOrderTest(harness.ServerTestCase):
         self.assertTrue(wait_for(lambda: refused(port), 60 * SLOW),
                         "new connections were not refused")
         self.assertIsNone(srv.proc.poll(), "exited instead of draining")
-        # Nor do the HTTP threads spin on the retired listen socket: one
+        # Nor does any thread spin once the listen sockets are closed: one
         # spinning would take about the whole second.
         c0 = cpu_seconds(srv.proc.pid)
         time.sleep(1.0)
