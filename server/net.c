@@ -4,14 +4,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Copies net_fd_with_remainder tries; each miss skips a run of numbers
- * in use, so a few are plenty. */
-#define NET_REMAINDER_TRIES 16
 
 socklen_t net_sockaddr(const char *host, int port,
                        struct sockaddr_storage *ss, int *ipv6) {
@@ -53,7 +50,9 @@ int net_fd_with_remainder(int fd, unsigned rem, unsigned mod) {
   unsigned want = rem;
   if (mod <= 1 || (unsigned)fd % mod == rem)
     return fd;
-  for (int i = 0; i < NET_REMAINDER_TRIES; i++) {
+  for (;;) {
+    /* The lowest free number from want on; when it is not the right one,
+     * every number from want to it is in use. */
     int d = fcntl(fd, F_DUPFD_CLOEXEC, (int)want);
     if (d < 0)
       return -1;
@@ -62,12 +61,18 @@ int net_fd_with_remainder(int fd, unsigned rem, unsigned mod) {
       return d;
     }
     close(d);
-    /* Every number from want to d is in use: the next candidate is the
-     * first above d with the remainder. */
     want = (unsigned)d - (unsigned)d % mod + rem;
     if (want <= (unsigned)d)
       want += mod;
+    /* Skip the candidates in use with one cheap call each: a lane that
+     * holds many more connections than the others fills a long run of
+     * its numbers while the numbers between them are free.  Past the
+     * descriptor limit the numbers read as free, and the copy fails. */
+    while (want <= INT_MAX && fcntl((int)want, F_GETFD) >= 0)
+      want += mod;
+    if (want > INT_MAX) {
+      errno = EMFILE;
+      return -1;
+    }
   }
-  errno = EMFILE;
-  return -1;
 }

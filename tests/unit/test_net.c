@@ -69,6 +69,41 @@ START_TEST(a_descriptor_moves_to_the_lowest_free_number_that_fits) {
 }
 END_TEST
 
+/* One lane holding many more connections than the others: its numbers
+ * fill a long run while the numbers between them are free. */
+START_TEST(a_long_run_of_the_remainder_in_use_is_skipped) {
+  enum { HELD = 400 };
+  int sv[2], hold[HELD], fd = -1, want, before;
+  char c = 0;
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  /* dup takes the lowest free number: every number up to the last is in
+   * use now */
+  for (int i = 0; i < HELD; i++)
+    ck_assert_int_ge(hold[i] = dup(sv[1]), 0);
+  /* free the odd ones but one, the descriptor to move */
+  for (int i = 0; i < HELD; i++)
+    if (hold[i] % 2 && fd < 0)
+      fd = hold[i];
+    else if (hold[i] % 2)
+      close(hold[i]);
+  before = fd;
+  want = lowest_free(0, 2);
+  ck_assert_int_gt(want, hold[HELD - 1] - 2);
+  fd = net_fd_with_remainder(fd, 0, 2);
+  ck_assert_int_eq(fd, want);
+  ck_assert(!is_open(before));
+  ck_assert_int_eq(send(sv[0], "z", 1, 0), 1);
+  ck_assert_int_eq(recv(fd, &c, 1, 0), 1);
+  ck_assert_int_eq(c, 'z');
+  for (int i = 0; i < HELD; i++)
+    if (hold[i] % 2 == 0)
+      close(hold[i]);
+  close(fd);
+  close(sv[0]);
+  close(sv[1]);
+}
+END_TEST
+
 START_TEST(out_of_descriptors_leaves_the_descriptor_as_it_was) {
   int sv[2], fd, filled[64], n = 0;
   struct rlimit rl, old;
@@ -101,6 +136,7 @@ static Suite *net_suite(void) {
   TCase *tc = tcase_create("remainder");
   tcase_add_test(tc, a_descriptor_with_the_remainder_is_kept);
   tcase_add_test(tc, a_descriptor_moves_to_the_lowest_free_number_that_fits);
+  tcase_add_test(tc, a_long_run_of_the_remainder_in_use_is_skipped);
   tcase_add_test(tc, out_of_descriptors_leaves_the_descriptor_as_it_was);
   suite_add_tcase(s, tc);
   return s;
