@@ -42,9 +42,12 @@
 #define ACCEPTOR_BURST 16           /* accepts per wake of poll */
 #define ACCEPTOR_BACKOFF_MS 100     /* after EMFILE and the like */
 #define ACCEPTOR_WRITE_OFF_MS 1000
-/* A lane holding more than this many connections above the least loaded
- * one gets no more until the others catch up. */
-#define ACCEPTOR_SLACK 32
+/* A lane holding more than ACCEPTOR_SLACK_ALL / lanes (at least 1)
+ * connections above the least loaded one gets no more until the others
+ * catch up: 32 with two lanes, 8 with eight.  A client with a thread per
+ * CPU and 64 connections keeps each thread's pool on its lane; a client
+ * on fewer CPUs than there are lanes still reaches the others. */
+#define ACCEPTOR_SLACK_ALL 64
 /* Lanes beyond this many get connections only from the balancing. */
 #define ACCEPTOR_MAX_LISTENERS 64
 
@@ -64,6 +67,7 @@ struct acceptor {
   size_t handed, started, closed;  /* under mu */
   int stopping;                    /* under mu */
   unsigned lanes;
+  size_t slack;                    /* ACCEPTOR_SLACK_ALL / lanes, >= 1 */
   size_t *lane_open;               /* [lanes], under mu */
 };
 
@@ -173,6 +177,7 @@ struct acceptor *acceptor_listen(const struct sockaddr *sa, socklen_t len,
     return NULL;
   a->wake = -1;
   a->lanes = lanes ? lanes : 1;
+  a->slack = a->lanes < ACCEPTOR_SLACK_ALL ? ACCEPTOR_SLACK_ALL / a->lanes : 1;
   if (!(a->lane_open = mem_calloc(a->lanes, sizeof *a->lane_open)) ||
       acceptor_bind_all(a, sa, len) != 0 ||
       (a->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
@@ -213,14 +218,14 @@ static int acceptor_wait_room(struct acceptor *a) {
 }
 
 /* The lane for a connection from listen socket i: lane i, unless that
- * one holds more than ACCEPTOR_SLACK connections above the least loaded
- * lane, which then gets it.  Under a->mu. */
+ * one holds more than the slack above the least loaded lane, which then
+ * gets it.  Under a->mu. */
 static unsigned acceptor_lane(struct acceptor *a, unsigned i) {
   unsigned least = 0;
   for (unsigned l = 1; l < a->lanes; l++)
     if (a->lane_open[l] < a->lane_open[least])
       least = l;
-  return a->lane_open[i] > a->lane_open[least] + ACCEPTOR_SLACK ? least : i;
+  return a->lane_open[i] > a->lane_open[least] + a->slack ? least : i;
 }
 
 /* Hands fd, from listen socket i, over, counting it first: it may start

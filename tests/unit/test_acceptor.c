@@ -194,6 +194,30 @@ START_TEST(a_crowd_from_one_cpu_is_spread_beyond_the_slack) {
 }
 END_TEST
 
+START_TEST(with_more_lanes_a_crowd_from_one_cpu_reaches_all_of_them) {
+  struct handed h;
+  struct from_cpu f;
+  int cpu[2], lane_of_cpu, n[4] = {0, 0, 0, 0};
+  if (!two_cpus(cpu))
+    cpu[0] = sched_getcpu();
+  start(&h, "127.0.0.1", 0, 4, 100);
+  lane_of_cpu = cpu[0] % 4;
+  connect_from_cpu(cpu[0], acceptor_port(h.a), 40, &f);
+  ck_assert_int_eq(wait_handed(&h, 40, 5000), 40);
+  /* four lanes leave a slack of 64 / 4 = 16: the first 17 stay
+   * together, then each of the four lanes gets one in turn */
+  for (int i = 0; i < 40; i++) {
+    if (i < 17)
+      ck_assert_uint_eq(h.lane[i], (unsigned)lane_of_cpu);
+    n[h.lane[i]]++;
+  }
+  for (int l = 0; l < 4; l++)
+    ck_assert_int_eq(n[l], l == lane_of_cpu ? 22 : 6);
+  close_all(&f);
+  finish(&h);
+}
+END_TEST
+
 START_TEST(closed_connections_leave_their_lane) {
   struct handed h;
   struct from_cpu f;
@@ -309,6 +333,7 @@ static Suite *acceptor_suite(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, each_connection_goes_to_the_lane_of_the_cpu_it_came_from);
   tcase_add_test(tc, a_crowd_from_one_cpu_is_spread_beyond_the_slack);
+  tcase_add_test(tc, with_more_lanes_a_crowd_from_one_cpu_reaches_all_of_them);
   tcase_add_test(tc, closed_connections_leave_their_lane);
   tcase_add_test(tc, at_max_open_clients_wait_until_one_closes);
   tcase_add_test(tc, quiescing_refuses_new_clients);
