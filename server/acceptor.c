@@ -12,7 +12,8 @@
  *
  * Shared state, under a.mu (the only lock; the callback is never called
  * with it held): the counts of connections handed over, started and
- * closed, each lane's count of open ones, and the stopping flag.
+ * closed, each lane's count of open ones and whether it is full, and
+ * the stopping flag.
  * closed <= started <= handed always, so handed - closed is the number
  * open.  A connection handed over that
  * never starts (the server dropped it, out of memory, without a word)
@@ -42,11 +43,11 @@
 #define ACCEPTOR_BURST 16           /* accepts per wake of poll */
 #define ACCEPTOR_BACKOFF_MS 100     /* after EMFILE and the like */
 #define ACCEPTOR_WRITE_OFF_MS 1000
-/* A lane holding more than ACCEPTOR_SLACK_ALL / lanes (at least 1)
- * connections above the least loaded one gets no more until the others
- * catch up: 32 with two lanes, 8 with eight.  A client with a thread per
- * CPU and 64 connections keeps each thread's pool on its lane; a client
- * on fewer CPUs than there are lanes still reaches the others. */
+/* A lane holding ACCEPTOR_SLACK_ALL / lanes (at least 1) connections
+ * more than the least loaded one is full until the others have caught
+ * up with it: 32 with two lanes, 8 with eight.  A client with a thread
+ * per CPU and 64 connections keeps each thread's pool on its lane; a
+ * client on fewer CPUs than there are lanes still reaches the others. */
 #define ACCEPTOR_SLACK_ALL 64
 /* Lanes beyond this many get connections only from the balancing. */
 #define ACCEPTOR_MAX_LISTENERS 64
@@ -68,7 +69,10 @@ struct acceptor {
   int stopping;                    /* under mu */
   unsigned lanes;
   size_t slack;                    /* ACCEPTOR_SLACK_ALL / lanes, >= 1 */
-  size_t *lane_open;               /* [lanes], under mu */
+  struct acceptor_lane {
+    size_t open;                   /* connections on it */
+    int full;                      /* see acceptor_lane */
+  } *lane;                         /* [lanes], under mu */
 };
 
 /* Whether some socket is already bound to sa's port (another server, or
@@ -178,7 +182,7 @@ struct acceptor *acceptor_listen(const struct sockaddr *sa, socklen_t len,
   a->wake = -1;
   a->lanes = lanes ? lanes : 1;
   a->slack = a->lanes < ACCEPTOR_SLACK_ALL ? ACCEPTOR_SLACK_ALL / a->lanes : 1;
-  if (!(a->lane_open = mem_calloc(a->lanes, sizeof *a->lane_open)) ||
+  if (!(a->lane = mem_calloc(a->lanes, sizeof *a->lane)) ||
       acceptor_bind_all(a, sa, len) != 0 ||
       (a->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
     goto err;
@@ -191,7 +195,7 @@ struct acceptor *acceptor_listen(const struct sockaddr *sa, socklen_t len,
 err:
   eno = errno ? errno : ENOMEM;
   acceptor_close_all(a);
-  mem_free(a->lane_open);
+  mem_free(a->lane);
   mem_free(a);
   errno = eno;
   return NULL;
@@ -217,15 +221,24 @@ static int acceptor_wait_room(struct acceptor *a) {
   return ok;
 }
 
-/* The lane for a connection from listen socket i: lane i, unless that
- * one holds more than the slack above the least loaded lane, which then
- * gets it.  Under a->mu. */
+/* The lane for a connection from listen socket i: lane i, unless it is
+ * full, when the least loaded lane gets it.  Lane i fills when it holds
+ * the slack more than the least loaded one, and stays full until that
+ * one has caught up: a crowd from one CPU is dealt out in blocks of the
+ * slack.  wrk, for one, often opens both of its threads' connections
+ * from one CPU, one thread's 32 after the other's, and each block is
+ * then one thread's (dealt out one by one, both threads would have been
+ * on one lane).  Under a->mu. */
 static unsigned acceptor_lane(struct acceptor *a, unsigned i) {
   unsigned least = 0;
   for (unsigned l = 1; l < a->lanes; l++)
-    if (a->lane_open[l] < a->lane_open[least])
+    if (a->lane[l].open < a->lane[least].open)
       least = l;
-  return a->lane_open[i] > a->lane_open[least] + a->slack ? least : i;
+  if (a->lane[i].full && a->lane[i].open <= a->lane[least].open)
+    a->lane[i].full = 0;
+  else if (a->lane[i].open >= a->lane[least].open + a->slack)
+    a->lane[i].full = 1;
+  return a->lane[i].full ? least : i;
 }
 
 /* Hands fd, from listen socket i, over, counting it first: it may start
@@ -236,15 +249,15 @@ static void acceptor_hand(struct acceptor *a, unsigned i, int fd,
   pthread_mutex_lock(&a->mu);
   a->handed++;
   lane = acceptor_lane(a, i);
-  a->lane_open[lane]++;
+  a->lane[lane].open++;
   pthread_mutex_unlock(&a->mu);
   if (a->fn(a->arg, fd, (const struct sockaddr *)ss, len, lane) == 0)
     return;
   pthread_mutex_lock(&a->mu);
   if (a->handed > a->started)
     a->handed--;
-  if (a->lane_open[lane] > 0)
-    a->lane_open[lane]--;
+  if (a->lane[lane].open > 0)
+    a->lane[lane].open--;
   pthread_mutex_unlock(&a->mu);
 }
 
@@ -349,8 +362,8 @@ void acceptor_closed(struct acceptor *a, unsigned lane) {
   pthread_mutex_lock(&a->mu);
   if (a->closed < a->started)
     a->closed++;
-  if (lane < a->lanes && a->lane_open[lane] > 0)
-    a->lane_open[lane]--;
+  if (lane < a->lanes && a->lane[lane].open > 0)
+    a->lane[lane].open--;
   pthread_cond_signal(&a->cv);
   pthread_mutex_unlock(&a->mu);
 }
@@ -367,7 +380,7 @@ size_t acceptor_lane_open(struct acceptor *a, unsigned lane) {
   size_t n = 0;
   pthread_mutex_lock(&a->mu);
   if (lane < a->lanes)
-    n = a->lane_open[lane];
+    n = a->lane[lane].open;
   pthread_mutex_unlock(&a->mu);
   return n;
 }
@@ -398,6 +411,6 @@ void acceptor_stop(struct acceptor *a) {
   acceptor_quiesce(a);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
-  mem_free(a->lane_open);
+  mem_free(a->lane);
   mem_free(a);
 }

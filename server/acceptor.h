@@ -14,14 +14,16 @@
  * socket of the CPU its handshake arrived on (for a local client, the
  * CPU its thread connected from; for a remote one, the CPU that took the
  * NIC queue's interrupt), modulo the sockets.  Listen socket i's
- * connections go to lane i, unless lane i already holds more than the
- * slack, 64 / lanes connections (at least 1), above the least loaded
- * lane, which then gets them.  With two lanes a client thread's pool of
- * up to 32 connections stays together, and clients that all arrive on
- * one CPU (one NIC queue, or a client whose threads all connected from
- * one core) are still spread to within 32 connections.  With more lanes
- * the slack shrinks, so lanes whose CPUs no client connects from (a
- * client on two cores of a larger machine) still get their share.
+ * connections go to lane i, unless lane i is full: once it holds the
+ * slack, 64 / lanes connections (at least 1), more than the least
+ * loaded lane, that lane gets them until it has caught up.  With two
+ * lanes a client thread's pool of up to 32 connections stays together,
+ * and clients that all arrive on one CPU (one NIC queue, or a client
+ * whose threads all connected from one core) are dealt out in blocks of
+ * 32, which keeps one client thread's pool together when it connected
+ * after another's.  With more lanes the slack shrinks, so lanes whose
+ * CPUs no client connects from (a client on two cores of a larger
+ * machine) still get their share.
  *
  * With max_open connections open it stops accepting until one closes, so
  * further clients wait in the kernel's backlog.  Quiescing closes the

@@ -170,26 +170,31 @@ START_TEST(each_connection_goes_to_the_lane_of_the_cpu_it_came_from) {
 }
 END_TEST
 
-START_TEST(a_crowd_from_one_cpu_is_spread_beyond_the_slack) {
+START_TEST(a_crowd_from_one_cpu_is_dealt_out_in_blocks_of_the_slack) {
   struct handed h;
-  struct from_cpu f;
-  int cpu[2], lane_of_cpu, n[2] = {0, 0};
+  struct from_cpu f[2];
+  int cpu[2], lane_of_cpu;
   if (!two_cpus(cpu))
     cpu[0] = sched_getcpu();
   start(&h, "127.0.0.1", 0, 2, 100);
   lane_of_cpu = cpu[0] % 2;
-  connect_from_cpu(cpu[0], acceptor_port(h.a), 40, &f);
-  ck_assert_int_eq(wait_handed(&h, 40, 5000), 40);
-  /* the first 33 stay together (up to 32 above the other lane); after
-   * that the lanes take turns */
-  for (int i = 0; i < 40; i++) {
-    if (i < 33)
-      ck_assert_uint_eq(h.lane[i], (unsigned)lane_of_cpu);
-    n[h.lane[i]]++;
-  }
-  ck_assert_int_eq(n[lane_of_cpu], 36);
-  ck_assert_int_eq(n[1 - lane_of_cpu], 4);
-  close_all(&f);
+  /* two lanes leave a slack of 32: the first 32 stay together, the lane
+   * is full then, and the next 32 go to the other lane (as two client
+   * threads' pools, one after the other, would) */
+  connect_from_cpu(cpu[0], acceptor_port(h.a), 64, &f[0]);
+  ck_assert_int_eq(wait_handed(&h, 64, 5000), 64);
+  for (int i = 0; i < 64; i++)
+    ck_assert_uint_eq(h.lane[i], (unsigned)(i < 32 ? lane_of_cpu
+                                                   : 1 - lane_of_cpu));
+  /* caught up: the lane of the CPU takes connections again */
+  connect_from_cpu(cpu[0], acceptor_port(h.a), 8, &f[1]);
+  ck_assert_int_eq(wait_handed(&h, 72, 5000), 72);
+  for (int i = 64; i < 72; i++)
+    ck_assert_uint_eq(h.lane[i], (unsigned)lane_of_cpu);
+  ck_assert_uint_eq(acceptor_lane_open(h.a, (unsigned)lane_of_cpu), 40);
+  ck_assert_uint_eq(acceptor_lane_open(h.a, 1u - (unsigned)lane_of_cpu), 32);
+  close_all(&f[0]);
+  close_all(&f[1]);
   finish(&h);
 }
 END_TEST
@@ -204,15 +209,17 @@ START_TEST(with_more_lanes_a_crowd_from_one_cpu_reaches_all_of_them) {
   lane_of_cpu = cpu[0] % 4;
   connect_from_cpu(cpu[0], acceptor_port(h.a), 40, &f);
   ck_assert_int_eq(wait_handed(&h, 40, 5000), 40);
-  /* four lanes leave a slack of 64 / 4 = 16: the first 17 stay
-   * together, then each of the four lanes gets one in turn */
+  /* four lanes leave a slack of 64 / 4 = 16: the first 16 stay
+   * together, then the other three take turns */
   for (int i = 0; i < 40; i++) {
-    if (i < 17)
+    if (i < 16)
       ck_assert_uint_eq(h.lane[i], (unsigned)lane_of_cpu);
+    else
+      ck_assert_uint_ne(h.lane[i], (unsigned)lane_of_cpu);
     n[h.lane[i]]++;
   }
   for (int l = 0; l < 4; l++)
-    ck_assert_int_eq(n[l], l == lane_of_cpu ? 22 : 6);
+    ck_assert_int_eq(n[l], l == lane_of_cpu ? 16 : 8);
   close_all(&f);
   finish(&h);
 }
@@ -332,7 +339,7 @@ static Suite *acceptor_suite(void) {
   TCase *tc = tcase_create("lanes");
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, each_connection_goes_to_the_lane_of_the_cpu_it_came_from);
-  tcase_add_test(tc, a_crowd_from_one_cpu_is_spread_beyond_the_slack);
+  tcase_add_test(tc, a_crowd_from_one_cpu_is_dealt_out_in_blocks_of_the_slack);
   tcase_add_test(tc, with_more_lanes_a_crowd_from_one_cpu_reaches_all_of_them);
   tcase_add_test(tc, closed_connections_leave_their_lane);
   tcase_add_test(tc, at_max_open_clients_wait_until_one_closes);
