@@ -44,8 +44,8 @@
 #define ACCEPTOR_BACKOFF_MS 100     /* after EMFILE and the like */
 #define ACCEPTOR_WRITE_OFF_MS 1000
 /* A lane holding ACCEPTOR_SLACK_ALL / lanes (at least 1) connections
- * more than the least loaded one is full until the others have caught
- * up with it: 32 with two lanes, 8 with eight.  A client with a thread
+ * more than the least loaded one is full until every other lane holds
+ * as many: 32 with two lanes, 8 with eight.  A client with a thread
  * per CPU and 64 connections keeps each thread's pool on its lane; a
  * client on fewer CPUs than there are lanes still reaches the others. */
 #define ACCEPTOR_SLACK_ALL 64
@@ -227,8 +227,8 @@ static int acceptor_wait_room(struct acceptor *a) {
  * one has caught up: a crowd from one CPU is dealt out in blocks of the
  * slack.  wrk, for one, often opens both of its threads' connections
  * from one CPU, one thread's 32 after the other's, and each block is
- * then one thread's (dealt out one by one, both threads would have been
- * on one lane).  Under a->mu. */
+ * then one thread's (when the lanes took turns past the slack, the
+ * second thread's pool was split over both).  Under a->mu. */
 static unsigned acceptor_lane(struct acceptor *a, unsigned i) {
   unsigned least = 0;
   for (unsigned l = 1; l < a->lanes; l++)
