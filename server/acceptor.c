@@ -68,43 +68,49 @@ struct acceptor {
   size_t handed, started, closed;  /* under mu */
   int stopping;                    /* under mu */
   unsigned lanes;
-  size_t slack;                    /* ACCEPTOR_SLACK_ALL / lanes, >= 1 */
   struct acceptor_lane {
     size_t open;                   /* connections on it */
     int full;                      /* see acceptor_lane */
   } *lane;                         /* [lanes], under mu */
 };
 
-/* Whether some socket is already bound to sa's port (another server, or
- * another attnd): a plain bind, without SO_REUSEPORT, fails then.  This
- * keeps attnd from silently joining the reuse group of another process
- * of the same user. */
-static int acceptor_port_taken(const struct sockaddr *sa, socklen_t len) {
-  int one = 1, taken;
-  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return 0;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (sa->sa_family == AF_INET6)
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-  taken = bind(fd, sa, len) != 0 && errno == EADDRINUSE;
-  close(fd);
-  if (taken)
-    errno = EADDRINUSE;
-  return taken;
-}
-
-/* A listening socket on sa, in sa's reuse group. */
-static int acceptor_bind(const struct sockaddr *sa, socklen_t len) {
+/* A non-blocking socket bound to sa (an IPv6 address for IPv6 only), in
+ * sa's reuse group when reuse is set; -1 with errno when it cannot. */
+static int acceptor_bound(const struct sockaddr *sa, socklen_t len,
+                          int reuse) {
   int one = 1, eno;
   int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return -1;
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-      setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) == 0 &&
+      (!reuse ||
+       setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) == 0) &&
       (sa->sa_family != AF_INET6 ||
        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0) &&
-      bind(fd, sa, len) == 0 && listen(fd, SOMAXCONN) == 0)
+      bind(fd, sa, len) == 0)
+    return fd;
+  eno = errno;
+  close(fd);
+  errno = eno;
+  return -1;
+}
+
+/* Whether some socket is already bound to sa's port (another server, or
+ * another attnd): a plain bind, without SO_REUSEPORT, fails then.  This
+ * keeps attnd from silently joining the reuse group of another process
+ * of the same user. */
+static int acceptor_port_taken(const struct sockaddr *sa, socklen_t len) {
+  int fd = acceptor_bound(sa, len, 0);
+  if (fd < 0)
+    return errno == EADDRINUSE;
+  close(fd);
+  return 0;
+}
+
+/* A listening socket on sa, in sa's reuse group. */
+static int acceptor_bind(const struct sockaddr *sa, socklen_t len) {
+  int eno, fd = acceptor_bound(sa, len, 1);
+  if (fd < 0 || listen(fd, SOMAXCONN) == 0)
     return fd;
   eno = errno;
   close(fd);
@@ -181,7 +187,6 @@ struct acceptor *acceptor_listen(const struct sockaddr *sa, socklen_t len,
     return NULL;
   a->wake = -1;
   a->lanes = lanes ? lanes : 1;
-  a->slack = a->lanes < ACCEPTOR_SLACK_ALL ? ACCEPTOR_SLACK_ALL / a->lanes : 1;
   if (!(a->lane = mem_calloc(a->lanes, sizeof *a->lane)) ||
       acceptor_bind_all(a, sa, len) != 0 ||
       (a->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
@@ -230,13 +235,15 @@ static int acceptor_wait_room(struct acceptor *a) {
  * then one thread's (when the lanes took turns past the slack, the
  * second thread's pool was split over both).  Under a->mu. */
 static unsigned acceptor_lane(struct acceptor *a, unsigned i) {
+  size_t slack = a->lanes < ACCEPTOR_SLACK_ALL ? ACCEPTOR_SLACK_ALL / a->lanes
+                                               : 1;
   unsigned least = 0;
   for (unsigned l = 1; l < a->lanes; l++)
     if (a->lane[l].open < a->lane[least].open)
       least = l;
   if (a->lane[i].full && a->lane[i].open <= a->lane[least].open)
     a->lane[i].full = 0;
-  else if (a->lane[i].open >= a->lane[least].open + a->slack)
+  else if (a->lane[i].open >= a->lane[least].open + slack)
     a->lane[i].full = 1;
   return a->lane[i].full ? least : i;
 }
