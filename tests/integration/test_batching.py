@@ -222,29 +222,32 @@ class TwoShapesTest(harness.ServerTestCase):
             start = len(access_lines(self.srv))
             batches0 = sample(scrape(self.srv), "attnd_batch_size_count")
 
-            def dispatched():
-                return sample(scrape(self.srv), "attnd_batch_size_count") - batches0
+            def state():
+                """(queue depth, batches dispatched since start), one scrape."""
+                m = scrape(self.srv)
+                return (sample(m, "attnd_queue_depth"),
+                        sample(m, "attnd_batch_size_count") - batches0)
 
-            def queued(n):
-                return wait_for(lambda: sample(scrape(self.srv), "attnd_queue_depth") >= n or
-                                dispatched() > 1, 60 * SLOW)
+            def queued_or_taken(n):
+                depth, dispatched = state()
+                return depth >= n or dispatched > 1
             blocker = threading.Thread(target=post, args=(self.srv, blocker_body(cost)))
             blocker.start()
-            self.assertTrue(wait_for(lambda: dispatched() >= 1, 60 * SLOW),
+            self.assertTrue(wait_for(lambda: state()[1] >= 1, 60 * SLOW),
                             "the blocker never reached the worker")
             threads = [threading.Thread(target=post, args=(self.srv, flood))
                        for _ in range(n_flood)]
             for t in threads:
                 t.start()
-            queued(n_flood)
+            wait_for(lambda: queued_or_taken(n_flood), 60 * SLOW)
             result = {}
 
             def send_single():
                 result["status"], _, result["data"] = post(self.srv, single)
             threads.append(threading.Thread(target=send_single))
             threads[-1].start()
-            queued(n_flood + 1)
-            in_time = dispatched() == 1
+            wait_for(lambda: queued_or_taken(n_flood + 1), 60 * SLOW)
+            in_time = state()[1] == 1
             for t in threads + [blocker]:
                 t.join(300 * SLOW)
             self.assertEqual(result.get("status"), 200, result.get("data", b"")[:200])
