@@ -565,6 +565,78 @@ class V2Test(CheckMixin, harness.ServerTestCase):
         self.assert_error(status, hdrs, body, 400)
 
 
+class LargeUploadTest(CheckMixin, harness.ServerTestCase):
+    """A connection whose first request announces a large body (128 KiB or
+    more) is served with larger reads than others; a client that waits
+    before it speaks is handed over without being looked at.  Whichever
+    way a connection was set up, every request on it is answered, and
+    answered alike."""
+    server_args = ("--workers", "2")
+
+    def request(self, seed, big):
+        n = 96 if big else 4
+        req = make_request(seed, Lq=n, Lk=n, D=32, Dv=32)
+        body = json.dumps(req).encode()
+        if big:
+            self.assertGreater(len(body), 128 * 1024)
+        return req, body
+
+    def check(self, conn, seed, big):
+        req, body = self.request(seed, big)
+        conn.request("POST", "/v1/attention", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        self.assertEqual(resp.status, 200, data[:200])
+        got = json.loads(data)
+        out, w = reference(req["query"], req["key"], req["value"])
+        self.assert_close(got["output"], out, "output")
+        self.assert_close(got["weights"], w, "weights")
+
+    def test_a_connection_opened_with_a_large_upload_serves_small_ones_too(self):
+        conn = self.srv.connection()
+        try:
+            for seed, big in ((1, True), (2, False), (3, True), (4, False)):
+                self.check(conn, seed, big)
+        finally:
+            conn.close()
+
+    def test_a_connection_opened_small_serves_large_uploads(self):
+        conn = self.srv.connection()
+        try:
+            for seed, big in ((5, False), (6, True), (7, True)):
+                self.check(conn, seed, big)
+        finally:
+            conn.close()
+
+    def test_a_client_that_waits_before_it_speaks_is_served(self):
+        conn = self.srv.connection()
+        try:
+            conn.connect()
+            time.sleep(0.4)  # past the hold for first bytes
+            self.check(conn, 8, True)
+        finally:
+            conn.close()
+
+    def test_headers_that_arrive_in_pieces_are_served(self):
+        req, body = self.request(9, True)
+        head = (b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body))
+        s = socket.create_connection((self.srv.host, self.srv.port), timeout=60)
+        try:
+            for piece in (head[:20], head[20:60], head[60:] + body):
+                s.sendall(piece)
+                time.sleep(0.05)
+            resp = http.client.HTTPResponse(s)
+            resp.begin()
+            data = resp.read()
+        finally:
+            s.close()
+        self.assertEqual(resp.status, 200, data[:200])
+        out, _ = reference(req["query"], req["key"], req["value"])
+        self.assert_close(json.loads(data)["output"], out, "output")
+
+
 class TokenTest(CheckMixin, harness.ServerTestCase):
     server_args = ("--token", "s3cret-token")
 
