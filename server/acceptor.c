@@ -5,17 +5,10 @@
  *
  * Threads: the accept thread alone calls accept4 and the hand-off
  * callback.  The controlling thread creates the sockets, starts the
- * thread, and in acceptor_quiesce wakes it (an eventfd in its epoll set
- * beside the listen sockets, and a.cv while it waits for room), joins it
- * and closes the sockets.  acceptor_started and acceptor_closed come
- * from the threads that serve the connections.
- *
- * Held connections (those waiting for their first bytes) belong to the
- * accept thread alone: a list in the order they arrived, which is also
- * the order they fall due, and their descriptors in the same epoll set.
- * They are counted as handed over from their accept on.  While the
- * thread waits for room it wakes when the oldest falls due, so a full
- * server still hands them over; it never writes off while it holds any.
+ * thread, and in acceptor_quiesce wakes it (an eventfd it polls beside
+ * the listen sockets, and a.cv while it waits for room), joins it and
+ * closes the sockets.  acceptor_started and acceptor_closed come from
+ * the threads that serve the connections.
  *
  * Shared state, under a.mu (the only lock; the callback is never called
  * with it held): the counts of connections handed over, started and
@@ -39,7 +32,6 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,7 +40,7 @@
 #include "net.h"
 #include "../proto/mem.h"
 
-#define ACCEPTOR_BURST 16           /* accepts per wake */
+#define ACCEPTOR_BURST 16           /* accepts per wake of poll */
 #define ACCEPTOR_BACKOFF_MS 100     /* after EMFILE and the like */
 #define ACCEPTOR_WRITE_OFF_MS 1000
 /* A lane holding ACCEPTOR_SLACK_ALL / lanes (at least 1) connections
@@ -59,17 +51,6 @@
 #define ACCEPTOR_SLACK_ALL 64
 /* Lanes beyond this many get connections only from the balancing. */
 #define ACCEPTOR_MAX_LISTENERS 64
-#define ACCEPTOR_EVENTS 64          /* epoll events per wake */
-
-/* A connection accepted and counted, waiting for its first bytes. */
-struct acceptor_held {
-  int fd;
-  unsigned lane;
-  socklen_t len;
-  struct sockaddr_storage ss;
-  uint64_t due_ms;                 /* handed over by then regardless */
-  struct acceptor_held *prev, *next;
-};
 
 struct acceptor {
   int fd[ACCEPTOR_MAX_LISTENERS];  /* listen sockets, one per lane up to
@@ -80,9 +61,6 @@ struct acceptor {
   acceptor_fn *fn;
   void *arg;
   size_t max_open;
-  unsigned hold_ms;
-  int ep;                   /* the accept thread's epoll set; -1 if none */
-  struct acceptor_held *held, *held_last;  /* accept thread only */
   pthread_t thread;
   int running;              /* the thread was started and not joined */
   pthread_mutex_t mu;
@@ -208,7 +186,6 @@ struct acceptor *acceptor_listen(const struct sockaddr *sa, socklen_t len,
   if (!a)
     return NULL;
   a->wake = -1;
-  a->ep = -1;
   a->lanes = lanes ? lanes : 1;
   if (!(a->lane = mem_calloc(a->lanes, sizeof *a->lane)) ||
       acceptor_bind_all(a, sa, len) != 0 ||
@@ -231,36 +208,22 @@ err:
 
 int acceptor_port(const struct acceptor *a) { return a->port; }
 
-static uint64_t acceptor_now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-/* Waits while max_open connections are open, or until the oldest held
- * connection falls due.  1 with room, 0 without (something held is
- * due), -1 once stopping. */
+/* Waits while max_open connections are open; 0 once stopping. */
 static int acceptor_wait_room(struct acceptor *a) {
-  int rc;
+  int ok;
   pthread_mutex_lock(&a->mu);
   while (!a->stopping && a->handed - a->closed >= a->max_open) {
     size_t started = a->started, closed = a->closed;
-    uint64_t now = acceptor_now_ms(), until = now + ACCEPTOR_WRITE_OFF_MS;
     struct timespec t;
-    if (a->held) {
-      if (a->held->due_ms <= now)
-        break;
-      until = a->held->due_ms;
-    }
-    t.tv_sec = (time_t)(until / 1000);
-    t.tv_nsec = (long)(until % 1000) * 1000000L;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += ACCEPTOR_WRITE_OFF_MS / 1000;
     if (pthread_cond_timedwait(&a->cv, &a->mu, &t) == ETIMEDOUT &&
-        !a->held && started == a->started && closed == a->closed)
+        started == a->started && closed == a->closed)
       a->handed = a->started;
   }
-  rc = a->stopping ? -1 : a->handed - a->closed < a->max_open;
+  ok = !a->stopping;
   pthread_mutex_unlock(&a->mu);
-  return rc;
+  return ok;
 }
 
 /* The lane for a connection from listen socket i: lane i, unless it is
@@ -285,23 +248,16 @@ static unsigned acceptor_lane(struct acceptor *a, unsigned i) {
   return a->lane[i].full ? least : i;
 }
 
-/* Counts a connection from listen socket i as handed over, before the
- * callback sees it (it may start and close before the callback
- * returns); its lane. */
-static unsigned acceptor_count(struct acceptor *a, unsigned i) {
+/* Hands fd, from listen socket i, over, counting it first: it may start
+ * and close before the callback returns. */
+static void acceptor_hand(struct acceptor *a, unsigned i, int fd,
+                          const struct sockaddr_storage *ss, socklen_t len) {
   unsigned lane;
   pthread_mutex_lock(&a->mu);
   a->handed++;
   lane = acceptor_lane(a, i);
   a->lane[lane].open++;
   pthread_mutex_unlock(&a->mu);
-  return lane;
-}
-
-/* Hands fd, counted for lane, over; uncounts it if the callback refused
- * it. */
-static void acceptor_hand(struct acceptor *a, unsigned lane, int fd,
-                          const struct sockaddr_storage *ss, socklen_t len) {
   if (a->fn(a->arg, fd, (const struct sockaddr *)ss, len, lane) == 0)
     return;
   pthread_mutex_lock(&a->mu);
@@ -325,65 +281,6 @@ static int acceptor_transient(int e) {
   }
 }
 
-/* Whether fd has something to read already: bytes, the end of the
- * stream or an error (all for the callback to see). */
-static int acceptor_readable(int fd) {
-  char c;
-  return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 ||
-         (errno != EAGAIN && errno != EWOULDBLOCK);
-}
-
-/* Holds fd, counted for lane, until its first bytes arrive or hold_ms
- * has passed; -1 when it cannot (out of memory), and then the caller
- * hands it over at once. */
-static int acceptor_hold(struct acceptor *a, unsigned lane, int fd,
-                         const struct sockaddr_storage *ss, socklen_t len) {
-  struct acceptor_held *c = mem_malloc(sizeof *c);
-  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
-  if (!c)
-    return -1;
-  c->fd = fd;
-  c->lane = lane;
-  c->len = len;
-  memcpy(&c->ss, ss, len);
-  c->due_ms = acceptor_now_ms() + a->hold_ms;
-  ev.data.ptr = c;
-  if (epoll_ctl(a->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    mem_free(c);
-    return -1;
-  }
-  c->next = NULL;
-  c->prev = a->held_last;
-  if (a->held_last)
-    a->held_last->next = c;
-  else
-    a->held = c;
-  a->held_last = c;
-  return 0;
-}
-
-/* Ends the hold on c and hands its connection over. */
-static void acceptor_release(struct acceptor *a, struct acceptor_held *c) {
-  (void)epoll_ctl(a->ep, EPOLL_CTL_DEL, c->fd, NULL);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    a->held = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
-  else
-    a->held_last = c->prev;
-  acceptor_hand(a, c->lane, c->fd, &c->ss, c->len);
-  mem_free(c);
-}
-
-/* Hands over the held connections due by now (all of them when all). */
-static void acceptor_release_due(struct acceptor *a, int all) {
-  uint64_t now = acceptor_now_ms();
-  while (a->held && (all || a->held->due_ms <= now))
-    acceptor_release(a, a->held);
-}
-
 /* Sleeps ms unless woken; 0 when woken (stopping). */
 static int acceptor_pause(struct acceptor *a, int ms) {
   struct pollfd p = {a->wake, POLLIN, 0};
@@ -397,17 +294,12 @@ static int acceptor_take(struct acceptor *a, unsigned l) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
     int fd;
-    int room = i > 0 ? acceptor_wait_room(a) : 1;
-    unsigned lane;
-    if (room <= 0)
-      return room == 0;  /* no room, but something held is due */
+    if (i > 0 && !acceptor_wait_room(a))
+      return 0;
     fd = accept4(a->fd[l], (struct sockaddr *)&ss, &len,
                  SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      lane = acceptor_count(a, l);
-      if (!a->hold_ms || acceptor_readable(fd) ||
-          acceptor_hold(a, lane, fd, &ss, len) != 0)
-        acceptor_hand(a, lane, fd, &ss, len);
+      acceptor_hand(a, l, fd, &ss, len);
       continue;
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -429,77 +321,36 @@ static int acceptor_take(struct acceptor *a, unsigned l) {
   return 1;
 }
 
-/* Adds the listen sockets and the wake-up to the epoll set; their
- * events carry their own addresses, a held connection's its record. */
-static int acceptor_watch(struct acceptor *a) {
-  struct epoll_event ev = {.events = EPOLLIN};
-  if ((a->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
-    return -1;
-  for (unsigned i = 0; i < a->nfd; i++) {
-    ev.data.ptr = &a->fd[i];
-    if (epoll_ctl(a->ep, EPOLL_CTL_ADD, a->fd[i], &ev) != 0)
-      return -1;
-  }
-  ev.data.ptr = &a->wake;
-  return epoll_ctl(a->ep, EPOLL_CTL_ADD, a->wake, &ev);
-}
-
-/* One wait and what it brought; 0 when the thread must end.  Without
- * room the listen sockets are left alone, and the wait does not block:
- * acceptor_wait_room did the waiting. */
-static int acceptor_turn(struct acceptor *a, int room) {
-  struct epoll_event ev[ACCEPTOR_EVENTS];
-  int timeout = -1, n;
-  if (!room)
-    timeout = 0;
-  else if (a->held) {
-    uint64_t now = acceptor_now_ms();
-    timeout = a->held->due_ms > now ? (int)(a->held->due_ms - now) : 0;
-  }
-  n = epoll_wait(a->ep, ev, ACCEPTOR_EVENTS, timeout);
-  if (n < 0 && errno != EINTR) {
-    log_error("accept: epoll_wait: %s; no longer accepting connections",
-              strerror(errno));
-    return 0;
-  }
-  for (int i = 0; i < n; i++) {
-    void *p = ev[i].data.ptr;
-    if (p == &a->wake)
-      return 0;
-    if (p >= (void *)&a->fd[0] && p < (void *)&a->fd[a->nfd]) {
-      if (room && !acceptor_take(a, (unsigned)((int *)p - a->fd)))
-        return 0;
-      room = 0;  /* acceptor_take may have filled it: ask again */
-    } else {
-      acceptor_release(a, p);
-    }
-  }
-  acceptor_release_due(a, 0);
-  return 1;
-}
-
+/* Polls the listen sockets and, last, the wake-up. */
 static void *acceptor_main(void *arg) {
   struct acceptor *a = arg;
-  int room;
-  while ((room = acceptor_wait_room(a)) >= 0 && acceptor_turn(a, room))
-    ;
-  /* What is still held goes to the server, which serves or times it out
-   * as any other connection. */
-  acceptor_release_due(a, 1);
+  struct pollfd p[ACCEPTOR_MAX_LISTENERS + 1];
+  unsigned n = a->nfd;
+  for (unsigned i = 0; i < n; i++)
+    p[i] = (struct pollfd){a->fd[i], POLLIN, 0};
+  p[n] = (struct pollfd){a->wake, POLLIN, 0};
+  while (acceptor_wait_room(a)) {
+    if (poll(p, n + 1, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      log_error("accept: poll: %s; no longer accepting connections",
+                strerror(errno));
+      return NULL;
+    }
+    if (p[n].revents)
+      return NULL;
+    for (unsigned i = 0; i < n; i++)
+      if (p[i].revents && !acceptor_take(a, i))
+        return NULL;
+  }
   return NULL;
 }
 
-int acceptor_run(struct acceptor *a, size_t max_open, unsigned hold_ms,
-                 acceptor_fn *fn, void *arg) {
+int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
+                 void *arg) {
   a->fn = fn;
   a->arg = arg;
   a->max_open = max_open ? max_open : 1;
-  a->hold_ms = hold_ms;
-  if (acceptor_watch(a) != 0) {
-    log_error("accept: cannot watch the listen sockets: %s",
-              strerror(errno));
-    return -1;
-  }
   if (pthread_create(&a->thread, NULL, acceptor_main, a) != 0)
     return -1;
   a->running = 1;
@@ -559,9 +410,6 @@ void acceptor_quiesce(struct acceptor *a) {
   acceptor_close_all(a);
   close(a->wake);
   a->wake = -1;
-  if (a->ep >= 0)
-    close(a->ep);
-  a->ep = -1;
 }
 
 void acceptor_stop(struct acceptor *a) {

@@ -30,14 +30,6 @@
  * listen sockets: the kernel refuses new clients at once and resets
  * those in the backlogs.
  *
- * A connection can be held until its first bytes have arrived (hold_ms
- * in acceptor_run), so that the hand-off callback can read its first
- * request's headers with MSG_PEEK: HTTP clients speak first, and most
- * send their request right after connecting, often before the accept.
- * One that sends nothing within hold_ms is handed over all the same, and
- * so is every connection still held when the thread ends.  A held
- * connection counts as open.
- *
  * Threads: acceptor_listen, acceptor_run, acceptor_quiesce and
  * acceptor_stop from the controlling thread; acceptor_started and
  * acceptor_closed from any thread.  The accept thread calls the hand-off
@@ -72,10 +64,10 @@ struct acceptor *acceptor_listen(const struct sockaddr *sa, socklen_t len,
 int acceptor_port(const struct acceptor *a);
 
 /* Starts the accept thread: each connection goes to fn(arg, ...), at
- * most max_open (>= 1) at a time, once it has bytes to read or after
- * hold_ms (0: at once).  0, or -1 when the thread cannot be started. */
-int acceptor_run(struct acceptor *a, size_t max_open, unsigned hold_ms,
-                 acceptor_fn *fn, void *arg);
+ * most max_open (>= 1) at a time.  0, or -1 when the thread cannot be
+ * started. */
+int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
+                 void *arg);
 
 /* A connection handed over has started being served (once per
  * connection the callback took). */

@@ -9,10 +9,6 @@
  * notifications tell the acceptor when one starts and closes.  A
  * connection belongs to one MHD thread; its access handler calls and its
  * completion callback all run there.
- * There are two such daemons, alike but for the memory each connection
- * gets (http_start_daemon): h->d for most, h->bulk for connections whose
- * first request announces a large body.  Both call the same handlers
- * with h, and a connection stays with the daemon it was given.
  * Workers (and the batcher loop thread) touch a request only through
  * http_on_job_done, which stores the outcome and resumes the connection.
  *
@@ -67,7 +63,6 @@
 #include "linger.h"
 #include "log.h"
 #include "net.h"
-#include "peek.h"
 #include "status.h"
 #include "../proto/mem.h"
 
@@ -83,8 +78,7 @@ struct http {
   struct http_config cfg;
   struct batcher *b;
   struct metrics *m;
-  struct MHD_Daemon *d;     /* HTTP_POOL per connection */
-  struct MHD_Daemon *bulk;  /* HTTP_BULK_POOL; NULL when not used */
+  struct MHD_Daemon *d;
   struct acceptor *acc;     /* the listen sockets and accept thread */
   struct linger_set *lg;    /* NULL: early answers close at once */
   _Atomic int state;        /* enum http_state */
@@ -116,22 +110,6 @@ struct http_req {
 };
 
 static const char http_json[] = "application/json";
-
-/* Memory per connection, which holds its read buffer (about half of it
- * between requests, more as the body arrives).  libmicrohttpd zeroes the
- * whole of it after every request, so small requests want it small, and
- * large uploads want large reads: with 32 KiB a 768 KiB upload takes 48
- * reads of 16 KiB, each a system call that on loopback also acknowledges
- * the sender's data on this core.  A connection whose first request
- * announces HTTP_BULK_MIN bytes or more goes to the bulk daemon. */
-#define HTTP_POOL ((size_t)32 * 1024)
-#define HTTP_BULK_POOL ((size_t)256 * 1024)
-#define HTTP_BULK_MIN (128ULL * 1024)
-/* How long a new connection may take to send its first bytes before it
- * is handed over without them (to the small daemon), and how much of
- * them is read for the Content-Length. */
-#define HTTP_HOLD_MS 100
-#define HTTP_PEEK_BYTES 4096
 
 /* ---- responses --------------------------------------------------------- */
 
@@ -1025,14 +1003,10 @@ static void http_on_connection(void *cls, struct MHD_Connection *c,
 static int http_on_accept(void *arg, int fd, const struct sockaddr *sa,
                           socklen_t len, unsigned lane) {
   struct http *h = arg;
-  struct MHD_Daemon *d = h->d;
   int moved = net_fd_with_remainder(fd, lane, (unsigned)h->cfg.threads);
   if (moved >= 0)
     fd = moved;
-  if (h->bulk && peek_socket_content_length(fd, HTTP_PEEK_BYTES) >=
-                     HTTP_BULK_MIN)
-    d = h->bulk;
-  return MHD_add_connection(d, fd, sa, len) == MHD_YES ? 0 : -1;
+  return MHD_add_connection(h->d, fd, sa, len) == MHD_YES ? 0 : -1;
 }
 
 static void http_on_mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -1062,8 +1036,7 @@ static void http_tls_options(const struct http_config *cfg,
   o[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 }
 
-/* A daemon whose connections get pool bytes of memory each. */
-static struct MHD_Daemon *http_start_daemon(struct http *h, size_t pool) {
+static struct MHD_Daemon *http_start_daemon(struct http *h) {
   /* TURBO (opportunistic reads and writes) measured about 5-10% more
    * small requests per second on a 2-core machine. */
   unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO |
@@ -1091,26 +1064,14 @@ static struct MHD_Daemon *http_start_daemon(struct http *h, size_t pool) {
       MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       (unsigned int)h->cfg.max_conns_per_ip,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)h->cfg.conn_timeout_s,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
+      /* MHD's default, 32 KiB: MHD zeroes the pool for every request,
+       * and 64 connections' worth of 128 KiB pools no longer fit in
+       * the caches (4-10% more CPU per tiny request at 64
+       * connections, nothing gained for large uploads). */
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
       MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
       MHD_OPTION_ARRAY, tls,
       MHD_OPTION_END);
-}
-
-/* Whether to run the bulk daemon.  Not over TLS, whose first bytes say
- * nothing of the request, and not with a per-address limit, which each
- * libmicrohttpd daemon counts on its own: one address could otherwise
- * hold twice its share. */
-static int http_bulk_wanted(const struct http_config *cfg) {
-  return !(cfg->tls_cert && cfg->tls_key) && cfg->max_conns_per_ip == 0;
-}
-
-static void http_stop_daemons(struct http *h) {
-  if (h->d)
-    MHD_stop_daemon(h->d);
-  if (h->bulk)
-    MHD_stop_daemon(h->bulk);
-  h->d = h->bulk = NULL;
 }
 
 struct http *http_start(const struct http_config *cfg, struct batcher *b,
@@ -1137,21 +1098,17 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
               strerror(errno));
     goto err;
   }
-  if (!(h->d = http_start_daemon(h, HTTP_POOL)) ||
-      (http_bulk_wanted(cfg) &&
-       !(h->bulk = http_start_daemon(h, HTTP_BULK_POOL)))) {
+  if (!(h->d = http_start_daemon(h))) {
     log_error("http: cannot listen on %s:%d: libmicrohttpd did not start "
               "(see above)", cfg->host, cfg->port);
-    http_stop_daemons(h);
     goto err;
   }
   /* Without it (logged) early answers close as libmicrohttpd does. */
   h->lg = linger_start((size_t)cfg->max_conns,
                        (unsigned long long)cfg->max_body * HTTP_DRAIN_FACTOR);
-  if (acceptor_run(h->acc, (size_t)cfg->max_conns,
-                   h->bulk ? HTTP_HOLD_MS : 0, http_on_accept, h) != 0) {
+  if (acceptor_run(h->acc, (size_t)cfg->max_conns, http_on_accept, h) != 0) {
     log_error("http: cannot start the accept thread");
-    http_stop_daemons(h);
+    MHD_stop_daemon(h->d);
     linger_stop(h->lg);
     goto err;
   }
@@ -1185,7 +1142,7 @@ void http_stop(struct http *h) {
    * would be refused.  MHD reports each close to the acceptor, which
    * therefore outlives MHD_stop_daemon. */
   acceptor_quiesce(h->acc);
-  http_stop_daemons(h);
+  MHD_stop_daemon(h->d);
   acceptor_stop(h->acc);
   linger_stop(h->lg);
   free(h);

@@ -4,8 +4,7 @@
  * The hand-off callback here plays the HTTP layer: it keeps each
  * connection with the lane it was given and reports it started at once;
  * the tests close connections through acceptor_closed as the HTTP layer
- * would when a client leaves.  The "hold" cases start the acceptor with
- * a hold for first bytes, as attnd does when it peeks at requests.
+ * would when a client leaves.
  */
 #include <check.h>
 #include <errno.h>
@@ -69,11 +68,8 @@ static int wait_handed(struct handed *h, int n, int ms) {
   return got;
 }
 
-/* Starts an acceptor that holds new connections up to hold_ms for their
- * first bytes. */
-static struct acceptor *start_holding(struct handed *h, const char *host,
-                                      int port, unsigned lanes,
-                                      size_t max_open, unsigned hold_ms) {
+static struct acceptor *start(struct handed *h, const char *host, int port,
+                              unsigned lanes, size_t max_open) {
   struct sockaddr_storage ss;
   socklen_t len = net_sockaddr(host, port, &ss, NULL);
   ck_assert_uint_gt(len, 0);
@@ -82,13 +78,8 @@ static struct acceptor *start_holding(struct handed *h, const char *host,
   pthread_cond_init(&h->cv, NULL);
   h->a = acceptor_listen((struct sockaddr *)&ss, len, lanes);
   ck_assert_ptr_nonnull(h->a);
-  ck_assert_int_eq(acceptor_run(h->a, max_open, hold_ms, take, h), 0);
+  ck_assert_int_eq(acceptor_run(h->a, max_open, take, h), 0);
   return h->a;
-}
-
-static struct acceptor *start(struct handed *h, const char *host, int port,
-                              unsigned lanes, size_t max_open) {
-  return start_holding(h, host, port, lanes, max_open, 0);
 }
 
 static void finish(struct handed *h) {
@@ -346,107 +337,6 @@ START_TEST(an_ipv6_listener_takes_connections) {
 }
 END_TEST
 
-static const char request[] = "GET /healthz HTTP/1.1\r\n\r\n";
-
-static void say(int c) {
-  ck_assert_int_eq(send(c, request, sizeof request - 1, 0),
-                   (ssize_t)sizeof request - 1);
-}
-
-/* Whether the connection handed over as number i has bytes waiting. */
-static int has_bytes(struct handed *h, int i) {
-  char c;
-  return recv(h->fd[i], &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
-}
-
-/* Waits up to 5 s until n connections are open (handed or held). */
-static void wait_open(struct handed *h, size_t n) {
-  for (int i = 0; i < 500 && acceptor_open(h->a) < n; i++)
-    usleep(10000);
-  ck_assert_uint_eq(acceptor_open(h->a), n);
-}
-
-START_TEST(a_client_that_speaks_at_once_is_handed_over_with_its_bytes) {
-  struct handed h;
-  int c;
-  start_holding(&h, "127.0.0.1", 0, 2, 100, 60000);
-  c = client(acceptor_port(h.a));
-  say(c);
-  ck_assert_int_eq(wait_handed(&h, 1, 5000), 1);
-  ck_assert(has_bytes(&h, 0));
-  close(c);
-  finish(&h);
-}
-END_TEST
-
-START_TEST(a_connection_is_held_until_its_first_bytes_arrive) {
-  struct handed h;
-  int c;
-  start_holding(&h, "127.0.0.1", 0, 2, 100, 60000);
-  c = client(acceptor_port(h.a));
-  wait_open(&h, 1);
-  ck_assert_int_eq(wait_handed(&h, 1, 300), 0);
-  say(c);
-  ck_assert_int_eq(wait_handed(&h, 1, 5000), 1);
-  ck_assert(has_bytes(&h, 0));
-  close(c);
-  finish(&h);
-}
-END_TEST
-
-START_TEST(a_silent_connection_is_handed_over_after_the_hold) {
-  struct handed h;
-  int c;
-  start_holding(&h, "127.0.0.1", 0, 2, 100, 400);
-  c = client(acceptor_port(h.a));
-  wait_open(&h, 1);
-  ck_assert_int_eq(wait_handed(&h, 1, 100), 0);
-  ck_assert_int_eq(wait_handed(&h, 1, 5000), 1);
-  ck_assert(!has_bytes(&h, 0));
-  close(c);
-  finish(&h);
-}
-END_TEST
-
-START_TEST(a_held_connection_counts_as_open_and_falls_due_on_a_full_server) {
-  struct handed h;
-  int a, b, c;
-  start_holding(&h, "127.0.0.1", 0, 1, 2, 500);
-  a = client(acceptor_port(h.a));
-  say(a);
-  ck_assert_int_eq(wait_handed(&h, 1, 5000), 1);
-  b = client(acceptor_port(h.a)); /* silent: held, and the server is full */
-  wait_open(&h, 2);
-  c = client(acceptor_port(h.a));
-  say(c);
-  /* b is handed over when due although there is no room, c waits */
-  ck_assert_int_eq(wait_handed(&h, 2, 5000), 2);
-  ck_assert(!has_bytes(&h, 1));
-  ck_assert_int_eq(wait_handed(&h, 3, 300), 2);
-  acceptor_closed(h.a, h.lane[0]);
-  ck_assert_int_eq(wait_handed(&h, 3, 5000), 3);
-  ck_assert(has_bytes(&h, 2));
-  close(a);
-  close(b);
-  close(c);
-  finish(&h);
-}
-END_TEST
-
-START_TEST(quiescing_hands_over_what_is_held) {
-  struct handed h;
-  int c;
-  start_holding(&h, "127.0.0.1", 0, 2, 100, 60000);
-  c = client(acceptor_port(h.a));
-  wait_open(&h, 1);
-  ck_assert_int_eq(wait_handed(&h, 1, 100), 0);
-  acceptor_quiesce(h.a);
-  ck_assert_int_eq(wait_handed(&h, 1, 0), 1);
-  close(c);
-  finish(&h);
-}
-END_TEST
-
 static Suite *acceptor_suite(void) {
   Suite *s = suite_create("acceptor");
   TCase *tc = tcase_create("lanes");
@@ -460,15 +350,6 @@ static Suite *acceptor_suite(void) {
   tcase_add_test(tc, a_port_in_use_is_refused_even_by_a_reuse_group);
   tcase_add_test(tc, a_port_held_by_another_server_is_refused);
   tcase_add_test(tc, an_ipv6_listener_takes_connections);
-  suite_add_tcase(s, tc);
-  tc = tcase_create("hold");
-  tcase_set_timeout(tc, 30);
-  tcase_add_test(tc, a_client_that_speaks_at_once_is_handed_over_with_its_bytes);
-  tcase_add_test(tc, a_connection_is_held_until_its_first_bytes_arrive);
-  tcase_add_test(tc, a_silent_connection_is_handed_over_after_the_hold);
-  tcase_add_test(tc,
-                 a_held_connection_counts_as_open_and_falls_due_on_a_full_server);
-  tcase_add_test(tc, quiescing_hands_over_what_is_held);
   suite_add_tcase(s, tc);
   return s;
 }
