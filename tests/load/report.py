@@ -43,6 +43,20 @@ def cpu_per_request(dirname):
     return {k: 1e6 * v / reqs[k] for k, v in ticks.items() if reqs.get(k)}
 
 
+def client_cpu_per_request(dirname):
+    """{(tag, conns): wrk's own CPU microseconds per request}, from the
+    cpu_s that report.lua adds to each run (absent from older results)."""
+    cpu, reqs = {}, {}
+    with open(os.path.join(dirname, "results")) as f:
+        for line in f:
+            r = json.loads(line)
+            key = (r["tag"], r["conns"])
+            if r["tag"] != "warm" and "cpu_s" in r:
+                cpu[key] = cpu.get(key, 0.0) + r["cpu_s"]
+                reqs[key] = reqs.get(key, 0) + r["requests"]
+    return {k: 1e6 * v / reqs[k] for k, v in cpu.items() if reqs[k]}
+
+
 def load(dirname):
     runs = {}
     with open(os.path.join(dirname, "results")) as f:
@@ -162,6 +176,38 @@ def plot(t, conns, dirname, png, core_rps):
     subprocess.run(["gnuplot", gp], check=True)
 
 
+def cpu_budget(dirname, conns, core_rps):
+    """attnd's and wrk's CPU per request, and what the v2 line leaves them:
+    wrk runs on the same cores, so 60 % of the in-process rate allows
+    cores / (0.6 x rate) of CPU per request for the two together, and the
+    core's own share of that is cores / rate."""
+    server, client = cpu_per_request(dirname), client_cpu_per_request(dirname)
+    if not server or not client:
+        return
+    print("CPU time per request, us (user + system over the runs; attnd all threads, "
+          "wrk its own):")
+    print("  %-24s" % "" + "".join("%18s" % ("c=%d attnd / wrk" % c) for c in conns))
+    for tag, label in SERIES:
+        if tag.startswith("attnd_"):
+            print("  %-24s" % label + "".join(
+                "%18s" % ("%.0f / %.0f" % (server[(tag, c)], client[(tag, c)])
+                          if (tag, c) in server and (tag, c) in client else "-")
+                for c in conns))
+    cores = os.cpu_count()
+    budget = 1e6 * cores / (0.6 * core_rps)
+    share = 1e6 * cores / core_rps
+    c = conns[-1]
+    if ("attnd_v2bin", c) in client:
+        w = client[("attnd_v2bin", c)]
+        print("v2 binary at 60%% of the in-process core is %.0f req/s: %.0f us of the %d "
+              "cores per request for attnd and wrk together" % (0.6 * core_rps, budget, cores))
+        print("  at c=%d wrk took %.0f us, and the core's own share is %.0f us (%d threads "
+              "at %.0f calls/s): %.0f us, %s" % (
+                  c, w, share, cores, core_rps, w + share,
+                  "within that" if w + share <= budget else
+                  "over that before attnd reads a byte"))
+
+
 def has_cairo():
     p = subprocess.run(["gnuplot", "-e", "set terminal"], capture_output=True, text=True)
     return "pngcairo" in p.stdout + p.stderr
@@ -209,6 +255,7 @@ def http(dirname, png):
     p99 = [t[("attnd_tiny", c)]["p99_ms"] for c in conns]
     print("  %-40s" % "attnd tiny p99 (ms)" + "".join("%9.2f" % v for v in p99)
           + "   < 5 ms %s" % verdict(p99[-1] < 5))
+    cpu_budget(dirname, conns, core["calls_per_s"])
     plot(t, conns, dirname, png, core["calls_per_s"])
     print("plot: %s" % png)
     errors = {k: v["errors"] for k, v in t.items() if v["errors"]}
