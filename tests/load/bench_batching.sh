@@ -46,9 +46,7 @@ while [ $r -le "$ROUNDS" ]; do
   for c in 1 64; do
     for side in on off inline; do
       eval "url=\$ATTND_URL_$side pid=\$ATTND_PID_$side"
-      t0=$(load_cpu "$pid")
-      load_wrk $side $c "$SECS" "$url" post.lua LOAD_BODY="$BODY"
-      echo "$side $c $(( $(load_cpu "$pid") - t0 )) $(getconf CLK_TCK)" >>"$LOAD_TMP/cpu"
+      load_wrk_cpu "$pid" $side $c "$SECS" "$url" post.lua LOAD_BODY="$BODY"
     done
   done
   r=$((r + 1))

@@ -73,14 +73,6 @@ load_wait_http "$PEER_URL/healthz" 60
 python3 "$LOAD_DIR/check_answers.py" "$B" "$ATTND_URL_main" "$PEER_URL" >&2
 
 HLEN=$(cat "$B/v2_small.hlen")
-
-# attnd_wrk TAG CONNS ARGS...: load_wrk against attnd, and attnd's CPU
-# time over the run into $LOAD_TMP/cpu (report.py reads both).
-attnd_wrk() {
-  _t0=$(load_cpu "$ATTND_PID_main")
-  load_wrk "$@"
-  echo "$1 $2 $(( $(load_cpu "$ATTND_PID_main") - _t0 )) $(getconf CLK_TCK)" >>"$LOAD_TMP/cpu"
-}
 echo "HTTP benchmark: $ROUNDS round(s) x ${SECS}s per run, $(nproc) cores, conns $CONNS" >&2
 for c in $CONNS; do
   load_wrk warm "$c" 1 "$ATTND_URL_main" post.lua LOAD_BODY="$B/tiny.json" 2>/dev/null
@@ -89,11 +81,11 @@ r=1
 while [ $r -le "$ROUNDS" ]; do
   for c in $CONNS; do
     load_wrk nginx_static "$c" "$SECS" "$NGINX_URL/static" get.lua
-    attnd_wrk attnd_tiny "$c" "$SECS" "$ATTND_URL_main" post.lua LOAD_BODY="$B/tiny.json"
+    load_wrk_cpu "$ATTND_PID_main" attnd_tiny "$c" "$SECS" "$ATTND_URL_main" post.lua LOAD_BODY="$B/tiny.json"
     load_wrk fastapi_tiny "$c" "$SECS" "$PEER_URL" post.lua LOAD_BODY="$B/tiny.json"
-    attnd_wrk attnd_small "$c" "$SECS" "$ATTND_URL_main" post.lua LOAD_BODY="$B/small.json"
+    load_wrk_cpu "$ATTND_PID_main" attnd_small "$c" "$SECS" "$ATTND_URL_main" post.lua LOAD_BODY="$B/small.json"
     load_wrk fastapi_small "$c" "$SECS" "$PEER_URL" post.lua LOAD_BODY="$B/small.json"
-    attnd_wrk attnd_v2bin "$c" "$SECS" "$ATTND_URL_main" post.lua \
+    load_wrk_cpu "$ATTND_PID_main" attnd_v2bin "$c" "$SECS" "$ATTND_URL_main" post.lua \
       LOAD_BODY="$B/v2_small.bin" LOAD_PATH=/v2/models/attention/infer LOAD_HLEN="$HLEN"
   done
   # The in-process figure right after the v2bin runs, so that both see

@@ -114,6 +114,17 @@ load_settle() {
   return 0
 }
 
+# load_wrk_cpu PID TAG CONNS ...: load_wrk, and the CPU time the server
+# PID used over the run as a line "TAG CONNS TICKS CLK_TCK" in
+# $LOAD_TMP/cpu (report.py's cpu_per_request reads them).
+load_wrk_cpu() {
+  _pid=$1
+  shift
+  _t0=$(load_cpu "$_pid")
+  load_wrk "$@"
+  echo "$1 $2 $(( $(load_cpu "$_pid") - _t0 )) $(getconf CLK_TCK)" >>"$LOAD_TMP/cpu"
+}
+
 load_wrk() {
   _tag=$1 _c=$2 _s=$3 _url=$4 _script=$5
   shift 5
