@@ -2,7 +2,8 @@
 #
 #   make                 build build/attnd
 #   make run             install missing Debian packages, build, run on :8000
-#   make test            unit tests (check) + integration tests (real attnd)
+#   make test            install missing Debian packages, unit tests (check) +
+#                        integration tests (real attnd)
 #   make valgrind        the unit and integration tests under valgrind
 #   make deps            install (as root) or list the Debian packages needed
 #   make install         binary, man page, systemd unit (PREFIX, DESTDIR)
@@ -105,7 +106,10 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	./$(BUILD)/attnd --port $(PORT)
 
-test: deps-check all unit fuzz-if-clang
+# deps first, then a fresh make: pkg-config and clang are looked up at parse
+# time, so a make that has just installed them must read the Makefile again.
+test: deps
+	@$(MAKE) --no-print-directory all unit fuzz-if-clang
 	@sh tests/run.sh
 
 valgrind: deps-check all unit
