@@ -12,6 +12,7 @@
 #   make browser-test    the playground page in headless chromium
 #   make bench           build/attnd-bench and the numpy peer: one table
 #   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off (wrk)
+#   make budget-bench    attnd's CPU per request / the in-process core's
 #   make SANITIZE=address,undefined test
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (tests/fuzz)
 #
@@ -163,6 +164,7 @@ bench: $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json
 	@sh tests/bench/run.sh
 	@./$(BUILD)/attnd-bench-json
 	@$(MAKE) --no-print-directory http-bench
+	@$(MAKE) --no-print-directory budget-bench
 
 # The HTTP benchmarks (tests/load/): attnd against nginx and a FastAPI +
 # numpy peer (table, ratios, docs/bench-http.png), then batching on and
@@ -170,6 +172,11 @@ bench: $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json
 http-bench: all
 	@sh tests/load/bench_http.sh
 	@sh tests/load/bench_batching.sh
+
+# attnd's CPU per request against the in-process core's, for a same-host
+# client: shared memory, TCP and the Unix socket (tests/load/budget.py).
+budget-bench: all
+	@sh tests/load/bench_budget.sh
 
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
@@ -231,6 +238,6 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench fuzz fuzz-build fuzz-if-clang http-bench
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench fuzz fuzz-build fuzz-if-clang http-bench budget-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

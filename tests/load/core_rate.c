@@ -9,7 +9,11 @@
  * OpenBLAS at one thread.  WEIGHTS 1 also writes the (Lq, Lk) weights.
  * Prints one line:
  *
- *   CORE_RESULT {"calls":N,"seconds":S,"calls_per_s":R,"gflops":G}
+ *   CORE_RESULT {"calls":N,"seconds":S,"calls_per_s":R,"gflops":G,
+ *                "cpu_s":C,"cpu_us_per_call":U}
+ *
+ * cpu_s is the process's CPU time over the run (every thread), so
+ * cpu_us_per_call is what one call costs whatever else the machine runs.
  *
  * FLOPs per call are 4 * B * H * Lq * Lk * D (the two products).
  * Built and run by tests/load/bench_http.sh against build/libattnd.a.
@@ -28,11 +32,13 @@ static int B, H, Lq, Lk, D, with_w;
 static double seconds;
 static atomic_long calls;
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 static float *rand_buf(size_t n, unsigned seed) {
   float *x = malloc(n * sizeof *x);
@@ -99,7 +105,7 @@ static void *run(void *arg) {
 int main(int argc, char **argv) {
   int threads, i;
   pthread_t tid[64];
-  double t0, t1, flops;
+  double t0, t1, c0, c1, flops;
   if (argc != 9) {
     fprintf(stderr, "usage: core_rate B H Lq Lk D SECONDS THREADS WEIGHTS\n");
     return 2;
@@ -116,15 +122,19 @@ int main(int argc, char **argv) {
       D < 1 || seconds <= 0)
     return 2;
   openblas_set_num_threads(1);
+  c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
   t0 = now_s();
   for (i = 0; i < threads; i++)
     pthread_create(&tid[i], NULL, run, (void *)(size_t)i);
   for (i = 0; i < threads; i++)
     pthread_join(tid[i], NULL);
   t1 = now_s();
+  c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
   flops = 4.0 * B * H * Lq * Lk * D;
   printf("CORE_RESULT {\"calls\":%ld,\"seconds\":%.3f,\"calls_per_s\":%.1f,"
-         "\"gflops\":%.2f}\n", (long)calls, t1 - t0, calls / (t1 - t0),
-         calls * flops / (t1 - t0) / 1e9);
+         "\"gflops\":%.2f,\"cpu_s\":%.3f,\"cpu_us_per_call\":%.1f}\n",
+         (long)calls, t1 - t0, calls / (t1 - t0),
+         calls * flops / (t1 - t0) / 1e9, c1 - c0,
+         calls ? (c1 - c0) * 1e6 / (double)calls : 0.0);
   return 0;
 }

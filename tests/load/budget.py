@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""budget.py - attnd's CPU per request against the in-process core's.
+
+    python3 budget.py ATTND CORE_RATE [ROUNDS]
+
+For each path below, starts ATTND (a copy of build/attnd), sends requests
+one after another on one keep-alive connection, and reads attnd's CPU time
+over them from /proc (every thread of attnd, in nanoseconds, from each
+thread's schedstat).  CORE_RATE (tests/load/core_rate.c) times the same
+problem in process on one thread.  The ratio of the two says what attnd
+itself adds to the attention, whatever the client costs: the client's CPU
+is not counted, and attnd's idle time between requests costs it nothing.
+
+Paths (no weights; v2 FP32 inputs, output FP32):
+  shm small  inputs and output in Triton system shared memory
+  tcp small  v2 binary tensors over loopback TCP
+  unix small v2 binary tensors over a Unix domain socket
+  tcp large  v2 binary tensors over loopback TCP
+
+small = (B, H, Lq, Lk, D) = (1, 8, 128, 128, 64), large = (1, 16, 2048,
+2048, 64).  ROUNDS rounds (default 3) alternate the paths; each path's
+figure is the median of its rounds.  Prints a table and one JSON line a
+path (kind "budget") for tests/bench/report.py's directory when
+ATTND_BENCH_DIR is set.
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from multiprocessing import shared_memory
+
+SHAPES = {"small": (1, 8, 128, 128, 64), "large": (1, 16, 2048, 2048, 64)}
+# requests measured per round, and warm-up requests before them
+COUNTS = {"small": (300, 30), "large": (10, 2)}
+TARGETS = {"shm small": 1.5, "tcp small": 2.0, "unix small": 1.8,
+           "tcp large": 1.10}
+PATHS = ["shm small", "tcp small", "unix small", "tcp large"]
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=120):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def cpu_ns(pid):
+    """attnd's CPU time so far: the sum of its threads' schedstat."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
+
+
+def tensors(shape):
+    b, h, lq, lk, d = shape
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((b, h, lq, d), dtype=np.float32)
+    k = rng.standard_normal((b, h, lk, d), dtype=np.float32)
+    v = rng.standard_normal((b, h, lk, d), dtype=np.float32)
+    return q, k, v
+
+
+def binary_body(q, k, v):
+    inputs = []
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        inputs.append({"name": name, "shape": list(t.shape), "datatype": "FP32",
+                       "parameters": {"binary_data_size": t.nbytes}})
+    hdr = json.dumps({"inputs": inputs, "outputs": [
+        {"name": "output", "parameters": {"binary_data": True}}]}).encode()
+    body = hdr + q.tobytes() + k.tobytes() + v.tobytes()
+    return body, {"Inference-Header-Content-Length": str(len(hdr))}
+
+
+def shm_body(q, k, v, out_bytes):
+    inputs, off = [], 0
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        inputs.append({"name": name, "shape": list(t.shape), "datatype": "FP32",
+                       "parameters": {"shared_memory_region": "budget_in",
+                                      "shared_memory_byte_size": t.nbytes,
+                                      "shared_memory_offset": off}})
+        off += t.nbytes
+    return json.dumps({"inputs": inputs, "outputs": [
+        {"name": "output", "parameters": {
+            "shared_memory_region": "budget_out",
+            "shared_memory_byte_size": out_bytes}}]}).encode(), {}
+
+
+class Attnd:
+    def __init__(self, binary, args):
+        self.tmp = tempfile.mkdtemp(prefix="attnd-budget.")
+        self.port = free_port()
+        self.sock = os.path.join(self.tmp, "attnd.sock")
+        cmd = [binary, "--host", "127.0.0.1", "--port", str(self.port),
+               "--unix-socket", self.sock, "--allow-client-shm", "1"] + args
+        self.log = open(os.path.join(self.tmp, "attnd.log"), "w")
+        self.proc = subprocess.Popen(cmd, stderr=self.log)
+        end = time.time() + 30
+        while time.time() < end:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                c.request("GET", "/readyz")
+                if c.getresponse().status == 200:
+                    c.close()
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("attnd did not become ready")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def post(conn, path, body, headers):
+    conn.request("POST", path, body, headers)
+    r = conn.getresponse()
+    data = r.read()
+    if r.status != 200:
+        raise RuntimeError(f"{path}: {r.status} {data[:300]!r}")
+    return data
+
+
+def run_path(binary, path_name, data):
+    kind, size = path_name.split()
+    q, k, v = data[size]
+    n, warm = COUNTS[size]
+    d = Attnd(binary, ["--access-log", "0"])
+    shms = []
+    try:
+        if kind == "unix":
+            conn = UnixHTTPConnection(d.sock)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=120)
+        if kind == "shm":
+            in_bytes = q.nbytes + k.nbytes + v.nbytes
+            out_bytes = q.nbytes  # output (B, H, Lq, Dv) with Dv = D
+            tag = f"attnd_budget_{os.getpid()}"
+            for name, nbytes in (("in", in_bytes), ("out", out_bytes)):
+                m = shared_memory.SharedMemory(name=f"{tag}_{name}", create=True,
+                                               size=nbytes)
+                shms.append(m)
+                post(conn, f"/v2/systemsharedmemory/region/budget_{name}/register",
+                     json.dumps({"key": "/" + m.name, "offset": 0,
+                                 "byte_size": nbytes}).encode(), {})
+            buf = np.ndarray((in_bytes // 4,), np.float32, shms[0].buf)
+            buf[:] = np.concatenate([q.ravel(), k.ravel(), v.ravel()])
+            del buf
+            body, headers = shm_body(q, k, v, out_bytes)
+        else:
+            body, headers = binary_body(q, k, v)
+        url = "/v2/models/attention/infer"
+        for _ in range(warm):
+            post(conn, url, body, headers)
+        c0 = cpu_ns(d.proc.pid)
+        t0 = time.monotonic()
+        for _ in range(n):
+            post(conn, url, body, headers)
+        t1 = time.monotonic()
+        c1 = cpu_ns(d.proc.pid)
+        conn.close()
+        return (c1 - c0) / n / 1e3, n / (t1 - t0)
+    finally:
+        d.stop()
+        for m in shms:
+            m.close()
+            m.unlink()
+
+
+def core_us(core_rate, shape, seconds):
+    out = subprocess.run([core_rate, *map(str, shape), str(seconds), "1", "0"],
+                         check=True, capture_output=True, text=True).stdout
+    line = [x for x in out.splitlines() if x.startswith("CORE_RESULT ")][0]
+    return json.loads(line[len("CORE_RESULT "):])["cpu_us_per_call"]
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    binary, core_rate = sys.argv[1], sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    data = {s: tensors(shape) for s, shape in SHAPES.items()}
+    attnd = {p: [] for p in PATHS}
+    rate = {p: [] for p in PATHS}
+    core = {s: [] for s in SHAPES}
+    for r in range(rounds):
+        for s, shape in SHAPES.items():
+            core[s].append(core_us(core_rate, shape, 2 if s == "small" else 4))
+        for p in PATHS:
+            us, rps = run_path(binary, p, data)
+            attnd[p].append(us)
+            rate[p].append(rps)
+            print(f"budget: round {r + 1} {p}: attnd {us:.0f} us/request, "
+                  f"core {core[p.split()[1]][-1]:.0f} us/call", file=sys.stderr)
+    print("\nattnd's CPU per request against the in-process core's CPU per call "
+          f"(one thread), no weights; medians of {rounds} rounds\n")
+    print("| path | shape | attnd CPU / request | core CPU / call | ratio | target |")
+    print("|---|---|---|---|---|---|")
+    lines = []
+    for p in PATHS:
+        kind, size = p.split()
+        a = statistics.median(attnd[p])
+        c = statistics.median(core[size])
+        ratio = a / c
+        t = TARGETS[p]
+        verdict = "met" if ratio <= t else "not met"
+        name = {"shm": "v2, shared memory", "tcp": "v2 binary, TCP",
+                "unix": "v2 binary, Unix socket"}[kind]
+        print(f"| {name} | {size} {SHAPES[size]} | {a:.0f} µs | {c:.0f} µs | "
+              f"{ratio:.2f}x | <= {t:.2f}x: {verdict} |")
+        lines.append({"kind": "budget", "path": p, "shape": SHAPES[size],
+                      "attnd_us": attnd[p], "core_us": core[size],
+                      "ratio": ratio, "target": t, "req_per_s": rate[p]})
+    out_dir = os.environ.get("ATTND_BENCH_DIR")
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "budget.jsonl"), "w") as f:
+            for x in lines:
+                f.write(json.dumps(x) + "\n")
+
+
+if __name__ == "__main__":
+    main()
