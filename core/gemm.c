@@ -21,31 +21,16 @@
  * 0.1 comes out 1.6e-6 off relatively, where one chain over every key was
  * 1.5e-4 off).
  *
- * Why native: Debian 12's OpenBLAS 0.3.21 does not recognise recent Xeons
- * (family 6 model 207, Emerald Rapids) and runs its SSE3 "Prescott"
- * kernel there; and for the small products of short sequences its
- * per-call overhead (argument checks, buffer set-up, packing both
- * operands) outweighs the arithmetic.  attn__gemm_pick says which runs;
- * no globals, no allocation (the NT panel lives in the task's scratch),
- * no I/O.
- *
- * The rule, from measurements on that Xeon (one thread, best of many;
- * GFLOP/s, or time per product for the small ones; OpenBLAS's own
- * kernels forced with OPENBLAS_CORETYPE in one-off runs, which attnd
- * itself never sets):
- *
- *                      native  Prescott  SkylakeX  Cooperlake  Haswell
- *   NT 512 x 512 x 64    155      30        137       138         78
- *   NN 256 x 64 x 512    157      30        133       133         75
- *   NT 16 x 16 x 32    190 ns   930 ns    330 ns    330 ns     500 ns
- *   NN 16 x 32 x 16    120 ns   830 ns    125 ns    125 ns     350 ns
- *
- * The native kernels are ahead of every OpenBLAS kernel at every size
- * measured, the proper AVX-512 ones included, so they run wherever the
- * CPU has AVX-512F and FMA, whatever kernel OpenBLAS picked: a list of
- * generic OpenBLAS kernels (openblas_get_corename) would not change the
- * choice on such a CPU and would tie the core to OpenBLAS.  Elsewhere,
- * and under valgrind (which hides AVX-512 from CPUID), cblas_sgemm runs.
+ * Why native: Debian 12's OpenBLAS 0.3.21 does not recognise some recent
+ * CPUs and then runs a generic SSE3 kernel; and for the small products of
+ * short sequences its per-call overhead (argument checks, buffer set-up,
+ * packing both operands) outweighs the arithmetic.  The native kernels
+ * were ahead of every OpenBLAS kernel at every size measured, the proper
+ * AVX-512 ones included (docs/decisions.md), so they run wherever the CPU
+ * has AVX-512F and FMA, whatever kernel OpenBLAS picked.  Elsewhere, and
+ * under valgrind (which hides AVX-512 from CPUID), cblas_sgemm runs.
+ * attn__gemm_pick says which runs; no globals, no allocation (the NT panel
+ * lives in the task's scratch), no I/O.
  */
 #include <cblas.h>
 
