@@ -38,9 +38,13 @@ endif
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
                $(PKG_CFLAGS) -I. $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
-# proto/fpconv.cc, the C++ shim over fast_float and fmt's Dragonbox.
+# proto/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
+# (both header only).  Debian installs dragonbox.h under a versioned
+# directory, with no pkg-config file.
+DRAGONBOX_INC = $(addprefix -I,$(lastword $(sort $(wildcard /usr/include/dragonbox-*))))
 FINAL_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -Wall -Wextra \
-                 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. $(CXXFLAGS) -MMD -MP
+                 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. $(DRAGONBOX_INC) \
+                 $(CXXFLAGS) -MMD -MP
 FINAL_LIBS = $(PKG_LIBS) -lstdc++ -lpthread -lm $(LIBS)
 
 ifeq ($(V),1)
@@ -206,7 +210,7 @@ $(FUZZ_DIR)/obj/%.o: %.cc
 	@mkdir -p $(dir $@)
 	@[ "$(V)" = 1 ] || echo "  FUZZCXX $<"
 	$(Q)$(FUZZ_CXX) -std=c++17 -fno-exceptions -fno-rtti -O1 -g $(FUZZ_SAN) \
-	  -fsanitize=fuzzer-no-link -I. -MMD -MP -c $< -o $@
+	  -fsanitize=fuzzer-no-link -I. $(DRAGONBOX_INC) -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
