@@ -174,12 +174,26 @@ http-bench: all
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
 # The JSON number path (tests/bench/bench_json.c): decode and encode,
-# numscan against the cJSON path in the same run.
-$(BUILD)/attnd-bench-json: $(BUILD)/obj/tests/bench/bench_json.o                            $(BUILD)/libattnd.a
-	@[ "$(V)" = 1 ] || echo "  LINK  $@"
-	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
+# numscan against the cJSON path and the simdjson peer
+# (tests/bench/bench_simdjson.cc) in the same run.  simdjson is the
+# benchmark's package only: bench-deps installs it, make test never
+# needs it.
+SIMDJSON_CFLAGS = $(shell pkg-config --cflags simdjson 2>/dev/null)
+SIMDJSON_LIBS = $(or $(shell pkg-config --libs simdjson 2>/dev/null),-lsimdjson)
+$(BUILD)/obj/tests/bench/bench_simdjson.o: CXXFLAGS += $(SIMDJSON_CFLAGS)
+$(BUILD)/obj/tests/bench/bench_simdjson.o: | bench-deps
 
--include $(BUILD)/obj/tests/bench/bench_json.d
+bench-deps:
+	@sh tests/bench/deps.sh
+
+$(BUILD)/attnd-bench-json: $(BUILD)/obj/tests/bench/bench_json.o \
+                           $(BUILD)/obj/tests/bench/bench_simdjson.o \
+                           $(BUILD)/libattnd.a
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS) $(SIMDJSON_LIBS)
+
+-include $(BUILD)/obj/tests/bench/bench_json.d \
+         $(BUILD)/obj/tests/bench/bench_simdjson.d
 
 # libFuzzer harnesses (tests/fuzz/): proto/ and core/ rebuilt with clang,
 # -fsanitize=fuzzer,address,undefined, in build/fuzz.  `make fuzz` runs
@@ -231,6 +245,6 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench fuzz fuzz-build fuzz-if-clang http-bench
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench bench-deps fuzz fuzz-build fuzz-if-clang http-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))
