@@ -13,6 +13,7 @@
 #   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off (wrk)
 #   make SANITIZE=address,undefined test
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (tests/fuzz)
+#   make printer-exhaustive  all 2^32 floats through the JSON printers
 #
 # Knobs: OPTIMIZATION, SANITIZE, CC, PORT, V=1 for loud compile lines.
 
@@ -195,6 +196,20 @@ $(BUILD)/attnd-bench-json: $(BUILD)/obj/tests/bench/bench_json.o \
 -include $(BUILD)/obj/tests/bench/bench_json.d \
          $(BUILD)/obj/tests/bench/bench_simdjson.d
 
+# Every float32 bit pattern through every list printer this CPU has
+# (8, 4 and 1 at a time), against Dragonbox's to_decimal and a read-back
+# (tests/exhaustive/printer_exhaustive.cc), on all cores.
+$(BUILD)/obj/tests/exhaustive/printer_exhaustive.o: CXXFLAGS += -pthread
+$(BUILD)/printer-exhaustive: $(BUILD)/obj/tests/exhaustive/printer_exhaustive.o \
+                             $(BUILD)/libattnd.a
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(CXX) $(FINAL_LDFLAGS) -pthread -o $@ $^ $(FINAL_LIBS)
+
+printer-exhaustive: $(BUILD)/printer-exhaustive
+	./$(BUILD)/printer-exhaustive
+
+-include $(BUILD)/obj/tests/exhaustive/printer_exhaustive.d
+
 # libFuzzer harnesses (tests/fuzz/): proto/ and core/ rebuilt with clang,
 # -fsanitize=fuzzer,address,undefined, in build/fuzz.  `make fuzz` runs
 # each harness FUZZ_SECONDS on a copy of its seed corpus; make test runs
@@ -245,6 +260,6 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench bench-deps fuzz fuzz-build fuzz-if-clang http-bench
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))
