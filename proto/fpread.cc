@@ -325,7 +325,7 @@ __attribute__((noinline)) bool slow_token(const char *s, const char *c,
 }
 
 /* The token [s, c) of a list that starts at p.  Not inlined: read_list's
- * loop compiles slower with it inside (see docs/decisions.md). */
+ * loop runs slower with it inside (gcc 12; see docs/decisions.md). */
 __attribute__((noinline)) bool list_token(const char *p, const char *s,
                                           const char *c, float *out) {
   while (s < c && *s == ' ') /* json.dumps' ", " */

@@ -596,8 +596,8 @@ int main(int argc, char **argv) {
   size_t len, numbers;
   char *body;
   if (!json_out)
-    printf("decode (best of %d; cjson = before numscan, same body):\n",
-           reps);
+    printf("decode (best of %d; cjson = before numscan, simdjson = the "
+           "library peer, same body):\n", reps);
   body = v1_body(big, &len, &numbers);
   bench_decode("v1 nested q,k,v (1,16,128,64)", body, len, numbers, 0, reps);
   free(body);
