@@ -13,7 +13,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       gcc g++ libc6-dev make pkg-config \
       libmicrohttpd-dev libcjson-dev libopenblas-dev libuv1-dev zlib1g-dev \
-      libfast-float-dev libfmt-dev \
+      libfast-float-dev libdragonbox-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only what `make` needs (see .dockerignore): editing tests or deploy/ does

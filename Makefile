@@ -15,6 +15,7 @@
 #   make budget-bench    attnd's CPU per request / the in-process core's
 #   make SANITIZE=address,undefined test
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (tests/fuzz)
+#   make printer-exhaustive  all 2^32 floats through the JSON printers
 #
 # Knobs: OPTIMIZATION, SANITIZE, CC, PORT, V=1 for loud compile lines.
 
@@ -40,9 +41,13 @@ endif
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
                $(PKG_CFLAGS) -I. $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
-# proto/fpconv.cc, the C++ shim over fast_float and fmt's Dragonbox.
+# proto/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
+# (both header only).  Debian installs dragonbox.h under a versioned
+# directory, with no pkg-config file.
+DRAGONBOX_INC = $(addprefix -I,$(lastword $(sort $(wildcard /usr/include/dragonbox-*))))
 FINAL_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -Wall -Wextra \
-                 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. $(CXXFLAGS) -MMD -MP
+                 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. $(DRAGONBOX_INC) \
+                 $(CXXFLAGS) -MMD -MP
 FINAL_LIBS = $(PKG_LIBS) -lstdc++ -lpthread -lm $(LIBS)
 
 ifeq ($(V),1)
@@ -181,12 +186,40 @@ budget-bench: all
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
 # The JSON number path (tests/bench/bench_json.c): decode and encode,
-# numscan against the cJSON path in the same run.
-$(BUILD)/attnd-bench-json: $(BUILD)/obj/tests/bench/bench_json.o                            $(BUILD)/libattnd.a
-	@[ "$(V)" = 1 ] || echo "  LINK  $@"
-	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
+# numscan against the cJSON path and the simdjson peer
+# (tests/bench/bench_simdjson.cc) in the same run.  simdjson is the
+# benchmark's package only: bench-deps installs it, make test never
+# needs it.
+SIMDJSON_CFLAGS = $(shell pkg-config --cflags simdjson 2>/dev/null)
+SIMDJSON_LIBS = $(or $(shell pkg-config --libs simdjson 2>/dev/null),-lsimdjson)
+$(BUILD)/obj/tests/bench/bench_simdjson.o: CXXFLAGS += $(SIMDJSON_CFLAGS)
+$(BUILD)/obj/tests/bench/bench_simdjson.o: | bench-deps
 
--include $(BUILD)/obj/tests/bench/bench_json.d
+bench-deps:
+	@sh tests/bench/deps.sh
+
+$(BUILD)/attnd-bench-json: $(BUILD)/obj/tests/bench/bench_json.o \
+                           $(BUILD)/obj/tests/bench/bench_simdjson.o \
+                           $(BUILD)/libattnd.a
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS) $(SIMDJSON_LIBS)
+
+-include $(BUILD)/obj/tests/bench/bench_json.d \
+         $(BUILD)/obj/tests/bench/bench_simdjson.d
+
+# Every float32 bit pattern through every list printer this CPU has
+# (8, 4 and 1 at a time), against Dragonbox's to_decimal and a read-back
+# (tests/exhaustive/printer_exhaustive.cc), on all cores.
+$(BUILD)/obj/tests/exhaustive/printer_exhaustive.o: CXXFLAGS += -pthread
+$(BUILD)/printer-exhaustive: $(BUILD)/obj/tests/exhaustive/printer_exhaustive.o \
+                             $(BUILD)/libattnd.a
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(CXX) $(FINAL_LDFLAGS) -pthread -o $@ $^ $(FINAL_LIBS)
+
+printer-exhaustive: $(BUILD)/printer-exhaustive
+	./$(BUILD)/printer-exhaustive
+
+-include $(BUILD)/obj/tests/exhaustive/printer_exhaustive.d
 
 # libFuzzer harnesses (tests/fuzz/): proto/ and core/ rebuilt with clang,
 # -fsanitize=fuzzer,address,undefined, in build/fuzz.  `make fuzz` runs
@@ -217,7 +250,7 @@ $(FUZZ_DIR)/obj/%.o: %.cc
 	@mkdir -p $(dir $@)
 	@[ "$(V)" = 1 ] || echo "  FUZZCXX $<"
 	$(Q)$(FUZZ_CXX) -std=c++17 -fno-exceptions -fno-rtti -O1 -g $(FUZZ_SAN) \
-	  -fsanitize=fuzzer-no-link -I. -MMD -MP -c $< -o $@
+	  -fsanitize=fuzzer-no-link -I. $(DRAGONBOX_INC) -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
@@ -238,6 +271,6 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench fuzz fuzz-build fuzz-if-clang http-bench budget-bench
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

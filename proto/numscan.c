@@ -1,7 +1,7 @@
 /* numscan.c - keep the tensor numbers of a JSON body away from cJSON.
  *
- * cJSON builds one node per number (about 100 ns each, most of a large
- * request's decode).  Here a single pass over the body finds the arrays
+ * cJSON builds one node per number, which is most of a large request's
+ * decode (see docs/decisions.md).  Here a single pass over the body finds the arrays
  * that hold tensor elements and writes a copy of the body in which each
  * innermost such array ("leaf": no array, object or string inside) is
  * empty.  cJSON parses that copy: the envelope, the shapes and options,
@@ -9,7 +9,7 @@
  * fields are found exactly as before.  Each leaf's node is then tagged
  * with the byte range of its elements in the original body and their
  * count, and tensor.c converts those bytes straight into the tensor's
- * buffer (fpconv.cc), checking each token against the JSON grammar.
+ * buffer (fpread.cc), checking each token against the JSON grammar.
  *
  * The tensor arrays are, for /v1, the value of a top-level query, key,
  * value, valid_lens, mask, bias, w_q, w_k or w_v member (nested arrays) or

@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "fpconv.h"
 #include "proto.h"
 
 /* Largest tensor rank any field of the v1 API accepts. */
@@ -45,14 +46,7 @@ void proto__buf_put_f32(proto__buf *b, float x);
 /* Releases the buffer's memory and zeroes it. */
 void proto__buf_free(proto__buf *b);
 
-/* Longest text proto__fmt_f32 writes, including the NUL. */
-#define PROTO__F32_MAX 32
-
-/* Writes x as the shortest decimal that reads back (strtof) as the same
- * float; exact zero (either sign) is "0".  A non-finite x, which the core
- * never produces, is written as null so that the document stays JSON.
- * s holds PROTO__F32_MAX bytes; returns the length written. */
-int proto__fmt_f32(char *s, float x);
+/* proto__fmt_f32 and PROTO__F32_MAX: fpconv.h. */
 
 /* Shortest round-trip text of a double (for echoing numeric ids). */
 int proto__fmt_f64(char *s, size_t cap, double x);
@@ -233,7 +227,7 @@ size_t proto__bin_to_len(int dt, const void *src, size_t n, long long hi,
  * other byte. */
 size_t proto__bin_to_bool(const void *src, size_t n, uint8_t *dst);
 
-/* ---- tensor numbers outside cJSON (numscan.c, fpconv.cc) ----------------
+/* ---- tensor numbers outside cJSON (numscan.c, fpread.cc) -----------------
  *
  * The JSON decoders first try numscan: cJSON parses a copy of the body in
  * which each innermost tensor array ("leaf") is empty, and the leaf's node
@@ -333,44 +327,8 @@ int proto__json_scale(const cJSON *j, const char *what, float *out,
 int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
                      const char *type);
 
-/* One JSON number token at p (the JSON grammar exactly, no leading space):
- * the correctly rounded double, or the correctly rounded float32 (the
- * decimal rounded to nearest, not its double), refused when that float is
- * infinite: accepted below FLT_MAX + half an ulp, so 3.4028235e38 is
- * FLT_MAX.  Return the token's end, or NULL. */
-const char *proto__num_f64(const char *p, const char *end, double *out);
-const char *proto__num_f32(const char *p, const char *end, float *out);
-
-/* n comma-separated JSON numbers (whitespace around them) filling exactly
- * [p, end) -> dst, as proto__num_f32.  Returns 0 or -1. */
-int proto__num_list_f32(const char *p, const char *end, float *dst,
-                        size_t n);
-/* The same with vectors of at most width bytes (64, 32, 16; for tests:
- * every reader must give the same answer). */
-int proto__num_list_f32_width(const char *p, const char *end, float *dst,
-                              size_t n, int width);
-
-/* Writes x (finite, non-zero) as the shortest decimal that reads back as
- * x, the closest such when there are several (Dragonbox), laid out as
- * proto__fmt_f32 documents; s holds PROTO__F32_MAX bytes.  Returns the
- * length, or -1 (then nothing useful is in s). */
-int proto__num_fmt_f32(char *s, float x);
-
-/* x[0, n) as proto__fmt_f32 prints them, comma-separated, then a NUL: the
- * same text as n calls of it, several numbers at a time where the CPU
- * allows (AVX2, AVX-512F).  s holds n * (PROTO__F32_MAX + 1) + 1 bytes.
- * Returns the length, the NUL not counted. */
-size_t proto__num_fmt_f32_list(char *s, const float *x, size_t n);
-/* The same by the printer of a given width: 8 (AVX-512F), 4 (AVX2) or 1
- * number at a time, the last where the CPU lacks the one asked for (for
- * tests: every printer must write the same text). */
-size_t proto__num_fmt_f32_list_width(char *s, const float *x, size_t n,
-                                     int width);
-
-/* The widest vectors the number paths use on this CPU, in bytes: 64
- * (AVX-512F, BW, DQ, VL and CD), 32 (AVX2), 16 (SSE2, every x86-64), 0
- * (none: not x86-64).  The one place that decides it (numscan.c). */
-int proto__vector_bytes(void);
+/* Reading and printing the numbers themselves (fpread.cc, fpprint.cc)
+ * and proto__vector_bytes: fpconv.h. */
 
 /* ---- request memory (request.c) ------------------------------------------ */
 

@@ -5,11 +5,11 @@
 #   sh tests/deps.sh --check  exit 1 with the apt-get line if any is missing
 set -eu
 
-# g++, libfast-float-dev and libfmt-dev build proto/fpconv.cc (JSON
-# numbers: fast_float reads them, fmt's Dragonbox prints them; both header
-# only).
+# g++, libfast-float-dev and libdragonbox-dev build proto/fpread.cc and
+# proto/fpprint.cc (JSON numbers: fast_float reads them, Dragonbox prints
+# them; both header only).
 PKGS="gcc g++ make pkg-config libc6-dev libmicrohttpd-dev libcjson-dev
-libfast-float-dev libfmt-dev libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-jsonschema
+libfast-float-dev libdragonbox-dev libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-jsonschema
 python3-yaml python3-numpy curl valgrind groff-base man-db systemd
 prometheus"
 # Test-only tools, kept apart from PKGS (the list the image build mirrors):

@@ -1,4 +1,5 @@
-/* bench_json.c - the JSON number path of proto/, before and after numscan.
+/* bench_json.c - the JSON number path of proto/: numscan against the
+ * cJSON path and against a library peer.
  *
  * build/attnd-bench-json prints a table (or, with --json, one JSON object
  * per line) of the best of several timings (thread CPU time) of:
@@ -9,7 +10,14 @@
  *            decoder on the same body behind one leading \x01 byte, which
  *            cJSON skips as whitespace and numscan refuses, so the
  *            decoder goes straight to the cJSON path (the decoder as it
- *            was before numscan).  ns per number and body MB/s.
+ *            was before numscan); "simdjson" is the peer of
+ *            bench_simdjson.cc (simdjson On Demand, fast_float reading
+ *            each number token as a float32) decoding the same body into
+ *            the same floats, which are compared with the decoder's.
+ *            numscan and the peer are timed in turns, three rounds, each
+ *            its best.  ns per number and body MB/s.  docs/decisions.md
+ *            states the rule these rows decide (attnd keeps its own
+ *            reader while it is at least 1.5x faster than the peer).
  *   encode   proto_v1_encode (nested) and proto_v2_encode (flat data) of
  *            output and weights; ns per number and response MB/s.
  *   print    one float32 to text: proto__fmt_f32 (as shipped, through
@@ -30,6 +38,7 @@
 
 #include "proto/proto.h"
 #include "proto/proto_impl.h"
+#include "tests/bench/bench_simdjson.h"
 
 static int json_out, quick;
 
@@ -182,6 +191,45 @@ static double time_decode(const char *body, size_t len, int v2, int reps) {
   return best;
 }
 
+/* Best seconds per decode of body by the simdjson peer; exits when it
+ * refuses the body or reads any number to another float than attnd's
+ * decoder (whose request req holds), so that the two rows time the same
+ * answer. */
+static double time_peer(const char *body, size_t len, int v2, int reps,
+                        const proto_request *req) {
+  size_t cap = len + SIMD_PEER_PADDING;
+  char *padded = calloc(1, cap);
+  simd_peer *peer = simd_peer_new();
+  if (!padded || !peer) {
+    fprintf(stderr, "bench_json: out of memory\n");
+    exit(1);
+  }
+  memcpy(padded, body, len);
+  double best = 1e30;
+  for (int r = 0; r <= reps; r++) { /* the first allocates the parser */
+    double t0 = now_s();
+    long n = simd_peer_decode(peer, padded, len, cap, v2);
+    double t = now_s() - t0;
+    if (n < 0) {
+      fprintf(stderr, "bench_json: the simdjson peer refused the body\n");
+      exit(1);
+    }
+    if (r > 0 && t < best)
+      best = t;
+  }
+  const float *ours[3] = {req->prob.q, req->prob.k, req->prob.v};
+  size_t each = (size_t)req->prob.B * req->prob.H * req->prob.Lq *
+                req->prob.D;
+  for (int i = 0; i < 3; i++)
+    if (memcmp(simd_peer_tensor(peer, i), ours[i], each * sizeof(float))) {
+      fprintf(stderr, "bench_json: the simdjson peer read other floats\n");
+      exit(1);
+    }
+  simd_peer_free(peer);
+  free(padded);
+  return best;
+}
+
 static void bench_decode(const char *what, char *body, size_t len,
                          size_t numbers, int v2, int reps) {
   /* the same body behind \x01: cJSON skips it, numscan refuses it */
@@ -189,11 +237,33 @@ static void bench_decode(const char *what, char *body, size_t len,
   slow[0] = '\x01';
   memcpy(slow + 1, body, len);
   double t_old = time_decode(slow, len + 1, v2, reps);
-  double t_new = time_decode(body, len, v2, reps);
+  /* numscan and the peer in turns, each its best over the rounds */
+  double t_new = 1e30, t_peer = 1e30;
+  for (int round = 0; round < 3; round++) {
+    double t = time_decode(body, len, v2, reps);
+    t_new = t < t_new ? t : t_new;
+    proto_request req;
+    char err[PROTO_ERR_MAX];
+    int rc = v2 ? proto_v2_decode(body, len, NULL, PROTO_MODEL_ATTENTION,
+                                  &req, MAX_ELEMS, err)
+                : proto_v1_decode(body, len, &req, MAX_ELEMS, err);
+    if (rc) {
+      fprintf(stderr, "bench_json: decode failed: %s\n", err);
+      exit(1);
+    }
+    t = time_peer(body, len, v2, reps, &req);
+    t_peer = t < t_peer ? t : t_peer;
+    proto_request_free(&req);
+  }
   report(what, "cjson", t_old * 1e9 / (double)numbers,
          (double)len / t_old / 1e6);
   report(what, "numscan", t_new * 1e9 / (double)numbers,
          (double)len / t_new / 1e6);
+  report(what, "simdjson", t_peer * 1e9 / (double)numbers,
+         (double)len / t_peer / 1e6);
+  if (!json_out)
+    printf("  %-34s %-10s %9.2fx simdjson's time per number\n", "",
+           "numscan", t_peer / t_new);
   free(slow);
 }
 
@@ -526,8 +596,8 @@ int main(int argc, char **argv) {
   size_t len, numbers;
   char *body;
   if (!json_out)
-    printf("decode (best of %d; cjson = before numscan, same body):\n",
-           reps);
+    printf("decode (best of %d; cjson = before numscan, simdjson = the "
+           "library peer, same body):\n", reps);
   body = v1_body(big, &len, &numbers);
   bench_decode("v1 nested q,k,v (1,16,128,64)", body, len, numbers, 0, reps);
   free(body);

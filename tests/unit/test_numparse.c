@@ -1,5 +1,6 @@
-/* test_numparse.c - the JSON number path: numscan (proto/numscan.c) and the
- * fast_float / Dragonbox shim (proto/fpconv.cc).
+/* test_numparse.c - the JSON number path: numscan (proto/numscan.c), the
+ * reader over fast_float (proto/fpread.cc) and the printer over Dragonbox
+ * (proto/fpprint.cc).
  *
  *  - proto__num_f32 against strtof (bit for bit, the sign of zero too) over
  *    random bit patterns printed many ways, exact midpoints between
@@ -18,7 +19,9 @@
  *    Thousands of mutated bodies must give the same code, the same message
  *    and the same tensors both ways.
  *  - The printer: shortest digits that read back, not longer than a
- *    brute-force search, over random and swept bit patterns. */
+ *    brute-force search, over random and swept bit patterns (make
+ *    printer-exhaustive checks all 2^32); its table of powers of ten
+ *    against their definition, by exact multiplication. */
 #include <check.h>
 #include <float.h>
 #include <math.h>
@@ -1367,6 +1370,91 @@ START_TEST(printed_lists_match_one_by_one) {
 }
 END_TEST
 
+/* ---- the printer's powers of ten ------------------------------------------
+ *
+ * proto__num_pow10(k) must be 10^k times the power of two that puts it in
+ * [2^63, 2^64), rounded up.  fpprint.cc computes it by division; here each
+ * entry c is checked by multiplication, exactly, in 32-bit limbs:
+ * (c - 1) * 2^s < 10^k <= c * 2^s for k >= 0 (10^k and 5^k share their
+ * bits), (c - 1) * 5^-k < 2^N <= c * 5^-k for k < 0. */
+#define LIMBS 8 /* 256 bits: 5^46 * 2^64 has 171 */
+
+typedef struct { uint32_t w[LIMBS]; } big;
+
+static big big_u64(uint64_t v) {
+  big b = {{(uint32_t)v, (uint32_t)(v >> 32)}};
+  return b;
+}
+
+static big big_mul(big b, uint32_t m) {
+  uint64_t carry = 0;
+  for (int i = 0; i < LIMBS; i++) {
+    uint64_t t = (uint64_t)b.w[i] * m + carry;
+    b.w[i] = (uint32_t)t;
+    carry = t >> 32;
+  }
+  ck_assert(carry == 0);
+  return b;
+}
+
+static big big_shl(big b, int s) {
+  for (; s > 0; s--)
+    b = big_mul(b, 2);
+  return b;
+}
+
+static int big_cmp(big a, big b) {
+  for (int i = LIMBS - 1; i >= 0; i--)
+    if (a.w[i] != b.w[i])
+      return a.w[i] < b.w[i] ? -1 : 1;
+  return 0;
+}
+
+static int big_bits(big b) {
+  for (int i = LIMBS - 1; i >= 0; i--)
+    for (int j = 31; j >= 0; j--)
+      if (b.w[i] >> j & 1)
+        return 32 * i + j + 1;
+  return 0;
+}
+
+START_TEST(printer_powers_of_ten_are_exact) {
+  for (int k = PROTO__POW10_MIN_K; k <= PROTO__POW10_MAX_K; k++) {
+    uint64_t c = proto__num_pow10(k);
+    ck_assert_msg(c >> 63 == 1, "10^%d: %llx not in [2^63, 2^64)", k,
+                  (unsigned long long)c);
+    big p5 = big_u64(1);
+    for (int i = 0; i < (k < 0 ? -k : k); i++)
+      p5 = big_mul(p5, 5);
+    big hi, lo, v;
+    if (k >= 0) {
+      int s = big_bits(p5) - 64;
+      v = big_shl(p5, s < 0 ? -s : 0);
+      hi = big_shl(big_u64(c), s);
+      lo = big_shl(big_u64(c - 1), s);
+      if (s <= 0) /* 5^k fits: exact */
+        lo = big_u64(c - 1);
+    } else {
+      v = big_shl(big_u64(1), 63 + big_bits(p5));
+      hi = big_u64(c);
+      lo = big_u64(c - 1);
+      for (int i = 0; i < -k; i++) {
+        hi = big_mul(hi, 5);
+        lo = big_mul(lo, 5);
+      }
+    }
+    ck_assert_msg(big_cmp(lo, v) < 0 && big_cmp(v, hi) <= 0,
+                  "10^%d: %llx is not the rounded-up power", k,
+                  (unsigned long long)c);
+  }
+  ck_assert(proto__num_pow10(0) == 0x8000000000000000ull);
+  ck_assert(proto__num_pow10(1) == 0xa000000000000000ull);
+  ck_assert(proto__num_pow10(-1) == 0xcccccccccccccccdull);
+  ck_assert(proto__num_pow10(PROTO__POW10_MIN_K - 1) == 0);
+  ck_assert(proto__num_pow10(PROTO__POW10_MAX_K + 1) == 0);
+}
+END_TEST
+
 static Suite *numparse_suite(void) {
   Suite *s = suite_create("numparse");
   TCase *tc = tcase_create("parse");
@@ -1404,6 +1492,7 @@ static Suite *numparse_suite(void) {
   tcase_add_test(tc, printed_floats_are_shortest_and_closest);
   tcase_add_test(tc, printed_layout_is_unchanged);
   tcase_add_test(tc, printed_lists_match_one_by_one);
+  tcase_add_test(tc, printer_powers_of_ten_are_exact);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,15 +1,16 @@
-/* fpconv.cc - decimal <-> float32 for the JSON number path, behind a C API
- * (proto_impl.h, "numbers").
+/* fpread.cc - JSON number text -> float32 (or double), for the JSON
+ * decoders (contract: fpconv.h).
  *
- * Reading uses fast_float (Debian libfast-float-dev, header only; the
- * algorithm libstdc++ 12 itself uses for std::from_chars): correctly
- * rounded, exact for any length of mantissa, about 10 ns a number.
- * fast_float accepts more than JSON does ("1.", ".5", "inf", "nan"), so
- * each token it reads is then held to the JSON number grammar here.
- * Printing uses fmt's Dragonbox (Debian libfmt-dev, header only): the
- * fewest significant digits that read back as the same float, the closest
- * such decimal when there are several; the same digits as std::to_chars'
- * Ryu, in about a fifth of its time (10 ns against 48 here).
+ * fast_float (Debian libfast-float-dev, header only; the algorithm
+ * libstdc++ 12 itself uses for std::from_chars) is the exact reader:
+ * correctly rounded for a mantissa of any length.  It accepts more than
+ * JSON does ("1.", ".5", "inf", "nan"), so each token it reads is then
+ * held to the JSON number grammar here.  In front of it, Clinger's fast
+ * path (clinger_f32) decides the common short tokens in one double
+ * operation, and a list of numbers (a tensor leaf) is read with its
+ * commas found first, so that consecutive tokens are read independently,
+ * up to eight at a time with AVX2 or AVX-512 (read_list).  Whatever a
+ * fast path cannot decide exactly goes to fast_float.
  *
  * Nothing here allocates, throws or keeps state: every function is
  * reentrant. */
@@ -26,14 +27,8 @@
 #endif
 
 #include <fast_float/fast_float.h>
-/* Header-only: nothing of fmt at run time, like fast_float. */
-#define FMT_HEADER_ONLY
-#include <fmt/format.h>
 
-/* proto_impl.h is C; of it, the lists need the one-number printer and
- * the CPU's vector width. */
-extern "C" int proto__fmt_f32(char *s, float x);
-extern "C" int proto__vector_bytes(void);
+#include "fpconv.h"
 
 namespace {
 
@@ -329,9 +324,8 @@ __attribute__((noinline)) bool slow_token(const char *s, const char *c,
   return q == c;
 }
 
-/* The token [s, c) of a list that starts at p.  Kept out of read_list's
- * loop: inlined there (gcc 12), the same instructions ran 2.5x slower on
- * the benchmark machine. */
+/* The token [s, c) of a list that starts at p.  Not inlined: read_list's
+ * loop runs slower with it inside (gcc 12; see docs/decisions.md). */
 __attribute__((noinline)) bool list_token(const char *p, const char *s,
                                           const char *c, float *out) {
   while (s < c && *s == ' ') /* json.dumps' ", " */
@@ -444,8 +438,9 @@ find_commas_avx512(const char *s, size_t len, uint32_t *pos) {
  * is the decimal's unless a midpoint between two floats lies within 4
  * ulps of it; those are left to list_token, as
  * fast_token, whose division is correctly rounded, leaves the exact
- * midpoints.  (vdivpd's 16 cycles for eight doubles were a quarter of
- * tokens8's time.)  One leading space (json.dumps' ", ") is allowed.
+ * midpoints.  (A multiplication, where fast_token divides: vdivpd is
+ * several times slower; see docs/decisions.md.)  One leading space
+ * (json.dumps' ", ") is allowed.
  *
  * Tokens of any other shape, and double-rounding midpoints, are left to
  * list_token: the return value's bit i is set for each token i that was
@@ -853,477 +848,6 @@ inline int read_list(const char *p, const char *end, float *dst, size_t n,
   return o == last + 1 ? 0 : -1;
 }
 
-/* Number of decimal digits of v, 1 <= v < 10^9. */
-inline int digit_count(uint32_t v) {
-  return 1 + (v >= 10) + (v >= 100) + (v >= 1000) + (v >= 10000) +
-         (v >= 100000) + (v >= 1000000) + (v >= 10000000) +
-         (v >= 100000000);
-}
-
-/* The eight decimal digits of v < 10^8, leading zeros included, as the
- * bytes of a word, most significant first in memory, without a branch:
- * halves, quarters and single digits are split inside the word, every
- * lane at once, by multiplies and shifts that divide exactly over the
- * lane's range (x * 5243 >> 19 == x / 100 for x < 10^4, x * 103 >> 10
- * == x / 10 for x < 100). */
-inline uint64_t eight_digits(uint32_t v) {
-  uint64_t x = (uint64_t)(v / 10000u) | ((uint64_t)(v % 10000u) << 32);
-  uint64_t q = ((x * 5243u) >> 19) & 0x0000007f0000007full;
-  x = q | ((x - q * 100u) << 16);
-  q = ((x * 103u) >> 10) & 0x000f000f000f000full;
-  x = q | ((x - q * 10u) << 8);
-  return x + 0x3030303030303030ull;
-}
-
-/* Up to 16 digit bytes, first in memory in lo.  They stay in registers:
- * digits written to memory and read back at another offset make the load
- * wait for the stores before it, which cost more than the printing. */
-struct digits16 {
-  uint64_t lo, hi;
-};
-
-/* d shifted toward its first byte by k bytes (0 <= k < 16). */
-inline digits16 skip_digits(digits16 d, int k) {
-#ifdef __SIZEOF_INT128__
-  unsigned __int128 w = (unsigned __int128)d.hi << 64 | d.lo;
-  w >>= 8 * k;
-  return digits16{(uint64_t)w, (uint64_t)(w >> 64)};
-#else /* 32-bit targets: the same, a word at a time */
-  if (k >= 8)
-    return digits16{d.hi >> (8 * (k - 8)), 0};
-  if (k == 0)
-    return d;
-  return digits16{(d.lo >> (8 * k)) | (d.hi << (64 - 8 * k)), d.hi >> (8 * k)};
-#endif
-}
-
-/* The n significant digits of v (1 <= n <= 9, v < 10^9) first, then
- * zero bytes. */
-inline digits16 significant_digits(uint32_t v, int n) {
-  uint64_t low8 = eight_digits(v % 100000000u);
-  digits16 nine{low8 << 8 | (uint64_t)('0' + v / 100000000u), low8 >> 56};
-  return skip_digits(nine, 9 - n);
-}
-
-/* ---- printing's plain layouts by table ----------------------------------
- *
- * Tensors are mostly numbers of exponent -5..8, printed without one
- * ("-0.0123", "4.5", "120").  Which of those layouts a number takes
- * depends on its exponent and digit count, and branching on them costs
- * more than the digits themselves (a mixed tensor mispredicts about one
- * branch a number).  So every layout is one row of a table: for each of
- * its bytes, the lane of a 16-byte source (the nine digits with leading
- * zeros, then '0', '.' and '-') it is copied from, and its length.  One
- * SSSE3 byte shuffle then lays the number out, with no branch.  Rows
- * from NEG_ROWS on are the same layouts after a '-', which the printers
- * of several numbers at once use. */
-#if defined(__GNUC__) && defined(__x86_64__)
-#define NUM_SHUFFLE 1
-#endif
-
-constexpr int E_MIN = -5, E_MAX = 8; /* exponents printed plainly */
-constexpr int ZERO_LANE = 9, DOT_LANE = 10, MINUS_LANE = 11, NONE_LANE = 0x80;
-
-/* Row (e - E_MIN) * 9 + n - 1 of the table: exponent e, n digits; plus
- * NEG_ROWS after a '-' (at most 16 bytes: "-0.0000123456789"). */
-constexpr int NEG_ROWS = 128;
-constexpr int plain_row(int e, int n, bool neg = false) {
-  return (e - E_MIN) * 9 + n - 1 + (neg ? NEG_ROWS : 0);
-}
-constexpr int PLAIN_ROWS = 2 * NEG_ROWS;
-static_assert((E_MAX - E_MIN + 1) * 9 <= NEG_ROWS, "rows overlap");
-/* A source's upper word after its last digit (byte 8): '0', '.' and '-'
- * in bytes 9, 10 and 11 (ZERO_LANE, DOT_LANE, MINUS_LANE). */
-constexpr uint64_t SRC_TAIL =
-    (uint64_t)'0' << 8 | (uint64_t)'.' << 16 | (uint64_t)'-' << 24;
-
-struct plain_layouts {
-  uint8_t lane[PLAIN_ROWS][16]; /* byte j of the text: this source lane */
-  uint8_t len[PLAIN_ROWS];
-
-  constexpr plain_layouts() : lane(), len() {
-    for (int neg = 0; neg <= 1; neg++)
-      for (int e = E_MIN; e <= E_MAX; e++)
-        for (int n = 1; n <= 9; n++)
-          fill(e, n, neg, lane[plain_row(e, n, neg)],
-               &len[plain_row(e, n, neg)]);
-  }
-
-  /* Digit i (0 = the leading one) of n is in lane 9 - n + i. */
-  static constexpr void fill(int e, int n, bool neg, uint8_t *c,
-                             uint8_t *l) {
-    int first = 9 - n, k = 0;
-    for (int j = 0; j < 16; j++)
-      c[j] = NONE_LANE;
-    if (neg)
-      c[k++] = MINUS_LANE;
-    int start = k;
-    if (e < 0) { /* 0.000ddd */
-      c[k++] = ZERO_LANE;
-      c[k++] = DOT_LANE;
-      for (int z = 0; z < -e - 1; z++)
-        c[k++] = ZERO_LANE;
-      for (int i = 0; i < n; i++)
-        c[k++] = (uint8_t)(first + i);
-    } else if (n <= e + 1) { /* an integer: the digits, then zeros */
-      for (int i = 0; i < n; i++)
-        c[k++] = (uint8_t)(first + i);
-      while (k - start <= e)
-        c[k++] = ZERO_LANE;
-    } else { /* ddd.ddd */
-      for (int i = 0; i < n; i++) {
-        if (i == e + 1)
-          c[k++] = DOT_LANE;
-        c[k++] = (uint8_t)(first + i);
-      }
-    }
-    *l = (uint8_t)k;
-  }
-};
-
-constexpr plain_layouts plain;
-
-#ifdef NUM_SHUFFLE
-/* sig (n digits, < 10^9) at exponent e (E_MIN..E_MAX) at o, which holds
- * 16 bytes; returns the length. */
-__attribute__((target("ssse3"))) int put_plain(char *o, uint32_t sig, int n,
-                                               int e) {
-  uint64_t low8 = eight_digits(sig % 100000000u);
-  uint64_t lo = low8 << 8 | (uint64_t)('0' + sig / 100000000u);
-  uint64_t hi = low8 >> 56 | SRC_TAIL;
-  __m128i src = _mm_set_epi64x((long long)hi, (long long)lo);
-  __m128i c = _mm_loadu_si128(
-      reinterpret_cast<const __m128i *>(plain.lane[plain_row(e, n)]));
-  _mm_storeu_si128(reinterpret_cast<__m128i *>(o), _mm_shuffle_epi8(src, c));
-  return plain.len[plain_row(e, n)];
-}
-
-inline bool use_shuffle() { return __builtin_cpu_supports("ssse3"); }
-#endif
-
-/* Stores all 16 bytes of d at o. */
-inline void put16(char *o, digits16 d) {
-  std::memcpy(o, &d.lo, 8);
-  std::memcpy(o + 8, &d.hi, 8);
-}
-
-/* sig * 10^e10 (sig > 0) laid out as proto__fmt_f32 documents, '-' first
- * when neg.  The digits are stored with fixed-size writes that may run
- * past the text's end (out holds PROTO__F32_MAX bytes; at most 26 are
- * written).  Returns the length, or -1 when sig has more than 9 digits
- * (no float's shortest digits do). */
-inline int put_decimal(char *out, bool neg, uint32_t sig, int e10) {
-  while (sig % 10 == 0) {
-    sig /= 10;
-    e10++;
-  }
-  if (sig >= 1000000000u)
-    return -1;
-  int n = digit_count(sig);
-  int e = e10 + n - 1; /* exponent of the leading digit */
-  char *o = out + neg;
-  out[0] = '-';
-#ifdef NUM_SHUFFLE
-  if (e >= E_MIN && e <= E_MAX && use_shuffle()) {
-    o += put_plain(o, sig, n, e);
-    *o = '\0';
-    return (int)(o - out);
-  }
-#endif
-  digits16 d = significant_digits(sig, n);
-  if (e >= 0 && e < 9) {
-    put16(o, d);
-    if (n <= e + 1) { /* an integer: the digits, then zeros */
-      std::memcpy(o + n, "00000000", 8);
-      o += e + 1;
-    } else {
-      put16(o + e + 2, skip_digits(d, e + 1));
-      o[e + 1] = '.';
-      o += n + 1;
-    }
-  } else if (e < 0 && e >= -5) {
-    std::memcpy(o, "0.00000", 8);
-    o += 1 - e;
-    put16(o, d);
-    o += n;
-  } else {
-    o[0] = (char)d.lo;
-    o[1] = '.';
-    put16(o + 2, skip_digits(d, 1));
-    o += n > 1 ? n + 1 : 1;
-    *o++ = 'e';
-    if (e < 0)
-      *o++ = '-';
-    int ae = e < 0 ? -e : e;
-    if (ae >= 10)
-      *o++ = (char)('0' + ae / 10);
-    *o++ = (char)('0' + ae % 10);
-  }
-  *o = '\0';
-  return (int)(o - out);
-}
-
-/* x[0, n) as "x0,x1,...": the one-number printer each time. */
-inline size_t fmt_list(char *out, const float *x, size_t n) {
-  char *o = out;
-  for (size_t i = 0; i < n; i++) {
-    o += proto__fmt_f32(o, x[i]);
-    *o++ = ',';
-  }
-  o -= n > 0;
-  *o = '\0';
-  return (size_t)(o - out);
-}
-
-/* ---- printing several numbers at once (AVX2, AVX-512F) ------------------
- *
- * Per number, Dragonbox's decision between its two divisors (see
- * fmt::detail::dragonbox::to_decimal, float32, round to nearest even) is
- * two thirds of the printing's instructions.  fpconv_lanes.inc makes it
- * for four (AVX2) or eight (AVX-512F) floats at once, one per 64-bit
- * lane: fmt's cache of powers of ten, the same 32 x 64-bit products (as
- * 32 x 32-bit halves) and the same tests, each outcome computed and
- * selected rather than branched to; then, in the same lanes, put_decimal's
- * steps up to the bytes put_plain shuffles (with AVX512CD, the digit
- * count and trailing zeros from the digit bytes' bits, without a
- * division).  The layout loop shuffles them one number at a time, the
- * sign included.  Lanes that take no divisor decision (zero,
- * infinities and NaN, subnormals, powers of two: Dragonbox's shorter
- * interval) or print with an exponent are flagged and go to
- * proto__fmt_f32.  test_numparse holds every printer to the same text
- * over a sweep of all floats. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(ATTND_PORTABLE_NUM)
-#define NUM_LANES 1
-#endif
-
-#ifdef NUM_LANES
-/* The powers of ten float32's Dragonbox uses: 10^k, k in this range. */
-constexpr int POW10_MIN_K = fmt::detail::dragonbox::float_info<float>::min_k;
-constexpr int POW10_MAX_K = fmt::detail::dragonbox::float_info<float>::max_k;
-
-/* fmt's cache of those powers, which it keeps inside a function, copied
- * once (at load) where a gather can read it. */
-struct pow10_cache {
-  uint64_t at[POW10_MAX_K - POW10_MIN_K + 1];
-  pow10_cache() {
-    using cache = fmt::detail::dragonbox::cache_accessor<float>;
-    for (int k = POW10_MIN_K; k <= POW10_MAX_K; k++)
-      at[k - POW10_MIN_K] = cache::get_cached_power(k);
-  }
-};
-const pow10_cache pow10_cached;
-
-/* gcc 12's AVX-512 intrinsics start from _mm512_undefined_epi32(), which
- * -W(maybe-)uninitialized reports once inlined (gcc bug 105593, fixed in
- * gcc 13). */
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-/* Up to BLOCK numbers' put_plain sources and table rows, one after
- * another, as shortest_groups leaves them for the layout loop. */
-constexpr int BLOCK = 64;
-struct plain_block {
-  uint8_t src[BLOCK][16]; /* put_plain's source: 9 digits, '0', '.', '-' */
-  uint8_t row[BLOCK];     /* plain_row(e, n, neg) */
-};
-
-namespace avx512 {
-#define LANES_FN __attribute__((target("avx512f,avx512bw,avx512cd")))
-#define LANES_LZCNT 1
-constexpr int LANES = 8;
-typedef uint64_t u64v __attribute__((vector_size(64)));
-typedef uint32_t u32v __attribute__((vector_size(64)));
-typedef uint16_t u16v __attribute__((vector_size(64)));
-typedef __mmask8 lanes_mask;
-LANES_FN inline lanes_mask eq(u64v a, u64v b) {
-  return _mm512_cmpeq_epi64_mask((__m512i)a, (__m512i)b);
-}
-LANES_FN inline lanes_mask lt(u64v a, u64v b) {
-  return _mm512_cmplt_epi64_mask((__m512i)a, (__m512i)b);
-}
-LANES_FN inline lanes_mask both(lanes_mask a, lanes_mask b) { return a & b; }
-LANES_FN inline lanes_mask either(lanes_mask a, lanes_mask b) { return a | b; }
-LANES_FN inline lanes_mask but_not(lanes_mask a, lanes_mask b) {
-  return a & (lanes_mask)~b;
-}
-LANES_FN inline lanes_mask flip(lanes_mask a) { return (lanes_mask)~a; }
-LANES_FN inline u64v sel(lanes_mask m, u64v a, u64v b) {
-  return (u64v)_mm512_mask_blend_epi64(m, (__m512i)b, (__m512i)a);
-}
-LANES_FN inline u64v add_if(u64v v, lanes_mask m, uint64_t k) {
-  return (u64v)_mm512_mask_add_epi64((__m512i)v, m, (__m512i)v,
-                                     _mm512_set1_epi64((long long)k));
-}
-LANES_FN inline unsigned bits_of(lanes_mask m) { return m; }
-LANES_FN inline u64v load_bits(const float *x) {
-  return (u64v)_mm512_cvtepu32_epi64(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x)));
-}
-LANES_FN inline u64v mul32(u64v a, u64v b) {
-  return (u64v)_mm512_mul_epu32((__m512i)a, (__m512i)b);
-}
-LANES_FN inline u64v gather(const uint64_t *t, u64v i) {
-  return (u64v)_mm512_i64gather_epi64((__m512i)i, t, 8);
-}
-LANES_FN inline u16v mulhi16(u16v a, uint16_t k) {
-  return (u16v)_mm512_mulhi_epu16((__m512i)a, _mm512_set1_epi16((short)k));
-}
-LANES_FN inline u64v lzcnt(u64v a) {
-  return (u64v)_mm512_lzcnt_epi64((__m512i)a);
-}
-LANES_FN inline u64v shl(u64v a, u64v bits) {
-  return (u64v)_mm512_sllv_epi64((__m512i)a, (__m512i)bits);
-}
-LANES_FN inline u64v shr(u64v a, u64v bits) {
-  return (u64v)_mm512_srlv_epi64((__m512i)a, (__m512i)bits);
-}
-LANES_FN inline void put_src(plain_block *o, int at, u64v lo, u64v hi,
-                             u64v row) {
-  const __m512i first = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
-  const __m512i second = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
-  _mm512_storeu_si512(o->src[at], _mm512_permutex2var_epi64(
-                                      (__m512i)lo, first, (__m512i)hi));
-  _mm512_storeu_si512(o->src[at + 4], _mm512_permutex2var_epi64(
-                                          (__m512i)lo, second, (__m512i)hi));
-  _mm_storel_epi64(reinterpret_cast<__m128i *>(o->row + at),
-                   _mm512_cvtepi64_epi8((__m512i)row));
-}
-#include "fpconv_lanes.inc"
-#undef LANES_LZCNT
-#undef LANES_FN
-}  // namespace avx512
-
-namespace avx2 {
-#define LANES_FN __attribute__((target("avx2")))
-constexpr int LANES = 4;
-typedef uint64_t u64v __attribute__((vector_size(32)));
-typedef int64_t i64v __attribute__((vector_size(32)));
-typedef uint32_t u32v __attribute__((vector_size(32)));
-typedef uint16_t u16v __attribute__((vector_size(32)));
-typedef i64v lanes_mask; /* -1 in the lanes of the set, 0 elsewhere */
-LANES_FN inline lanes_mask eq(u64v a, u64v b) { return a == b; }
-LANES_FN inline lanes_mask lt(u64v a, u64v b) { return (i64v)a < (i64v)b; }
-LANES_FN inline lanes_mask both(lanes_mask a, lanes_mask b) { return a & b; }
-LANES_FN inline lanes_mask either(lanes_mask a, lanes_mask b) { return a | b; }
-LANES_FN inline lanes_mask but_not(lanes_mask a, lanes_mask b) { return a & ~b; }
-LANES_FN inline lanes_mask flip(lanes_mask a) { return ~a; }
-LANES_FN inline u64v sel(lanes_mask m, u64v a, u64v b) { return m ? a : b; }
-LANES_FN inline u64v add_if(u64v v, lanes_mask m, uint64_t k) {
-  return v + ((u64v)m & k);
-}
-LANES_FN inline u64v load_bits(const float *x) {
-  return (u64v)_mm256_cvtepu32_epi64(
-      _mm_loadu_si128(reinterpret_cast<const __m128i *>(x)));
-}
-LANES_FN inline u64v mul32(u64v a, u64v b) {
-  return (u64v)_mm256_mul_epu32((__m256i)a, (__m256i)b);
-}
-LANES_FN inline u16v mulhi16(u16v a, uint16_t k) {
-  return (u16v)_mm256_mulhi_epu16((__m256i)a, _mm256_set1_epi16((short)k));
-}
-LANES_FN inline u64v gather(const uint64_t *t, u64v i) {
-  return (u64v)_mm256_i64gather_epi64(
-      reinterpret_cast<const long long *>(t), (__m256i)i, 8);
-}
-LANES_FN inline unsigned bits_of(lanes_mask m) {
-  return (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd((__m256i)m));
-}
-LANES_FN inline void put_src(plain_block *o, int at, u64v lo, u64v hi,
-                             u64v row) {
-  __m256i a = _mm256_unpacklo_epi64((__m256i)lo, (__m256i)hi); /* 0, 2 */
-  __m256i b = _mm256_unpackhi_epi64((__m256i)lo, (__m256i)hi); /* 1, 3 */
-  _mm256_storeu_si256(reinterpret_cast<__m256i *>(o->src[at]),
-                      _mm256_permute2x128_si256(a, b, 0x20));
-  _mm256_storeu_si256(reinterpret_cast<__m256i *>(o->src[at + 2]),
-                      _mm256_permute2x128_si256(a, b, 0x31));
-  for (int j = 0; j < LANES; j++)
-    o->row[at + j] = (uint8_t)row[j];
-}
-#include "fpconv_lanes.inc"
-#undef LANES_FN
-}  // namespace avx2
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-/* x[0, n) as fmt_list does, up to BLOCK numbers decided by one call of
- * an instruction set's shortest_groups at a time, each then laid out by
- * one byte shuffle (put_plain's, sign included). */
-template <int LANES>
-uint64_t groups_of(const float *x, int groups, const uint64_t *pow10,
-                   plain_block *out);
-template <>
-inline uint64_t groups_of<8>(const float *x, int groups,
-                             const uint64_t *pow10, plain_block *out) {
-  return avx512::shortest_groups(x, groups, pow10, out);
-}
-template <>
-inline uint64_t groups_of<4>(const float *x, int groups,
-                             const uint64_t *pow10, plain_block *out) {
-  return avx2::shortest_groups(x, groups, pow10, out);
-}
-
-template <int LANES>
-__attribute__((target("ssse3"))) size_t fmt_list_lanes(char *out,
-                                                       const float *x,
-                                                       size_t n) {
-  constexpr int MAX_GROUPS = BLOCK / LANES;
-  char *o = out;
-  size_t i = 0;
-  while (n - i >= (size_t)LANES) {
-    size_t left = (n - i) / LANES;
-    int groups = left < (size_t)MAX_GROUPS ? (int)left : MAX_GROUPS;
-    plain_block p;
-    uint64_t other = groups_of<LANES>(x + i, groups, pow10_cached.at, &p);
-    for (int j = 0; j < LANES * groups; j++) {
-      if (other >> j & 1) {
-        o += proto__fmt_f32(o, x[i + j]);
-      } else {
-        int row = p.row[j];
-        __m128i v =
-            _mm_loadu_si128(reinterpret_cast<const __m128i *>(p.src[j]));
-        __m128i c = _mm_loadu_si128(
-            reinterpret_cast<const __m128i *>(plain.lane[row]));
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(o),
-                         _mm_shuffle_epi8(v, c));
-        o += plain.len[row];
-      }
-      *o++ = ',';
-    }
-    i += (size_t)(LANES * groups);
-  }
-  if (i < n)
-    return (size_t)(o - out) + fmt_list(o, x + i, n - i);
-  *--o = '\0'; /* the last comma */
-  return (size_t)(o - out);
-}
-
-/* The widest printer this CPU runs: 8, 4, or 1 number at a time. */
-inline int widest_printer() {
-  int v = proto__vector_bytes();
-  return v == 64 ? 8 : v == 32 ? 4 : 1;
-}
-#endif
-
-/* x[0, n) by the printer of the given width (8, 4 or 1), or the one at
- * a time when this CPU lacks it. */
-inline size_t fmt_list_width(char *out, const float *x, size_t n,
-                             int width) {
-#ifdef NUM_LANES
-  int best = widest_printer();
-  if (width == 8 && best >= 8 && n >= 8)
-    return fmt_list_lanes<8>(out, x, n);
-  if (width == 4 && best >= 4 && n >= 4)
-    return fmt_list_lanes<4>(out, x, n);
-#else
-  (void)width;
-#endif
-  return fmt_list(out, x, n);
-}
-
 }  // namespace
 
 extern "C" {
@@ -1345,28 +869,6 @@ int proto__num_list_f32_width(const char *p, const char *end, float *dst,
                               size_t n, int width) {
   int w = proto__vector_bytes();
   return read_list(p, end, dst, n, width < w ? width : w);
-}
-
-int proto__num_fmt_f32(char *out, float x) {
-  /* Dragonbox's shortest digits as an integer and a power of ten, x =
-   * sig * 10^e10. */
-  if (!std::isfinite(x) || x == 0.0f)
-    return -1;
-  auto dec = fmt::detail::dragonbox::to_decimal(x);
-  return put_decimal(out, x < 0, dec.significand, dec.exponent);
-}
-
-size_t proto__num_fmt_f32_list(char *out, const float *x, size_t n) {
-#ifdef NUM_LANES
-  return fmt_list_width(out, x, n, widest_printer());
-#else
-  return fmt_list(out, x, n);
-#endif
-}
-
-size_t proto__num_fmt_f32_list_width(char *out, const float *x, size_t n,
-                                     int width) {
-  return fmt_list_width(out, x, n, width);
 }
 
 }  // extern "C"
