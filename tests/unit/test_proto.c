@@ -486,6 +486,71 @@ START_TEST(unknown_field_is_named) {
 }
 END_TEST
 
+/* A misspelt field is refused with the nearest name and the list. */
+START_TEST(unknown_field_suggests_the_nearest_and_lists_the_fields) {
+  BAD("{\"querry\":[[[1]]],\"key\":[[[1]]],\"value\":[[[1]]]}",
+      "unknown field 'querry' (did you mean 'query'? fields: query, key, "
+      "value, valid_lens, mask, bias, causal, scale, return_weights, id, "
+      "scoring, w_q, w_k, w_v, dropout, window, diagnostics)");
+  BAD("{" QKV3 ",\"vaild_lens\":[1,1]}", "did you mean 'valid_lens'?");
+  BAD("{" QKV3 ",\"Query\":1}", "did you mean 'query'?");
+  BAD("{" QKV3 ",\"causl\":true}", "unknown field 'causl' (did you mean "
+      "'causal'?");
+  BAD("{" QKV3 ",\"return_weight\":false}", "did you mean "
+      "'return_weights'?");
+  /* nothing near: the list alone */
+  BAD("{" QKV3 ",\"temperature\":2}", "unknown field 'temperature' "
+      "(fields: query,");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"sead\":3}}",
+      "dropout: unknown field 'sead' (did you mean 'seed'? allowed: p, "
+      "seed)");
+  BAD("{\"query\":{\"shap\":[1,1,1],\"data\":[1]},\"key\":[[[1]]],"
+      "\"value\":[[[1]]]}", "query: unknown field 'shap' (did you mean "
+      "'shape'? a tensor object has: shape, data)");
+}
+END_TEST
+
+START_TEST(edit_distance_counts_edits_and_swaps) {
+  ck_assert_int_eq(proto__edit_distance("causal", "causal"), 0);
+  ck_assert_int_eq(proto__edit_distance("causl", "causal"), 1);
+  ck_assert_int_eq(proto__edit_distance("casual", "causal"), 1); /* swap */
+  ck_assert_int_eq(proto__edit_distance("vaild_lens", "valid_lens"), 1);
+  ck_assert_int_eq(proto__edit_distance("QUERY", "query"), 0); /* case */
+  ck_assert_int_eq(proto__edit_distance("", "seed"), 4);
+  ck_assert_int_eq(proto__edit_distance("seed", ""), 4);
+  ck_assert_int_eq(proto__edit_distance("kitten", "sitting"), 3);
+  ck_assert_int_eq(proto__edit_distance("ca", "abc"), 3); /* restricted */
+  char long_name[80];
+  memset(long_name, 'a', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+  ck_assert_int_eq(proto__edit_distance(long_name, "a"), -1);
+}
+END_TEST
+
+START_TEST(suggestion_is_the_nearest_within_a_third_of_its_length) {
+  static const char *const names[] = {"causal", "scale", "seed",
+                                      "timeout", "binary_data_output"};
+  ck_assert_int_eq(proto__suggest("causl", names, 5), 0);
+  ck_assert_int_eq(proto__suggest("cale", names, 5), 1);
+  ck_assert_int_eq(proto__suggest("seeed", names, 5), 2);
+  ck_assert_int_eq(proto__suggest("timeout_us", names, 5), -1);
+  ck_assert_int_eq(proto__suggest("binary_output", names, 5), -1);
+  ck_assert_int_eq(proto__suggest("binary_data_outptu", names, 5), 4);
+  ck_assert_int_eq(proto__suggest("x", names, 5), -1);
+  ck_assert_int_eq(proto__suggest("", names, 5), -1);
+  char s[PROTO__HINT_MAX];
+  proto__hint(s, sizeof s, "sed", names, 5, "names", names, 3);
+  ck_assert_str_eq(s, "did you mean 'seed'? names: causal, scale, seed");
+  proto__hint(s, sizeof s, "zzz", names, 5, "names", names, 2);
+  ck_assert_str_eq(s, "names: causal, scale");
+  /* a small buffer is cut, not overrun */
+  proto__hint(s, 12, "sed", names, 5, "names", names, 5);
+  ck_assert_uint_eq(strlen(s), 11);
+  ck_assert_uint_eq(proto__names_join(s, 8, names, 5), 7);
+  ck_assert_str_eq(s, "causal,");
+}
+END_TEST
+
 START_TEST(duplicate_fields_at_every_level) {
   BAD("{" QKV3 ",\"query\":[[[1,2]]]}", "duplicate field 'query'");
   BAD("{" QKV3 ",\"mask\":null,\"mask\":null}", "duplicate field 'mask'");
@@ -956,9 +1021,14 @@ START_TEST(field_names_in_messages_are_sanitised) {
   char err[PROTO_ERR_MAX];
   const char *j = "{\"bad\\u0001\\\"name\":1}";
   ck_assert_int_eq(dec(j, &r, err), ATTND_EINVAL);
-  ck_assert_str_eq(err, "unknown field 'bad?\"name'");
+#define FIELDS "(fields: query, key, value, valid_lens, mask, bias, causal, " \
+               "scale, return_weights, id, scoring, w_q, w_k, w_v, dropout, " \
+               "window, diagnostics)"
+  ck_assert_str_eq(err, "unknown field 'bad?\"name' " FIELDS);
   ck_assert_int_eq(proto_error_body(err, &body, &len), 0);
-  ck_assert_str_eq(body, "{\"error\":\"unknown field 'bad?\\\"name'\"}");
+  ck_assert_str_eq(body,
+                   "{\"error\":\"unknown field 'bad?\\\"name' " FIELDS "\"}");
+#undef FIELDS
   free(body);
 }
 END_TEST
@@ -1253,6 +1323,9 @@ static Suite *proto_suite(void) {
                  dot_scoring_rejects_additive_weights, dropout_p_and_seed,
                  dropout_rejects_bad_values, window_sides_and_unbounded,
                  window_rejects_bad_values}},
+    {"names", {unknown_field_suggests_the_nearest_and_lists_the_fields,
+               edit_distance_counts_edits_and_swaps,
+               suggestion_is_the_nearest_within_a_third_of_its_length}},
     {"malformed", {unknown_field_is_named, duplicate_fields_at_every_level,
                    missing_required_tensors, body_errors_are_clear,
                    body_is_read_by_length_not_nul,
