@@ -77,7 +77,8 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
   if (!*root) {
     size_t at = end && end >= body && end <= body + len
                     ? (size_t)(end - body) : 0;
-    return ERR("body is not valid JSON (near byte %zu)", at);
+    return proto__json_syntax_err(body, len, at, PROTO_CODEC_V1, "",
+                                  c->err);
   }
   for (size_t j = (size_t)(end - body); j < len; j++)
     if (!is_ws(body[j]))

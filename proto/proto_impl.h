@@ -372,6 +372,21 @@ size_t proto__num_fmt_f32_list_width(char *s, const float *x, size_t n,
  * (none: not x86-64).  The one place that decides it (numscan.c). */
 int proto__vector_bytes(void);
 
+/* ---- a body cJSON refused (jsonerr.c) -------------------------------------- */
+
+/* Writes the message for text[0..len), which cJSON failed to parse,
+ * stopping at offset at, and returns ATTND_EINVAL.  A NUL byte outside
+ * strings up to at: "body is not valid JSON: byte N is a NUL (0x00);
+ * ...".  A NaN or infinity token at at:
+ * "<place>: NaN is not a JSON number; attnd needs finite values", the
+ * place as "query[0][1][2]", "query.data[5]" or "parameters.scale" (codec
+ * PROTO_CODEC_V2: an input by its "name").  Otherwise "body is not valid
+ * JSON (near byte N)".  where follows the byte offset in the messages
+ * (" of the inference header", or ""). */
+int proto__json_syntax_err(const char *text, size_t len, size_t at,
+                           int codec, const char *where,
+                           char err[PROTO_ERR_MAX]);
+
 /* ---- names a client got wrong (suggest.c) ---------------------------------
  *
  * For the messages of the error path: which known name an unknown one was

@@ -114,13 +114,19 @@ static int header_len(v2_ctx *c, const char *h) {
   return 0;
 }
 
+/* JSON's blanks.  (Not strchr(" \t\r\n", ch), which also finds the
+ * string's NUL: a body of NUL bytes would read as empty.) */
+static int is_ws(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
 /* leaves: parse with numscan (tensor arrays as leaves); 0: cJSON on the
  * whole JSON part. */
 static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
                       cJSON **root) {
   const char *end = NULL;
   size_t i = 0;
-  while (i < c->hlen && strchr(" \t\r\n", c->body[i]))
+  while (i < c->hlen && is_ws(c->body[i]))
     i++;
   if (i == c->hlen)
     return ERR("empty body: expected a JSON inference request with "
@@ -140,11 +146,12 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   if (!*root) {
     size_t at = end && end >= c->body && end <= c->body + c->hlen
                     ? (size_t)(end - c->body) : 0;
-    return ERR("body is not valid JSON (near byte %zu%s)", at,
-               c->has_header ? " of the inference header" : "");
+    return proto__json_syntax_err(
+        c->body, c->hlen, at, PROTO_CODEC_V2,
+        c->has_header ? " of the inference header" : "", c->err);
   }
   for (size_t j = (size_t)(end - c->body); j < c->hlen; j++)
-    if (!strchr(" \t\r\n", c->body[j]))
+    if (!is_ws(c->body[j]))
       return ERR("body has unexpected data after the JSON object at byte "
                  "%zu%s", j, c->has_header ? " (binary data must start at "
                  "Inference-Header-Content-Length)" : " (binary inputs need "

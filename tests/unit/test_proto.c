@@ -597,6 +597,67 @@ START_TEST(body_is_read_by_length_not_nul) {
 }
 END_TEST
 
+/* Python's json.dumps writes NaN, Infinity and -Infinity for a float that
+ * is not finite: the message names the value's place and says why, on
+ * attnd's own number reader (tensor arrays) and on cJSON's (elsewhere)
+ * alike; a NaN deep in a long row (the vector scans) is named as well. */
+START_TEST(non_finite_literals_name_their_place) {
+  BAD("{\"query\":[[[1,2],[3,NaN]]],\"key\":[[[1,0]]],\"value\":[[[1]]]}",
+      "query[0][1][1]: NaN is not a JSON number; attnd needs finite values");
+  BAD("{\"query\":[[[1,2]]],\"key\":[[[Infinity,0]]],\"value\":[[[1]]]}",
+      "key[0][0][0]: Infinity is not a JSON number; attnd needs finite "
+      "values");
+  BAD("{\"query\":[[[1,2]]],\"key\":[[[1,0]]],\"value\":{\"shape\":"
+      "[1,1,1],\"data\":[-Infinity]}}",
+      "value.data[0]: -Infinity is not a JSON number");
+  BAD("{" QKV3 ",\"scale\":NaN}", "scale: NaN is not a JSON number");
+  BAD("{" QKV3 ",\"bias\":[0,NaN,1]}", "bias[1]: NaN is not");
+  BAD("{" QKV3 ",\"valid_lens\":[1,NaN]}", "valid_lens[1]: NaN is not");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":NaN}}", "dropout.p: NaN is not");
+  BAD("[1,[NaN]]", "body[1][0]: NaN is not a JSON number");
+  BAD("NaN", "body: NaN is not a JSON number");
+  /* a name where a member name belongs is not a value */
+  BAD("{NaN:1}", "body is not valid JSON (near byte");
+  /* row 0 of 200 numbers, the NaN at 137 */
+  char json[4096];
+  size_t o = (size_t)snprintf(json, sizeof json, "{\"query\":[[[");
+  for (int i = 0; i < 200; i++)
+    o += (size_t)snprintf(json + o, sizeof json - o, "%s%s", i ? "," : "",
+                          i == 137 ? "NaN" : "0.125");
+  snprintf(json + o, sizeof json - o, "]]],\"key\":[[[1]]],\"value\":"
+           "[[[1]]]}");
+  BAD(json, "query[0][0][137]: NaN is not a JSON number");
+}
+END_TEST
+
+/* cJSON skips every byte up to 0x20 as a blank, NUL too; the message
+ * points at the first NUL, not where cJSON gave up. */
+START_TEST(nul_bytes_are_pointed_at) {
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  static const char nuls[16] = {0};
+  ck_assert_int_eq(proto_v1_decode(nuls, sizeof nuls, &r, 0, err),
+                   ATTND_EINVAL);
+  ck_assert_str_eq(err, "body is not valid JSON: byte 0 is a NUL (0x00); "
+                   "JSON allows only spaces, tabs and line breaks between "
+                   "tokens");
+  static const char mid[] = "{\"query\": \0[[[1]]], \"key\"";
+  ck_assert_int_eq(proto_v1_decode(mid, sizeof mid - 1, &r, 0, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "byte 10 is a NUL (0x00)"));
+  /* a float32 1.0 sent as it is */
+  static const char raw[4] = {0, 0, (char)0x80, 0x3f};
+  ck_assert_int_eq(proto_v1_decode(raw, 4, &r, 0, err), ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "byte 0 is a NUL"));
+  /* a NUL after the point cJSON stopped is not the first bad byte */
+  static const char late[] = "{\"query\" [[[1]]]\0";
+  ck_assert_int_eq(proto_v1_decode(late, sizeof late - 1, &r, 0, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "body is not valid JSON (near byte 9)"));
+}
+END_TEST
+
+/* ---- numbers and shapes ---------------------------------------------------- */
 /* ---- numbers and shapes ---------------------------------------------------- */
 
 START_TEST(booleans_strings_and_nulls_are_not_numbers) {
@@ -1329,6 +1390,8 @@ static Suite *proto_suite(void) {
     {"malformed", {unknown_field_is_named, duplicate_fields_at_every_level,
                    missing_required_tensors, body_errors_are_clear,
                    body_is_read_by_length_not_nul,
+                   non_finite_literals_name_their_place,
+                   nul_bytes_are_pointed_at,
                    booleans_strings_and_nulls_are_not_numbers,
                    numbers_beyond_float_range_are_rejected,
                    ragged_arrays_name_the_position, wrong_ranks_are_named,

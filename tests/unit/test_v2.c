@@ -619,6 +619,47 @@ START_TEST(what_triton_clients_send_is_accepted) {
 }
 END_TEST
 
+/* NaN and infinities as Python's json.dumps writes them: named by input
+ * (wherever its "name" is) and index, flat or nested as sent. */
+START_TEST(non_finite_literals_name_the_input_and_index) {
+  static const struct { const char *json, *want; } cases[] = {
+    {"{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":"
+     "[1,2,2],\"data\":[1,0,NaN,2]}," IN_K "," IN_V "]}",
+     "query.data[2]: NaN is not a JSON number; attnd needs finite values"},
+    {"{\"inputs\":[" IN_Q ",{\"datatype\":\"FP16\",\"shape\":[1,3,2],"
+     "\"data\":[[[1,1],[2,-Infinity],[0,3]]],\"name\":\"key\"}," IN_V "]}",
+     "key.data[0][1][1]: -Infinity is not a JSON number"},
+    {"{\"inputs\":[" IN_Q "," IN_K ",{\"datatype\":\"FP32\",\"shape\":"
+     "[1,3,2],\"data\":[1,0,0,1,1,Infinity]}]}",
+     "inputs[2].data[5]: Infinity is not a JSON number"},
+    {"{\"parameters\":{\"scale\":NaN},\"inputs\":[" IN_Q "," IN_K ","
+     IN_V "]}", "parameters.scale: NaN is not a JSON number"},
+  };
+  body b;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    body_json(&b, cases[i].json);
+    BAD(&b, NULL, cases[i].want);
+    /* the same in the JSON part of a binary request */
+    BAD(&b, b.hlen, cases[i].want);
+  }
+}
+END_TEST
+
+/* A body of NUL bytes is not an empty body (strchr finds the NUL of its
+ * own string), and NULs after the JSON part are not blanks. */
+START_TEST(nul_bytes_are_pointed_at) {
+  body b;
+  memset(b.buf, 0, 64);
+  b.len = 64;
+  BAD(&b, NULL, "body is not valid JSON: byte 0 is a NUL (0x00)");
+  BAD(&b, "16", "body is not valid JSON: byte 0 of the inference header "
+      "is a NUL");
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  body_add(&b, "\0\0", 2);
+  BAD(&b, NULL, "unexpected data after the JSON object at byte");
+}
+END_TEST
+
 START_TEST(additive_model_needs_its_weights) {
   body b;
   proto_request r;
@@ -1372,7 +1413,7 @@ END_TEST
 
 static Suite *v2_suite(void) {
   Suite *s = suite_create("v2");
-  struct { const char *name; const TTest *tests[12]; } cases[] = {
+  struct { const char *name; const TTest *tests[16]; } cases[] = {
     {"dtype", {f16_widens_exactly, f16_inf_and_nan_are_rejected,
                f64_to_f16_rounds_to_nearest_even, bf16_rounds_and_widens,
                f64_to_f32_rounds_to_nearest_even,
@@ -1386,6 +1427,8 @@ static Suite *v2_suite(void) {
               unknown_names_are_refused_with_the_nearest_known_one,
               triton_parameters_attnd_lacks_are_not_supported,
               what_triton_clients_send_is_accepted,
+              non_finite_literals_name_the_input_and_index,
+              nul_bytes_are_pointed_at,
               additive_model_needs_its_weights,
               budget_applies_to_v2}},
     {"binary", {binary_request_decodes_and_encodes, binary_layout_errors,
