@@ -77,7 +77,8 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
   if (!*root) {
     size_t at = end && end >= body && end <= body + len
                     ? (size_t)(end - body) : 0;
-    return ERR("body is not valid JSON (near byte %zu)", at);
+    return proto__json_syntax_err(body, len, at, PROTO_CODEC_V1, "",
+                                  c->err);
   }
   for (size_t j = (size_t)(end - body); j < len; j++)
     if (!is_ws(body[j]))
@@ -103,8 +104,12 @@ static int collect_fields(v1_ctx *c, const cJSON *root) {
     while (i < F_COUNT && strcmp(m->string, field_names[i]))
       i++;
     proto__quote_name(m->string, name, sizeof name);
-    if (i == F_COUNT)
-      return ERR("unknown field '%s'", name);
+    if (i == F_COUNT) {
+      char hint[PROTO__HINT_MAX];
+      proto__hint(hint, sizeof hint, m->string, field_names, F_COUNT,
+                  "fields", field_names, F_COUNT);
+      return ERR("unknown field '%s' (%s)", name, hint);
+    }
     if (c->f[i] || c->seen_null[i])
       return ERR("duplicate field '%s'", name);
     if (cJSON_IsNull(m))
@@ -296,15 +301,18 @@ static int get_count(const cJSON *j, double *out) {
 }
 
 static int dropout_fields(v1_ctx *c, const cJSON **pj, const cJSON **sj) {
+  static const char *const names[2] = {"p", "seed"};
   for (const cJSON *m = c->f[F_DROPOUT]->child; m; m = m->next) {
-    char name[48];
+    char name[48], hint[PROTO__HINT_MAX];
     const cJSON **slot = !strcmp(m->string, "p")      ? pj
                          : !strcmp(m->string, "seed") ? sj
                                                       : NULL;
     proto__quote_name(m->string, name, sizeof name);
-    if (!slot)
-      return ERR("dropout: unknown field '%s' (allowed: \"p\", \"seed\")",
-                 name);
+    if (!slot) {
+      proto__hint(hint, sizeof hint, m->string, names, 2, "allowed", names,
+                  2);
+      return ERR("dropout: unknown field '%s' (%s)", name, hint);
+    }
     if (*slot)
       return ERR("dropout: duplicate field '%s'", name);
     *slot = m;

@@ -330,6 +330,80 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
 /* Reading and printing the numbers themselves (fpread.cc, fpprint.cc)
  * and proto__vector_bytes: fpconv.h. */
 
+/* ---- a body cJSON refused (jsonerr.c) -------------------------------------- */
+
+/* Writes the message for text[0..len), which cJSON failed to parse,
+ * stopping at offset at, and returns ATTND_EINVAL.  A NUL byte outside
+ * strings up to at: "body is not valid JSON: byte N is a NUL (0x00);
+ * ...".  A NaN or infinity token at at:
+ * "<place>: NaN is not a JSON number; attnd needs finite values", the
+ * place as "query[0][1][2]", "query.data[5]" or "parameters.scale" (codec
+ * PROTO_CODEC_V2: an input by its "name").  Otherwise "body is not valid
+ * JSON (near byte N)".  where follows the byte offset in the messages
+ * (" of the inference header", or ""). */
+int proto__json_syntax_err(const char *text, size_t len, size_t at,
+                           int codec, const char *where,
+                           char err[PROTO_ERR_MAX]);
+
+/* ---- names a client got wrong (suggest.c) ---------------------------------
+ *
+ * For the messages of the error path: which known name an unknown one was
+ * probably meant to be.  Nothing here allocates. */
+
+/* The Damerau-Levenshtein distance (optimal string alignment: insertions,
+ * deletions, substitutions and swaps of adjacent characters, each 1)
+ * between a and b, ASCII case ignored; -1 when either is longer than 64
+ * bytes. */
+int proto__edit_distance(const char *a, const char *b);
+
+/* The index of the name in names[0..n) nearest to name, when it is within
+ * a third of that name's length (at least 1, at most 3; the first of
+ * equals), or -1. */
+int proto__suggest(const char *name, const char *const *names, int n);
+
+/* Writes names[0..n) as "a, b, c" into s (cut at cap); returns the
+ * length written. */
+size_t proto__names_join(char *s, size_t cap, const char *const *names,
+                         int n);
+
+/* Room for a hint: what proto__hint writes for any list attnd has, with
+ * room left in a PROTO_ERR_MAX message for the place and the name. */
+#define PROTO__HINT_MAX 180
+
+/* Writes "did you mean 'x'? <label>: a, b, c" into s, the suggestion
+ * taken from cand[0..ncand) (left out when none is near) and the list from
+ * list[0..nlist); a message's parenthesis after an unknown name. */
+void proto__hint(char *s, size_t cap, const char *name,
+                 const char *const *cand, int ncand, const char *label,
+                 const char *const *list, int nlist);
+
+/* ---- v2 names (v2_params.c) ---------------------------------------------
+ *
+ * Which member names a v2 inference request may use, at each level; see
+ * v2_params.c for the three kinds (served, Triton's not served, unknown)
+ * and what Triton's clients send. */
+enum proto__v2_level {
+  PROTO__V2_REQUEST,  /* the request object and its "parameters" */
+  PROTO__V2_INPUT,    /* an object of "inputs" and its "parameters" */
+  PROTO__V2_OUTPUT    /* an object of "outputs" and its "parameters" */
+};
+
+/* Every member of params (a "parameters" object of that level, or NULL)
+ * is a name attnd serves there.  Returns 0, or ATTND_EINVAL with
+ * "<where>.<name>: not supported (...)" for a Triton parameter attnd does
+ * not serve, or "<where>.<name>: unknown parameter (did you mean '...'?
+ * <level> parameters: ...)".  where: "parameters",
+ * "inputs[2].parameters". */
+int proto__v2_check_params(const cJSON *params, int level, const char *where,
+                           char err[PROTO_ERR_MAX]);
+
+/* Every member of obj (the request, an input or an output object) is a
+ * field of that level.  Returns 0, or ATTND_EINVAL with "<where>: unknown
+ * field '<name>' (did you mean '...'? <level> fields: ...)"; where: ""
+ * for the request, "inputs[2]", "outputs[0]". */
+int proto__v2_check_fields(const cJSON *obj, int level, const char *where,
+                           char err[PROTO_ERR_MAX]);
+
 /* ---- request memory (request.c) ------------------------------------------ */
 
 /* Allocates n zeroed bytes owned by req (freed by proto_request_free).

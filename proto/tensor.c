@@ -194,16 +194,19 @@ static int flat_dims(const cJSON *shape, proto__tensor *t, char *err) {
 }
 
 static int flat_shape(const cJSON *j, proto__tensor *t, char *err) {
+  static const char *const names[2] = {"shape", "data"};
   const cJSON *shape = NULL, *data = NULL;
-  char name[48];
+  char name[48], hint[PROTO__HINT_MAX];
   for (const cJSON *c = j->child; c; c = c->next) {
     const cJSON **slot = !strcmp(c->string, "shape")  ? &shape
                          : !strcmp(c->string, "data") ? &data
                                                       : NULL;
     proto__quote_name(c->string, name, sizeof name);
-    if (!slot)
-      return ERR("%s: unknown field '%s' (a tensor object has \"shape\" "
-                 "and \"data\")", t->name, name);
+    if (!slot) {
+      proto__hint(hint, sizeof hint, c->string, names, 2,
+                  "a tensor object has", names, 2);
+      return ERR("%s: unknown field '%s' (%s)", t->name, name, hint);
+    }
     if (*slot)
       return ERR("%s: duplicate field '%s'", t->name, name);
     *slot = c;

@@ -114,13 +114,19 @@ static int header_len(v2_ctx *c, const char *h) {
   return 0;
 }
 
+/* JSON's blanks.  (Not strchr(" \t\r\n", ch), which also finds the
+ * string's NUL: a body of NUL bytes would read as empty.) */
+static int is_ws(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
 /* leaves: parse with numscan (tensor arrays as leaves); 0: cJSON on the
  * whole JSON part. */
 static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
                       cJSON **root) {
   const char *end = NULL;
   size_t i = 0;
-  while (i < c->hlen && strchr(" \t\r\n", c->body[i]))
+  while (i < c->hlen && is_ws(c->body[i]))
     i++;
   if (i == c->hlen)
     return ERR("empty body: expected a JSON inference request with "
@@ -140,11 +146,12 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   if (!*root) {
     size_t at = end && end >= c->body && end <= c->body + c->hlen
                     ? (size_t)(end - c->body) : 0;
-    return ERR("body is not valid JSON (near byte %zu%s)", at,
-               c->has_header ? " of the inference header" : "");
+    return proto__json_syntax_err(
+        c->body, c->hlen, at, PROTO_CODEC_V2,
+        c->has_header ? " of the inference header" : "", c->err);
   }
   for (size_t j = (size_t)(end - c->body); j < c->hlen; j++)
-    if (!strchr(" \t\r\n", c->body[j]))
+    if (!is_ws(c->body[j]))
       return ERR("body has unexpected data after the JSON object at byte "
                  "%zu%s", j, c->has_header ? " (binary data must start at "
                  "Inference-Header-Content-Length)" : " (binary inputs need "
@@ -168,12 +175,15 @@ static int top_fields(v2_ctx *c, const cJSON *root) {
   static const char *const names[4] = {"id", "parameters", "inputs",
                                        "outputs"};
   const cJSON **slots[4] = {&c->id, &c->params, &c->inputs, &c->outputs};
+  int rc = proto__v2_check_fields(root, PROTO__V2_REQUEST, "", c->err);
+  if (rc)
+    return rc;
   for (const cJSON *m = root->child; m; m = m->next) {
     int i = 0;
     while (i < 4 && strcmp(m->string, names[i]))
       i++;
     if (i == 4)
-      continue; /* model_name and the like: the path names the model */
+      continue; /* model_name, model_version: the path names the model */
     if (*slots[i])
       return ERR("duplicate field '%s'", names[i]);
     *slots[i] = m;
@@ -296,8 +306,7 @@ static int param_bool(v2_ctx *c, const cJSON *j, const char *name, int *out) {
   return 0;
 }
 
-/* One request parameter; names attnd does not know are ignored, as the
- * protocol asks (clients add their own, e.g. Triton's headers). */
+/* One request parameter, of a name proto__v2_check_params let through. */
 static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   const char *n = j->string;
   double x;
@@ -337,12 +346,15 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
   const cJSON *bd = params ? cJSON_GetObjectItemCaseSensitive(params,
                                                               "binary_data")
                            : NULL;
-  char got[48];
+  char got[48], at[48];
   int k, rc;
   if (!cJSON_IsObject(o) || !cJSON_IsString(name))
     return ERR("outputs[%d]: expected {\"name\": \"output\", \"weights\", "
                "\"allowed_keys\", \"entropy\", \"max_weight\" or "
                "\"jacobian_norm\"}", i);
+  snprintf(at, sizeof at, "outputs[%d]", i);
+  if ((rc = proto__v2_check_fields(o, PROTO__V2_OUTPUT, at, c->err)))
+    return rc;
   if ((rc = no_duplicate(c, o, output_fields, COUNT(output_fields),
                          "outputs[%d]", i)) ||
       (cJSON_IsObject(params) &&
@@ -362,6 +374,9 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
       return ERR("outputs[%d]: output '%s' requested twice", i, got);
   if (params && !cJSON_IsObject(params))
     return ERR("outputs[%d].parameters: expected an object", i);
+  snprintf(at, sizeof at, "outputs[%d].parameters", i);
+  if ((rc = proto__v2_check_params(params, PROTO__V2_OUTPUT, at, c->err)))
+    return rc;
   if ((rc = unsupported_param(c, params, "outputs[%d].parameters", i)))
     return rc;
   if (bd && !cJSON_IsBool(bd))
@@ -374,8 +389,11 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
 
 static int params_outputs(v2_ctx *c) {
   int bin_all = 0, rc, i = 0;
-  if (c->params && (rc = no_duplicate(c, c->params, param_names,
-                                      COUNT(param_names), "parameters", 0)))
+  if (c->params &&
+      ((rc = proto__v2_check_params(c->params, PROTO__V2_REQUEST,
+                                    "parameters", c->err)) ||
+       (rc = no_duplicate(c, c->params, param_names, COUNT(param_names),
+                          "parameters", 0))))
     return rc;
   if (c->params)
     for (const cJSON *j = c->params->child; j; j = j->next)
@@ -406,6 +424,18 @@ static int params_outputs(v2_ctx *c) {
 }
 
 /* ---- phase 3: inputs -------------------------------------------------------- */
+
+/* The datatypes an input accepts, by name: *names, and their count. */
+static int dtype_names(int in, const char *const **names) {
+  static const char *const floats[] = {"FP32", "FP64", "FP16", "BF16"};
+  static const char *const lens[] = {"INT32", "INT64"};
+  static const char *const bools[] = {"BOOL"};
+  if (in == PROTO__IN_VALID_LENS)
+    return *names = lens, COUNT(lens);
+  if (in == PROTO__IN_MASK)
+    return *names = bools, COUNT(bools);
+  return *names = floats, COUNT(floats);
+}
 
 /* The datatypes an input accepts, as a message fragment; 1 if dt is one. */
 static int dtype_ok(int in, int dt, const char **allowed) {
@@ -445,8 +475,15 @@ static int input_dtype(v2_ctx *c, int in, const cJSON *dt) {
     return ERR("%s: \"datatype\" must be a string such as \"FP32\"", name);
   int d = proto__dtype_parse(dt->valuestring);
   proto__quote_name(dt->valuestring, got, sizeof got);
-  if (d < 0)
-    return ERR("%s: unknown datatype '%s'", name, got);
+  if (d < 0) {
+    const char *const *names;
+    char hint[PROTO__HINT_MAX], label[32];
+    int n = dtype_names(in, &names);
+    snprintf(label, sizeof label, "%s takes", name);
+    proto__hint(hint, sizeof hint, dt->valuestring, names, n, label, names,
+                n);
+    return ERR("%s: unknown datatype '%s' (%s)", name, got, hint);
+  }
   if (!dtype_ok(in, d, &allowed))
     return ERR("%s: datatype %s is not supported for this input (expected "
                "%s)", name, got, allowed);
@@ -460,9 +497,13 @@ static int input_data(v2_ctx *c, int in, const cJSON *obj) {
   const cJSON *data = cJSON_GetObjectItemCaseSensitive(obj, "data");
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(obj, "parameters");
   const cJSON *bs = NULL;
+  char at[48];
   double x;
   if (params && !cJSON_IsObject(params))
     return ERR("%s: \"parameters\" must be an object", name);
+  snprintf(at, sizeof at, "inputs[%d].parameters", c->in[in].pos);
+  if (proto__v2_check_params(params, PROTO__V2_INPUT, at, c->err))
+    return ATTND_EINVAL;
   if (params && (no_duplicate(c, params, binary_data_size, 1,
                               "inputs[%d].parameters", c->in[in].pos) ||
                  unsupported_param(c, params, "inputs[%d].parameters",
@@ -495,9 +536,13 @@ static int input_data(v2_ctx *c, int in, const cJSON *obj) {
 
 static int input_one(v2_ctx *c, const cJSON *obj, int pos) {
   int in, rc;
+  char at[32];
   if (!cJSON_IsObject(obj))
     return ERR("inputs[%d]: expected an object with name, datatype, shape "
                "and data", pos);
+  snprintf(at, sizeof at, "inputs[%d]", pos);
+  if ((rc = proto__v2_check_fields(obj, PROTO__V2_INPUT, at, c->err)))
+    return rc;
   if ((rc = no_duplicate(c, obj, input_fields, COUNT(input_fields),
                          "inputs[%d]", pos)))
     return rc;

@@ -665,7 +665,8 @@
       const headers = { 'Content-Type': 'application/json' };
       const token = $('token').value.trim();
       if (token) headers.Authorization = 'Bearer ' + token;
-      res = await fetch('/v1/attention', { method: 'POST', headers, body });
+      // relative, so that the page works behind a proxy's path prefix
+      res = await fetch('v1/attention', { method: 'POST', headers, body });
       text = await res.text();
     } catch (e) {
       btn.disabled = false;

@@ -13,6 +13,7 @@
 
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -163,6 +164,34 @@ function softmaxRef(scores) {
   return e.map((x) => x / z);
 }
 
+// A reverse proxy on loopback that serves attnd under a path prefix, as a
+// proxy in front of it may (https://example.com/attnd/ -> attnd's /), and
+// answers 404 to anything outside the prefix.  seen: every path asked for.
+async function prefixProxy(prefix) {
+  const target = new URL(BASE);
+  const seen = [];
+  const server = http.createServer((req, res) => {
+    seen.push(req.url);
+    if (!req.url.startsWith(prefix + '/')) {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end('{"error":"outside the proxy prefix"}');
+      return;
+    }
+    const up = http.request({
+      host: target.hostname, port: target.port, method: req.method,
+      path: req.url.slice(prefix.length), headers: req.headers,
+    }, (r) => { res.writeHead(r.statusCode, r.headers); r.pipe(res); });
+    up.on('error', (e) => { res.writeHead(502); res.end(String(e)); });
+    req.pipe(up);
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  return {
+    url: `http://127.0.0.1:${server.address().port}${prefix}/`,
+    seen,
+    close: () => { server.closeAllConnections(); return new Promise((ok) => server.close(ok)); },
+  };
+}
+
 // ------------------------------------------------------------- tests
 
 const launchArgs = [
@@ -215,7 +244,7 @@ try {
 
   await test('page loads with its links, labelled inputs and no script errors', async () => {
     assert((await page.title()) === 'attnd playground', 'title: ' + (await page.title()));
-    for (const href of ['/openapi.json', '/metrics']) {
+    for (const href of ['openapi.json', 'metrics']) {
       assert(await page.locator(`a[href="${href}"]`).count() === 1, 'no link to ' + href);
     }
     // Every form control has an accessible name.
@@ -518,6 +547,39 @@ try {
     await phone.locator('#results-title').scrollIntoViewIfNeeded();
     await phone.screenshot({ path: path.join(SHOT_DIR, 'playground-phone.png'), fullPage: true });
     await phone.context().close();
+  });
+
+  await test('behind a path prefix: the page, its assets and its requests stay under it', async () => {
+    const proxy = await prefixProxy('/attnd');
+    const p = await newPage({ viewport: { width: 1280, height: 900 } });
+    try {
+      await p.goto(proxy.url, { waitUntil: 'load' });
+      assert((await p.title()) === 'attnd playground', 'title: ' + (await p.title()));
+      const sheets = await p.evaluate(() => document.styleSheets.length &&
+        document.styleSheets[0].cssRules.length);
+      assert(sheets > 0, 'style.css did not load through the prefix');
+      // every link resolves under the prefix, and answers there
+      const links = await p.evaluate(() => [...document.querySelectorAll('a[href], link[href], script[src]')]
+        .map((el) => el.href || el.src).filter((u) => !u.startsWith('data:')));
+      assert(links.length >= 5, 'links: ' + links.join(', '));
+      for (const u of links) {
+        assert(u.startsWith(proxy.url), `${u} is outside ${proxy.url}`);
+        const res = await fetch(u);
+        assert(res.status === 200, `GET ${u}: status ${res.status}`);
+      }
+      await fill(p, { preset: '', B: 1, H: 1, Lq: 4, Lk: 4, D: 4, Dv: 2, seed: 3, causal: 'upper_left',
+        valid_lens: '', window_left: '', window_right: '', scale: '', mask: '' });
+      await p.click('#generate');
+      const { render: r } = await runOk(p);
+      assert(r.Lq === 4 && r.Lk === 4 && r.weights[0][1] === 0, 'render through the prefix');
+      const outside = proxy.seen.filter((u) => !u.startsWith('/attnd/'));
+      assert(outside.length === 0, 'asked outside the prefix: ' + outside.join(', '));
+      assert(proxy.seen.includes('/attnd/v1/attention'), 'no POST through the prefix: ' +
+        proxy.seen.join(', '));
+    } finally {
+      await p.context().close();
+      await proxy.close();
+    }
   });
 
   await test('no script errors during the run', async () => {

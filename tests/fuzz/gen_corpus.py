@@ -70,8 +70,15 @@ def v1_requests():
                                "window": [0, 2], "valid_lens": [2, 0]},
         "bad_ragged": {"query": [[[1, 2], [3]]], "key": [[[1, 2]]], "value": [[[1]]]},
         "bad_lens": {"query": q3, "key": k3, "value": v3, "valid_lens": [9, 1]},
+        # names and numbers that get messages of their own
+        "bad_misspelt_field": {"querry": q3, "key": k3, "value": v3, "casual": True},
+        "bad_nan_literal": {"query": [[[1, float("nan")], [float("-inf"), 2]]],
+                            "key": {"shape": [1, 1, 2], "data": [float("inf"), 0]},
+                            "value": [[[1]]], "scale": float("nan")},
     }
-    return {k: json.dumps(v, separators=(",", ":")).encode() for k, v in reqs.items()}
+    out = {k: json.dumps(v, separators=(",", ":")).encode() for k, v in reqs.items()}
+    out["bad_nul_body"] = b"\0" * 48
+    return out
 
 
 PACK = {"FP32": "<%df", "FP64": "<%dd", "FP16": "<%de", "INT32": "<%di",
@@ -154,7 +161,47 @@ def v2_requests(binary):
                          ("w_k", (3, 4), "FP32", values((3, 4), 1)),
                          ("w_v", (3,), "FP32", [1.0, -0.5, 2.0])]
     out.append(("additive", 1) + v2_request(1, add, binary))
+    # parameters and fields: what Triton's clients send, misspelt names,
+    # Triton's parameters attnd does not serve, the shared-memory ones
+    out.append(("triton_client_params", 0) + v2_request(
+        0, qkv("FP32"), binary, rid="",
+        params={"timeout": 60000000, "binary_data_output": True},
+        outputs=[{"name": "output", "parameters": {"binary_data": False}},
+                 {"name": "weights", "parameters": {"binary_data": binary}}]))
+    out.append(("bad_misspelt_params", 0) + v2_request(
+        0, qkv("FP32"), binary, params={"causl": True, "windowleft": 1},
+        outputs=[{"name": "output", "parameters": {"binary_dat": True}}]))
+    out.append(("bad_sequence_priority", 0) + v2_request(
+        0, qkv("FP32"), binary,
+        params={"sequence_id": 7, "sequence_start": True, "sequence_end": False,
+                "priority": 1, "triton_x": 1},
+        outputs=[{"name": "output", "parameters": {"classification": 3}}]))
+    out.append(("bad_shared_memory", 0) + v2_request(
+        0, qkv("FP32"), binary,
+        outputs=[{"name": "output", "parameters": {
+            "binary_data": False, "shared_memory_region": "out0",
+            "shared_memory_byte_size": 96, "shared_memory_offset": 64}}]))
     return out
+
+
+def v2_misc_bodies():
+    """(name, model, body) of v2 JSON bodies v2_request cannot build."""
+    hdr, body = v2_request(0, qkv("FP32"), False, params={"causal": True})
+    req = json.loads(body)
+    misspelt = dict(req, paramters=req.pop("parameters"))
+    misspelt["inputs"][2]["dat"] = misspelt["inputs"][2].pop("data")
+    nan = json.loads(body)
+    key = nan["inputs"][1]
+    key["data"][5], key["data"][7] = float("nan"), float("-inf")
+    key["name"] = key.pop("name")  # after "data": found all the same
+    shm = json.loads(body)
+    shm["inputs"][2].pop("data")
+    shm["inputs"][2]["parameters"] = {"shared_memory_region": "in2",
+                                      "shared_memory_byte_size": 80}
+    return [("bad_misspelt_fields", 0, json.dumps(misspelt).encode()),
+            ("bad_nan_literal", 0, json.dumps(nan).encode()),
+            ("bad_input_shared_memory", 0, json.dumps(shm).encode()),
+            ("bad_nul_body", 0, b"\0" * 48)]
 
 
 def write(harness, name, data):
@@ -191,6 +238,8 @@ def main():
         write("fuzz_v1", name, body)
         write("fuzz_core", "v1_" + name, b"\x00" + body)
     for name, model, hdr, body in v2_requests(False):
+        write("fuzz_v2", name, bytes([model]) + body)
+    for name, model, body in v2_misc_bodies():
         write("fuzz_v2", name, bytes([model]) + body)
     for name, model, hdr, body in v2_requests(True):
         seed = bytes([model]) + hdr.encode() + b"\n" + body

@@ -79,11 +79,35 @@ def cases():
     add("invalid utf8 key", b'{"\xff\xfe":1}', "unknown field")
     add("deep nesting", b"[" * 5000 + b"]" * 5000, "JSON")
     add("unterminated string", b'{"query": "abc', "JSON")
+    # what Python's json.dumps writes for floats that are not finite (a
+    # numpy array with a NaN, through tolist())
+    nan, inf = float("nan"), float("inf")
+    add("python NaN nested", with_(query=[[[1, 2], [3, nan]], [[5, 6], [7, 8]]]),
+        "query[0][1][1]: NaN is not a JSON number; attnd needs finite values")
+    add("python Infinity in key", with_(key=set_first(BASE["key"], inf)),
+        "key[0][0][0]: Infinity is not a JSON number; attnd needs finite values")
+    add("python -Infinity flat", with_(value=flat([2, 3, 1], [1, 2, -inf, 4, 5, 6])),
+        "value.data[2]: -Infinity is not a JSON number; attnd needs finite values")
+    add("python NaN scale", with_(scale=nan),
+        "scale: NaN is not a JSON number; attnd needs finite values")
+    add("python Infinity bias", with_(bias=[0, inf, 1]), "bias[1]: Infinity is not")
+    add("NUL body", b"\0" * 64,
+        "body is not valid JSON: byte 0 is a NUL (0x00)")
+    add("float32 bytes as body", b"\0\0\x80?\0\0\0@",
+        "body is not valid JSON: byte 0 is a NUL (0x00)")
 
     # -- fields -------------------------------------------------------------
     add("unknown field", with_(vaild_lens=[1, 1]), "unknown field 'vaild_lens'")
     add("unknown field upper case", with_(Query=1), "unknown field 'Query'")
     add("unknown field empty name", with_(**{"": 1}), "unknown field")
+    add("misspelt query", with_(query=..., querry=BASE["query"]),
+        "unknown field 'querry' (did you mean 'query'? fields: query, key, "
+        "value, valid_lens, mask, bias, causal, scale, return_weights, id, "
+        "scoring, w_q, w_k, w_v, dropout, window, diagnostics)")
+    add("misspelt causal", with_(casual=True),
+        "unknown field 'casual' (did you mean 'causal'?")
+    add("unknown field nothing near", with_(temperature=0.5),
+        "unknown field 'temperature' (fields: query, key,")
     add("duplicate query", base_text[:-1] + ', "query": [[[1, 2]]]}',
         "duplicate field 'query'")
     add("duplicate nulls", base_text[:-1] + ', "mask": null, "mask": null}',
@@ -256,7 +280,7 @@ def cases():
         with_(dropout={"p": 0.1, "seed": 2 ** 53 + 2}), "dropout.seed")
     add("dropout missing p", with_(dropout={"seed": 3}), "dropout", "\"p\"")
     add("dropout unknown field", with_(dropout={"p": 0.1, "sead": 3}),
-        "dropout", "unknown field 'sead'")
+        "dropout", "unknown field 'sead' (did you mean 'seed'? allowed: p, seed)")
     add("dropout number", with_(dropout=0.1), "dropout")
     add("window negative", with_(window=[-1, 0]), "window[0]")
     add("window fractional", with_(window=[1, 0.5]), "window[1]")

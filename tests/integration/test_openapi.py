@@ -282,6 +282,15 @@ class DocumentTest(harness.unittest.TestCase):
             breakit(broken)
             self.assertNotEqual(check_document(broken), [], what)
 
+    def test_servers_are_relative_so_a_path_prefix_works(self):
+        # a proxy may serve attnd under /attnd/; a server pinned to
+        # http://127.0.0.1:8000 would send clients past it
+        self.assertTrue(self.doc["servers"])
+        for server in self.doc["servers"]:
+            url = server["url"]
+            self.assertNotRegex(url, r"^[a-z][a-z0-9+.-]*:|^//", "absolute server URL")
+            self.assertNotIn("127.0.0.1", url)
+
     def test_examples_validate_against_their_schemas(self):
         n = 0
         for where, obj in walk(self.doc):
@@ -350,15 +359,10 @@ class LiveCase(harness.ServerTestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.raw, cls.doc = load_doc()
-        status, _, _ = cls.srv.get("/v2")
-        cls.has_v2 = status != 404
 
     def operations(self):
-        """(template path, method, operation) of every documented operation,
-        leaving out /v2 when this attnd has no v2 routes yet."""
+        """(template path, method, operation) of every documented operation."""
         for path, item in self.doc["paths"].items():
-            if (path == "/v2" or path.startswith("/v2/")) and not self.has_v2:
-                continue
             for m in METHODS:
                 if m in item:
                     yield path, m, item[m]
@@ -427,12 +431,10 @@ class RoutesTest(LiveCase):
             self.assertNotIn(status, (404, 405), "%s %s: %d %r" % (method, url, status, data))
             self.assertIn(str(status), op["responses"], "%s %s: %d" % (method, url, status))
             n += 1
-        self.assertEqual(n, 43 if self.has_v2 else 17)
+        self.assertEqual(n, 43)
 
     def test_allow_header_lists_exactly_the_documented_methods(self):
         for path, item in self.doc["paths"].items():
-            if (path == "/v2" or path.startswith("/v2/")) and not self.has_v2:
-                continue
             op = next(item[m] for m in METHODS if m in item)
             url = concrete(self.doc, path, op)
             status, hdrs, body = self.srv.request("PATCH", url, b"")
@@ -516,8 +518,6 @@ class ResponsesTest(LiveCase):
             self.documented_response("/healthz", "get", 418)
 
     def test_v2_ok_and_errors_validate(self):
-        if not self.has_v2:
-            self.skipTest("this attnd answers 404 on /v2: the v2 routes have not landed")
         base = "/v2/models/{model}/infer"
         for path, url in ((base, "/v2/models/attention/infer"),
                           ("/v2/models/{model}/versions/{version}/infer",
@@ -553,6 +553,78 @@ class ResponsesTest(LiveCase):
             self.check_response(path, "get", status, hdrs, data)
 
 
+def v2_inputs(**change):
+    """query, key and value (1, 3, 2) as v2 JSON inputs; change replaces
+    one input's entry by name (a dict of fields to set or, as None, drop)."""
+    out = []
+    for n in ("query", "key", "value"):
+        e = {"name": n, "shape": [1, 3, 2], "datatype": "FP32", "data": [1, 0, 0, 2, 1, 1]}
+        for k, v in change.get(n, {}).items():
+            if v is None:
+                e.pop(k)
+            else:
+                e[k] = v
+        out.append(e)
+    return out
+
+
+NAN_DATA = "[1, 0, 0, 2, 1, NaN]"
+
+# The request behind each documented 400 example: (path, body, headers).
+ERROR_EXAMPLES = {
+    ("BadRequest", "shapes"): (
+        "/v1/attention", b'{"query": [[[1, 0], [0, 2]]], "key": [[[1, 1, 3]]], '
+        b'"value": [[[1, 0]]]}', {}),
+    ("BadRequest", "unknown_field"): (
+        "/v1/attention", b'{"querry": [[[1, 0]]], "key": [[[1, 1]]], "value": [[[1]]]}', {}),
+    ("BadRequest", "nan"): (
+        "/v1/attention", b'{"query": [[[1, NaN]]], "key": [[[1, 1]]], "value": [[[1]]]}', {}),
+    ("BadRequest", "nul_bytes"): ("/v1/attention", b"\0" * 16, {}),
+    ("V2BadRequest", "unknown_parameter"): (
+        "/v2/models/attention/infer",
+        json.dumps({"parameters": {"causl": True}, "inputs": v2_inputs()}).encode(), {}),
+    ("V2BadRequest", "unknown_field"): (
+        "/v2/models/attention/infer",
+        json.dumps({"inputs": v2_inputs(value={"data": None, "dat": [1] * 6})}).encode(), {}),
+    ("V2BadRequest", "not_supported"): (
+        "/v2/models/attention/infer",
+        json.dumps({"parameters": {"sequence_id": 3, "sequence_start": True},
+                    "inputs": v2_inputs()}).encode(), {}),
+    ("V2BadRequest", "datatype"): (
+        "/v2/models/attention/infer",
+        json.dumps({"inputs": v2_inputs(query={"datatype": "fp32"})}).encode(), {}),
+    ("V2BadRequest", "nan"): (
+        "/v2/models/attention/infer",
+        json.dumps({"inputs": v2_inputs()}).encode().replace(
+            b"[1, 0, 0, 2, 1, 1]", NAN_DATA.encode(), 1), {}),
+    ("V2BadRequest", "binary_size"): (
+        "/v2/models/attention/infer",
+        json.dumps({"inputs": v2_inputs(key={"data": None,
+                                             "parameters": {"binary_data_size": 20}})}
+                   ).encode() + b"\0" * 20, None),
+}
+
+
+class ErrorExamplesTest(LiveCase):
+    def test_documented_400_examples_are_what_attnd_says(self):
+        seen = set()
+        for name in ("BadRequest", "V2BadRequest"):
+            examples = self.doc["components"]["responses"][name]["content"][
+                "application/json"]["examples"]
+            for ex, value in examples.items():
+                self.assertIn((name, ex), ERROR_EXAMPLES, "no request for example %s" % ex)
+                path, body, headers = ERROR_EXAMPLES[(name, ex)]
+                if headers is None:  # binary: the JSON part ends at the last '}'
+                    headers = {"Inference-Header-Content-Length": str(body.rindex(b"}") + 1)}
+                status, hdrs, data = self.srv.request("POST", path, body, headers)
+                self.assertEqual(status, 400, (ex, data))
+                self.assertEqual(json.loads(data)["error"], value["value"]["error"], ex)
+                seen.add((name, ex))
+        self.assertEqual(seen, set(ERROR_EXAMPLES))
+        self.assertEqual(self.doc["paths"]["/v2/models/{model}/infer"]["post"]["responses"]
+                         ["400"], {"$ref": "#/components/responses/V2BadRequest"})
+
+
 def post_chunked(srv, path, body, headers=None):
     """POSTs body with chunked transfer coding (no Content-Length, so attnd
     reads it all before it answers 413); returns (status, headers, body)."""
@@ -576,7 +648,6 @@ class LimitsTest(harness.unittest.TestCase):
         try:
             case = LiveCase("run")
             case.doc = load_doc()[1]
-            case.has_v2 = srv.get("/v2")[0] != 404
             body = json.dumps(V1_REQUEST).encode()
             status, hdrs, data = srv.request("POST", "/v1/attention", body)
             self.assertEqual(status, 401)
@@ -593,27 +664,25 @@ class LimitsTest(harness.unittest.TestCase):
             self.assertEqual(status, 413)
             case.check_response("/v1/attention", "post", status, hdrs, body)
             auth = {"Authorization": "Bearer s3cret"}
-            if case.has_v2:
-                for path, url in (("/v2", "/v2"), ("/v2/models/{model}/infer",
-                                                   "/v2/models/attention/infer")):
-                    method = "post" if url.endswith("infer") else "get"
-                    status, hdrs, data = srv.request(method.upper(), url,
-                                                     b"{}" if method == "post" else None)
-                    self.assertEqual(status, 401, url)
-                    self.assertEqual(hdrs.get("www-authenticate"), 'Bearer realm="attnd"')
-                    case.check_response(path, method, status, hdrs, data)
-                    self.assertIn({"bearerToken": []}, doc["paths"][path][method]["security"])
-                status, hdrs, data = srv.request("GET", "/v2", None, auth)
-                self.assertEqual(status, 200)
-                case.check_response("/v2", "get", status, hdrs, data)
+            for path, url in (("/v2", "/v2"), ("/v2/models/{model}/infer",
+                                               "/v2/models/attention/infer")):
+                method = "post" if url.endswith("infer") else "get"
+                status, hdrs, data = srv.request(method.upper(), url,
+                                                 b"{}" if method == "post" else None)
+                self.assertEqual(status, 401, url)
+                self.assertEqual(hdrs.get("www-authenticate"), 'Bearer realm="attnd"')
+                case.check_response(path, method, status, hdrs, data)
+                self.assertIn({"bearerToken": []}, doc["paths"][path][method]["security"])
+            status, hdrs, data = srv.request("GET", "/v2", None, auth)
+            self.assertEqual(status, 200)
+            case.check_response("/v2", "get", status, hdrs, data)
             srv.proc.send_signal(signal.SIGTERM)
             deadline = time.time() + 10
             while time.time() < deadline and srv.get("/readyz")[0] != 503:
                 time.sleep(0.05)
-            checks = [("/readyz", "/readyz", "get"), ("/readyz", "/readyz", "head")]
-            if case.has_v2:
-                checks += [("/v2/health/ready", "/v2/health/ready", "get"),
-                           ("/v2/models/{model}/ready", "/v2/models/attention/ready", "get")]
+            checks = [("/readyz", "/readyz", "get"), ("/readyz", "/readyz", "head"),
+                      ("/v2/health/ready", "/v2/health/ready", "get"),
+                      ("/v2/models/{model}/ready", "/v2/models/attention/ready", "get")]
             for path, url, method in checks:
                 status, hdrs, body = srv.request(method.upper(), url, None, auth)
                 self.assertEqual(status, 503, url)

@@ -274,8 +274,7 @@ class InferJsonTest(V2Case):
             res = self.client.infer("attention", inputs,
                                     outputs=[InferRequestedOutput("output", False),
                                              InferRequestedOutput("weights", False)],
-                                    parameters={"causal": "lower_right", "scale": 0.3,
-                                                "unknown_parameter": {"x": 1}})
+                                    parameters={"causal": "lower_right", "scale": 0.3})
             self.check_result(res, req)
 
     def test_fp16_and_bf16_accepted_in_json(self):
@@ -506,6 +505,111 @@ class ErrorTest(V2Case):
                              outputs=[InferRequestedOutput("output")])
         self.infer_error(self.qkv(), 400, "unknown output 'logits'",
                          outputs=[InferRequestedOutput("logits")])
+
+    def test_unknown_parameters_are_refused_with_the_nearest_name(self):
+        # ignored, {"causl": true} would answer with non-causal weights
+        msg = self.infer_error(self.qkv(), 400, parameters={"causl": True},
+                               outputs=[InferRequestedOutput("weights")])
+        self.assertEqual(msg, "parameters.causl: unknown parameter (did you mean "
+                         "'causal'? request parameters: causal, scale, dropout_p, "
+                         "seed, window_left, window_right, timeout, binary_data_output)")
+        self.infer_error(self.qkv(), 400, "parameters.temperature: unknown parameter "
+                         "(request parameters: causal,", parameters={"temperature": 0.7})
+        inputs = self.qkv()
+        inputs[1]._parameters["binary_data_sise"] = 4
+        self.infer_error(inputs, 400, "inputs[1].parameters.binary_data_sise: unknown "
+                         "parameter (did you mean 'binary_data_size'? input parameters: "
+                         "binary_data_size, shared_memory_region, shared_memory_byte_size, "
+                         "shared_memory_offset)")
+        out = InferRequestedOutput("output")
+        out._get_tensor = lambda: {"name": "output", "parameters": {"binary": True}}
+        self.infer_error(self.qkv(), 400, "outputs[0].parameters.binary: unknown "
+                         "parameter (output parameters: binary_data,", outputs=[out])
+
+    def test_unknown_fields_are_refused_at_every_level(self):
+        from v2client import build_request
+        body, jl = build_request(self.qkv(), outputs=[InferRequestedOutput("output")],
+                                 parameters={"causal": True})
+        header = json.loads(body[:jl])
+        for mutate, phrase in (
+                (lambda h: h.update(paramters=h.pop("parameters")),
+                 "unknown field 'paramters' (did you mean 'parameters'? request fields: "
+                 "id, parameters, inputs, outputs, model_name, model_version)"),
+                (lambda h: h.update(output=h.pop("outputs")),
+                 "unknown field 'output' (did you mean 'outputs'?"),
+                (lambda h: h["inputs"][2].update(shpae=h["inputs"][2].pop("shape")),
+                 "inputs[2]: unknown field 'shpae' (did you mean 'shape'? input fields: "
+                 "name, shape, datatype, parameters, data)"),
+                (lambda h: h["outputs"][0].update(paramters={}),
+                 "outputs[0]: unknown field 'paramters' (did you mean 'parameters'?")):
+            h = json.loads(json.dumps(header))
+            mutate(h)
+            hj = json.dumps(h).encode()
+            status, hdrs, data = self.raw("/v2/models/attention/infer", hj + body[jl:],
+                                          {"Inference-Header-Content-Length": str(len(hj))})
+            self.assert_error(status, hdrs, data, 400, phrase)
+        # Triton's own examples name the model in the body: accepted
+        h = dict(header, model_name="attention", model_version="1")
+        hj = json.dumps(h).encode()
+        status, hdrs, data = self.raw("/v2/models/attention/infer", hj + body[jl:],
+                                      {"Inference-Header-Content-Length": str(len(hj))})
+        self.assertEqual(status, 200, data[:300])
+
+    def test_triton_parameters_attnd_does_not_serve_are_not_supported(self):
+        # what tritonclient.http sends for sequence_id=7, priority=1, and
+        # InferRequestedOutput(class_count=3)
+        for params, phrase in (
+                ({"sequence_id": 7, "sequence_start": True, "sequence_end": False},
+                 "parameters.sequence_id: not supported (Triton's sequence batching; "
+                 "attnd serves the binary_tensor_data, parameters, model_configuration "
+                 "and statistics extensions)"),
+                ({"priority": 1}, "parameters.priority: not supported"),
+                ({"headers": {"a": "b"}}, "parameters.headers: not supported"),
+                ({"triton_enable_empty_final_response": True},
+                 "parameters.triton_enable_empty_final_response: not supported")):
+            self.infer_error(self.qkv(), 400, phrase, parameters=params)
+        out = InferRequestedOutput("output")
+        out._get_tensor = lambda: {"name": "output",
+                                   "parameters": {"classification": 3, "binary_data": True}}
+        self.infer_error(self.qkv(), 400, "outputs[0].parameters.classification: not "
+                         "supported", outputs=[out])
+
+    def test_unknown_datatype_lists_what_the_input_takes(self):
+        inputs = self.qkv()
+        inputs[0]._datatype = "fp32"
+        self.infer_error(inputs, 400, "query: unknown datatype 'fp32' (did you mean "
+                         "'FP32'? query takes: FP32, FP64, FP16, BF16)")
+        inputs = self.qkv() + [InferInput("valid_lens", [2], "INT23")
+                               .set_data_from_list([1, 2], binary_data=False)]
+        self.infer_error(inputs, 400, "valid_lens: unknown datatype 'INT23' (did you "
+                         "mean 'INT32'? valid_lens takes: INT32, INT64)")
+
+    def test_nan_in_json_data_names_the_input_and_index(self):
+        # json.dumps writes NaN and -Infinity for a numpy array's tolist()
+        q, k, v = rand_inputs(16)
+        q[1][2][3] = float("nan")
+        inputs = [tensor_input("query", q, binary=False),
+                  tensor_input("key", k, binary=False, nested=True),
+                  tensor_input("value", v, binary=False)]
+        self.infer_error(inputs, 400, "query.data[23]: NaN is not a JSON number; "
+                         "attnd needs finite values")
+        q[1][2][3] = 0.5
+        k[0][4][1] = float("-inf")
+        inputs = [tensor_input("query", q, binary=False),
+                  tensor_input("key", k, binary=False, nested=True),
+                  tensor_input("value", v, binary=False)]
+        self.infer_error(inputs, 400, "key.data[0][4][1]: -Infinity is not a JSON "
+                         "number; attnd needs finite values")
+        self.infer_error(self.qkv(), 400, "parameters.scale: NaN is not a JSON number",
+                         parameters={"scale": float("nan")})
+
+    def test_nul_body_points_at_its_first_byte(self):
+        for headers in ({}, {"Inference-Header-Content-Length": "32"}):
+            status, hdrs, data = self.raw("/v2/models/attention/infer", b"\0" * 64,
+                                          headers)
+            msg = self.assert_error(status, hdrs, data, 400, "body is not valid JSON: "
+                                    "byte 0", "is a NUL (0x00)")
+            self.assertNotIn("empty", msg)
 
     def test_non_finite_inputs(self):
         inputs = self.qkv()

@@ -486,6 +486,71 @@ START_TEST(unknown_field_is_named) {
 }
 END_TEST
 
+/* A misspelt field is refused with the nearest name and the list. */
+START_TEST(unknown_field_suggests_the_nearest_and_lists_the_fields) {
+  BAD("{\"querry\":[[[1]]],\"key\":[[[1]]],\"value\":[[[1]]]}",
+      "unknown field 'querry' (did you mean 'query'? fields: query, key, "
+      "value, valid_lens, mask, bias, causal, scale, return_weights, id, "
+      "scoring, w_q, w_k, w_v, dropout, window, diagnostics)");
+  BAD("{" QKV3 ",\"vaild_lens\":[1,1]}", "did you mean 'valid_lens'?");
+  BAD("{" QKV3 ",\"Query\":1}", "did you mean 'query'?");
+  BAD("{" QKV3 ",\"causl\":true}", "unknown field 'causl' (did you mean "
+      "'causal'?");
+  BAD("{" QKV3 ",\"return_weight\":false}", "did you mean "
+      "'return_weights'?");
+  /* nothing near: the list alone */
+  BAD("{" QKV3 ",\"temperature\":2}", "unknown field 'temperature' "
+      "(fields: query,");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"sead\":3}}",
+      "dropout: unknown field 'sead' (did you mean 'seed'? allowed: p, "
+      "seed)");
+  BAD("{\"query\":{\"shap\":[1,1,1],\"data\":[1]},\"key\":[[[1]]],"
+      "\"value\":[[[1]]]}", "query: unknown field 'shap' (did you mean "
+      "'shape'? a tensor object has: shape, data)");
+}
+END_TEST
+
+START_TEST(edit_distance_counts_edits_and_swaps) {
+  ck_assert_int_eq(proto__edit_distance("causal", "causal"), 0);
+  ck_assert_int_eq(proto__edit_distance("causl", "causal"), 1);
+  ck_assert_int_eq(proto__edit_distance("casual", "causal"), 1); /* swap */
+  ck_assert_int_eq(proto__edit_distance("vaild_lens", "valid_lens"), 1);
+  ck_assert_int_eq(proto__edit_distance("QUERY", "query"), 0); /* case */
+  ck_assert_int_eq(proto__edit_distance("", "seed"), 4);
+  ck_assert_int_eq(proto__edit_distance("seed", ""), 4);
+  ck_assert_int_eq(proto__edit_distance("kitten", "sitting"), 3);
+  ck_assert_int_eq(proto__edit_distance("ca", "abc"), 3); /* restricted */
+  char long_name[80];
+  memset(long_name, 'a', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+  ck_assert_int_eq(proto__edit_distance(long_name, "a"), -1);
+}
+END_TEST
+
+START_TEST(suggestion_is_the_nearest_within_a_third_of_its_length) {
+  static const char *const names[] = {"causal", "scale", "seed",
+                                      "timeout", "binary_data_output"};
+  ck_assert_int_eq(proto__suggest("causl", names, 5), 0);
+  ck_assert_int_eq(proto__suggest("cale", names, 5), 1);
+  ck_assert_int_eq(proto__suggest("seeed", names, 5), 2);
+  ck_assert_int_eq(proto__suggest("timeout_us", names, 5), -1);
+  ck_assert_int_eq(proto__suggest("binary_output", names, 5), -1);
+  ck_assert_int_eq(proto__suggest("binary_data_outptu", names, 5), 4);
+  ck_assert_int_eq(proto__suggest("x", names, 5), -1);
+  ck_assert_int_eq(proto__suggest("", names, 5), -1);
+  char s[PROTO__HINT_MAX];
+  proto__hint(s, sizeof s, "sed", names, 5, "names", names, 3);
+  ck_assert_str_eq(s, "did you mean 'seed'? names: causal, scale, seed");
+  proto__hint(s, sizeof s, "zzz", names, 5, "names", names, 2);
+  ck_assert_str_eq(s, "names: causal, scale");
+  /* a small buffer is cut, not overrun */
+  proto__hint(s, 12, "sed", names, 5, "names", names, 5);
+  ck_assert_uint_eq(strlen(s), 11);
+  ck_assert_uint_eq(proto__names_join(s, 8, names, 5), 7);
+  ck_assert_str_eq(s, "causal,");
+}
+END_TEST
+
 START_TEST(duplicate_fields_at_every_level) {
   BAD("{" QKV3 ",\"query\":[[[1,2]]]}", "duplicate field 'query'");
   BAD("{" QKV3 ",\"mask\":null,\"mask\":null}", "duplicate field 'mask'");
@@ -532,6 +597,67 @@ START_TEST(body_is_read_by_length_not_nul) {
 }
 END_TEST
 
+/* Python's json.dumps writes NaN, Infinity and -Infinity for a float that
+ * is not finite: the message names the value's place and says why, on
+ * attnd's own number reader (tensor arrays) and on cJSON's (elsewhere)
+ * alike; a NaN deep in a long row (the vector scans) is named as well. */
+START_TEST(non_finite_literals_name_their_place) {
+  BAD("{\"query\":[[[1,2],[3,NaN]]],\"key\":[[[1,0]]],\"value\":[[[1]]]}",
+      "query[0][1][1]: NaN is not a JSON number; attnd needs finite values");
+  BAD("{\"query\":[[[1,2]]],\"key\":[[[Infinity,0]]],\"value\":[[[1]]]}",
+      "key[0][0][0]: Infinity is not a JSON number; attnd needs finite "
+      "values");
+  BAD("{\"query\":[[[1,2]]],\"key\":[[[1,0]]],\"value\":{\"shape\":"
+      "[1,1,1],\"data\":[-Infinity]}}",
+      "value.data[0]: -Infinity is not a JSON number");
+  BAD("{" QKV3 ",\"scale\":NaN}", "scale: NaN is not a JSON number");
+  BAD("{" QKV3 ",\"bias\":[0,NaN,1]}", "bias[1]: NaN is not");
+  BAD("{" QKV3 ",\"valid_lens\":[1,NaN]}", "valid_lens[1]: NaN is not");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":NaN}}", "dropout.p: NaN is not");
+  BAD("[1,[NaN]]", "body[1][0]: NaN is not a JSON number");
+  BAD("NaN", "body: NaN is not a JSON number");
+  /* a name where a member name belongs is not a value */
+  BAD("{NaN:1}", "body is not valid JSON (near byte");
+  /* row 0 of 200 numbers, the NaN at 137 */
+  char json[4096];
+  size_t o = (size_t)snprintf(json, sizeof json, "{\"query\":[[[");
+  for (int i = 0; i < 200; i++)
+    o += (size_t)snprintf(json + o, sizeof json - o, "%s%s", i ? "," : "",
+                          i == 137 ? "NaN" : "0.125");
+  snprintf(json + o, sizeof json - o, "]]],\"key\":[[[1]]],\"value\":"
+           "[[[1]]]}");
+  BAD(json, "query[0][0][137]: NaN is not a JSON number");
+}
+END_TEST
+
+/* cJSON skips every byte up to 0x20 as a blank, NUL too; the message
+ * points at the first NUL, not where cJSON gave up. */
+START_TEST(nul_bytes_are_pointed_at) {
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  static const char nuls[16] = {0};
+  ck_assert_int_eq(proto_v1_decode(nuls, sizeof nuls, &r, 0, err),
+                   ATTND_EINVAL);
+  ck_assert_str_eq(err, "body is not valid JSON: byte 0 is a NUL (0x00); "
+                   "JSON allows only spaces, tabs and line breaks between "
+                   "tokens");
+  static const char mid[] = "{\"query\": \0[[[1]]], \"key\"";
+  ck_assert_int_eq(proto_v1_decode(mid, sizeof mid - 1, &r, 0, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "byte 10 is a NUL (0x00)"));
+  /* a float32 1.0 sent as it is */
+  static const char raw[4] = {0, 0, (char)0x80, 0x3f};
+  ck_assert_int_eq(proto_v1_decode(raw, 4, &r, 0, err), ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "byte 0 is a NUL"));
+  /* a NUL after the point cJSON stopped is not the first bad byte */
+  static const char late[] = "{\"query\" [[[1]]]\0";
+  ck_assert_int_eq(proto_v1_decode(late, sizeof late - 1, &r, 0, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "body is not valid JSON (near byte 9)"));
+}
+END_TEST
+
+/* ---- numbers and shapes ---------------------------------------------------- */
 /* ---- numbers and shapes ---------------------------------------------------- */
 
 START_TEST(booleans_strings_and_nulls_are_not_numbers) {
@@ -956,9 +1082,14 @@ START_TEST(field_names_in_messages_are_sanitised) {
   char err[PROTO_ERR_MAX];
   const char *j = "{\"bad\\u0001\\\"name\":1}";
   ck_assert_int_eq(dec(j, &r, err), ATTND_EINVAL);
-  ck_assert_str_eq(err, "unknown field 'bad?\"name'");
+#define FIELDS "(fields: query, key, value, valid_lens, mask, bias, causal, " \
+               "scale, return_weights, id, scoring, w_q, w_k, w_v, dropout, " \
+               "window, diagnostics)"
+  ck_assert_str_eq(err, "unknown field 'bad?\"name' " FIELDS);
   ck_assert_int_eq(proto_error_body(err, &body, &len), 0);
-  ck_assert_str_eq(body, "{\"error\":\"unknown field 'bad?\\\"name'\"}");
+  ck_assert_str_eq(body,
+                   "{\"error\":\"unknown field 'bad?\\\"name' " FIELDS "\"}");
+#undef FIELDS
   free(body);
 }
 END_TEST
@@ -1253,9 +1384,14 @@ static Suite *proto_suite(void) {
                  dot_scoring_rejects_additive_weights, dropout_p_and_seed,
                  dropout_rejects_bad_values, window_sides_and_unbounded,
                  window_rejects_bad_values}},
+    {"names", {unknown_field_suggests_the_nearest_and_lists_the_fields,
+               edit_distance_counts_edits_and_swaps,
+               suggestion_is_the_nearest_within_a_third_of_its_length}},
     {"malformed", {unknown_field_is_named, duplicate_fields_at_every_level,
                    missing_required_tensors, body_errors_are_clear,
                    body_is_read_by_length_not_nul,
+                   non_finite_literals_name_their_place,
+                   nul_bytes_are_pointed_at,
                    booleans_strings_and_nulls_are_not_numbers,
                    numbers_beyond_float_range_are_rejected,
                    ragged_arrays_name_the_position, wrong_ranks_are_named,

@@ -311,8 +311,8 @@ START_TEST(json_request_decodes) {
   proto_request r;
   char err[PROTO_ERR_MAX];
   body_json(&b, "{\"id\":\"r1\",\"model_name\":\"attention\",\"parameters\":"
-                "{\"causal\":\"lower_right\",\"scale\":0.5,\"timeout\":7000,"
-                "\"x-unknown\":[1]},\"inputs\":[" IN_Q "," IN_K "," IN_V
+                "{\"causal\":\"lower_right\",\"scale\":0.5,\"timeout\":7000"
+                "},\"model_version\":\"1\",\"inputs\":[" IN_Q "," IN_K "," IN_V
                 ",{\"name\":\"valid_lens\",\"datatype\":\"INT64\",\"shape\":"
                 "[1],\"data\":[2]}]}");
   ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s", err);
@@ -443,13 +443,10 @@ START_TEST(fields_given_twice_are_refused_at_every_level) {
     body_json(&b, cases[i].json);
     BAD(&b, NULL, cases[i].want);
   }
-  /* names attnd does not read may repeat, as they are ignored */
+  /* a name attnd does not know is refused before it could repeat */
   body_json(&b, "{\"parameters\":{\"x-trace\":1,\"x-trace\":2},"
                 "\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
-  proto_request r;
-  char err[PROTO_ERR_MAX];
-  ck_assert_int_eq(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err), 0);
-  proto_request_free(&r);
+  BAD(&b, NULL, "parameters.x-trace: unknown parameter");
 }
 END_TEST
 
@@ -475,6 +472,191 @@ START_TEST(extensions_attnd_lacks_are_refused) {
     body_json(&b, cases[i].json);
     BAD(&b, NULL, cases[i].want);
   }
+}
+END_TEST
+
+/* A name attnd does not know is refused at every level, with the
+ * nearest known one and the list of the names served there; an ignored
+ * {"causl": true} would have answered with non-causal weights. */
+START_TEST(unknown_names_are_refused_with_the_nearest_known_one) {
+#define QKV "\"inputs\":[" IN_Q "," IN_K "," IN_V "]"
+  static const struct { const char *json, *want; } cases[] = {
+    {"{\"parameters\":{\"causl\":true}," QKV "}",
+     "parameters.causl: unknown parameter (did you mean 'causal'? request "
+     "parameters: causal, scale, dropout_p, seed, window_left, "
+     "window_right, timeout, binary_data_output)"},
+    {"{\"parameters\":{\"windowleft\":1}," QKV "}",
+     "parameters.windowleft: unknown parameter (did you mean "
+     "'window_left'?"},
+    {"{\"parameters\":{\"priorty\":1}," QKV "}",
+     "parameters.priorty: unknown parameter (did you mean 'priority'?"},
+    {"{\"parameters\":{\"temperature\":1}," QKV "}",
+     "parameters.temperature: unknown parameter (request parameters: "
+     "causal,"},
+    {"{" QKV ",\"outputs\":[{\"name\":\"output\",\"parameters\":"
+     "{\"binary_dat\":true}}]}",
+     "outputs[0].parameters.binary_dat: unknown parameter (did you mean "
+     "'binary_data'? output parameters: binary_data, shared_memory_region, "
+     "shared_memory_byte_size, shared_memory_offset)"},
+    {"{\"inputs\":[" IN_Q "," IN_K ",{\"name\":\"value\",\"datatype\":"
+     "\"FP32\",\"shape\":[1,3,2],\"data\":[1,0,0,1,1,1],\"parameters\":"
+     "{\"binary_data_sise\":24}}]}",
+     "inputs[2].parameters.binary_data_sise: unknown parameter (did you "
+     "mean 'binary_data_size'? input parameters: binary_data_size, "
+     "shared_memory_region, shared_memory_byte_size, "
+     "shared_memory_offset)"},
+    /* fields of the request, an input and an output */
+    {"{\"paramters\":{\"causal\":true}," QKV "}",
+     "unknown field 'paramters' (did you mean 'parameters'? request "
+     "fields: id, parameters, inputs, outputs, model_name, model_version)"},
+    {"{" QKV ",\"output\":[{\"name\":\"output\"}]}",
+     "unknown field 'output' (did you mean 'outputs'?"},
+    {"{\"inputs\":[" IN_Q "," IN_K ",{\"name\":\"value\",\"datatype\":"
+     "\"FP32\",\"shape\":[1,3,2],\"dat\":[1,0,0,1,1,1]}]}",
+     "inputs[2]: unknown field 'dat' (did you mean 'data'? input fields: "
+     "name, shape, datatype, parameters, data)"},
+    {"{" QKV ",\"outputs\":[{\"name\":\"output\",\"paramters\":"
+     "{\"binary_data\":true}}]}",
+     "outputs[0]: unknown field 'paramters' (did you mean 'parameters'? "
+     "output fields: name, parameters)"},
+    /* datatypes: the ones the input takes */
+    {"{\"inputs\":[{\"name\":\"query\",\"datatype\":\"fp32\","
+     "\"shape\":[1,2,2],\"data\":[1,0,0,2]}," IN_K "," IN_V "]}",
+     "query: unknown datatype 'fp32' (did you mean 'FP32'? query takes: "
+     "FP32, FP64, FP16, BF16)"},
+    {"{\"inputs\":[" IN_Q "," IN_K "," IN_V ",{\"name\":\"valid_lens\","
+     "\"datatype\":\"INT23\",\"shape\":[1],\"data\":[2]}]}",
+     "valid_lens: unknown datatype 'INT23' (did you mean 'INT32'? "
+     "valid_lens takes: INT32, INT64)"},
+    {"{\"inputs\":[" IN_Q "," IN_K "," IN_V ",{\"name\":\"mask\","
+     "\"datatype\":\"BOOLEAN\",\"shape\":[3],\"data\":[1,1,1]}]}",
+     "mask: unknown datatype 'BOOLEAN' (mask takes: BOOL)"},
+  };
+  body b;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    body_json(&b, cases[i].json);
+    BAD(&b, NULL, cases[i].want);
+  }
+}
+END_TEST
+
+/* Triton's own parameters for extensions attnd does not serve: refused
+ * by name, since what they ask for would not happen. */
+START_TEST(triton_parameters_attnd_lacks_are_not_supported) {
+  static const struct { const char *json, *want; } cases[] = {
+    {"{\"parameters\":{\"sequence_id\":7,\"sequence_start\":true,"
+     "\"sequence_end\":false}," QKV "}",
+     "parameters.sequence_id: not supported (Triton's sequence batching; "
+     "attnd serves the binary_tensor_data, parameters, model_configuration "
+     "and statistics extensions)"},
+    {"{\"parameters\":{\"sequence_start\":true}," QKV "}",
+     "parameters.sequence_start: not supported"},
+    {"{\"parameters\":{\"sequence_end\":true}," QKV "}",
+     "parameters.sequence_end: not supported"},
+    {"{\"parameters\":{\"timeout\":100000000,\"priority\":1}," QKV "}",
+     "parameters.priority: not supported (Triton's priority levels;"},
+    {"{\"parameters\":{\"headers\":{\"x\":\"y\"}}," QKV "}",
+     "parameters.headers: not supported"},
+    {"{\"parameters\":{\"triton_enable_empty_final_response\":true},"
+     QKV "}",
+     "parameters.triton_enable_empty_final_response: not supported (names "
+     "starting triton_ are reserved by Triton;"},
+    {"{" QKV ",\"outputs\":[{\"name\":\"output\",\"parameters\":"
+     "{\"binary_data\":true,\"classification\":3}}]}",
+     "outputs[0].parameters.classification: not supported (Triton's "
+     "classification;"},
+  };
+  body b;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    body_json(&b, cases[i].json);
+    BAD(&b, NULL, cases[i].want);
+  }
+}
+END_TEST
+
+/* What tritonclient.http and Triton's C++ client (perf_analyzer) put in a
+ * request decodes: the empty id the C++ client always sends, timeout and
+ * binary_data_output, binary_data on every output, binary_data_size on
+ * inputs, and the model_name of Triton's own examples. */
+START_TEST(what_triton_clients_send_is_accepted) {
+  static const char *const bodies[] = {
+    "{\"id\":\"\",\"parameters\":{\"timeout\":60000000,"
+    "\"binary_data_output\":true}," QKV "}",
+    "{\"id\":\"7\",\"model_name\":\"attention\",\"model_version\":\"1\","
+    "\"parameters\":{\"timeout\":5}," QKV ",\"outputs\":[{\"name\":"
+    "\"output\",\"parameters\":{\"binary_data\":false}},{\"name\":"
+    "\"weights\",\"parameters\":{\"binary_data\":true}}]}",
+    "{\"inputs\":[" IN_Q "," IN_K "," IN_V "],\"outputs\":[{\"name\":"
+    "\"output\",\"parameters\":{}}],\"parameters\":{}}",
+  };
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    body_json(&b, bodies[i]);
+    ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err) == 0,
+                  "body %zu: %s", i, err);
+    proto_request_free(&r);
+  }
+  /* binary inputs as the clients send them */
+  static const float q[4] = {1, 0, 0, 2}, kv[6] = {1, 1, 2, 0, 0, 3};
+  body_json(&b, "{\"id\":\"\",\"parameters\":{\"binary_data_output\":"
+                "true},\"inputs\":[{\"name\":\"query\",\"datatype\":"
+                "\"FP32\",\"shape\":[1,2,2],\"parameters\":{"
+                "\"binary_data_size\":16}},{\"name\":\"key\",\"datatype\":"
+                "\"FP32\",\"shape\":[1,3,2],\"parameters\":{"
+                "\"binary_data_size\":24}},{\"name\":\"value\",\"datatype\":"
+                "\"FP32\",\"shape\":[1,3,2],\"parameters\":{"
+                "\"binary_data_size\":24}}]}");
+  body_add(&b, q, sizeof q);
+  body_add(&b, kv, sizeof kv);
+  body_add(&b, kv, sizeof kv);
+  ck_assert_msg(dec(&b, b.hlen, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s",
+                err);
+  ck_assert_int_eq(r.binary[PROTO_OUT_OUTPUT], 1);
+  proto_request_free(&r);
+#undef QKV
+}
+END_TEST
+
+/* NaN and infinities as Python's json.dumps writes them: named by input
+ * (wherever its "name" is) and index, flat or nested as sent. */
+START_TEST(non_finite_literals_name_the_input_and_index) {
+  static const struct { const char *json, *want; } cases[] = {
+    {"{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":"
+     "[1,2,2],\"data\":[1,0,NaN,2]}," IN_K "," IN_V "]}",
+     "query.data[2]: NaN is not a JSON number; attnd needs finite values"},
+    {"{\"inputs\":[" IN_Q ",{\"datatype\":\"FP16\",\"shape\":[1,3,2],"
+     "\"data\":[[[1,1],[2,-Infinity],[0,3]]],\"name\":\"key\"}," IN_V "]}",
+     "key.data[0][1][1]: -Infinity is not a JSON number"},
+    {"{\"inputs\":[" IN_Q "," IN_K ",{\"datatype\":\"FP32\",\"shape\":"
+     "[1,3,2],\"data\":[1,0,0,1,1,Infinity]}]}",
+     "inputs[2].data[5]: Infinity is not a JSON number"},
+    {"{\"parameters\":{\"scale\":NaN},\"inputs\":[" IN_Q "," IN_K ","
+     IN_V "]}", "parameters.scale: NaN is not a JSON number"},
+  };
+  body b;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    body_json(&b, cases[i].json);
+    BAD(&b, NULL, cases[i].want);
+    /* the same in the JSON part of a binary request */
+    BAD(&b, b.hlen, cases[i].want);
+  }
+}
+END_TEST
+
+/* A body of NUL bytes is not an empty body (strchr finds the NUL of its
+ * own string), and NULs after the JSON part are not blanks. */
+START_TEST(nul_bytes_are_pointed_at) {
+  body b;
+  memset(b.buf, 0, 64);
+  b.len = 64;
+  BAD(&b, NULL, "body is not valid JSON: byte 0 is a NUL (0x00)");
+  BAD(&b, "16", "body is not valid JSON: byte 0 of the inference header "
+      "is a NUL");
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  body_add(&b, "\0\0", 2);
+  BAD(&b, NULL, "unexpected data after the JSON object at byte");
 }
 END_TEST
 
@@ -1231,7 +1413,7 @@ END_TEST
 
 static Suite *v2_suite(void) {
   Suite *s = suite_create("v2");
-  struct { const char *name; const TTest *tests[12]; } cases[] = {
+  struct { const char *name; const TTest *tests[16]; } cases[] = {
     {"dtype", {f16_widens_exactly, f16_inf_and_nan_are_rejected,
                f64_to_f16_rounds_to_nearest_even, bf16_rounds_and_widens,
                f64_to_f32_rounds_to_nearest_even,
@@ -1242,6 +1424,11 @@ static Suite *v2_suite(void) {
               json_errors_name_the_input,
               fields_given_twice_are_refused_at_every_level,
               extensions_attnd_lacks_are_refused,
+              unknown_names_are_refused_with_the_nearest_known_one,
+              triton_parameters_attnd_lacks_are_not_supported,
+              what_triton_clients_send_is_accepted,
+              non_finite_literals_name_the_input_and_index,
+              nul_bytes_are_pointed_at,
               additive_model_needs_its_weights,
               budget_applies_to_v2}},
     {"binary", {binary_request_decodes_and_encodes, binary_layout_errors,
