@@ -3,19 +3,22 @@
  * DESIGN: reqid_prefix and reqid_key are written once by reqid_init()
  * before any thread starts, then only read; reqid_next is the one shared
  * counter, bumped with a relaxed atomic by whichever HTTP thread needs an
- * id.  An id is hex(prefix) then hex(mix(key + n)): mix is a bijection
- * on 64-bit words, so distinct counts give distinct ids until the counter
- * wraps (2^64 requests).
+ * id.  An id is the random prefix in hex, then hex(mix(key + n)) for the
+ * n-th id: mix is a bijection on 64-bit words, so distinct counts give
+ * distinct ids until the counter wraps (2^64 requests).
  */
 #include "reqid.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t reqid_prefix, reqid_key;
+static uint64_t reqid_key;
+/* The prefix's 16 hex digits (zeros until reqid_init). */
+static char reqid_prefix[17] = "0000000000000000";
 static _Atomic uint64_t reqid_next;
 
 /* The splitmix64 finaliser: a bijection that scrambles every bit. */
@@ -23,6 +26,13 @@ static uint64_t reqid_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+/* Writes v as 16 lowercase hex digits. */
+static void reqid_hex(char *dst, uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  for (int i = 15; i >= 0; i--, v >>= 4)
+    dst[i] = digits[v & 15];
 }
 
 void reqid_init(void) {
@@ -34,7 +44,7 @@ void reqid_init(void) {
                         (uint64_t)ts.tv_nsec);
     seed[1] = reqid_mix(seed[0] ^ (uint64_t)getpid());
   }
-  reqid_prefix = seed[0];
+  reqid_hex(reqid_prefix, seed[0]);
   reqid_key = seed[1];
 }
 
@@ -50,19 +60,12 @@ int reqid_valid(const char *s) {
   return n > 0;
 }
 
-/* Writes v as 16 lowercase hex digits. */
-static void reqid_hex(char *dst, uint64_t v) {
-  static const char digits[] = "0123456789abcdef";
-  for (int i = 15; i >= 0; i--, v >>= 4)
-    dst[i] = digits[v & 15];
-}
-
 const char *reqid_pick(const char *client, char buf[REQID_LEN + 1]) {
   uint64_t n;
   if (reqid_valid(client))
     return client;
   n = atomic_fetch_add_explicit(&reqid_next, 1, memory_order_relaxed);
-  reqid_hex(buf, reqid_prefix);
+  memcpy(buf, reqid_prefix, 16);
   reqid_hex(buf + 16, reqid_mix(reqid_key + n));
   buf[REQID_LEN] = '\0';
   return buf;
