@@ -34,8 +34,8 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
-#include "reqid.h"
 #include "probe.h"
+#include "reqid.h"
 #include "tls.h"
 
 /* The self-pipe: written by the signal handler, read by main.  These two

@@ -175,9 +175,10 @@ START_TEST(json_escapes_and_keeps_only_utf8) {
   struct log_access a = base((struct sockaddr *)&sa);
   cJSON *j;
   /* A quote, a backslash, a control byte, a two-byte and a four-byte
-   * character, then bytes that are no UTF-8: a lone continuation, an
+   * character, then bytes that are not UTF-8: a lone continuation, an
    * overlong '/', a surrogate, and a sequence cut by the end. */
-  a.path = "/\"\\\x01\xc3\xa9\xf0\x9f\x98\x80|\x80|\xc0\xaf|\xed\xa0\x80|\xe2\x82";
+  a.path = "/\"\\\x01\xc3\xa9\xf0\x9f\x98\x80"
+           "|\x80|\xc0\xaf|\xed\xa0\x80|\xe2\x82";
   a.reason = "tab\there";
   a.status = 404;
   j = json_line(&a);
