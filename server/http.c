@@ -63,6 +63,7 @@
 #include "linger.h"
 #include "log.h"
 #include "net.h"
+#include "reqid.h"
 #include "status.h"
 #include "../proto/mem.h"
 
@@ -106,6 +107,9 @@ struct http_req {
   uint64_t start_ns;
   unsigned int status;      /* what we queued; 0 if nothing was */
   size_t bytes_out;
+  const char *rid;          /* X-Request-ID: the client's or rid_buf */
+  char rid_buf[REQID_LEN + 1];
+  char reason[PROTO_ERR_MAX];  /* a 4xx/5xx's message, for the log */
   struct batcher_job job;
 };
 
@@ -124,6 +128,7 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
   uint64_t took;
 
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+  MHD_add_response_header(resp, REQID_HEADER, r->rid);
   if (status_wants_retry_after(status))
     MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
   for (; hdrs && hdrs[0]; hdrs += 2)
@@ -213,8 +218,11 @@ static enum MHD_Result http_fail(struct http_req *r, int err, const char *msg,
   const char *hdrs[3] = {NULL};
   char *body;
   size_t len;
-  if (proto_error_body(msg ? msg : attnd_strerror(err), &body, &len) != 0)
+  snprintf(r->reason, sizeof r->reason, "%s", msg ? msg : attnd_strerror(err));
+  if (proto_error_body(r->reason, &body, &len) != 0) {
+    snprintf(r->reason, sizeof r->reason, "out of memory");
     return http_answer(r, 503, oom, sizeof oom - 1, 0, http_json, NULL);
+  }
   if (allow) {
     hdrs[0] = MHD_HTTP_HEADER_ALLOW;
     hdrs[1] = allow;
@@ -276,6 +284,8 @@ static enum MHD_Result http_get_v2_ready(struct http_req *r) {
   int s = atomic_load(&r->h->state);
   if (s == HTTP_READY)
     return http_answer(r, 200, ready, sizeof ready - 1, 0, http_json, NULL);
+  snprintf(r->reason, sizeof r->reason, "%s",
+           s == HTTP_DRAINING ? "draining" : "starting");
   if (s == HTTP_DRAINING)
     return http_answer(r, 503, draining, sizeof draining - 1, 0, http_json,
                        NULL);
@@ -754,9 +764,14 @@ static enum MHD_Result http_answer_oom(struct MHD_Connection *c) {
   struct MHD_Response *resp = MHD_create_response_from_buffer(
       sizeof oom - 1, oom, MHD_RESPMEM_PERSISTENT);
   enum MHD_Result ret;
+  char rid[REQID_LEN + 1];
   if (!resp)
     return MHD_NO;
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, http_json);
+  MHD_add_response_header(
+      resp, REQID_HEADER,
+      reqid_pick(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                             REQID_HEADER), rid));
   MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
   ret = MHD_queue_response(c, 503, resp);
   MHD_destroy_response(resp);
@@ -877,6 +892,8 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
   r->method = method;
   r->start_ns = clock_now_ns();
   r->linger_fd = -1;
+  r->rid = reqid_pick(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                  REQID_HEADER), r->rid_buf);
   *con_cls = r;
   atomic_fetch_add(&h->active, 1);
   metrics_add_inflight(h->m, 1);
@@ -934,13 +951,36 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c,
   return MHD_NO;
 }
 
+/* r's access-log line (log.h), written once it is complete. */
+static void http_log_access(struct http_req *r, struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  struct log_access a;
+  a.method = r->method;
+  a.path = r->url;
+  a.status = r->status;
+  a.bytes_in = r->bytes_in;
+  a.bytes_out = r->bytes_out;
+  a.total_ns = clock_now_ns() - r->start_ns;
+  a.batch_size = r->job.batch_size;
+  a.queue_ns = r->job.started_ns ? r->job.started_ns - r->job.enqueued_ns : 0;
+  a.compute_ns = r->job.started_ns ? r->job.finished_ns - r->job.started_ns
+                                   : 0;
+  a.client = ci ? ci->client_addr : NULL;
+  a.request_id = r->rid;
+  a.traceparent = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                              "traceparent");
+  a.reason = r->status < 400 ? NULL
+             : r->reason[0]  ? r->reason
+                             : MHD_get_reason_phrase_for(r->status);
+  log_access(&a);
+}
+
 static void http_on_completed(void *cls, struct MHD_Connection *c,
                               void **con_cls,
                               enum MHD_RequestTerminationCode toe) {
   struct http *h = cls;
   struct http_req *r = *con_cls;
-  struct log_access a;
-  (void)c;
   if (!r || *con_cls == &http_oom_ctx) {
     *con_cls = NULL;
     return;
@@ -953,17 +993,8 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
     else
       close(r->linger_fd);
   }
-  a.method = r->method;
-  a.path = r->url;
-  a.status = r->status;
-  a.bytes_in = r->bytes_in;
-  a.bytes_out = r->bytes_out;
-  a.total_ns = clock_now_ns() - r->start_ns;
-  a.batch_size = r->job.batch_size;
-  a.queue_ns = r->job.started_ns ? r->job.started_ns - r->job.enqueued_ns : 0;
-  a.compute_ns = r->job.started_ns ? r->job.finished_ns - r->job.started_ns
-                                   : 0;
-  log_access(&a);
+  if (log_access_enabled())
+    http_log_access(r, c);
   proto_body_free(&r->body);
   mem_free(r->job.body);
   proto_parts_free(&r->job.parts);

@@ -35,6 +35,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "probe.h"
+#include "reqid.h"
 #include "tls.h"
 
 /* The self-pipe: written by the signal handler, read by main.  These two
@@ -227,6 +228,7 @@ int main(int argc, char **argv) {
   if (rc != CONFIG_RUN || main_load_tls(&cfg, &tls) != 0)
     return 2;
   log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT, cfg.access_log);
+  reqid_init();
   main_config_parts(&cfg, &tls, &bc, &hc);
   main_raise_nofile(cfg.max_conns);
   main_tune_malloc();

@@ -6,6 +6,11 @@
  * per-bucket counts (not cumulative: render() accumulates them) plus a
  * sum in nanoseconds or units and a count.  render() runs on an MHD
  * thread and tolerates values moving while it reads them.
+ *
+ * Series stay few: a full latency histogram only on the inference routes
+ * (/v1/attention and v2 infer), whose latency is what an operator
+ * watches; every other route gets a count and a sum of its latency.
+ * The process_* family is read from /proc at each scrape (procself.h).
  */
 #include "metrics.h"
 
@@ -20,6 +25,7 @@
 #include "../proto/mem.h"
 #include "../proto/proto.h"
 #include "config.h"
+#include "procself.h"
 
 /* HTTP statuses attnd can send; anything else is counted as "other". */
 static const unsigned int metrics_codes[] = {200, 400, 401, 404, 405, 413,
@@ -48,11 +54,20 @@ struct metrics_hist {
   _Atomic uint64_t count;
 };
 
+/* The routes with a latency histogram, by slot; the others' latency is
+ * a count and a sum (metrics.route_ns, route_count). */
+static const enum metrics_route metrics_hist_routes[] = {
+  METRICS_ROUTE_ATTENTION, METRICS_ROUTE_V2_INFER};
+#define N_HIST_ROUTES \
+  (sizeof metrics_hist_routes / sizeof metrics_hist_routes[0])
+
 struct metrics {
   _Atomic uint64_t requests[METRICS_ROUTE_COUNT][N_CODES + 1];
   _Atomic uint64_t bytes_in, bytes_out;
   _Atomic int64_t inflight, queue_depth;
-  struct metrics_hist request_time[METRICS_ROUTE_COUNT];
+  struct metrics_hist request_time[N_HIST_ROUTES];
+  _Atomic uint64_t route_ns[METRICS_ROUTE_COUNT];
+  _Atomic uint64_t route_count[METRICS_ROUTE_COUNT];
   struct metrics_hist queue_time, compute_time, batch_size;
   struct metrics_model {
     _Atomic uint64_t count[METRICS_PHASE_COUNT], ns[METRICS_PHASE_COUNT];
@@ -80,10 +95,19 @@ static void metrics_observe_ns(struct metrics_hist *h, uint64_t ns) {
   metrics_observe(h, metrics_time_bounds, N_TIME, ns / 1e9, ns);
 }
 
+/* route's slot in metrics_hist_routes, or -1 when it has none. */
+static int metrics_hist_slot(enum metrics_route route) {
+  for (size_t i = 0; i < N_HIST_ROUTES; i++)
+    if (metrics_hist_routes[i] == route)
+      return (int)i;
+  return -1;
+}
+
 void metrics_record_request(struct metrics *m, enum metrics_route route,
                             unsigned int status, size_t bytes_in,
                             size_t bytes_out, uint64_t duration_ns) {
   size_t c = 0;
+  int slot;
   if ((unsigned)route >= METRICS_ROUTE_COUNT)
     route = METRICS_ROUTE_OTHER;
   while (c < N_CODES && metrics_codes[c] != status)
@@ -91,7 +115,12 @@ void metrics_record_request(struct metrics *m, enum metrics_route route,
   atomic_fetch_add_explicit(&m->requests[route][c], 1, RELAXED);
   atomic_fetch_add_explicit(&m->bytes_in, bytes_in, RELAXED);
   atomic_fetch_add_explicit(&m->bytes_out, bytes_out, RELAXED);
-  metrics_observe_ns(&m->request_time[route], duration_ns);
+  if ((slot = metrics_hist_slot(route)) >= 0) {
+    metrics_observe_ns(&m->request_time[slot], duration_ns);
+  } else {
+    atomic_fetch_add_explicit(&m->route_ns[route], duration_ns, RELAXED);
+    atomic_fetch_add_explicit(&m->route_count[route], 1, RELAXED);
+  }
 }
 
 void metrics_record_job(struct metrics *m, uint64_t queue_ns,
@@ -241,12 +270,29 @@ static void metrics_render_requests(struct metrics_buf *b, struct metrics *m) {
                        (unsigned long long)v);
     }
   metrics_head(b, "attnd_request_duration_seconds", "histogram",
-               "Time from request headers to queued response, by route.");
-  for (r = 0; r < METRICS_ROUTE_COUNT; r++) {
+               "Time from request headers to queued response on the "
+               "inference routes.");
+  for (r = 0; r < N_HIST_ROUTES; r++) {
     char labels[64];
-    snprintf(labels, sizeof labels, "route=\"%s\"", metrics_route_names[r]);
+    snprintf(labels, sizeof labels, "route=\"%s\"",
+             metrics_route_names[metrics_hist_routes[r]]);
     metrics_hist_render(b, "attnd_request_duration_seconds", labels,
                         &m->request_time[r], metrics_time_bounds, N_TIME, 1e9);
+  }
+  /* A summary without quantiles: just _sum and _count. */
+  metrics_head(b, "attnd_other_request_duration_seconds", "summary",
+               "Time from request headers to queued response on every "
+               "other route: a count and a total.");
+  for (r = 0; r < METRICS_ROUTE_COUNT; r++) {
+    uint64_t n = atomic_load_explicit(&m->route_count[r], RELAXED);
+    if (n == 0)
+      continue;
+    metrics_printf(b, "attnd_other_request_duration_seconds_sum"
+                   "{route=\"%s\"} %.9g\n", metrics_route_names[r],
+                   atomic_load_explicit(&m->route_ns[r], RELAXED) / 1e9);
+    metrics_printf(b, "attnd_other_request_duration_seconds_count"
+                   "{route=\"%s\"} %llu\n", metrics_route_names[r],
+                   (unsigned long long)n);
   }
 }
 
@@ -273,6 +319,40 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
   metrics_printf(b, "attnd_build_info{version=\"%s\"} 1\n", ATTND_VERSION);
 }
 
+/* One gauge or counter of the process_* family, left out when its value
+ * could not be read. */
+static void metrics_process_value(struct metrics_buf *b, const char *name,
+                                  const char *type, const char *help,
+                                  double v) {
+  if (v < 0)
+    return;
+  metrics_head(b, name, type, help);
+  metrics_printf(b, "%s %.15g\n", name, v);
+}
+
+static void metrics_render_process(struct metrics_buf *b) {
+  struct procself p;
+  procself_read(&p);
+  metrics_process_value(b, "process_cpu_seconds_total", "counter",
+                        "CPU time used by the process, user and system, "
+                        "in seconds.", p.cpu_seconds);
+  metrics_process_value(b, "process_resident_memory_bytes", "gauge",
+                        "Memory the process holds in RAM, in bytes.",
+                        p.rss_bytes);
+  metrics_process_value(b, "process_virtual_memory_bytes", "gauge",
+                        "Address space the process has mapped, in bytes.",
+                        p.vm_bytes);
+  metrics_process_value(b, "process_open_fds", "gauge",
+                        "File descriptors the process has open.",
+                        p.open_fds);
+  metrics_process_value(b, "process_max_fds", "gauge",
+                        "Most file descriptors the process may open.",
+                        p.max_fds);
+  metrics_process_value(b, "process_start_time_seconds", "gauge",
+                        "When the process started, in seconds since the "
+                        "Unix epoch.", p.start_time_seconds);
+}
+
 int metrics_render(struct metrics *m, char **body, size_t *len) {
   struct metrics_buf b = {mem_malloc(8192), 0, 8192, 0};
   if (!b.p)
@@ -291,6 +371,7 @@ int metrics_render(struct metrics *m, char **body, size_t *len) {
                "Requests per batch handed to a worker.");
   metrics_hist_render(&b, "attnd_batch_size", "", &m->batch_size,
                       metrics_batch_bounds, N_BATCH, 1);
+  metrics_render_process(&b);
   if (b.oom) {
     mem_free(b.p);
     return ATTND_ENOMEM;

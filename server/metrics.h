@@ -72,8 +72,11 @@ void metrics_model_stats(struct metrics *m, int model,
 void metrics_add_inflight(struct metrics *m, int delta);
 void metrics_add_queue_depth(struct metrics *m, int delta);
 
-/* Renders the exposition text.  *body is malloc'd (caller frees), *len
- * excludes the NUL.  Returns 0 or ATTND_ENOMEM. */
+/* Renders the exposition text: attnd's series, with a latency histogram
+ * on the inference routes and a count and sum on the others, then the
+ * process_* family read from /proc now (procself.h; a value that cannot
+ * be read is left out).  *body is malloc'd (caller frees), *len excludes
+ * the NUL.  Returns 0 or ATTND_ENOMEM. */
 int metrics_render(struct metrics *m, char **body, size_t *len);
 
 /* The Content-Type of metrics_render()'s output. */

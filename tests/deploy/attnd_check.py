@@ -178,8 +178,10 @@ def cmd_smoke(addr):
             fail("GET /metrics", "content-type %r, expected text/plain" % ctype)
         elif "attnd_build_info" not in text or "# TYPE" not in text:
             fail("GET /metrics", "no attnd_build_info / # TYPE lines")
+        elif "\nprocess_resident_memory_bytes " not in text:
+            fail("GET /metrics", "no process_resident_memory_bytes (read from /proc)")
         else:
-            ok("GET /metrics Prometheus text with attnd_build_info")
+            ok("GET /metrics Prometheus text with attnd_build_info and process_*")
     except OSError as e:
         fail("GET /metrics", e)
 
@@ -296,13 +298,14 @@ def prom_query(addr, q):
 
 def cmd_prom(addr, job, seconds=60):
     deadline = time.time() + float(seconds)
-    up = info = None
+    up = info = rss = None
     last = None
     while time.time() < deadline:
         try:
             up = prom_query(addr, 'up{job="%s"}' % job)
             info = prom_query(addr, 'attnd_build_info{job="%s"}' % job)
-            if up and up[0]["value"][1] == "1" and info:
+            rss = prom_query(addr, 'process_resident_memory_bytes{job="%s"} > 0' % job)
+            if up and up[0]["value"][1] == "1" and info and rss:
                 break
         except (OSError, ValueError, KeyError) as e:
             last = e
@@ -315,6 +318,10 @@ def cmd_prom(addr, job, seconds=60):
         ok("Prometheus: attnd_build_info scraped (%s)" % info[0]["metric"].get("version"))
     else:
         fail("Prometheus: attnd_build_info scraped", "no series (%s)" % last)
+    if rss:
+        ok("Prometheus: process_resident_memory_bytes scraped (%s bytes)" % rss[0]["value"][1])
+    else:
+        fail("Prometheus: process_resident_memory_bytes > 0 scraped", "no series (%s)" % last)
 
 
 def main(argv):

@@ -268,7 +268,7 @@ class RoutesTest(CheckMixin, harness.ServerTestCase):
         self.assertTrue(text.endswith("\n"))
         typed = {}
         for line in text.splitlines():
-            m = re.match(r"# TYPE (\S+) (counter|gauge|histogram)$", line)
+            m = re.match(r"# TYPE (\S+) (counter|gauge|histogram|summary)$", line)
             if m:
                 self.assertNotIn(m.group(1), typed, "TYPE repeated")
                 typed[m.group(1)] = m.group(2)
@@ -287,7 +287,14 @@ class RoutesTest(CheckMixin, harness.ServerTestCase):
                            ("attnd_batch_size", "histogram"),
                            ("attnd_request_duration_seconds", "histogram"),
                            ("attnd_queue_duration_seconds", "histogram"),
-                           ("attnd_compute_duration_seconds", "histogram")]:
+                           ("attnd_compute_duration_seconds", "histogram"),
+                           ("attnd_other_request_duration_seconds", "summary"),
+                           ("process_cpu_seconds_total", "counter"),
+                           ("process_resident_memory_bytes", "gauge"),
+                           ("process_virtual_memory_bytes", "gauge"),
+                           ("process_open_fds", "gauge"),
+                           ("process_max_fds", "gauge"),
+                           ("process_start_time_seconds", "gauge")]:
             self.assertEqual(typed.get(name), kind, name)
             self.assertIn("# HELP %s " % name, text)
         samples = parse_metrics(text)

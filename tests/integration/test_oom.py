@@ -7,6 +7,8 @@ request again.  Through decoding, batching, computing and encoding:
     where the failure is benign (a response that could not be compressed
     goes out uncompressed), the correct answer;
   * the second answer is the correct one: the server keeps serving;
+  * both carry an X-Request-ID, even when the request's own context could
+    not be allocated;
   * attnd exits 0 on SIGTERM - under valgrind (make valgrind) or
     LeakSanitizer (make SANITIZE=address test) that also means it leaked
     nothing.
@@ -105,6 +107,9 @@ class FailEveryAllocation(unittest.TestCase):
                                                 headers, True)
             (st, hd, data), (st2, hd2, data2) = answers
             self.assertEqual(injected, 1, where)
+            # Every answer names its request, the ones out of memory too.
+            for h in (hd, hd2):
+                self.assertRegex(h.get("x-request-id", ""), r"^[0-9a-f]{32}$", where)
             self.assertEqual(st2, 200, "%s: the request after the failure "
                              "got %d %r" % (where, st2, data2[:200]))
             if same_answer:

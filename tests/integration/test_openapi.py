@@ -13,9 +13,9 @@ The document is checked three ways:
     undocumented paths are 404;
   * real responses (200s and every kind of error attnd can be made to send)
     validate against the schema documented for their status and content
-    type, with the documented headers; the documented examples validate
-    against their schemas; and broken documents and bodies are rejected, so
-    the checks can fail.
+    type, with the documented headers (X-Request-ID on every one); the
+    documented examples validate against their schemas; and broken
+    documents and bodies are rejected, so the checks can fail.
 
 The checks use Debian's python3-jsonschema, so the script re-runs itself
 under Debian's /usr/bin/python3 whatever python3 started it.
@@ -379,10 +379,13 @@ class LiveCase(harness.ServerTestCase):
         for name, h in r.get("headers", {}).items():
             h = deref(self.doc, h)
             value = hdrs.get(name.lower())
-            if name in ("Retry-After", "Allow"):
+            if name in ("Retry-After", "Allow", "X-Request-ID"):
                 self.assertIsNotNone(value, "%s %s %d: no %s" % (method, path, status, name))
             if value is not None and h["schema"].get("type") == "integer":
                 self.assertRegex(value, r"^\d+$", name)
+            if value is not None and "pattern" in h["schema"]:
+                self.assertRegex(value, h["schema"]["pattern"], name)
+                self.assertLessEqual(len(value), h["schema"].get("maxLength", len(value)), name)
         if method == "head" or status == 204:
             self.assertEqual(body, b"")
             return None
@@ -505,13 +508,21 @@ class ResponsesTest(LiveCase):
 
     def test_validation_can_fail(self):
         p = "/v1/attention"
-        hdrs = {"content-type": "application/json"}
+        hdrs = {"content-type": "application/json", "x-request-id": "r1"}
+        self.check_response(p, "post", 400, hdrs, b'{"error": "x"}')
+        with self.assertRaises(AssertionError):  # no X-Request-ID
+            self.check_response(p, "post", 400, {"content-type": "application/json"},
+                                b'{"error": "x"}')
+        with self.assertRaises(AssertionError):  # not an id attnd would send
+            self.check_response(p, "post", 400, dict(hdrs, **{"x-request-id": "a b"}),
+                                b'{"error": "x"}')
         with self.assertRaises(AssertionError):
             self.check_response(p, "post", 200, hdrs, b'{"output": [[["x"]]]}')
         with self.assertRaises(AssertionError):
             self.check_response(p, "post", 400, hdrs, b'{"error": "x", "code": 3}')
         with self.assertRaises(AssertionError):
-            self.check_response(p, "post", 200, {"content-type": "text/plain"}, b"{}")
+            self.check_response(p, "post", 200, {"content-type": "text/plain",
+                                                 "x-request-id": "r1"}, b"{}")
         with self.assertRaises(AssertionError):
             self.check_response(p, "post", 503, hdrs, b'{"error": "x"}')  # no Retry-After
         with self.assertRaises(AssertionError):

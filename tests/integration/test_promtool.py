@@ -1,8 +1,9 @@
 """`promtool check metrics` (Debian package prometheus) on a live /metrics.
 
 Traffic first goes to every route, with successes and errors, so that every
-labelled series and every histogram has samples; then the exposition is
-piped to promtool, which must exit 0 and report no problem.
+labelled series, every histogram and summary has samples (the process_*
+family is always there); then the exposition is piped to promtool, which
+must exit 0 and report no problem.
 """
 
 import json
@@ -28,7 +29,9 @@ class PromtoolTest(harness.ServerTestCase):
         srv = self.srv
         gets = ["/healthz", "/readyz", "/metrics", "/", "/v2", "/v2/health/live",
                 "/v2/health/ready", "/v2/models/attention", "/v2/models/attention/ready",
-                "/v2/models/additive_attention", "/v2/models/nope", "/nowhere"]
+                "/v2/models/additive_attention", "/v2/models/attention/config",
+                "/v2/models/stats", "/v2/models/attention/stats", "/v2/models/nope",
+                "/nowhere"]
         seen = set()
         for path in gets:
             status, _, _ = srv.get(path)
@@ -61,6 +64,13 @@ class PromtoolTest(harness.ServerTestCase):
             self.assertIn('route="%s"' % route, text.decode())
         for code in ("200", "400", "404", "405", "413"):
             self.assertIn('code="%s"' % code, text.decode())
+        # Both latency forms and the process family are there to check.
+        for line in ('attnd_request_duration_seconds_bucket{route="/v1/attention",le="+Inf"} ',
+                     'attnd_other_request_duration_seconds_count{route="/healthz"} ',
+                     "process_cpu_seconds_total ", "process_resident_memory_bytes ",
+                     "process_virtual_memory_bytes ", "process_open_fds ",
+                     "process_max_fds ", "process_start_time_seconds "):
+            self.assertIn("\n" + line, text.decode())
         p = subprocess.run([promtool, "check", "metrics"], input=text,
                            capture_output=True, timeout=60)
         self.assertEqual(p.returncode, 0, (p.stdout + p.stderr).decode())
