@@ -59,9 +59,11 @@
 #define ACCEPTOR_MAX_LISTENERS 64
 /* The lane argument for a connection from the Unix socket. */
 #define ACCEPTOR_ANY_LANE UINT_MAX
-/* Without sock_diag, the backlog is taken until it has stayed empty
- * this long. */
-#define ACCEPTOR_QUIET_MS 20
+/* Without sock_diag (a sandbox that forbids netlink sockets, such as
+ * the systemd unit's RestrictAddressFamilies), the backlog is taken
+ * until it has stayed empty this long: handshakes under way complete
+ * within a round trip. */
+#define ACCEPTOR_QUIET_MS 100
 
 struct acceptor {
   int fd[ACCEPTOR_MAX_LISTENERS];  /* listen sockets, one per lane up to
