@@ -282,7 +282,7 @@ static int bound_unix_client(const char *server, const char *self) {
 }
 
 START_TEST(unix_clients_are_not_taken_for_ip_addresses) {
-  char path[64], self[2][16];
+  char path[64], self[2][32]; /* self: 13 bytes, checked when bound */
   struct rig *r;
   int c[2];
   snprintf(path, sizeof path, "/tmp/attnd-handoff-%d.sock", (int)getpid());
