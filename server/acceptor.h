@@ -93,7 +93,8 @@ int acceptor_listen_unix(struct acceptor *a, const char *path,
 
 /* Starts the accept thread: each connection goes to fn(arg, ...), at
  * most max_open (>= 1) at a time; refuse answers those that find no
- * room while quiescing.  0, or -1 when the thread cannot be started. */
+ * room while quiescing (NULL: they go to fn all the same).  0, or -1
+ * when the thread cannot be started. */
 int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
                  acceptor_refuse_fn *refuse, void *arg);
 
