@@ -507,9 +507,10 @@ static void acceptor_stop_new(struct acceptor *a) {
 
 /* Accepts everything waiting on listen socket lfd (lane home) and hands
  * it over, or to the refuse callback once max_open are open.  Adds to
- * *took and *refused. */
-static void acceptor_take_backlog(struct acceptor *a, int lfd, unsigned home,
-                                  size_t *took, size_t *refused) {
+ * *took and *refused.  0, or -1 after logging an error that ends the
+ * sweep (out of descriptors, say). */
+static int acceptor_take_backlog(struct acceptor *a, int lfd, unsigned home,
+                                 size_t *took, size_t *refused) {
   for (;;) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
@@ -518,9 +519,11 @@ static void acceptor_take_backlog(struct acceptor *a, int lfd, unsigned home,
     if (fd < 0) {
       if (acceptor_transient(errno))
         continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        log_error("drain: accept: %s", strerror(errno));
-      return;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return 0;
+      log_error("drain: accept: %s; the connections still waiting will "
+                "be reset", strerror(errno));
+      return -1;
     }
     pthread_mutex_lock(&a->mu);
     room = a->handed - a->closed < a->max_open;
@@ -547,15 +550,17 @@ static void acceptor_sweep(struct acceptor *a) {
   size_t took = 0, refused = 0;
   for (;;) {
     size_t before = took;
+    int failed = 0;
     int pending = a->nfd ? handshake_pending((struct sockaddr *)&a->addr) : 0;
     for (unsigned i = 0; i < a->nfd; i++)
-      acceptor_take_backlog(a, a->fd[i], i, &took, &refused);
+      failed |= acceptor_take_backlog(a, a->fd[i], i, &took, &refused);
     if (a->ufd >= 0)
-      acceptor_take_backlog(a, a->ufd, ACCEPTOR_ANY_LANE, &took, &refused);
+      failed |= acceptor_take_backlog(a, a->ufd, ACCEPTOR_ANY_LANE, &took,
+                                      &refused);
     now = clock_now_ns();
     if (took > before)
       quiet = now;
-    if (pending == 0 ||
+    if (failed || pending == 0 ||
         (pending < 0 && now - quiet >= ACCEPTOR_QUIET_MS * 1000000u) ||
         now >= end)
       break;
