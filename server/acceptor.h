@@ -25,15 +25,31 @@
  * CPUs no client connects from (a client on two cores of a larger
  * machine) still get their share.
  *
- * With max_open connections open it stops accepting until one closes, so
- * further clients wait in the kernel's backlog.  Quiescing closes the
- * listen sockets: the kernel refuses new clients at once and resets
- * those in the backlogs.
+ * Beside the TCP sockets it may listen on a Unix socket
+ * (acceptor_listen_unix); its connections go to the least loaded lane.
  *
- * Threads: acceptor_listen, acceptor_run, acceptor_quiesce and
- * acceptor_stop from the controlling thread; acceptor_started and
- * acceptor_closed from any thread.  The accept thread calls the hand-off
- * callback (see acceptor.c).
+ * With max_open connections open it stops accepting until one closes, so
+ * further clients wait in the kernel's backlog.
+ *
+ * Quiescing (the drain) resets no one: a client sees its connection
+ * refused or gets an answer.  Closing a listen socket would reset the
+ * connections in its backlog, whose clients have connected and sent
+ * their requests, so acceptor_quiesce first stops new ones from
+ * arriving: on the TCP sockets a socket filter drops new SYNs (the
+ * client retries and, the socket closed by then, is refused), on the
+ * Unix socket shutdown(SHUT_RD) makes connect() refuse.  Then it takes
+ * what is in the backlogs, waiting out handshakes still under way
+ * (handshake.h), and hands each over (or, past max_open, to the refuse
+ * callback, which answers 503), closes the sockets, and waits briefly
+ * until every connection handed over has had its first request (or
+ * closed), so that the server does not stop before it has seen them.
+ *
+ * Threads: acceptor_listen, acceptor_listen_unix, acceptor_run,
+ * acceptor_quiesce and acceptor_stop from the controlling thread;
+ * acceptor_started, acceptor_served and acceptor_closed from any thread.
+ * The accept thread calls the callbacks, and acceptor_quiesce calls them
+ * on the controlling thread once the accept thread has ended (see
+ * acceptor.c).
  */
 #ifndef ATTND_ACCEPTOR_H
 #define ATTND_ACCEPTOR_H
@@ -45,12 +61,17 @@ struct acceptor;
 
 /* Takes ownership of fd, a new non-blocking connection from sa, for lane
  * lane (< the acceptor's lanes).  Returns 0 once fd belongs to the
- * callee, which then reports acceptor_started and, later,
- * acceptor_closed with the lane it served fd on (lane, unless it could
- * not place it there: the counts only steer the balancing); -1 when fd
- * was refused (and closed by the callee), which reports neither. */
+ * callee, which then reports acceptor_started, acceptor_served once its
+ * first request begins, and acceptor_closed with the lane it served fd
+ * on (lane, unless it could not place it there: the counts only steer
+ * the balancing); -1 when fd was refused (and closed by the callee),
+ * which reports none of them. */
 typedef int acceptor_fn(void *arg, int fd, const struct sockaddr *sa,
                         socklen_t len, unsigned lane);
+
+/* Takes ownership of fd, a connection the server has no room for while
+ * it quiesces: answers it (503) and closes it. */
+typedef void acceptor_refuse_fn(void *arg, int fd);
 
 /* Binds and listens on sa (an IPv6 address listens for IPv6 only) with
  * one socket per lane, up to 64, for lanes (>= 1) lanes; lanes beyond
@@ -63,28 +84,52 @@ struct acceptor *acceptor_listen(const struct sockaddr *sa, socklen_t len,
 /* The port actually bound (useful with port 0). */
 int acceptor_port(const struct acceptor *a);
 
+/* Also listens on a Unix socket at path with permission bits mode (see
+ * unixsock.h: a stale socket file is replaced, a live one or anything
+ * else refused; the file is removed when the acceptor quiesces).  Before
+ * acceptor_run.  0, or -1 after logging why. */
+int acceptor_listen_unix(struct acceptor *a, const char *path,
+                         unsigned mode);
+
 /* Starts the accept thread: each connection goes to fn(arg, ...), at
- * most max_open (>= 1) at a time.  0, or -1 when the thread cannot be
- * started. */
+ * most max_open (>= 1) at a time; refuse answers those that find no
+ * room while quiescing (NULL: they go to fn all the same).  0, or -1
+ * when the thread cannot be started. */
 int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
-                 void *arg);
+                 acceptor_refuse_fn *refuse, void *arg);
 
 /* A connection handed over has started being served (once per
  * connection the callback took). */
 void acceptor_started(struct acceptor *a);
 
+/* The first request of a connection handed over has begun (once per
+ * connection, at most). */
+void acceptor_served(struct acceptor *a);
+
 /* A connection that started on lane has closed: there is room for
- * another. */
-void acceptor_closed(struct acceptor *a, unsigned lane);
+ * another.  served: acceptor_served was reported for it. */
+void acceptor_closed(struct acceptor *a, unsigned lane, int served);
 
 /* Connections handed over and not yet closed: all of them, and those
  * of one lane. */
 size_t acceptor_open(struct acceptor *a);
 size_t acceptor_lane_open(struct acceptor *a, unsigned lane);
 
-/* Stops accepting and closes the listen sockets; returns once the accept
- * thread has exited.  Idempotent. */
+/* Connections handed over that have neither had a first request nor
+ * closed. */
+size_t acceptor_unserved(struct acceptor *a);
+
+/* Stops accepting as above: new clients are refused, those in the
+ * backlogs are handed over (or refused with an answer), the listen
+ * sockets close and the Unix socket's file is removed.  Returns once
+ * each connection handed over has had its first request or closed, or
+ * ACCEPTOR_SERVED_MS have passed.  Idempotent. */
 void acceptor_quiesce(struct acceptor *a);
+
+/* How long acceptor_quiesce waits for the backlog's last handshakes,
+ * and then for the first requests of the connections handed over. */
+#define ACCEPTOR_SWEEP_MS 1000
+#define ACCEPTOR_SERVED_MS 1000
 
 /* Quiesces and frees.  acceptor_started and acceptor_closed must not be
  * called after it.  NULL is a no-op. */

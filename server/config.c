@@ -14,7 +14,8 @@
 
 #include "../core/attnd_err.h"
 
-enum config_kind { KIND_INT, KIND_LONG, KIND_HOST, KIND_LOG, KIND_STR };
+enum config_kind { KIND_INT, KIND_LONG, KIND_HOST, KIND_LOG, KIND_STR,
+                   KIND_MODE };
 
 struct config_opt {
   const char *name;         /* flag without the dashes */
@@ -24,6 +25,7 @@ struct config_opt {
   long min, max;            /* accepted range for numbers */
   const char *def;          /* default, as it would be typed */
   const char *help;
+  const char *arg;          /* its value's name in --help; NULL: by kind */
 };
 
 #define OFF(f) offsetof(struct config, f)
@@ -83,6 +85,14 @@ static const struct config_opt config_opts[] = {
    "serve HTTPS with this PEM certificate (chain) file; needs --tls-key"},
   {"tls-key", "ATTND_TLS_KEY", KIND_STR, OFF(tls_key), 0, 255, "",
    "PEM private key file of --tls-cert"},
+  {"unix-socket", "ATTND_UNIX_SOCKET", KIND_STR, OFF(unix_socket), 0, 107, "",
+   "also serve the HTTP API on this Unix socket path; a stale socket there "
+   "is replaced, and the file is removed at exit", "PATH"},
+  /* Owner and group by default: a sidecar shares the pod's user or its
+   * fsGroup. */
+  {"unix-socket-mode", "ATTND_UNIX_SOCKET_MODE", KIND_MODE,
+   OFF(unix_socket_mode), 0, 0777, "0660",
+   "permission bits of --unix-socket, in octal"},
 };
 
 #define N_OPTS (sizeof config_opts / sizeof config_opts[0])
@@ -94,6 +104,21 @@ static int config_number(const char *s, long min, long max, long *out) {
   errno = 0;
   v = strtol(s, &end, 10);
   if (errno || end == s || *end != '\0' || v < min || v > max)
+    return ATTND_EINVAL;
+  *out = v;
+  return 0;
+}
+
+/* Parses whole octal permission bits in [0, max] ("0660", "660"); 0 or
+ * ATTND_EINVAL. */
+static int config_octal(const char *s, long max, long *out) {
+  char *end;
+  long v;
+  if (*s < '0' || *s > '7')
+    return ATTND_EINVAL;
+  errno = 0;
+  v = strtol(s, &end, 8);
+  if (errno || *end != '\0' || v < 0 || v > max)
     return ATTND_EINVAL;
   *out = v;
   return 0;
@@ -129,6 +154,11 @@ static int config_set(struct config *cfg, const struct config_opt *o,
       goto bad;
     strcpy(field, val);
     return 0;
+  case KIND_MODE:
+    if (config_octal(val, o->max, &v))
+      goto bad;
+    *(unsigned *)field = (unsigned)v;
+    return 0;
   case KIND_INT:
   case KIND_LONG:
     if (strcmp(o->def, "cores") == 0 && strcmp(val, "cores") == 0)
@@ -150,6 +180,9 @@ bad:
             who, val);
   else if (o->kind == KIND_STR)
     fprintf(err, "attnd: %s: longer than %ld characters\n", who, o->max);
+  else if (o->kind == KIND_MODE)
+    fprintf(err, "attnd: %s: invalid value '%s' (expected octal permission "
+            "bits, 0 to %lo, such as 0660)\n", who, val, o->max);
   else
     fprintf(err, "attnd: %s: invalid value '%s' (expected a numeric IPv4 or "
             "IPv6 address)\n", who, val);
@@ -214,32 +247,57 @@ static int config_defaults_and_env(struct config *cfg, FILE *err) {
   return 0;
 }
 
+/* Help columns: option names from column 2, their text from column 25
+ * (or after a longer name), wrapped at CONFIG_HELP_WIDTH. */
+#define CONFIG_HELP_WIDTH 100
+#define CONFIG_HELP_NAME 22
+
+/* Writes one option: its name, then text wrapped at word boundaries. */
+static void config_usage_item(FILE *out, const char *name, const char *text) {
+  int col = fprintf(out, "  %-*s", CONFIG_HELP_NAME, name);
+  int indent = col + 1;
+  while (*text) {
+    size_t word = strcspn(text, " ");
+    if (col + 1 + (int)word > CONFIG_HELP_WIDTH && col > indent) {
+      fprintf(out, "\n%*s", indent - 1, "");
+      col = indent - 1;
+    }
+    col += fprintf(out, " %.*s", (int)word, text);
+    text += word;
+    while (*text == ' ')
+      text++;
+  }
+  fputc('\n', out);
+}
+
 void config_usage(FILE *out) {
   size_t i;
+  char line[160];
   fprintf(out,
           "usage: attnd [options]\n"
           "attnd serves masked scaled-dot-product attention over HTTP.\n"
           "Every option can also be set by its environment variable; the\n"
           "flag wins.\n\n");
   for (i = 0; i < N_OPTS; i++) {
+    const struct config_opt *o = &config_opts[i];
+    const char *arg = o->arg                ? o->arg
+                      : o->kind == KIND_HOST ? "ADDR"
+                      : o->kind == KIND_STR  ? "STR"
+                      : o->kind == KIND_LOG  ? "FMT"
+                      : o->kind == KIND_MODE ? "MODE"
+                                             : "N";
     char flag[48];
-    snprintf(flag, sizeof flag, "--%s N", config_opts[i].name);
-    if (config_opts[i].kind == KIND_HOST)
-      snprintf(flag, sizeof flag, "--%s ADDR", config_opts[i].name);
-    else if (config_opts[i].kind == KIND_STR)
-      snprintf(flag, sizeof flag, "--%s STR", config_opts[i].name);
-    else if (config_opts[i].kind == KIND_LOG)
-      snprintf(flag, sizeof flag, "--%s FMT", config_opts[i].name);
-    fprintf(out, "  %-22s %s\n  %-22s default %s, env %s\n", flag,
-            config_opts[i].help, "",
-            config_opts[i].def[0] ? config_opts[i].def : "none",
-            config_opts[i].env);
+    snprintf(flag, sizeof flag, "--%s %s", o->name, arg);
+    config_usage_item(out, flag, o->help);
+    snprintf(line, sizeof line, "default %s, env %s",
+             o->def[0] ? o->def : "none", o->env);
+    config_usage_item(out, "", line);
   }
-  fprintf(out, "  %-22s %s\n  %-22s %s\n  %-22s %s\n", "--probe",
-          "GET /healthz of the attnd at --host/--port (https with "
-          "--tls-cert); exit 0 if healthy",
-          "--help", "print this and exit", "--version",
-          "print the version and exit");
+  config_usage_item(out, "--probe",
+                    "GET /healthz of the attnd at --host/--port (https "
+                    "with --tls-cert); exit 0 if healthy");
+  config_usage_item(out, "--help", "print this and exit");
+  config_usage_item(out, "--version", "print the version and exit");
 }
 
 int config_parse(struct config *cfg, int argc, char **argv, FILE *out,

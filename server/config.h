@@ -41,6 +41,9 @@ struct config {
   int token_metrics;        /* 1: /metrics needs the token too */
   char tls_cert[256];       /* PEM certificate chain file, "" = plain HTTP */
   char tls_key[256];        /* PEM private key file (with tls_cert) */
+  char unix_socket[108];    /* also serve on this Unix socket path, "" =
+                               none (sun_path holds 107 bytes and a NUL) */
+  unsigned unix_socket_mode;  /* its permission bits, <= 0777 */
 };
 
 enum config_result {

@@ -60,8 +60,10 @@
 #include "assets.h"
 #include "clock.h"
 #include "config.h"
+#include "handoff.h"
 #include "linger.h"
 #include "log.h"
+#include "mhdlog.h"
 #include "net.h"
 #include "reqid.h"
 #include "status.h"
@@ -873,6 +875,18 @@ static enum MHD_Result http_linger_if_early(struct http_req *r,
   return ret;
 }
 
+/* The connection's first request has begun: tells the acceptor, which
+ * waits for that while it quiesces.  The connection's socket context
+ * (NULL from its start) records it. */
+static void http_mark_served(struct http *h, struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  if (!ci || ci->socket_context)
+    return;
+  *(void **)&ci->socket_context = h;
+  acceptor_served(h->acc);
+}
+
 /* First call of any request: allocate the context; route it now, or for
  * a GET or HEAD without a body on the next call. */
 static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
@@ -884,6 +898,7 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
 
   if (!r) {
     *con_cls = &http_oom_ctx;
+    http_mark_served(h, c);
     return MHD_YES;
   }
   r->h = h;
@@ -896,6 +911,7 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
                                                   REQID_HEADER), r->rid_buf);
   *con_cls = r;
   atomic_fetch_add(&h->active, 1);
+  http_mark_served(h, c);
   metrics_add_inflight(h->m, 1);
   r->route = METRICS_ROUTE_OTHER;
   /* Answered from this first call, with Connection: close: not one byte
@@ -1007,42 +1023,45 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
 
 /* MHD's word that a connection handed over has started or closed.  Its
  * lane is the pool thread serving it, which its descriptor's number
- * names (http_on_accept); MHD keeps the number until after this call. */
+ * names (handoff.h); MHD keeps the number until after this call.  Its
+ * socket context says whether it had a request (http_mark_served). */
 static void http_on_connection(void *cls, struct MHD_Connection *c,
                                void **socket_context,
                                enum MHD_ConnectionNotificationCode toe) {
   struct http *h = cls;
   const union MHD_ConnectionInfo *i;
-  (void)socket_context;
   if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
     acceptor_started(h->acc);
   } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
     i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     acceptor_closed(h->acc,
-                    i ? (unsigned)i->connect_fd % (unsigned)h->cfg.threads
-                      : 0);
+                    handoff_lane(i ? i->connect_fd : -1,
+                                 (unsigned)h->cfg.threads),
+                    *socket_context != NULL);
   }
 }
 
-/* The accept thread's hand-off.  MHD 0.9.75's MHD_add_connection looks
- * for a pool thread with room starting at the descriptor's number modulo
- * the pool's size, and every thread has room (http_start_daemon), so the
- * descriptor's number picks the thread: fd moves to one with the lane's
- * remainder.  If it cannot (out of descriptors), another thread serves
- * it.  MHD closes fd when it refuses it (the per-address limit, out of
+/* The accept thread's hand-off to the lane's MHD thread (handoff.h).
+ * MHD closes fd when it refuses it (the per-address limit, out of
  * memory) and then reports nothing. */
 static int http_on_accept(void *arg, int fd, const struct sockaddr *sa,
                           socklen_t len, unsigned lane) {
   struct http *h = arg;
-  int moved = net_fd_with_remainder(fd, lane, (unsigned)h->cfg.threads);
-  if (moved >= 0)
-    fd = moved;
-  return MHD_add_connection(h->d, fd, sa, len) == MHD_YES ? 0 : -1;
+  return handoff_add(h->d, (unsigned)h->cfg.threads, fd, sa, len, lane);
+}
+
+/* A connection from the backlog that finds no room while draining: 503
+ * at once, then a lingering close, which reads its request away. */
+static void http_on_refuse(void *arg, int fd) {
+  struct http *h = arg;
+  size_t n = handoff_refuse(fd);
+  metrics_record_request(h->m, METRICS_ROUTE_OTHER, 503, 0, n, 0);
+  linger_add(h->lg, fd);
 }
 
 static void http_on_mhd_log(void *cls, const char *fmt, va_list ap) {
   (void)cls;
-  log_verror(fmt, ap);
+  mhdlog_message(fmt, ap);
 }
 
 /* ---- lifecycle ------------------------------------------------------- */
@@ -1068,18 +1087,13 @@ static void http_tls_options(const struct http_config *cfg,
 }
 
 static struct MHD_Daemon *http_start_daemon(struct http *h) {
-  /* TURBO (opportunistic reads and writes) measured about 5-10% more
-   * small requests per second on a 2-core machine. */
-  unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO |
-                       MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-                       MHD_USE_NO_LISTEN_SOCKET;
-  struct MHD_OptionItem tls[4];
-  /* The acceptor holds the whole server to --max-conns.  MHD divides
-   * CONNECTION_LIMIT evenly among the pool's threads and closes a
-   * connection handed to a thread at its share, so each thread's share
-   * is the whole of max_conns: no thread is ever full, and a connection
-   * goes to the thread its descriptor names (http_on_accept). */
-  size_t limit = (size_t)h->cfg.max_conns * (size_t)h->cfg.threads;
+  unsigned int flags = HANDOFF_MHD_FLAGS;
+  struct MHD_OptionItem tls[4], pool[3];
+  /* The thread pool, and a connection limit that leaves each of its
+   * threads room (handoff.h): the acceptor holds the whole server to
+   * --max-conns. */
+  handoff_pool_options((unsigned)h->cfg.threads, (size_t)h->cfg.max_conns,
+                       pool);
   if (h->cfg.tls_cert && h->cfg.tls_key)
     flags |= MHD_USE_TLS;
   http_tls_options(&h->cfg, tls);
@@ -1088,9 +1102,7 @@ static struct MHD_Daemon *http_start_daemon(struct http *h) {
       flags, 0, NULL, NULL, http_on_request, h,
       /* First, so that MHD reports even option errors through it. */
       MHD_OPTION_EXTERNAL_LOGGER, http_on_mhd_log, h,
-      MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)h->cfg.threads,
-      MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned int)(limit < UINT_MAX ? limit : UINT_MAX),
+      MHD_OPTION_ARRAY, pool,
       MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, h,
       MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       (unsigned int)h->cfg.max_conns_per_ip,
@@ -1135,6 +1147,9 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
               strerror(errno));
     goto err;
   }
+  if (cfg->unix_path && cfg->unix_path[0] &&
+      acceptor_listen_unix(h->acc, cfg->unix_path, cfg->unix_mode) != 0)
+    goto err;
   if (!(h->d = http_start_daemon(h))) {
     log_error("http: cannot listen on %s:%d: libmicrohttpd did not start "
               "(see above)", cfg->host, cfg->port);
@@ -1143,7 +1158,8 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
   /* Without it (logged) early answers close as libmicrohttpd does. */
   h->lg = linger_start((size_t)cfg->max_conns,
                        (unsigned long long)cfg->max_body * HTTP_DRAIN_FACTOR);
-  if (acceptor_run(h->acc, (size_t)cfg->max_conns, http_on_accept, h) != 0) {
+  if (acceptor_run(h->acc, (size_t)cfg->max_conns, http_on_accept,
+                   http_on_refuse, h) != 0) {
     log_error("http: cannot start the accept thread");
     MHD_stop_daemon(h->d);
     linger_stop(h->lg);

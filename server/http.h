@@ -51,6 +51,9 @@ struct http_config {
   int max_conns_per_ip;     /* 0 = no per-address limit */
   const char *tls_cert;     /* PEM text; with tls_key, serve HTTPS only. */
   const char *tls_key;      /* NULL = plain HTTP.  Read while starting. */
+  const char *unix_path;    /* also listen on this Unix socket; NULL or
+                               "" = none */
+  unsigned unix_mode;       /* its permission bits */
 };
 
 enum http_state {
@@ -73,10 +76,12 @@ int http_port(struct http *h);
 /* Sets what /readyz reports. */
 void http_set_state(struct http *h, enum http_state s);
 
-/* Stops accepting: from now on the kernel refuses new connections (the
- * listen sockets close, see acceptor.h), and any further request on an
- * existing connection is answered 503 with Connection: close.
- * Idempotent. */
+/* Stops accepting: from now on new connections are refused, those
+ * waiting in the listen sockets' backlogs are taken in (see acceptor.h),
+ * and any further request on a connection is answered 503 with
+ * Connection: close.  Returns once the connections taken in have begun
+ * their first requests (bounded; see acceptor_quiesce), so that
+ * http_active counts them.  Idempotent. */
 void http_quiesce(struct http *h);
 
 /* Requests that have started and not yet completed (including suspended

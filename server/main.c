@@ -191,6 +191,8 @@ static void main_config_parts(const struct config *cfg,
   hc->max_conns_per_ip = cfg->max_conns_per_ip;
   hc->tls_cert = tls->cert;
   hc->tls_key = tls->key;
+  hc->unix_path = cfg->unix_socket;
+  hc->unix_mode = cfg->unix_socket_mode;
 }
 
 /* With --tls-cert/--tls-key: reads both PEM files now, at startup (the
@@ -254,7 +256,12 @@ int main(int argc, char **argv) {
     log_error("ATTND_FAIL_ALLOC_AT: not a positive integer; ignored");
   allocs = mem_allocations();
   if (tls.cert)
-    log_info("TLS: this port speaks HTTPS only");
+    log_info(cfg.unix_socket[0] ? "TLS: this port and the unix socket speak "
+                                  "HTTPS only"
+                                : "TLS: this port speaks HTTPS only");
+  if (cfg.unix_socket[0])
+    log_info("listening on unix socket %s (mode %04o)", cfg.unix_socket,
+             cfg.unix_socket_mode);
   log_info(strchr(cfg.host, ':') ? "listening on [%s]:%d (%d workers)"
                                   : "listening on %s:%d (%d workers)",
            cfg.host, http_port(h), cfg.workers);

@@ -247,6 +247,10 @@ for qi, row in zip(q, w):
     ref = [x / sum(e) for x in e]
     assert all(abs(a - b) <= 1e-5 for a, b in zip(row, ref)), (row, ref)
 EOF
+      # The same API on the Unix socket in the shared emptyDir: the base
+      # image has no client for it, so check the socket is there for the app.
+      check "sidecar: attnd's unix socket is in the app container's /run/attnd" \
+        podman exec "$APP" test -S /run/attnd/attnd.sock
       check "podman kube down sidecar" podman kube down "$KUBE_FILE"
       KUBE_FILE=""
     else

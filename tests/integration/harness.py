@@ -155,6 +155,24 @@ class Attnd:
         return code
 
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a Unix socket (attnd --unix-socket PATH)."""
+
+    def __init__(self, path, timeout=60):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self.unix_path)
+        except OSError:
+            s.close()
+            raise
+        self.sock = s
+
+
 class CloseChecks:
     """Mixin for unittest cases: compares answers with the float64
     reference at design.md's tolerance, 1e-5 + 1e-5*|ref| per element."""

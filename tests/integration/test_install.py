@@ -146,9 +146,12 @@ class InstallTest(unittest.TestCase):
     def test_man_page_documents_every_flag_default_and_variable(self):
         text = self.render()
         help_text = run([os.path.join(ROOT, "build", "attnd"), "--help"]).stdout
-        opts = re.findall(r"^  (--[a-z-]+)(?: \S+)?\s+.*\n\s+default (.*), env (ATTND_\w+)$",
-                          help_text, re.M)
+        # A description may wrap onto further lines before the "default" one.
+        opts = re.findall(r"^  (--[a-z-]+)(?: \S+)?\s+.*\n(?: {20,}(?!default ).*\n)*"
+                          r"\s+default (.*), env (ATTND_\w+)$", help_text, re.M)
         self.assertGreaterEqual(len(opts), 15)
+        self.assertEqual(len(opts), len(re.findall(r"\benv ATTND_", help_text)),
+                         "an option of --help was not parsed")
         paragraphs = {}
         for m in re.finditer(r"(?m)^ {7}(--[a-z-]+)[^\n]*\n((?: {14}[^\n]*\n|\n)+)", text):
             paragraphs[m.group(1)] = " ".join(m.group(2).split())

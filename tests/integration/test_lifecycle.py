@@ -75,6 +75,23 @@ class ConfigTest(unittest.TestCase):
             self.assertIn(env, out)
         self.assertIn("default 8000", out)
 
+    def test_help_lines_fit_in_100_columns(self):
+        code, out, _ = run_attnd(["--help"])
+        self.assertEqual(code, 0)
+        long = [l for l in out.splitlines() if len(l) > 100]
+        self.assertEqual(long, [])
+        self.assertIn("--unix-socket PATH", out)
+        self.assertIn("env ATTND_UNIX_SOCKET_MODE", out)
+
+    def test_one_http_thread_starts_without_an_error_line(self):
+        # libmicrohttpd warns when given a thread pool of 1
+        with harness.Attnd(["--http-threads", "1", "--workers", "1"]) as srv:
+            self.assertEqual(srv.get("/healthz")[0], 200)
+            self.assertEqual(srv.stop(), 0)
+        log = "".join(srv.log)
+        self.assertNotIn("error", log)
+        self.assertNotIn("Warning", log)
+
     def test_version_prints_and_exits_0(self):
         code, out, _ = run_attnd(["--version"])
         self.assertEqual(code, 0)

@@ -1,22 +1,33 @@
 /* test_acceptor.c - the listen sockets, lanes and limits of acceptor.h,
- * on real loopback connections.
+ * and its drain, on real loopback and Unix socket connections.
  *
  * The hand-off callback here plays the HTTP layer: it keeps each
- * connection with the lane it was given and reports it started at once;
- * the tests close connections through acceptor_closed as the HTTP layer
- * would when a client leaves.
+ * connection with the lane it was given (and the thread that handed it
+ * over) and reports it started, and unless told otherwise served, at
+ * once; the tests close connections through acceptor_closed as the HTTP
+ * layer would when a client leaves.  The refuse callback keeps what it
+ * is given.
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "server/acceptor.h"
+#include "server/handshake.h"
 #include "server/net.h"
 
 #define MAX_HANDED 128
@@ -26,8 +37,12 @@ struct handed {
   pthread_cond_t cv;
   struct acceptor *a;
   int n;
+  int unserved;             /* 1: take() does not report the first request */
   int fd[MAX_HANDED];
   unsigned lane[MAX_HANDED];
+  pthread_t by[MAX_HANDED]; /* the thread that handed it over */
+  int refused;
+  int rfd[MAX_HANDED];      /* given to the refuse callback */
 };
 
 static int take(void *arg, int fd, const struct sockaddr *sa, socklen_t len,
@@ -39,13 +54,24 @@ static int take(void *arg, int fd, const struct sockaddr *sa, socklen_t len,
    * handed would otherwise race the start, and a close before its start
    * is not counted (closed <= started). */
   acceptor_started(h->a);
+  if (!h->unserved)
+    acceptor_served(h->a);
   pthread_mutex_lock(&h->mu);
   ck_assert_int_lt(h->n, MAX_HANDED);
   h->fd[h->n] = fd;
+  h->by[h->n] = pthread_self();
   h->lane[h->n++] = lane;
   pthread_cond_broadcast(&h->cv);
   pthread_mutex_unlock(&h->mu);
   return 0;
+}
+
+static void refuse(void *arg, int fd) {
+  struct handed *h = arg;
+  pthread_mutex_lock(&h->mu);
+  ck_assert_int_lt(h->refused, MAX_HANDED);
+  h->rfd[h->refused++] = fd;
+  pthread_mutex_unlock(&h->mu);
 }
 
 /* Waits up to ms for n connections handed over; the count seen. */
@@ -68,8 +94,12 @@ static int wait_handed(struct handed *h, int n, int ms) {
   return got;
 }
 
-static struct acceptor *start(struct handed *h, const char *host, int port,
-                              unsigned lanes, size_t max_open) {
+/* The acceptor on host:port, with a Unix socket at upath unless NULL;
+ * with_refuse: the refuse callback, else none. */
+static struct acceptor *start_with(struct handed *h, const char *host,
+                                   int port, const char *upath,
+                                   unsigned lanes, size_t max_open,
+                                   int with_refuse) {
   struct sockaddr_storage ss;
   socklen_t len = net_sockaddr(host, port, &ss, NULL);
   ck_assert_uint_gt(len, 0);
@@ -78,14 +108,25 @@ static struct acceptor *start(struct handed *h, const char *host, int port,
   pthread_cond_init(&h->cv, NULL);
   h->a = acceptor_listen((struct sockaddr *)&ss, len, lanes);
   ck_assert_ptr_nonnull(h->a);
-  ck_assert_int_eq(acceptor_run(h->a, max_open, take, h), 0);
+  if (upath)
+    ck_assert_int_eq(acceptor_listen_unix(h->a, upath, 0600), 0);
+  ck_assert_int_eq(acceptor_run(h->a, max_open, take,
+                                with_refuse ? refuse : NULL, h),
+                   0);
   return h->a;
+}
+
+static struct acceptor *start(struct handed *h, const char *host, int port,
+                              unsigned lanes, size_t max_open) {
+  return start_with(h, host, port, NULL, lanes, max_open, 1);
 }
 
 static void finish(struct handed *h) {
   acceptor_stop(h->a);
   for (int i = 0; i < h->n; i++)
     close(h->fd[i]);
+  for (int i = 0; i < h->refused; i++)
+    close(h->rfd[i]);
   pthread_cond_destroy(&h->cv);
   pthread_mutex_destroy(&h->mu);
 }
@@ -236,7 +277,7 @@ START_TEST(closed_connections_leave_their_lane) {
   ck_assert_int_eq(wait_handed(&h, 6, 5000), 6);
   ck_assert_uint_eq(acceptor_open(h.a), 6);
   for (int i = 0; i < 6; i++)
-    acceptor_closed(h.a, h.lane[i]);
+    acceptor_closed(h.a, h.lane[i], 1);
   ck_assert_uint_eq(acceptor_open(h.a), 0);
   ck_assert_uint_eq(acceptor_lane_open(h.a, 0), 0);
   ck_assert_uint_eq(acceptor_lane_open(h.a, 1), 0);
@@ -253,7 +294,7 @@ START_TEST(at_max_open_clients_wait_until_one_closes) {
     c[i] = client(acceptor_port(h.a)); /* the kernel completes them all */
   ck_assert_int_eq(wait_handed(&h, 3, 5000), 3);
   ck_assert_int_eq(wait_handed(&h, 4, 300), 3); /* the rest wait */
-  acceptor_closed(h.a, h.lane[0]);
+  acceptor_closed(h.a, h.lane[0], 1);
   ck_assert_int_eq(wait_handed(&h, 4, 5000), 4);
   ck_assert_int_eq(wait_handed(&h, 5, 300), 4);
   for (int i = 0; i < 5; i++)
@@ -337,6 +378,345 @@ START_TEST(an_ipv6_listener_takes_connections) {
 }
 END_TEST
 
+
+/* ---- the drain ---------------------------------------------------- */
+
+/* A blocking client of the Unix socket at path; -1 with errno when
+ * refused. */
+static int unix_client(const char *path) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  int c = socket(AF_UNIX, SOCK_STREAM, 0), e;
+  ck_assert_int_ge(c, 0);
+  snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+  if (connect(c, (struct sockaddr *)&a, sizeof a) == 0)
+    return c;
+  e = errno;
+  close(c);
+  errno = e;
+  return -1;
+}
+
+/* A fresh path for a Unix socket in the temporary directory. */
+static void temp_socket_path(char *path, size_t cap) {
+  static atomic_int seq;
+  snprintf(path, cap, "/tmp/attnd-test-%d-%d.sock", (int)getpid(),
+           atomic_fetch_add(&seq, 1));
+  unlink(path);
+}
+
+/* Connects client i, which sends the byte 'a' + i at once. */
+static int client_sending(int port, const char *upath, int i) {
+  char b = (char)('a' + i);
+  int c = upath ? unix_client(upath) : client(port);
+  ck_assert_int_ge(c, 0);
+  ck_assert_int_eq(send(c, &b, 1, 0), 1);
+  return c;
+}
+
+/* Neither end of the connection pair (server fd s, client c) was reset:
+ * the server reads the client's byte 'a' + i, and the client has
+ * nothing to read yet (no error, no end). */
+static void assert_whole(int s, int c, int i) {
+  char b = 0;
+  struct pollfd p = {s, POLLIN, 0};
+  ck_assert_int_eq(poll(&p, 1, 5000), 1);
+  ck_assert_int_eq(recv(s, &b, 1, 0), 1);
+  ck_assert_int_eq(b, 'a' + i);
+  ck_assert_int_lt(recv(c, &b, 1, MSG_DONTWAIT), 0);
+  ck_assert_int_eq(errno, EAGAIN);
+}
+
+/* With max_open 1 and one connection open the accept thread waits for
+ * room, so the next clients stay in the backlog until the quiesce. */
+static void backlog_at_quiesce(const char *upath, int with_refuse) {
+  struct handed h;
+  int port, c[4];
+  start_with(&h, "127.0.0.1", 0, upath, 2, 1, with_refuse);
+  port = acceptor_port(h.a);
+  c[0] = client_sending(port, upath, 0);
+  ck_assert_int_eq(wait_handed(&h, 1, 5000), 1);
+  for (int i = 1; i < 4; i++)
+    c[i] = client_sending(port, upath, i);
+  ck_assert_int_eq(wait_handed(&h, 2, 300), 1); /* they wait */
+  acceptor_quiesce(h.a);
+  if (with_refuse) {
+    /* no room: each one refused with an answer, none reset */
+    ck_assert_int_eq(h.n, 1);
+    ck_assert_int_eq(h.refused, 3);
+    for (int i = 1; i < 4; i++)
+      assert_whole(h.rfd[i - 1], c[i], i);
+  } else {
+    /* without a refuse callback they are handed over all the same, by
+     * the quiescing thread, in the order they arrived */
+    ck_assert_int_eq(h.n, 4);
+    for (int i = 1; i < 4; i++) {
+      ck_assert(pthread_equal(h.by[i], pthread_self()));
+      ck_assert_uint_lt(h.lane[i], 2);
+      assert_whole(h.fd[i], c[i], i);
+    }
+  }
+  assert_whole(h.fd[0], c[0], 0);
+  /* and from now on clients are refused */
+  if (upath) {
+    ck_assert_int_eq(unix_client(upath), -1);
+    ck_assert_int_eq(errno, ENOENT); /* the file is gone */
+  } else {
+    ck_assert_int_eq(client(port), -1);
+    ck_assert_int_eq(errno, ECONNREFUSED);
+  }
+  for (int i = 0; i < 4; i++)
+    close(c[i]);
+  finish(&h);
+}
+
+START_TEST(quiescing_hands_over_the_backlog_instead_of_resetting_it) {
+  backlog_at_quiesce(NULL, 0);
+}
+END_TEST
+
+START_TEST(quiescing_without_room_refuses_the_backlog_with_an_answer) {
+  backlog_at_quiesce(NULL, 1);
+}
+END_TEST
+
+START_TEST(quiescing_hands_over_the_unix_socket_backlog) {
+  char path[108];
+  temp_socket_path(path, sizeof path);
+  backlog_at_quiesce(path, 0);
+}
+END_TEST
+
+/* The acceptor's listen socket on port (found among this process's
+ * descriptors: the test reaches past the acceptor to hold a handshake
+ * half-way). */
+static int listen_socket_on(int port) {
+  for (int fd = 0; fd < 1024; fd++) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    int on = 0;
+    socklen_t olen = sizeof on;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &olen) == 0 && on &&
+        getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+        ss.ss_family == AF_INET && net_port((struct sockaddr *)&ss) == port)
+      return fd;
+  }
+  return -1;
+}
+
+START_TEST(a_handshake_under_way_at_quiesce_is_waited_for_and_handed_over) {
+  struct handed h;
+  struct sockaddr_storage ss;
+  struct sock_filter code[] = {
+      /* drop segments with ACK set and SYN clear: the handshake's last
+       * ACK, and the data behind it */
+      {BPF_LD | BPF_B | BPF_ABS, 0, 0, 13},
+      {BPF_ALU | BPF_AND | BPF_K, 0, 0, 0x12},
+      {BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0x10},
+      {BPF_RET | BPF_K, 0, 0, 0},
+      {BPF_RET | BPF_K, 0, 0, 0xffffffffu},
+  };
+  struct sock_fprog prog;
+  struct pollfd p;
+  int port, l, c, err = 0;
+  socklen_t elen = sizeof err;
+  start(&h, "127.0.0.1", 0, 1, 100);
+  port = acceptor_port(h.a);
+  l = listen_socket_on(port);
+  ck_assert_int_ge(l, 0);
+  memset(&prog, 0, sizeof prog);
+  prog.len = sizeof code / sizeof code[0];
+  prog.filter = code;
+  ck_assert_int_eq(
+      setsockopt(l, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog), 0);
+  /* the client is connected as far as it can tell, and sends */
+  net_sockaddr("127.0.0.1", port, &ss, NULL);
+  c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  ck_assert(connect(c, (struct sockaddr *)&ss, sizeof(struct sockaddr_in)) ==
+                0 ||
+            errno == EINPROGRESS);
+  p = (struct pollfd){c, POLLOUT, 0};
+  ck_assert_int_eq(poll(&p, 1, 5000), 1);
+  ck_assert_int_eq(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &elen), 0);
+  ck_assert_int_eq(err, 0);
+  ck_assert_int_eq(send(c, "a", 1, 0), 1);
+  ck_assert_int_eq(handshake_pending((struct sockaddr *)&ss), 1);
+  ck_assert_int_eq(h.n, 0);
+  /* the quiesce's own filter replaces the test's: the client's
+   * retransmission completes the handshake, and the sweep waits for it */
+  acceptor_quiesce(h.a);
+  ck_assert_int_eq(h.n, 1);
+  assert_whole(h.fd[0], c, 0);
+  close(c);
+  finish(&h);
+}
+END_TEST
+
+struct serve_later {
+  struct acceptor *a;
+  atomic_int served;
+};
+
+static void *serve_after_300_ms(void *arg) {
+  struct serve_later *s = arg;
+  poll(NULL, 0, 300);
+  atomic_store(&s->served, 1);
+  acceptor_served(s->a);
+  return NULL;
+}
+
+START_TEST(quiescing_waits_for_the_first_request_of_a_connection) {
+  struct handed h;
+  struct serve_later s;
+  pthread_t t;
+  int c;
+  start(&h, "127.0.0.1", 0, 2, 100);
+  h.unserved = 1;
+  c = client(acceptor_port(h.a));
+  ck_assert_int_eq(wait_handed(&h, 1, 5000), 1);
+  ck_assert_uint_eq(acceptor_unserved(h.a), 1);
+  s.a = h.a;
+  atomic_init(&s.served, 0);
+  ck_assert_int_eq(pthread_create(&t, NULL, serve_after_300_ms, &s), 0);
+  acceptor_quiesce(h.a);
+  ck_assert_int_eq(atomic_load(&s.served), 1);
+  ck_assert_uint_eq(acceptor_unserved(h.a), 0);
+  pthread_join(t, NULL);
+  close(c);
+  finish(&h);
+}
+END_TEST
+
+START_TEST(a_connection_that_never_asks_holds_the_quiesce_a_bounded_time) {
+  struct handed h;
+  struct timespec t0, t1;
+  double ms;
+  int c[2];
+  start(&h, "127.0.0.1", 0, 2, 100);
+  h.unserved = 1;
+  c[0] = client(acceptor_port(h.a));
+  c[1] = client(acceptor_port(h.a));
+  ck_assert_int_eq(wait_handed(&h, 2, 5000), 2);
+  /* one closes without a request: it no longer counts */
+  acceptor_closed(h.a, h.lane[1], 0);
+  ck_assert_uint_eq(acceptor_unserved(h.a), 1);
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  acceptor_quiesce(h.a);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+  ck_assert_double_ge(ms, ACCEPTOR_SERVED_MS * 0.9);
+  ck_assert_double_lt(ms, ACCEPTOR_SERVED_MS + ACCEPTOR_SWEEP_MS + 5000);
+  close(c[0]);
+  close(c[1]);
+  finish(&h);
+}
+END_TEST
+
+/* ---- the Unix socket ----------------------------------------------- */
+
+static struct acceptor *tcp_acceptor(void) {
+  struct sockaddr_storage ss;
+  socklen_t len = net_sockaddr("127.0.0.1", 0, &ss, NULL);
+  struct acceptor *a = acceptor_listen((struct sockaddr *)&ss, len, 2);
+  ck_assert_ptr_nonnull(a);
+  return a;
+}
+
+START_TEST(the_unix_socket_takes_connections_with_its_mode) {
+  struct handed h;
+  struct stat st;
+  char path[108];
+  int c;
+  temp_socket_path(path, sizeof path);
+  start_with(&h, "127.0.0.1", 0, path, 4, 100, 1);
+  ck_assert_int_eq(lstat(path, &st), 0);
+  ck_assert(S_ISSOCK(st.st_mode));
+  ck_assert_uint_eq(st.st_mode & 0777, 0600);
+  c = unix_client(path);
+  ck_assert_int_ge(c, 0);
+  ck_assert_int_eq(wait_handed(&h, 1, 5000), 1);
+  ck_assert_uint_lt(h.lane[0], 4);
+  acceptor_closed(h.a, h.lane[0], 1);
+  acceptor_quiesce(h.a);
+  ck_assert_int_ne(lstat(path, &st), 0); /* removed */
+  close(c);
+  finish(&h);
+}
+END_TEST
+
+START_TEST(a_stale_socket_file_is_replaced) {
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  struct acceptor *a = tcp_acceptor();
+  char path[108];
+  int s = socket(AF_UNIX, SOCK_STREAM, 0), c;
+  temp_socket_path(path, sizeof path);
+  snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+  /* a socket file whose server has gone */
+  ck_assert_int_eq(bind(s, (struct sockaddr *)&sun, sizeof sun), 0);
+  close(s);
+  ck_assert_int_eq(unix_client(path), -1);
+  ck_assert_int_eq(errno, ECONNREFUSED);
+  ck_assert_int_eq(acceptor_listen_unix(a, path, 0660), 0);
+  c = unix_client(path);
+  ck_assert_int_ge(c, 0);
+  close(c);
+  acceptor_stop(a);
+  ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
+START_TEST(a_socket_a_live_server_answers_on_is_refused_and_kept) {
+  struct acceptor *a = tcp_acceptor(), *b = tcp_acceptor();
+  struct stat before, after;
+  char path[108];
+  temp_socket_path(path, sizeof path);
+  ck_assert_int_eq(acceptor_listen_unix(a, path, 0600), 0);
+  ck_assert_int_eq(lstat(path, &before), 0);
+  ck_assert_int_eq(acceptor_listen_unix(b, path, 0600), -1);
+  ck_assert_int_eq(errno, EADDRINUSE);
+  ck_assert_int_eq(lstat(path, &after), 0);
+  ck_assert_uint_eq(before.st_ino, after.st_ino);
+  /* the one that failed does not remove the other's file either */
+  acceptor_stop(b);
+  ck_assert_int_eq(lstat(path, &after), 0);
+  acceptor_stop(a);
+  ck_assert_int_ne(lstat(path, &after), 0);
+}
+END_TEST
+
+START_TEST(a_path_that_is_not_a_socket_is_never_removed) {
+  struct acceptor *a = tcp_acceptor();
+  char path[108];
+  int f;
+  temp_socket_path(path, sizeof path);
+  f = open(path, O_CREAT | O_WRONLY | O_EXCL, 0600);
+  ck_assert_int_ge(f, 0);
+  close(f);
+  ck_assert_int_eq(acceptor_listen_unix(a, path, 0600), -1);
+  ck_assert_int_eq(errno, EEXIST);
+  acceptor_stop(a);
+  ck_assert_int_eq(access(path, F_OK), 0);
+  unlink(path);
+}
+END_TEST
+
+START_TEST(a_successors_socket_file_is_left_alone) {
+  struct acceptor *a = tcp_acceptor(), *b;
+  char path[108];
+  struct stat st;
+  temp_socket_path(path, sizeof path);
+  ck_assert_int_eq(acceptor_listen_unix(a, path, 0600), 0);
+  /* a successor takes the path over (here: a removed it and bound
+   * anew, as after its own file was deleted by hand) */
+  ck_assert_int_eq(unlink(path), 0);
+  b = tcp_acceptor();
+  ck_assert_int_eq(acceptor_listen_unix(b, path, 0600), 0);
+  acceptor_stop(a);
+  ck_assert_int_eq(lstat(path, &st), 0);
+  acceptor_stop(b);
+  ck_assert_int_ne(lstat(path, &st), 0);
+}
+END_TEST
+
 static Suite *acceptor_suite(void) {
   Suite *s = suite_create("acceptor");
   TCase *tc = tcase_create("lanes");
@@ -350,6 +730,24 @@ static Suite *acceptor_suite(void) {
   tcase_add_test(tc, a_port_in_use_is_refused_even_by_a_reuse_group);
   tcase_add_test(tc, a_port_held_by_another_server_is_refused);
   tcase_add_test(tc, an_ipv6_listener_takes_connections);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("drain");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, quiescing_hands_over_the_backlog_instead_of_resetting_it);
+  tcase_add_test(tc, quiescing_without_room_refuses_the_backlog_with_an_answer);
+  tcase_add_test(tc, quiescing_hands_over_the_unix_socket_backlog);
+  tcase_add_test(tc,
+                 a_handshake_under_way_at_quiesce_is_waited_for_and_handed_over);
+  tcase_add_test(tc, quiescing_waits_for_the_first_request_of_a_connection);
+  tcase_add_test(tc,
+                 a_connection_that_never_asks_holds_the_quiesce_a_bounded_time);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("unix");
+  tcase_add_test(tc, the_unix_socket_takes_connections_with_its_mode);
+  tcase_add_test(tc, a_stale_socket_file_is_replaced);
+  tcase_add_test(tc, a_socket_a_live_server_answers_on_is_refused_and_kept);
+  tcase_add_test(tc, a_path_that_is_not_a_socket_is_never_removed);
+  tcase_add_test(tc, a_successors_socket_file_is_left_alone);
   suite_add_tcase(s, tc);
   return s;
 }
