@@ -640,7 +640,9 @@ class HealthTest(Case):
         self.assertLess(time.monotonic() - t0, 5)
 
     def test_not_ready_only_while_draining(self):
-        with harness.Attnd(["--workers", "1", "--drain-delay-ms", "4000"]) as srv:
+        # readiness turns 503 at once; the delay keeps the process serving
+        delay = "15000" if harness.VALGRIND else "4000"
+        with harness.Attnd(["--workers", "1", "--drain-delay-ms", delay]) as srv:
             c = AttndClient("127.0.0.1:%d" % srv.port)
             self.assertTrue(c.ready())
             srv.proc.send_signal(signal.SIGTERM)
