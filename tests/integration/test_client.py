@@ -380,10 +380,6 @@ class PackageTest(unittest.TestCase):
         self.assertEqual([ln.split(":")[:2] for ln in errors],
                          [["bad.py", str(n)] for n in (4, 5, 6, 7)], p.stdout + p.stderr)
 
-    def test_old_single_file_is_gone(self):
-        self.assertFalse(os.path.exists(os.path.join(harness.ROOT, "deploy", "clients",
-                                                     "attnd_client.py")))
-
     def test_module_main_runs_against_attnd(self):
         with harness.Attnd(["--workers", "1"]) as srv:
             p = run([VENV_PYTHON, "-m", "attnd_client", "http://127.0.0.1:%d" % srv.port],
