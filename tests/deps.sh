@@ -14,9 +14,15 @@ python3-yaml python3-numpy curl valgrind groff-base man-db systemd
 prometheus"
 # Test-only tools, kept apart from PKGS (the list the image build mirrors):
 # clang with its compiler-rt for the libFuzzer harnesses (tests/fuzz);
-# openssl for the TLS tests' certificate.  (The Makefile's gnutls, for the
-# HTTPS probe, is libgnutls28-dev, which libmicrohttpd-dev brings.)
-TEST_PKGS="clang libclang-rt-14-dev openssl"
+# openssl for the TLS tests' certificate; python3-pip, python3-setuptools,
+# python3-wheel and python3-venv for the Python client's offline install
+# (`pip install --no-index --no-build-isolation deploy/clients/python` into
+# a venv in test_client.py: setuptools is its build backend and needs wheel);
+# mypy, which checks that the installed client's signatures type-check.
+# (The Makefile's gnutls, for the HTTPS probe, is libgnutls28-dev, which
+# libmicrohttpd-dev brings.)
+TEST_PKGS="clang libclang-rt-14-dev openssl python3-pip python3-setuptools
+python3-wheel python3-venv mypy"
 
 missing=""
 for p in $PKGS $TEST_PKGS; do

@@ -1,134 +1,270 @@
-"""deploy/clients/attnd_client.py against the real build/attnd.
+"""attnd's Python client (deploy/clients/python, module attnd_client),
+installed with pip and run against the real build/attnd.
 
-The client's answers are checked against the float64 reference
-(reference.py): /v1 with nested and flat tensors, masks, lengths, heads,
-additive scoring, dropout and compression; v2 with binary and JSON tensors
-in FP32, FP64, FP16 and BF16, INT32/INT64 lengths and BOOL masks; the
-health and metadata helpers; errors as AttndError.  Its FP16/BF16 encoders
-are compared with an exact rational rounding written here.
+The install: deploy/clients/python is copied to a temporary directory
+(setuptools builds in the source tree), a venv is made there with
+`python3 -m venv --system-site-packages` (Debian's numpy stays visible) and
+`pip install --no-index --no-build-isolation` installs the package into
+it, offline.  The tests import attnd_client from that venv's site-packages
+and run `python -m attnd_client` with the venv's python.  The client needs
+numpy, and the install pip, setuptools, wheel and venv: when the python3
+running this file lacks any of them (a pyenv python, say), the file runs
+again under Debian's /usr/bin/python3, which tests/deps.sh equips.
 
-The tests run twice: with nested lists under the python3 that runs them
-(numpy or not), and with numpy arrays under Debian's /usr/bin/python3,
-which has python3-numpy (a child process when this python3 lacks numpy).
-The v2 tests (and the compression test: content coding reaches the HTTP
-layer with the v2 routes) are skipped only when the server answers 404 on
-/v2.
+Checked against the float64 reference (reference.py): /v1 with nested
+lists, numpy arrays of every float dtype, numpy scalars, masks, lengths,
+heads, additive scoring, dropout, windows, diagnostics and compression; v2
+with binary and JSON tensors in FP32, FP64, FP16 and BF16, INT32/INT64
+lengths, BOOL masks, every output in its own datatype.  The client's
+refusals (ragged lists, non-numbers, NaN and infinities, numbers out of
+range) are compared with what the server answers for the same tensor
+where the server can be asked; errors, health, readiness (False only for
+a 503), tokens, keep-alive (one connection per thread, counted by a
+forwarding proxy in front of the real server) and the reconnection after
+the server closed an idle connection; the FP16/BF16 encoders against an
+exact rational rounding.  Shared memory: test_client_shm.py.
 """
 
+import atexit
+import importlib
 import json
 import math
 import os
 import random
+import re
+import shutil
+import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+import unittest
 from fractions import Fraction
 
 import harness
-from reference import attention, flatten, nest, rand_request, rand_tensor, shape_of
-
-sys.path.insert(0, os.path.join(harness.ROOT, "deploy", "clients"))
-import attnd_client  # noqa: E402
-from attnd_client import AttndClient, AttndError  # noqa: E402
+from reference import attention, diagnostics, flatten, nest, rand_request, rand_tensor, shape_of
 
 try:
     import numpy as np
-except ImportError:
+except ImportError:  # this file then runs again under Debian's python3
     np = None
 
+PACKAGE = os.path.join(harness.ROOT, "deploy", "clients", "python")
 SYSTEM_PYTHON = "/usr/bin/python3"
-ONLY = os.environ.get("ATTND_CLIENT_TEST_ONLY")  # set in the numpy child
+NEEDED = ("numpy", "pip", "setuptools", "wheel", "venv")
+DIAG_TOL = {"entropy": 2e-5, "max_weight": 1e-5, "jacobian_norm": 2e-5}
+
+attnd_client = None  # the installed module (install_client)
+AttndClient = AttndError = AttndInputError = AttndConnectionError = None
+VENV_PYTHON = None
 
 
-# ---- exact rounding, independent of the client's bit tricks ----------------
+# ---- the install -------------------------------------------------------------
 
-def nearest_even(x, grid):
-    """x rounded to the nearest of the sorted candidates in grid (ties: the
-    one whose last significand bit is 0, given as (value, bits) pairs)."""
-    best = min(grid, key=lambda g: (abs(Fraction(g[0]) - Fraction(x)), g[1] & 1))
-    return best
+def missing_modules():
+    return [m for m in NEEDED if importlib.util.find_spec(m) is None]
 
 
-def bf16_exact(x):
+def run_under_capable_python(path):
+    """Runs the test file at path again under Debian's python3 when this
+    python3 cannot install and run the client; returns only when it can."""
+    missing = missing_modules()
+    if not missing:
+        return
+    if os.path.realpath(sys.executable) == os.path.realpath(SYSTEM_PYTHON) or \
+            not os.path.exists(SYSTEM_PYTHON):
+        sys.exit("%s: %s lacks %s: run `sh tests/deps.sh` as root (python3-numpy, "
+                 "python3-pip, python3-setuptools, python3-wheel, python3-venv)"
+                 % (os.path.basename(path), sys.executable, ", ".join(missing)))
+    print("%s: %s lacks %s; running under %s" % (os.path.basename(path), sys.executable,
+                                                 ", ".join(missing), SYSTEM_PYTHON), flush=True)
+    sys.stdout.flush()
+    os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, os.path.abspath(path)] + sys.argv[1:])
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+    if p.returncode != 0:
+        raise AssertionError("%s exited %d:\n%s%s" % (" ".join(cmd), p.returncode,
+                                                      p.stdout, p.stderr))
+    return p
+
+
+def install_client():
+    """pip-installs deploy/clients/python offline into a fresh venv and
+    imports attnd_client from there (once per process)."""
+    global attnd_client, AttndClient, AttndError, AttndInputError, AttndConnectionError
+    global VENV_PYTHON
+    if attnd_client is not None:
+        return attnd_client
+    tmp = tempfile.mkdtemp(prefix="attnd-client-test-")
+    atexit.register(shutil.rmtree, tmp, True)
+    src = os.path.join(tmp, "src")
+    shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns(
+        "build", "*.egg-info", "__pycache__"))
+    venv = os.path.join(tmp, "venv")
+    run([sys.executable, "-m", "venv", "--system-site-packages", venv])
+    VENV_PYTHON = os.path.join(venv, "bin", "python")
+    env = dict(os.environ, PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    run([VENV_PYTHON, "-m", "pip", "install", "--no-index", "--no-build-isolation", src],
+        env=env)
+    site = run([VENV_PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+               ).stdout.strip()
+    sys.path.insert(0, site)
+    import attnd_client as mod
+    if not os.path.realpath(mod.__file__).startswith(os.path.realpath(site) + os.sep):
+        raise AssertionError("attnd_client imported from %s, not the venv" % mod.__file__)
+    attnd_client = mod
+    AttndClient, AttndError = mod.AttndClient, mod.AttndError
+    AttndInputError, AttndConnectionError = mod.AttndInputError, mod.AttndConnectionError
+    return mod
+
+
+def setUpModule():
+    install_client()
+
+
+# ---- helpers -------------------------------------------------------------------
+
+def exact_bf16(x):
     """float32(x) rounded to the nearest BF16, ties to even, by comparing
-    exact rationals of the two neighbouring BF16 values."""
+    exact rationals of its two BF16 neighbours: (value, bits)."""
     f = struct.unpack("<f", struct.pack("<f", x))[0]
     bits = struct.unpack("<I", struct.pack("<f", f))[0]
     lo = bits & 0xFFFF0000
     cands = []
-    for b in (lo, lo + 0x10000):
-        b &= 0xFFFFFFFF
-        v = struct.unpack("<f", struct.pack("<I", b))[0] if (b >> 23) & 0xFF != 0xFF else \
-            math.copysign(math.inf, f)
+    for b in (lo, (lo + 0x10000) & 0xFFFFFFFF):
+        if (b >> 23) & 0xFF == 0xFF:
+            v = math.copysign(math.inf, f)
+        else:
+            v = struct.unpack("<f", struct.pack("<I", b))[0]
         cands.append((v, b >> 16))
-    v, b16 = nearest_even(f, [c for c in cands if not math.isinf(c[0])] or cands)
-    return v, b16
+    finite = [c for c in cands if not math.isinf(c[0])] or cands
+    return min(finite, key=lambda c: (abs(Fraction(c[0]) - Fraction(f)), c[1] & 1))
 
 
-def bf16_direct(x):
-    """x rounded once, straight to the nearest BF16 (ties to even): how the
-    server reads a BF16 JSON number.  Python's round() of a float is exact
-    and ties to even."""
+def direct_bf16(x):
+    """x rounded once, straight to the nearest BF16 (ties to even): how
+    attnd reads a BF16 JSON number.  round() of a float is exact."""
     if x == 0:
         return x
     unit = max(math.frexp(abs(x))[1] - 1, -126) - 7
     return math.copysign(math.ldexp(round(math.ldexp(abs(x), -unit)), unit), x)
 
 
-def f16_value(x):
+def f16(x):
     return struct.unpack("<e", struct.pack("<e", x))[0]
 
 
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
 def rounded(t, datatype):
-    fn = {"FP32": lambda x: struct.unpack("<f", struct.pack("<f", x))[0],
-          "FP64": lambda x: x, "FP16": f16_value, "BF16": lambda x: bf16_exact(x)[0]}
-    return nest([fn[datatype](x) for x in flatten(t)], shape_of(t))
+    fn = {"FP32": f32, "FP64": lambda x: x, "FP16": f16,
+          "BF16": lambda x: exact_bf16(x)[0]}[datatype]
+    return nest([fn(x) for x in flatten(t)], shape_of(t))
 
 
-def to_list(t):
-    return t.tolist() if np is not None and isinstance(t, np.ndarray) else t
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
-class ClientCase(harness.ServerTestCase):
+class Proxy:
+    """A TCP forwarder in front of a real attnd that counts the connections
+    clients open.  drop_next: the next request bytes a client sends are
+    not forwarded; both sides are closed instead (the server closing a
+    keep-alive connection just as a request goes out); drop_all: so for
+    every request.  sent: every byte clients sent through it."""
+
+    def __init__(self, port):
+        self.target = port
+        self.accepted = 0
+        self.sent = bytearray()
+        self.drop_next = False
+        self.drop_all = False
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.port = self.lsock.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            s = socket.create_connection(("127.0.0.1", self.target))
+            self.socks += [c, s]
+            threading.Thread(target=self._pump, args=(c, s, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(s, c, False), daemon=True).start()
+
+    def _pump(self, src, dst, upstream):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if upstream and (self.drop_next or self.drop_all):
+                    self.drop_next = False
+                    for x in (src, dst):
+                        x.shutdown(socket.SHUT_RDWR)
+                    return
+                if upstream:
+                    self.sent += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self):
+        self.lsock.close()
+        for s in self.socks:
+            s.close()
+
+
+class Case(harness.ServerTestCase):
     server_args = ("--workers", "2")
-    numpy_mode = False
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.url = "http://127.0.0.1:%d" % cls.srv.port
-        cls.c = AttndClient(cls.url, use_numpy=cls.numpy_mode)
-        cls.has_v2 = cls.srv.get("/v2")[0] != 404
+        cls.c = AttndClient(cls.url)
 
-    def need_v2(self):
-        if not self.has_v2:
-            self.skipTest("this attnd answers 404 on /v2: the v2 routes have not landed")
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        super().tearDownClass()
 
-    def tensor(self, t, dtype="float32"):
-        """t as the client's users would pass it in this mode."""
-        return np.asarray(t, dtype=dtype) if self.numpy_mode else t
-
-    def assert_result_type(self, t, shape):
-        if self.numpy_mode:
-            self.assertIsInstance(t, np.ndarray)
-            self.assertEqual(t.dtype, np.float32)
-            self.assertEqual(list(t.shape), shape)
-        else:
-            self.assertIsInstance(t, list)
-            self.assertEqual(shape_of(t), shape)
+    def assert_array(self, got, dtype, shape):
+        self.assertIsInstance(got, np.ndarray)
+        self.assertEqual(got.dtype, np.dtype(dtype))
+        self.assertEqual(list(got.shape), list(shape))
 
     def assert_close(self, got, ref, what):
-        self.assert_result_type(got, shape_of(ref))
-        g, r = flatten(to_list(got)), flatten(ref)
-        self.assertEqual(len(g), len(r), what)
-        for n, (a, b) in enumerate(zip(g, r)):
+        self.assert_array(got, np.float32, shape_of(ref))
+        for n, (a, b) in enumerate(zip(got.reshape(-1).tolist(), flatten(ref))):
             self.assertLessEqual(abs(a - b), 1e-5 + 1e-5 * abs(b),
                                  "%s[%d]: got %r, want %r" % (what, n, a, b))
 
     def assert_weights(self, got, ref):
-        self.assert_result_type(got, shape_of(ref))
-        for n, (a, b) in enumerate(zip(flatten(to_list(got)), flatten(ref))):
+        self.assert_array(got, np.float32, shape_of(ref))
+        for n, (a, b) in enumerate(zip(got.reshape(-1).tolist(), flatten(ref))):
             if b == 0.0:
                 self.assertEqual(a, 0.0, "weights[%d] must be exactly 0" % n)
             else:
@@ -142,112 +278,441 @@ class ClientCase(harness.ServerTestCase):
         if "weights" in outputs:
             self.assert_weights(res["weights"], ref_w)
 
+    def check_diagnostics(self, got, req):
+        ref = diagnostics(req)
+        counts = flatten(ref["allowed_keys"])
+        self.assert_array(got["allowed_keys"], np.int32, shape_of(ref["allowed_keys"]))
+        self.assertEqual(got["allowed_keys"].reshape(-1).tolist(), counts)
+        for name, tol in DIAG_TOL.items():
+            self.assert_array(got[name], np.float32, shape_of(ref[name]))
+            for n, (x, y) in enumerate(zip(got[name].reshape(-1).tolist(), flatten(ref[name]))):
+                if counts[n] == 0:
+                    self.assertEqual(x, 0.0, "%s[%d]" % (name, n))
+                else:
+                    self.assertLessEqual(abs(x - y), tol + tol * abs(y),
+                                         "%s[%d]: got %r, want %r" % (name, n, x, y))
 
-class V1Tests:
-    def test_health_helpers(self):
-        self.assertTrue(self.c.healthy())
-        self.assertTrue(self.c.ready())
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()  # nothing listens there now
-        dead = AttndClient("127.0.0.1:%d" % port, timeout=5)
-        self.assertFalse(dead.healthy())
-        self.assertFalse(dead.ready())
-        self.assertIn("attnd_requests_total", self.c.metrics())
+    def refused(self, fn, *args, **kw):
+        """The message of the AttndInputError fn raises."""
+        with self.assertRaises(AttndInputError) as cm:
+            fn(*args, **kw)
+        self.assertEqual(cm.exception.status, 400)
+        self.assertIsInstance(cm.exception, ValueError)
+        return cm.exception.message
 
-    def test_openapi_helper(self):
-        doc = self.c.openapi()
-        self.assertTrue(doc["openapi"].startswith("3."))
-        self.assertIn("/v1/attention", doc["paths"])
+    def server_error(self, path, body, headers=None):
+        status, obj = self.srv.post_json(path, body, headers)
+        self.assertEqual(status, 400, obj)
+        return obj["error"]
 
-    def test_readme_example(self):
+
+GOOD_PROGRAM = """\
+from typing import Any, Dict, List, Optional
+import numpy as np
+from numpy.typing import NDArray
+from attnd_client import (AttndClient, AttndError, AttentionResult, ShmTensor,
+                          SharedMemoryRegion)
+
+def run(url: str) -> Optional[float]:
+    with AttndClient(url, token=None, timeout=5.0) as c:
+        q: NDArray[np.float32] = np.zeros((1, 2, 4), np.float32)
+        r: AttentionResult = c.attention(q, [[[1.0] * 4]], [[[2.0]]], valid_lens=[1],
+                                         causal=True, window=[1, None], diagnostics=True)
+        out: NDArray[Any] = r["output"]
+        res: Dict[str, Any] = c.infer("attention", {"query": q, "key": q, "value": q},
+                                      outputs=["output"], datatypes={"query": "BF16"})
+        with SharedMemoryRegion("r", 4096) as region:
+            t: ShmTensor = region.put("query", q, 0)
+            status: List[Dict[str, Any]] = c.get_system_shared_memory_status()
+            c.register_system_shared_memory(region.name, region.key, region.byte_size)
+        ok: bool = c.ready() and c.model_ready("attention", version=1)
+        try:
+            c.wait_ready(timeout=1.0)
+        except AttndError as e:
+            code: Optional[int] = e.status
+            return e.retry_after
+        return float(out.sum()) + len(res) + t.byte_size + len(status) + ok
+"""
+
+BAD_PROGRAM = """\
+from attnd_client import AttndClient
+
+c = AttndClient("127.0.0.1:8000")
+n: str = c.ready()
+c.attention([[[1.0]]], [[[1.0]]], [[[1.0]]], causal=[1])
+m: str = c.infer("attention", {})
+c.register_system_shared_memory("r", 5, 64)
+"""
+
+
+# ---- the package -----------------------------------------------------------------
+
+class PackageTest(unittest.TestCase):
+    def test_installed_package_is_typed_and_declares_numpy(self):
+        import importlib.metadata as md
+        d = md.distribution("attnd-client")
+        self.assertEqual(d.version, attnd_client.__version__)
+        self.assertTrue(any(r.startswith("numpy") for r in d.requires or []), d.requires)
+        pkg = os.path.dirname(attnd_client.__file__)
+        self.assertTrue(os.path.exists(os.path.join(pkg, "py.typed")))
+        for name in attnd_client.__all__:
+            self.assertTrue(hasattr(attnd_client, name), name)
+        for meth in ("attention", "infer", "ready", "register_system_shared_memory"):
+            fn = getattr(AttndClient, meth)
+            self.assertTrue(fn.__doc__, meth)
+            self.assertIn("return", fn.__annotations__, meth)
+
+    def test_typed_for_mypy_strict(self):
+        """py.typed: mypy --strict reads the installed package's signatures,
+        passes a program that uses them right and finds the mistakes."""
+        if importlib.util.find_spec("mypy") is None:
+            self.fail("mypy is missing: `sh tests/deps.sh` installs it")
+        tmp = tempfile.mkdtemp(prefix="attnd-client-mypy-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        with open(os.path.join(tmp, "good.py"), "w") as f:
+            f.write(GOOD_PROGRAM)
+        with open(os.path.join(tmp, "bad.py"), "w") as f:
+            f.write(BAD_PROGRAM)
+        p = subprocess.run([VENV_PYTHON, "-m", "mypy", "--strict", "--no-incremental",
+                            "--cache-dir", os.devnull, "good.py", "bad.py"],
+                           cwd=tmp, capture_output=True, text=True, timeout=600)
+        errors = [ln for ln in p.stdout.splitlines() if ": error:" in ln]
+        self.assertEqual([ln.split(":")[:2] for ln in errors],
+                         [["bad.py", str(n)] for n in (4, 5, 6, 7)], p.stdout + p.stderr)
+
+    def test_module_main_runs_against_attnd(self):
+        with harness.Attnd(["--workers", "1"]) as srv:
+            p = run([VENV_PYTHON, "-m", "attnd_client", "http://127.0.0.1:%d" % srv.port],
+                    cwd=tempfile.gettempdir())
+            self.assertIn("ready: True", p.stdout)
+            self.assertIn("[[[0.33023846", p.stdout)
+            self.assertEqual(srv.stop(), 0)
+
+
+# ---- /v1 -------------------------------------------------------------------------
+
+class V1Test(Case):
+    def test_readme_example_with_nested_lists(self):
         q, k, v = [[[1, 0], [0, 2]]], [[[1, 1], [2, 0], [0, 3]]], [[[1, 0], [0, 1], [1, 1]]]
-        res = self.c.attention(self.tensor(q), self.tensor(k), self.tensor(v),
-                               valid_lens=self.tensor([2], "int64"), id="ex")
+        res = self.c.attention(q, k, v, valid_lens=[2], id="ex")
         self.assertEqual(res["id"], "ex")
         self.check(res, {"query": q, "key": k, "value": v, "valid_lens": [2]})
-        self.assertEqual(to_list(res["weights"])[0][0][2], 0.0)
+        self.assertEqual(res["weights"][0, 0, 2], 0.0)
+
+    def test_every_float_dtype_numpy_scalars_and_numbers(self):
+        req = rand_request(11, B=2, H=2, Lq=3, Lk=5, D=4, Dv=3)
+        for dt in (np.float16, np.float32, np.float64, np.longdouble):
+            arrs = {n: np.asarray(req[n], dtype=dt) for n in ("query", "key", "value")}
+            exact = {n: a.astype(np.float64).tolist() for n, a in arrs.items()}
+            lens = np.asarray([[3, 5, 1], [0, 2, 5]], dtype=np.int32)
+            res = self.c.attention(arrs["query"], arrs["key"], arrs["value"],
+                                   valid_lens=lens, scale=np.float32(0.75),
+                                   causal=np.bool_(True))
+            # float32 is what attnd computes in: the reference gets the
+            # values it received (float64 arrays are rounded by attnd)
+            ref = {n: rounded(t, "FP32") for n, t in exact.items()}
+            self.check(res, dict(ref, valid_lens=lens.tolist(), scale=0.75, causal=True))
+        # integer arrays and plain numbers are floats too
+        res = self.c.attention(np.array([[[1, 0], [0, 2]]]), [[[1, 1.0], [2, 0], [0, 3]]],
+                               (((1, 0), (0, 1), (1, 1)),), scale=1)
+        self.check(res, {"query": [[[1, 0], [0, 2]]], "key": [[[1, 1], [2, 0], [0, 3]]],
+                         "value": [[[1, 0], [0, 1], [1, 1]]], "scale": 1.0})
 
     def test_heads_lengths_mask_bias_causal(self):
         req = rand_request(21, B=2, H=4, Hkv=2, Lq=3, Lk=6, D=5, Dv=3)
         rng = random.Random(22)
         mask = [[[rng.random() < 0.7 for _ in range(6)] for _ in range(3)]]
         bias = rand_tensor(rng, [3, 6], 0.5)
-        fields = {"valid_lens": [[3, 6, 2], [0, 5, 6]], "mask": mask, "bias": bias,
-                  "causal": "lower_right", "scale": -0.4}
-        res = self.c.attention(self.tensor(req["query"]), self.tensor(req["key"]),
-                               self.tensor(req["value"]),
-                               valid_lens=self.tensor(fields["valid_lens"], "int64"),
-                               mask=self.tensor(mask, "bool"), bias=self.tensor(bias),
+        lens = [[3, 6, 2], [0, 5, 6]]
+        res = self.c.attention(np.asarray(req["query"], np.float32),
+                               np.asarray(req["key"], np.float32), req["value"],
+                               valid_lens=np.asarray(lens, np.int64),
+                               mask=np.asarray(mask), bias=bias,
                                causal="lower_right", scale=-0.4)
-        self.check(res, dict(req, **fields))
+        ref = {n: rounded(req[n], "FP32") for n in ("query", "key")}
+        self.check(res, dict(req, mask=mask, bias=bias, valid_lens=lens, causal="lower_right",
+                             scale=-0.4, **ref))
+        # a 0/1 integer mask is a mask too
+        res2 = self.c.attention(req["query"], req["key"], req["value"], valid_lens=lens,
+                                mask=np.asarray(mask, dtype=np.int8), bias=bias,
+                                causal="lower_right", scale=-0.4)
+        self.check(res2, dict(req, mask=mask, bias=bias, valid_lens=lens,
+                              causal="lower_right", scale=-0.4))
 
     def test_additive_dropout_window_and_no_weights(self):
         req = rand_request(23, B=1, Lq=4, Lk=5, D=3, Dv=2)
         rng = random.Random(24)
         wq, wk, wv = rand_tensor(rng, [6, 3]), rand_tensor(rng, [6, 3]), rand_tensor(rng, [6])
-        res = self.c.attention(self.tensor(req["query"]), self.tensor(req["key"]),
-                               self.tensor(req["value"]), scoring="additive",
-                               w_q=self.tensor(wq), w_k=self.tensor(wk), w_v=self.tensor(wv),
-                               window=[1, 0])
+        res = self.c.attention(req["query"], req["key"], req["value"], scoring="additive",
+                               w_q=wq, w_k=wk, w_v=np.asarray(wv), window=[1, 0])
         self.check(res, dict(req, scoring="additive", w_q=wq, w_k=wk, w_v=wv, window=[1, 0]))
-        res = self.c.attention(self.tensor(req["query"]), self.tensor(req["key"]),
-                               self.tensor(req["value"]), dropout={"p": 0.4, "seed": 9},
-                               return_weights=False)
-        self.check(res, dict(req, dropout={"p": 0.4, "seed": 9}), outputs=("output",))
+        res = self.c.attention(req["query"], req["key"], req["value"],
+                               dropout={"p": np.float64(0.4), "seed": np.int64(9)},
+                               window=[None, 1], return_weights=False)
+        self.check(res, dict(req, dropout={"p": 0.4, "seed": 9}, window=[None, 1]),
+                   outputs=("output",))
         self.assertNotIn("weights", res)
 
-    def test_errors_raise(self):
+    def test_diagnostics_in_their_own_dtypes(self):
+        req = rand_request(26, B=2, H=2, Lq=4, Lk=6, D=4, Dv=2)
+        lens = [[6, 0, 3, 1], [2, 6, 6, 5]]
+        for rw in (True, False):
+            res = self.c.attention(req["query"], req["key"], req["value"], valid_lens=lens,
+                                   diagnostics=True, return_weights=rw)
+            self.assertEqual(sorted(res["diagnostics"]),
+                             ["allowed_keys", "entropy", "jacobian_norm", "max_weight"])
+            self.check_diagnostics(res["diagnostics"], dict(req, valid_lens=lens))
+            self.assertEqual("weights" in res, rw)
+
+    def test_server_errors_raise_attnd_error(self):
         with self.assertRaises(AttndError) as cm:
             self.c.attention([[[1, 0]]], [[[1, 1, 3]]], [[[1, 0]]])
         self.assertEqual(cm.exception.status, 400)
         self.assertEqual(cm.exception.message, "key: width 3 does not match query width 2")
+        self.assertNotIsInstance(cm.exception, AttndInputError)
         with self.assertRaises(AttndError) as cm:
-            self.c.attention([[[1, 0]]], [[[1, 1]]], [[[1, 0]]], temperature=2)
+            self.c.attention([[[1, 0]]], [[[1, 1]]], [[[1, 0]]], extra={"temperature": 2})
         self.assertEqual(cm.exception.status, 400)
-        self.assertIn("temperature", cm.exception.message)
+        self.assertEqual(cm.exception.message, "unknown field 'temperature'")
         with self.assertRaises(AttndError) as cm:
-            self.c._get_json("/v3")
-        self.assertEqual(cm.exception.status, 404)
+            self.c.attention(5, [[[1, 1]]], [[[1, 0]]])
+        self.assertEqual(cm.exception.message, self.server_error(
+            "/v1/attention", {"query": 5, "key": [[[1, 1]]], "value": [[[1, 0]]]}))
+        status, _, body = self.c.request("GET", "/v3")
+        self.assertEqual(status, 404)
         self.assertTrue(self.c.ready())
 
+    def test_body_over_the_limit_is_413_not_a_broken_connection(self):
+        with harness.Attnd(["--workers", "1", "--max-body-mb", "1"]) as srv:
+            c = AttndClient("127.0.0.1:%d" % srv.port)
+            big = np.zeros((1, 1 << 16, 8), np.float32)  # ~1.5 MB of JSON
+            with self.assertRaises(AttndError) as cm:
+                c.attention(big, big, big[:, :, :1])
+            self.assertEqual(cm.exception.status, 413)
+            self.assertNotIsInstance(cm.exception, AttndConnectionError)
+            self.assertTrue(c.ready())
+            c.close()
+            self.assertEqual(srv.stop(), 0)
+
+    def test_ragged_and_wrong_elements_refused_as_attnd_words_it(self):
+        good = {"query": [[[1, 2], [3, 4]]], "key": [[[1, 1], [2, 2], [3, 3]]],
+                "value": [[[1], [2], [3]]]}
+        cases = [
+            ("query", [[[1, 2], [3]]]),
+            ("query", [[[1, 2], 3]]),
+            ("query", [[[1, 2], [3, 4, 5]]]),
+            ("query", [[[1, 2], [3, [4]]]]),
+            ("query", [[[1, True], [3, 4]]]),
+            ("query", [[[1, None], [3, 4]]]),
+            ("query", [[[1, "2"], [3, 4]]]),
+            ("query", [[[1, {}], [3, 4]]]),
+            ("query", [[]]),
+            ("key", [[[1, 1], [2, 2], [3]]]),
+            ("value", [[[1], [2], []]]),
+            ("valid_lens", [1.5]),
+            ("valid_lens", [True]),
+            ("mask", [[[1, 0, 2]]]),
+            ("mask", [[[1, 0, "x"]]]),
+            ("query", [[[1, 1e39], [3, 4]]]),
+            ("bias", [[-3.5e38, 0, 0]]),
+        ]
+        for field, bad in cases:
+            body = dict(good, **{field: bad})
+            want = self.server_error("/v1/attention", body)
+            args = {k: v for k, v in body.items() if k not in ("query", "key", "value")}
+            got = self.refused(self.c.attention, body["query"], body["key"], body["value"],
+                               **args)
+            self.assertEqual(got, want, "%s: %r" % (field, bad))
+
+    def test_nan_and_infinities_refused_with_attnds_message(self):
+        q = [[[1.0, 2.0], [3.0, float("nan")]]]
+        k, v = [[[1, 1]]], [[[1]]]
+        self.assertEqual(self.refused(self.c.attention, q, k, v),
+                         "query[0][1][1]: NaN is not a JSON number; attnd needs finite values")
+        for dt in (np.float16, np.float32, np.float64):
+            a = np.ones((1, 2, 2), dtype=dt)
+            a[0, 1, 0] = np.inf
+            self.assertEqual(self.refused(self.c.attention, a, k, v),
+                             "query[0][1][0]: Infinity is not a JSON number; "
+                             "attnd needs finite values")
+            a[0, 0, 1] = -np.inf
+            self.assertEqual(self.refused(self.c.attention, [[[1.0, 1.0]]], a, v),
+                             "key[0][0][1]: -Infinity is not a JSON number; "
+                             "attnd needs finite values")
+        self.assertEqual(self.refused(self.c.attention, [[[1, 1]]], k, v, scale=math.nan),
+                         "scale: NaN is not a JSON number; attnd needs finite values")
+        self.assertEqual(self.refused(self.c.attention, [[[1, 1]]], k, v,
+                                      valid_lens=[math.inf]),
+                         "valid_lens[0]: Infinity is not a JSON number; "
+                         "attnd needs finite values")
+        self.assertEqual(self.refused(self.c.attention, [[[1, 1]]], k, v,
+                                      dropout={"p": math.nan, "seed": 1}),
+                         "dropout.p: NaN is not a JSON number; attnd needs finite values")
 
     def test_token(self):
         with harness.Attnd(["--workers", "1", "--token", "tok-1"]) as srv:
             url = "http://127.0.0.1:%d" % srv.port
             q, k, v = [[[1.0, 2.0]]], [[[0.5, -1.0]]], [[[3.0]]]
-            with self.assertRaises(AttndError) as cm:
-                AttndClient(url).attention(q, k, v)
-            self.assertEqual(cm.exception.status, 401)
-            with self.assertRaises(AttndError) as cm:
-                AttndClient(url, token="tok-2").attention(q, k, v)
-            self.assertEqual(cm.exception.status, 401)
-            res = AttndClient(url, token="tok-1", use_numpy=self.numpy_mode).attention(
-                self.tensor(q), self.tensor(k), self.tensor(v))
-            self.check(res, {"query": q, "key": k, "value": v})
-            self.assertTrue(AttndClient(url).ready())
+            for c in (AttndClient(url), AttndClient(url, token="tok-2")):
+                with self.assertRaises(AttndError) as cm:
+                    c.attention(q, k, v)
+                self.assertEqual(cm.exception.status, 401)
+                # a refused token is an error, not "not ready"
+                with self.assertRaises(AttndError) as cm:
+                    c.model_ready("attention")
+                self.assertEqual(cm.exception.status, 401)
+                self.assertTrue(c.ready())  # /readyz takes no token
+                c.close()
+            with AttndClient(url, token="tok-1") as c:
+                self.check(c.attention(q, k, v), {"query": q, "key": k, "value": v})
+                self.assertTrue(c.model_ready("attention"))
             self.assertEqual(srv.stop(), 0)
 
-
-class V2Tests:
-    def test_compressed_request_and_response(self):
-        # HTTP content coding arrives in the server with the v2 routes
-        self.need_v2()
+    def test_compressed_requests_and_answers(self):
         req = rand_request(25, B=2, Lq=6, Lk=8)
         for alg in ("gzip", "deflate"):
-            res = self.c.attention(self.tensor(req["query"]), self.tensor(req["key"]),
-                                   self.tensor(req["value"]), compress=alg)
+            res = self.c.attention(req["query"], req["key"], req["value"],
+                                   request_compression=alg, response_compression="gzip")
             self.assertEqual(self.c.last_headers.get("content-encoding"), "gzip")
             self.check(res, req)
+            res = self.c.infer("attention", req, request_compression=alg,
+                               response_compression="gzip")
+            self.assertEqual(self.c.last_headers.get("content-encoding"), "gzip")
+            self.check(res, {n: rounded(t, "FP32") for n, t in req.items()})
+        self.c.attention(req["query"], req["key"], req["value"])
+        self.assertNotIn("content-encoding", self.c.last_headers)
 
-    def test_v2_health_and_metadata(self):
-        self.need_v2()
+    def test_threads_share_one_client(self):
+        reqs = [rand_request(300 + i, B=1, Lq=3, Lk=4) for i in range(24)]
+        results = [None] * len(reqs)
+
+        def work(i):
+            r = reqs[i]
+            if i % 2:
+                results[i] = self.c.attention(r["query"], r["key"], r["value"])
+            else:
+                results[i] = self.c.infer("attention", r, binary=i % 4 == 0)
+
+        threads = [threading.Thread(target=lambda j=j: [work(i) for i in range(j, 24, 4)])
+                   for j in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for i, r in enumerate(reqs):
+            self.check(results[i], r if i % 2 else {n: rounded(t, "FP32") for n, t in r.items()})
+
+
+# ---- health, readiness and connections ------------------------------------------------
+
+class HealthTest(Case):
+    def test_health_helpers(self):
+        self.assertTrue(self.c.healthy())
+        self.assertTrue(self.c.ready())
         self.assertTrue(self.c.server_live())
         self.assertTrue(self.c.server_ready())
         self.assertTrue(self.c.model_ready("attention"))
         self.assertTrue(self.c.model_ready("additive_attention", version=1))
-        self.assertFalse(self.c.model_ready("bert"))
+        with self.assertRaises(AttndError) as cm:
+            self.c.model_ready("bert")
+        self.assertEqual(cm.exception.status, 404)
+        self.assertIn("bert", cm.exception.message)
+        self.assertIn("attnd_requests_total", self.c.metrics())
+        self.c.wait_ready(timeout=5)
+
+    def test_nothing_listening_raises_connection_error(self):
+        dead = AttndClient("127.0.0.1:%d" % free_port(), timeout=5)
+        for call in (dead.ready, dead.healthy, dead.server_ready,
+                     lambda: dead.model_ready("attention"),
+                     lambda: dead.attention([[[1.0]]], [[[1.0]]], [[[1.0]]])):
+            with self.assertRaises(AttndConnectionError) as cm:
+                call()
+            self.assertIsNone(cm.exception.status)
+            self.assertIsInstance(cm.exception, AttndError)
+            self.assertIsInstance(cm.exception.__cause__, OSError)
+        t0 = time.monotonic()
+        with self.assertRaises(AttndConnectionError):
+            dead.wait_ready(timeout=0.3)
+        self.assertLess(time.monotonic() - t0, 5)
+
+    def test_not_ready_only_while_draining(self):
+        # readiness turns 503 at once; the delay keeps the process serving
+        delay = "15000" if harness.VALGRIND else "4000"
+        with harness.Attnd(["--workers", "1", "--drain-delay-ms", delay]) as srv:
+            c = AttndClient("127.0.0.1:%d" % srv.port)
+            self.assertTrue(c.ready())
+            srv.proc.send_signal(signal.SIGTERM)
+            end = time.time() + 30
+            while c.ready() and time.time() < end:
+                time.sleep(0.02)
+            self.assertFalse(c.ready())
+            self.assertFalse(c.server_ready())
+            self.assertFalse(c.model_ready("attention"))
+            self.assertTrue(c.healthy())
+            c.close()
+            self.assertEqual(srv.proc.wait(120), 0)
+
+    def test_one_keepalive_connection_per_thread(self):
+        proxy = Proxy(self.srv.port)
+        try:
+            c = AttndClient(proxy.url)
+            for i in range(10):
+                self.assertTrue(c.ready())
+                c.attention([[[1.0, float(i)]]], [[[1.0, 1.0]]], [[[2.0]]])
+            self.assertEqual(proxy.accepted, 1)
+
+            def work():
+                for _ in range(5):
+                    c.infer("attention", {"query": [[[1.0]]], "key": [[[1.0]]],
+                                          "value": [[[1.0]]]})
+            threads = [threading.Thread(target=work) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertEqual(proxy.accepted, 5)
+            c.close()
+        finally:
+            proxy.close()
+
+    def test_reconnects_when_the_server_closed_an_idle_connection(self):
+        with harness.Attnd(["--workers", "1", "--conn-timeout-s", "1"]) as srv:
+            proxy = Proxy(srv.port)
+            try:
+                c = AttndClient(proxy.url)
+                q, k, v = [[[1.0, 0.0]]], [[[1.0, 0.0]]], [[[2.0]]]
+                self.check(c.attention(q, k, v), {"query": q, "key": k, "value": v})
+                time.sleep(2.5)  # attnd closes the idle connection after 1 s
+                self.check(c.attention(q, k, v), {"query": q, "key": k, "value": v})
+                self.assertEqual(proxy.accepted, 2)
+                c.close()
+            finally:
+                proxy.close()
+            self.assertEqual(srv.stop(), 0)
+
+    def test_request_sent_on_a_connection_closed_under_it_is_sent_again(self):
+        proxy = Proxy(self.srv.port)
+        try:
+            c = AttndClient(proxy.url)
+            req = rand_request(27, B=1, Lq=2, Lk=3)
+            self.check(c.infer("attention", req), {n: rounded(t, "FP32") for n, t in req.items()})
+            proxy.drop_next = True
+            self.check(c.infer("attention", req), {n: rounded(t, "FP32") for n, t in req.items()})
+            self.assertEqual(proxy.accepted, 2)
+            # once only: a new connection that fails is an error
+            proxy.drop_all = True
+            with self.assertRaises(AttndConnectionError):
+                c.infer("attention", req)
+            self.assertEqual(proxy.accepted, 3)
+            c.close()
+        finally:
+            proxy.close()
+
+
+# ---- v2 ------------------------------------------------------------------------------
+
+class V2Test(Case):
+    def test_v2_health_metadata_config_and_stats(self):
         meta = self.c.server_metadata()
         self.assertIn("binary_tensor_data", meta["extensions"])
         m = self.c.model_metadata("attention", version="1")
@@ -255,82 +720,196 @@ class V2Tests:
         with self.assertRaises(AttndError) as cm:
             self.c.model_metadata("bert")
         self.assertEqual(cm.exception.status, 404)
+        cfg = self.c.model_config("attention")
+        self.assertEqual(cfg["name"], "attention")
+        self.c.infer("attention", {"query": [[[1.0]]], "key": [[[1.0]]], "value": [[[1.0]]]})
+        st = self.c.model_statistics("attention")
+        self.assertGreaterEqual(st["model_stats"][0]["inference_stats"]["success"]["count"], 1)
+        self.assertIn("model_stats", self.c.model_statistics())
 
-    def test_v2_every_float_datatype_binary_and_json(self):
-        self.need_v2()
+    def test_every_float_datatype_binary_and_json(self):
         req = rand_request(31, B=1, H=2, Lq=3, Lk=5, D=8, Dv=4)
-        np_types = {"FP32": "float32", "FP64": "float64", "FP16": "float16"}
+        names = ("query", "key", "value")
+        np_types = {"FP32": np.float32, "FP64": np.float64, "FP16": np.float16,
+                    "BF16": np.float32}
         for binary in (True, False):
             for dt in ("FP32", "FP64", "FP16", "BF16"):
-                inputs = {n: self.tensor(req[n], np_types.get(dt, "float32"))
-                          for n in ("query", "key", "value")}
-                dts = {"query": "BF16", "key": "BF16", "value": "BF16"} if dt == "BF16" else {}
-                if not self.numpy_mode:
-                    dts = {n: dt for n in inputs}
-                res = self.c.infer("attention", inputs, binary=binary, datatypes=dts,
-                                   request_id="t-" + dt)
-                self.assertEqual(self.c.last_response["id"], "t-" + dt)
-                want_ct = "application/octet-stream" if binary else "application/json"
-                self.assertEqual(self.c.last_headers["content-type"], want_ct)
-                ref = {n: rounded(req[n], dt) for n in ("query", "key", "value")}
-                if dt == "BF16" and not binary:
-                    # JSON numbers: the server rounds what was sent (the
-                    # float32 array's values in numpy mode) straight to BF16
-                    sent = {n: rounded(req[n], "FP32") if self.numpy_mode else req[n]
-                            for n in ("query", "key", "value")}
-                    ref = {n: nest([bf16_direct(x) for x in flatten(t)], shape_of(t))
-                           for n, t in sent.items()}
-                self.check(res, ref)
+                for as_lists in (False, True):
+                    if as_lists:
+                        inputs = {n: req[n] for n in names}
+                        dts = {n: dt for n in names}
+                    else:
+                        inputs = {n: np.asarray(req[n], np_types[dt]) for n in names}
+                        dts = {n: "BF16" for n in names} if dt == "BF16" else {}
+                    res = self.c.infer("attention", inputs, binary=binary, datatypes=dts,
+                                       request_id="t-" + dt)
+                    what = "%s %s %s" % (dt, "binary" if binary else "JSON",
+                                         "lists" if as_lists else "arrays")
+                    self.assertEqual(self.c.last_response["id"], "t-" + dt, what)
+                    self.assertEqual(self.c.last_response["outputs"][0]["datatype"], "FP32")
+                    want_ct = "application/octet-stream" if binary else "application/json"
+                    self.assertEqual(self.c.last_headers["content-type"], want_ct, what)
+                    sent = {n: inputs[n].astype(np.float64).tolist() if not as_lists
+                            else req[n] for n in names}
+                    if dt == "BF16" and not binary:
+                        # attnd rounds each JSON number straight to BF16
+                        ref = {n: nest([direct_bf16(x) for x in flatten(t)], shape_of(t))
+                               for n, t in sent.items()}
+                    else:
+                        ref = {n: rounded(t, dt) for n, t in sent.items()}
+                    with self.subTest(what):
+                        self.check(res, {n: rounded(t, "FP32") for n, t in ref.items()})
 
-    def test_v2_lengths_mask_parameters_and_output_order(self):
-        self.need_v2()
+    def test_lengths_mask_parameters_and_output_order(self):
         req = rand_request(32, B=2, Lq=3, Lk=4, D=4, Dv=3)
         mask = [[[True, False, True, True]]]
-        for lens_dt in ("INT32", "INT64"):
-            np_dt = "int32" if lens_dt == "INT32" else "int64"
-            inputs = {"query": self.tensor(req["query"]), "key": self.tensor(req["key"]),
-                      "value": self.tensor(req["value"]),
-                      "valid_lens": self.tensor([[1, 2, 3], [0, 4, 4]], np_dt),
-                      "mask": self.tensor(mask, "bool")}
-            res = self.c.infer("attention", inputs, outputs=["weights", "output"],
-                               datatypes={} if self.numpy_mode else {"valid_lens": lens_dt},
-                               parameters={"causal": True})
-            self.assertEqual([o["name"] for o in self.c.last_response["outputs"]],
-                             ["weights", "output"])
-            self.check(res, dict(req, mask=mask, valid_lens=[[1, 2, 3], [0, 4, 4]],
-                                 causal=True))
-        res = self.c.infer("attention", {n: self.tensor(req[n]) for n in
-                                         ("query", "key", "value")}, outputs=["output"],
-                           compress="gzip")
-        self.check(res, req, outputs=("output",))
+        lens = [[1, 2, 3], [0, 4, 4]]
+        ref = dict({n: rounded(req[n], "FP32") for n in req}, mask=mask, valid_lens=lens,
+                   causal=True)
+        for lens_in, lens_dt in ((np.asarray(lens, np.int32), "INT32"),
+                                 (np.asarray(lens, np.int64), "INT64"), (lens, "INT32")):
+            for binary in (True, False):
+                inputs = dict(req, valid_lens=lens_in, mask=np.asarray(mask))
+                res = self.c.infer("attention", inputs, outputs=["weights", "output"],
+                                   parameters={"causal": np.bool_(True)}, binary=binary)
+                self.assertEqual(list(res), ["weights", "output"])
+                self.assertEqual([o["name"] for o in self.c.last_response["outputs"]],
+                                 ["weights", "output"])
+                self.check(res, ref)
+        res = self.c.infer("attention", req, outputs=["output"])
+        self.check(res, {n: rounded(req[n], "FP32") for n in req}, outputs=("output",))
 
-    def test_v2_additive(self):
-        self.need_v2()
+    def test_default_datatypes_on_the_wire(self):
+        proxy = Proxy(self.srv.port)
+        try:
+            c = AttndClient(proxy.url)
+            q, k, v = [[[1.0, 2.0]]], [[[1.0, 0.0], [0.0, 1.0]]], [[[1.0], [2.0]]]
+            cases = [
+                ({"query": q, "key": k, "value": v, "valid_lens": [1], "mask": [[[1, 0]]]},
+                 ["FP32", "FP32", "FP32", "INT32", "BOOL"]),
+                ({"query": np.asarray(q, np.float16), "key": np.asarray(k, np.float64),
+                  "value": np.asarray(v, np.int64), "valid_lens": np.asarray([1], np.int64),
+                  "mask": np.asarray([[[True, False]]])},
+                 ["FP16", "FP64", "FP32", "INT64", "BOOL"]),
+                ({"query": np.float32(1.5) * np.ones((1, 1, 2), np.float32), "key": k,
+                  "value": v, "valid_lens": np.asarray([2], np.uint8)},
+                 ["FP32", "FP32", "FP32", "INT32"]),
+            ]
+            for inputs, want in cases:
+                for binary in (True, False):
+                    del proxy.sent[:]
+                    res = c.infer("attention", inputs, binary=binary)
+                    head = bytes(proxy.sent).split(b"\r\n\r\n", 1)[1]
+                    n = len(head)
+                    if binary:
+                        n = int(re.search(rb"Inference-Header-Content-Length: (\d+)",
+                                          bytes(proxy.sent)).group(1))
+                    sent = json.loads(head[:n])
+                    self.assertEqual([i["datatype"] for i in sent["inputs"]], want)
+                    self.assertEqual(list(res), ["output", "weights"])
+            c.close()
+        finally:
+            proxy.close()
+
+    def test_diagnostics_outputs_keep_their_datatypes(self):
+        req = rand_request(36, B=2, H=2, Lq=3, Lk=5, D=4, Dv=2)
+        lens = [[5, 0, 2], [1, 3, 5]]
+        outs = ["output", "allowed_keys", "entropy", "max_weight", "jacobian_norm"]
+        ref_req = dict({n: rounded(req[n], "FP32") for n in req}, valid_lens=lens)
+        for binary in (True, False):
+            res = self.c.infer("attention", dict(req, valid_lens=lens), outputs=outs,
+                               binary=binary)
+            self.assertEqual(list(res), outs)
+            self.check(res, ref_req, outputs=("output",))
+            self.check_diagnostics(res, ref_req)
+
+    def test_additive_model_with_version(self):
         req = rand_request(33, B=2, Lq=2, Lk=4, D=3, Dv=2)
         rng = random.Random(34)
         w = {"w_q": rand_tensor(rng, [5, 3]), "w_k": rand_tensor(rng, [5, 3]),
              "w_v": rand_tensor(rng, [5])}
-        inputs = {n: self.tensor(t) for n, t in list(req.items()) + list(w.items())}
+        inputs = {n: np.asarray(t, np.float32) for n, t in list(req.items()) + list(w.items())}
         res = self.c.infer("additive_attention", inputs, version=1)
-        self.check(res, dict(req, scoring="additive", **w))
+        ref = {n: rounded(t, "FP32") for n, t in dict(req, **w).items()}
+        self.check(res, dict(ref, scoring="additive"))
 
-    def test_v2_errors(self):
-        self.need_v2()
+    def test_server_errors(self):
         req = rand_request(35)
-        inputs = {n: self.tensor(req[n]) for n in ("query", "key", "value")}
         with self.assertRaises(AttndError) as cm:
-            self.c.infer("bert", inputs)
+            self.c.infer("bert", req)
         self.assertEqual(cm.exception.status, 404)
         with self.assertRaises(AttndError) as cm:
-            self.c.infer("attention", {"query": inputs["query"], "key": inputs["key"]})
+            self.c.infer("attention", {"query": req["query"], "key": req["key"]})
         self.assertEqual(cm.exception.status, 400)
-        self.assertIn("value", cm.exception.message)
+        self.assertEqual(cm.exception.message, "value: required input is missing")
         with self.assertRaises(AttndError) as cm:
-            self.c.infer("attention", inputs, timeout_us=1)
+            self.c.infer("attention", req, timeout_us=1)
         self.assertEqual(cm.exception.status, 504)
+        with self.assertRaises(AttndError) as cm:
+            self.c.infer("attention", req, datatypes={"query": "INT32"})
+        self.assertEqual(cm.exception.status, 400)
+        self.assertIn("datatype INT32 is not supported", cm.exception.message)
+
+    def test_refusals_match_the_servers_binary_and_json_messages(self):
+        k, v = [[[1.0, 1.0]]], [[[1.0]]]
+
+        def server_says(q_entry, raw=b""):
+            hdr = json.dumps({"inputs": [dict(q_entry, name="query"),
+                                         {"name": "key", "shape": [1, 1, 2],
+                                          "datatype": "FP32", "data": [1, 1]},
+                                         {"name": "value", "shape": [1, 1, 1],
+                                          "datatype": "FP32", "data": [1]}]}).encode()
+            h = {"Inference-Header-Content-Length": str(len(hdr))} if raw else {}
+            return self.server_error("/v2/models/attention/infer", hdr + raw, h)
+
+        # binary: what attnd's binary reader says of the same bytes
+        for dt, np_dt, bad in (("FP32", np.float32, np.nan), ("FP16", np.float16, np.inf),
+                               ("FP64", np.float64, -np.inf), ("FP64", np.float64, 1e39)):
+            q = np.array([[[1.0, bad]]], dtype=np_dt)
+            raw = q.astype("<" + q.dtype.str[1:]).tobytes()
+            want = server_says({"shape": [1, 1, 2], "datatype": dt,
+                                "parameters": {"binary_data_size": len(raw)}}, raw)
+            got = self.refused(self.c.infer, "attention", {"query": q, "key": k, "value": v})
+            self.assertEqual(got, want, dt)
+        q = np.array([[[np.nan, 1.0]]], np.float32)
+        self.assertEqual(self.refused(self.c.infer, "attention",
+                                      {"query": q, "key": k, "value": v},
+                                      datatypes={"query": "BF16"}),
+                         "query[0][0][0]: BF16 value is not finite (infinity or NaN)")
+        # numbers beyond the datatype: the client words them as attnd words
+        # the same number in JSON, binary or not
+        for dt, x in (("FP16", 70000.0), ("FP16", 65520.0), ("BF16", 3.4e38),
+                      ("FP32", 1e39), ("FP64", -1e39)):
+            want = server_says({"shape": [1, 1, 2], "datatype": dt, "data": [1, x]})
+            for binary in (False, True):
+                if binary and dt == "FP64":
+                    continue  # sent as it is: attnd's binary reader refuses it
+                got = self.refused(self.c.infer, "attention",
+                                   {"query": [[[1, x]]], "key": k, "value": v},
+                                   datatypes={"query": dt}, binary=binary)
+                self.assertEqual(got, want, (dt, x, binary))
+        self.assertEqual(self.refused(self.c.infer, "attention",
+                                      {"query": [[[1, math.nan]]], "key": k, "value": v},
+                                      binary=False),
+                         "query[0][0][1]: NaN is not a JSON number; attnd needs finite values")
+        self.assertEqual(self.refused(self.c.infer, "attention",
+                                      {"query": [[[1, 2]]], "key": k, "value": v},
+                                      parameters={"scale": math.inf}),
+                         "parameters.scale: Infinity is not a JSON number; "
+                         "attnd needs finite values")
+        # ragged lists: v2 takes the shape from the request and any nesting
+        # of data with that many numbers, so the client, which takes the
+        # shape from the lists, refuses them as attnd's /v1 does
+        want = self.server_error("/v1/attention", {"query": [[[1, 2], [3]]], "key": k,
+                                                   "value": v})
+        got = self.refused(self.c.infer, "attention",
+                           {"query": [[[1, 2], [3]]], "key": k, "value": v})
+        self.assertEqual(got, want)
 
 
-class EncodingTests:
+# ---- encoders ---------------------------------------------------------------------
+
+class EncodingTest(unittest.TestCase):
     def test_bf16_and_fp16_encoding_is_exact(self):
         rng = random.Random(41)
         xs = [rng.gauss(0, 1) * 10 ** rng.randint(-30, 30) for _ in range(3000)]
@@ -338,58 +917,28 @@ class EncodingTests:
         xs += [struct.unpack("<f", struct.pack("<I", b))[0]
                for b in (0x3F808000, 0x3F818000, 0xBF808000, 0x00008000, 0x00018000)]
         xs += [0.0, -0.0, 1.0, 3.0e38, -1e-40, 1.00390625]
-        got = attnd_client._encode_list(xs, "BF16")
-        want = struct.pack("<%dH" % len(xs), *[bf16_exact(x)[1] for x in xs])
-        self.assertEqual(got, want)
+        enc, dec = attnd_client.encode_tensor, attnd_client.decode_tensor
+        want = struct.pack("<%dH" % len(xs), *[exact_bf16(x)[1] for x in xs])
+        for src in (xs, np.asarray(xs), np.asarray(xs, np.float32)):
+            self.assertEqual(enc(src, "BF16"), want)
+        back = dec(want, "BF16", [len(xs)])
+        self.assertEqual(back.dtype, np.float32)
+        self.assertEqual(back.tolist(), [exact_bf16(x)[0] for x in xs])
         ys = [x for x in xs if abs(x) < 65504]
-        self.assertEqual(attnd_client._decode_list(attnd_client._encode_list(ys, "FP16"),
-                                                   "FP16"), [f16_value(y) for y in ys])
-        back = attnd_client._decode_list(got, "BF16")
-        self.assertEqual(back, [bf16_exact(x)[0] for x in xs])
-        if self.numpy_mode:
-            for dt, npt in (("BF16", "float32"), ("BF16", "float64"), ("FP16", "float64"),
-                            ("FP32", "float64"), ("FP64", "float64")):
-                vals = ys if dt == "FP16" else xs
-                if dt == "FP32":
-                    vals = [x for x in xs if abs(x) < 3e38]
-                a = np.asarray(vals, dtype=npt)
-                self.assertEqual(attnd_client._np_encode(a, dt),
-                                 attnd_client._encode_list(a.tolist(), dt), dt)
-                dec = attnd_client._np_decode(attnd_client._np_encode(a, dt), dt, [len(vals)])
-                self.assertEqual(dec.tolist(), attnd_client._decode_list(
-                    attnd_client._encode_list(a.tolist(), dt), dt))
-
-    def test_client_mode(self):
-        if self.numpy_mode:
-            self.assertTrue(AttndClient(self.url).numpy)
-        elif np is None:
-            self.assertFalse(AttndClient(self.url).numpy)  # auto: no numpy, lists
-            with self.assertRaises(ImportError):
-                AttndClient(self.url, use_numpy=True)
-        self.assertEqual(self.c.numpy, self.numpy_mode)
-
-
-class ListClientTest(ClientCase, V1Tests, V2Tests, EncodingTests):
-    numpy_mode = False
-
-
-if np is not None:
-    class NumpyClientTest(ClientCase, V1Tests, V2Tests, EncodingTests):
-        numpy_mode = True
-elif ONLY is None:
-    class NumpyUnderSystemPythonTest(harness.unittest.TestCase):
-        def test_numpy_mode(self):
-            """Runs NumpyClientTest in Debian's python3, which has numpy."""
-            proc = subprocess.run([SYSTEM_PYTHON, os.path.abspath(__file__)],
-                                  env=dict(os.environ, ATTND_CLIENT_TEST_ONLY="numpy"),
-                                  capture_output=True, text=True, timeout=600)
-            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
-            self.assertRegex(proc.stdout, r"\b[1-9]\d* passed, 0 failed")
+        want16 = struct.pack("<%de" % len(ys), *ys)  # struct rounds to nearest even
+        for src in (ys, np.asarray(ys)):
+            self.assertEqual(enc(src, "FP16"), want16)
+        self.assertEqual(enc(np.asarray(ys, np.float32), "FP16"),
+                         struct.pack("<%de" % len(ys), *[f32(y) for y in ys]))
+        self.assertEqual(dec(want16, "FP16", [len(ys)]).tolist(), [f16(y) for y in ys])
+        zs = [x for x in xs if abs(x) < 3e38]
+        self.assertEqual(enc(zs, "FP32"), struct.pack("<%df" % len(zs), *zs))
+        self.assertEqual(enc(zs, "FP64"), struct.pack("<%dd" % len(zs), *zs))
+        self.assertEqual(enc([[1, 0], [1, 1]], "BOOL"), b"\x01\x00\x01\x01")
+        self.assertEqual(enc([3, 2**31 - 1], "INT32"), struct.pack("<2i", 3, 2**31 - 1))
+        self.assertEqual(dec(struct.pack("<2q", -5, 7), "INT64", [2]).dtype, np.int64)
 
 
 if __name__ == "__main__":
-    if ONLY == "numpy":
-        del ListClientTest
-        if np is None:
-            sys.exit("ATTND_CLIENT_TEST_ONLY=numpy needs numpy")
+    run_under_capable_python(__file__)
     harness.main()

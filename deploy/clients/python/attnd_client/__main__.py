@@ -1,0 +1,28 @@
+"""python3 -m attnd_client [URL]: readiness, then the README's example."""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+from . import AttndClient, AttndError
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    url = argv[0] if argv else "http://127.0.0.1:8000"
+    with AttndClient(url) as c:
+        try:
+            print("ready:", c.ready())
+            r = c.attention([[[1, 0], [0, 2]]], [[[1, 1], [2, 0], [0, 3]]],
+                            [[[1, 0], [0, 1], [1, 1]]], valid_lens=[2])
+        except AttndError as e:
+            print("attnd_client:", e, file=sys.stderr)
+            return 1
+        print("output:", r["output"].tolist())
+        print("weights:", r["weights"].tolist())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The client's exceptions: one base class, AttndError, for everything a call
+can fail with (an HTTP error status, no connection, input attnd would refuse)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class AttndError(Exception):
+    """A call to attnd failed.
+
+    Attributes:
+        status: the HTTP status attnd answered (400, 401, 404, 413, 503, ...);
+            None when no answer arrived (AttndConnectionError).
+        message: attnd's own text, the "error" member of its JSON error body
+            (or the start of the body when it is not JSON), or what went wrong
+            on the client's side.
+        retry_after: seconds from the Retry-After header (503s), else None.
+        body: the raw response body (b"" when there was none).
+    """
+
+    def __init__(self, status: Optional[int], message: str,
+                 retry_after: Optional[float] = None, body: bytes = b"") -> None:
+        super().__init__(message if status is None else "HTTP %d: %s" % (status, message))
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after
+        self.body = body
+
+
+class AttndConnectionError(AttndError):
+    """No answer: the connection could not be made, broke, or timed out.
+    status is None; the OSError is the exception's __cause__."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(None, message)
+
+
+class AttndInputError(AttndError, ValueError):
+    """The client refused a tensor before sending it (ragged nesting, NaN or
+    infinity, a number out of the datatype's range, a wrong element type).
+    The message is worded as attnd words the same refusal, and status is 400,
+    what attnd answers for it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(400, message)

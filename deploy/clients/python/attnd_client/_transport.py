@@ -1,0 +1,150 @@
+"""HTTP/1.1 with keep-alive: one connection per thread, kept between calls.
+
+Each thread that uses a client gets its own http.client connection, opened
+on its first request and reused after, so a client may be shared by
+threads without a lock around requests.  Before a connection is reused it
+is polled: one the server has closed while idle (attnd's --conn-timeout-s,
+a proxy's idle timeout) is reopened first.  When a reused connection still
+turns out closed as the request goes out (the server closed it at that
+moment), the request is sent once more on a new connection: attnd has not
+read it, so nothing happened twice.  Every other failure is an
+AttndConnectionError.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import select
+import socket
+import ssl
+import threading
+import weakref
+import zlib
+from typing import Dict, Mapping, Optional, Tuple
+
+from ._errors import AttndConnectionError
+
+# The failures of a reused connection that the server closed: it never read
+# the request (no byte of an answer came back).
+_CLOSED_UNDER_US = (http.client.RemoteDisconnected, BrokenPipeError,
+                    ConnectionResetError, ConnectionAbortedError)
+
+
+def _dropped(sock: socket.socket) -> bool:
+    """An idle keep-alive connection that has something to read has been
+    closed by the server (or is out of step): either way, not reusable."""
+    try:
+        if hasattr(select, "poll"):
+            p = select.poll()
+            p.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+            return bool(p.poll(0))
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+def inflate(data: bytes, coding: Optional[str]) -> bytes:
+    """A body in its Content-Encoding (gzip, deflate or none) -> the bytes."""
+    if not coding or coding == "identity":
+        return data
+    if coding == "gzip":
+        return gzip.decompress(data)
+    if coding == "deflate":
+        try:
+            return zlib.decompress(data)
+        except zlib.error:  # raw deflate, as some servers send
+            return zlib.decompress(data, -zlib.MAX_WBITS)
+    raise ValueError("unknown Content-Encoding %r" % coding)
+
+
+def deflate(data: bytes, coding: str) -> bytes:
+    """data compressed as gzip or deflate (zlib format)."""
+    if coding == "gzip":
+        return gzip.compress(data, 6)
+    if coding == "deflate":
+        return zlib.compress(data, 6)
+    raise ValueError("compression must be 'gzip' or 'deflate', not %r" % coding)
+
+
+class Transport:
+    """Connections to one host and port, one per thread."""
+
+    def __init__(self, scheme: str, host: str, port: int, timeout: Optional[float],
+                 ssl_context: Optional[ssl.SSLContext]) -> None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.timeout = timeout
+        self.ssl_context = ssl_context
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: "weakref.WeakSet[http.client.HTTPConnection]" = weakref.WeakSet()
+
+    def _new(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection
+        if self.scheme == "https":
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout,
+                                               context=self.ssl_context)
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        with self._lock:
+            self._all.add(conn)
+        return conn
+
+    def _connection(self) -> Tuple[http.client.HTTPConnection, bool]:
+        """This thread's connection, and whether it is an open one being
+        reused (False: it connects on the request)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._new()
+            return conn, False
+        if conn.sock is None:
+            return conn, False
+        if _dropped(conn.sock):
+            conn.close()
+            return conn, False
+        return conn, True
+
+    def request(self, method: str, path: str, body: Optional[bytes],
+                headers: Mapping[str, str]) -> Tuple[int, Dict[str, str], bytes]:
+        """(status, headers with lower-case names, body as sent); the body is
+        still in its Content-Encoding."""
+        where = "%s://%s:%d" % (self.scheme, self.host, self.port)
+        for attempt in (0, 1):
+            conn, reused = self._connection()
+            try:
+                try:
+                    conn.request(method, path, body=body, headers=dict(headers))
+                except (BrokenPipeError, ConnectionResetError):
+                    # The server may have answered before it stopped reading
+                    # (a 413 for a body over its limit): read that answer.
+                    resp = conn.getresponse()
+                else:
+                    resp = conn.getresponse()
+            except _CLOSED_UNDER_US as e:
+                conn.close()
+                if reused and attempt == 0:
+                    continue
+                raise AttndConnectionError("%s %s%s: %s" % (method, where, path,
+                                                           e or type(e).__name__)) from e
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise AttndConnectionError("%s %s%s: %s" % (method, where, path,
+                                                           e or type(e).__name__)) from e
+            try:
+                data = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise AttndConnectionError("%s %s%s: the answer broke off: %s"
+                                           % (method, where, path, e)) from e
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            return resp.status, hdrs, data
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Closes every connection of every thread (they reopen on use)."""
+        with self._lock:
+            conns = list(self._all)
+        for c in conns:
+            c.close()
