@@ -41,6 +41,10 @@ struct config {
   int token_metrics;        /* 1: /metrics needs the token too */
   char tls_cert[256];       /* PEM certificate chain file, "" = plain HTTP */
   char tls_key[256];        /* PEM private key file (with tls_cert) */
+  int allow_client_shm;     /* 1: /v2/systemsharedmemory register and
+                               unregister are served (else 501) */
+  int shm_max_regions;      /* regions registered at once */
+  long shm_max_mb;          /* their total byte size, MiB */
 };
 
 enum config_result {

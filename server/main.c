@@ -35,6 +35,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "probe.h"
+#include "shm.h"
 #include "tls.h"
 
 /* The self-pipe: written by the signal handler, read by main.  These two
@@ -89,10 +90,10 @@ static int main_wait_signal(int ms) {
 }
 
 /* Enough descriptors for --max-conns, as many lingering sockets (at most
- * --max-conns of them, linger.h) and our own. */
-static void main_raise_nofile(int max_conns) {
+ * --max-conns of them, linger.h), the shared memory regions and our own. */
+static void main_raise_nofile(int max_conns, int shm_regions) {
   struct rlimit rl;
-  rlim_t want = (rlim_t)max_conns * 2 + 64;
+  rlim_t want = (rlim_t)max_conns * 2 + (rlim_t)shm_regions + 64;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
     return;
   rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
@@ -213,6 +214,7 @@ int main(int argc, char **argv) {
   struct metrics *m = NULL;
   struct batcher *b = NULL;
   struct http *h = NULL;
+  struct shm_registry *shm = NULL;
   long fail_at = 0;         /* ATTND_FAIL_ALLOC_AT (proto/mem.h) */
   unsigned long allocs = 0;
   struct tls_pem tls = {NULL, NULL};
@@ -228,17 +230,21 @@ int main(int argc, char **argv) {
     return 2;
   log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT, cfg.access_log);
   main_config_parts(&cfg, &tls, &bc, &hc);
-  main_raise_nofile(cfg.max_conns);
+  main_raise_nofile(cfg.max_conns, cfg.shm_max_regions);
   main_tune_malloc();
   mem_init();  /* cJSON's allocator, before any thread */
   /* One BLAS thread per worker: the workers are the parallelism. */
   openblas_set_num_threads(1);
   if (main_signals() != 0 || !(m = metrics_new()) ||
+      !(shm = shm_new((size_t)cfg.shm_max_regions,
+                      (uint64_t)cfg.shm_max_mb << 20)) ||
       !(b = batcher_start(&bc, m))) {
     log_error("cannot start: out of memory or threads");
     rc = 1;
     goto out;
   }
+  hc.shm = shm;
+  hc.allow_client_shm = cfg.allow_client_shm;
   if (!(h = http_start(&hc, b, m))) {
     rc = 1;
     goto out;
@@ -272,6 +278,7 @@ out:
     http_stop(h);
   if (b)
     batcher_stop(b);
+  shm_free(shm);  /* no request holds a region any more */
   metrics_free(m);
   tls_free(&tls);
   if (main_sig_pipe[0] >= 0) {
