@@ -401,11 +401,11 @@ static const struct {
   {"stats", &http_v2_stats_route}};
 
 static enum MHD_Result http_get_shm_status(struct http_req *r) {
-  char *body, err[PROTO_ERR_MAX];
+  char *body, err[PROTO_ERR_MAX] = "";
   size_t len;
   int rc = shm_http_status(r->h->cfg.shm, r->url, &body, &len, err);
   if (rc != 0)
-    return http_fail(r, rc, err, NULL);
+    return http_fail(r, rc, err[0] ? err : NULL, NULL);
   return http_answer(r, 200, body, len, 1, http_json, NULL);
 }
 
@@ -679,7 +679,7 @@ static int http_job_finish(struct batcher_job *job) {
  * unregister; 200 with an empty body, as Triton. */
 static enum MHD_Result http_post_shm(struct http_req *r) {
   static char empty[] = "";
-  char err[PROTO_ERR_MAX], *plain;
+  char err[PROTO_ERR_MAX] = "", *plain;
   const char *b;
   size_t n;
   int rc = http_post_plain(r, &plain, &b, &n, err);
@@ -689,7 +689,7 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
   mem_free(plain);
   proto_body_free(&r->body);
   if (rc != 0)
-    return http_fail(r, rc, err, NULL);
+    return http_fail(r, rc, err[0] ? err : NULL, NULL);
   return http_answer(r, 200, empty, 0, 0, http_json, NULL);
 }
 
