@@ -177,10 +177,11 @@ $(BUILD)/attnd-bench-json: $(BUILD)/obj/tests/bench/bench_json.o                
 
 -include $(BUILD)/obj/tests/bench/bench_json.d
 
-# libFuzzer harnesses (tests/fuzz/): proto/ and core/ rebuilt with clang,
-# -fsanitize=fuzzer,address,undefined, in build/fuzz.  `make fuzz` runs
-# each harness FUZZ_SECONDS on a copy of its seed corpus; make test runs
-# them for 3 s each (tests/run.sh).  Without clang the suite is skipped.
+# libFuzzer harnesses (tests/fuzz/): proto/, core/ and the shared memory
+# registry rebuilt with clang, -fsanitize=fuzzer,address,undefined, in
+# build/fuzz.  `make fuzz` runs each harness FUZZ_SECONDS on a copy of its
+# seed corpus; make test runs them for 3 s each (tests/run.sh).  Without
+# clang the suite is skipped.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := $(BUILD)/fuzz
@@ -189,7 +190,10 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
 FUZZ_CFLAGS = $(STD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
               $(PKG_CFLAGS) -I. -MMD -MP
 FUZZ_CXX ?= clang++
-FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(PROTO_SRC)) \
+# The shared memory registry too: fuzz_v2 decodes through real regions.
+FUZZ_SERVER_SRC := server/shm.c server/shm_http.c
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) \
+                  $(FUZZ_SERVER_SRC)) \
                 $(patsubst %.cc,$(FUZZ_DIR)/obj/%.o,$(PROTO_CXX_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,\
               $(wildcard tests/fuzz/fuzz_*.c))
