@@ -409,13 +409,16 @@ static enum MHD_Result http_get_shm_status(struct http_req *r) {
   return http_answer(r, 200, body, len, 1, http_json, NULL);
 }
 
-/* /v2/systemsharedmemory[/region/{name}]/{status,register,unregister}
- * (shm_http.h), one entry for the GET and one for the POSTs. */
+/* /v2/systemsharedmemory[/region/{region}]/{status,register,unregister}
+ * (shm_http.h): status and unregister with or without a region. */
 static const struct http_route http_shm_status_route = {
   "/v2/systemsharedmemory/status", METRICS_ROUTE_OTHER, "GET, HEAD",
   http_get_shm_status, 0, 1};
-static const struct http_route http_shm_post_route = {
-  "/v2/systemsharedmemory/register", METRICS_ROUTE_OTHER, "POST", NULL,
+static const struct http_route http_shm_register_route = {
+  "/v2/systemsharedmemory/region/{region}/register", METRICS_ROUTE_OTHER,
+  "POST", NULL, BODY_SHM, 1};
+static const struct http_route http_shm_unregister_route = {
+  "/v2/systemsharedmemory/unregister", METRICS_ROUTE_OTHER, "POST", NULL,
   BODY_SHM, 1};
 
 /* Every embedded file shares one route entry; its path is the URL. */
@@ -495,8 +498,9 @@ static const struct http_route *http_find_route(struct http_req *r,
   if (strncmp(url, "/v2/models/", 11) == 0)
     return http_find_v2_model(r, url, msg, cap);
   if ((shm = shm_http_action(url)) >= 0)
-    return shm == SHM_HTTP_STATUS ? &http_shm_status_route
-                                  : &http_shm_post_route;
+    return shm == SHM_HTTP_STATUS     ? &http_shm_status_route
+           : shm == SHM_HTTP_REGISTER ? &http_shm_register_route
+                                      : &http_shm_unregister_route;
   if (http_is_asset(url))
     return &http_asset_route;
   snprintf(msg, cap, "no route for %.120s", url);
