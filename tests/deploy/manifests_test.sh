@@ -100,6 +100,12 @@ mutate "more workers than the cpu limit" deployment.yaml '(name: ATTND_WORKERS\n
 mutate "an HTTP probe on a loopback-only sidecar" sidecar.yaml \
   'exec:\n(\s+)command: \["/usr/local/bin/attnd", "--probe"\]\n(\s+)periodSeconds: 5' \
   'httpGet:\n\1path: /readyz\n\1port: http\n\2periodSeconds: 5'
+mutate "client shared memory on a disk-backed /dev/shm" sidecar.yaml \
+  'medium: Memory' 'medium: ""'
+mutate "client shared memory the app container cannot see" sidecar.yaml \
+  'mountPath: /dev/shm' 'mountPath: /tmp/shm'
+mutate "client shared memory on the pod IP" sidecar.yaml \
+  '(name: ATTND_HOST\n\s+value: )"127.0.0.1"' '\g<1>"0.0.0.0"'
 
 # ------------------------------------------------------------ 2. Prometheus
 log "Prometheus configs"
