@@ -10,7 +10,9 @@
 #   make deploy-test     validate deploy/ offline and run it with podman
 #   make browser-test    the playground page in headless chromium
 #   make bench           build/attnd-bench and the numpy peer: one table
-#   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off (wrk)
+#   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off,
+#                        shared memory (wrk)
+#   make shm-bench       attnd's CPU per request with tensors in shared memory
 #   make SANITIZE=address,undefined test
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (tests/fuzz)
 #
@@ -166,6 +168,12 @@ bench: $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json
 http-bench: all
 	@sh tests/load/bench_http.sh
 	@sh tests/load/bench_batching.sh
+	@sh tests/load/bench_shm.sh
+
+# A same-host client passing its tensors through shared memory: attnd's
+# CPU time per request against the in-process core's per call.
+shm-bench: all
+	@sh tests/load/bench_shm.sh
 
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
@@ -231,6 +239,6 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench fuzz fuzz-build fuzz-if-clang http-bench
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench fuzz fuzz-build fuzz-if-clang http-bench shm-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))
