@@ -402,6 +402,15 @@ int proto__v2_shm_params(const cJSON *params, const char *where,
 int proto__v2_shm_locate(const proto_shm *shm, proto__shm_use *u,
                          const char *where, char err[PROTO_ERR_MAX]);
 
+/* An input (name) whose parameters name a region: Triton's rule that an
+ * input sets exactly one of data (data != 0), binary_data_size (bs != 0)
+ * and shared_memory_region, with its message; then the parameters into
+ * *u and the region found and checked (proto__v2_shm_locate).  0,
+ * ATTND_EINVAL or ATTND_ENOTFOUND. */
+int proto__v2_shm_input(const proto_shm *shm, const cJSON *params,
+                        const char *name, int data, int bs,
+                        proto__shm_use *u, char err[PROTO_ERR_MAX]);
+
 /* The shared_memory_* parameters of an output (params: its parameters
  * object, or NULL): Triton's checks (not with binary_data true or with
  * classification), then the region found and checked as

@@ -460,24 +460,6 @@ static int input_dtype(v2_ctx *c, int in, const cJSON *dt) {
   return 0;
 }
 
-/* An input in a shared memory region: Triton's rule that an input sets
- * exactly one of data, binary_data_size and shared_memory_region (its
- * message), then the region's parameters, found and checked. */
-static int input_shm(v2_ctx *c, int in, const cJSON *data, const cJSON *bs,
-                     const cJSON *params) {
-  const char *name = proto__input_names[in];
-  int rc;
-  if (data || bs)
-    return ERR("%s: Input must set only one of the following fields: "
-               "'data', 'binary_data_size' in 'parameters', "
-               "'shared_memory_region' in 'parameters'. But set%s%s "
-               "'shared_memory_region'", name, data ? " 'data'" : "",
-               bs ? " 'binary_data_size'" : "");
-  if ((rc = proto__v2_shm_params(params, name, &c->in[in].shm, c->err)))
-    return rc;
-  return proto__v2_shm_locate(c->shm, &c->in[in].shm, name, c->err);
-}
-
 /* Exactly one of "data", parameters.binary_data_size and
  * parameters.shared_memory_region. */
 static int input_data(v2_ctx *c, int in, const cJSON *obj) {
@@ -497,7 +479,8 @@ static int input_data(v2_ctx *c, int in, const cJSON *obj) {
     bs = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
   if (params &&
       cJSON_GetObjectItemCaseSensitive(params, "shared_memory_region"))
-    return input_shm(c, in, data, bs, params);
+    return proto__v2_shm_input(c->shm, params, name, data != NULL,
+                               bs != NULL, &c->in[in].shm, c->err);
   if (data && bs)
     return ERR("%s: has both \"data\" and parameters.binary_data_size",
                name);

@@ -107,6 +107,21 @@ int proto__v2_shm_locate(const proto_shm *shm, proto__shm_use *u,
   return 0;
 }
 
+int proto__v2_shm_input(const proto_shm *shm, const cJSON *params,
+                        const char *name, int data, int bs,
+                        proto__shm_use *u, char err[PROTO_ERR_MAX]) {
+  int rc;
+  if (data || bs)
+    return ERR("%s: Input must set only one of the following fields: "
+               "'data', 'binary_data_size' in 'parameters', "
+               "'shared_memory_region' in 'parameters'. But set%s%s "
+               "'shared_memory_region'", name, data ? " 'data'" : "",
+               bs ? " 'binary_data_size'" : "");
+  if ((rc = proto__v2_shm_params(params, name, u, err)))
+    return rc;
+  return proto__v2_shm_locate(shm, u, name, err);
+}
+
 int proto__v2_shm_output(const proto_shm *shm, const cJSON *params,
                          const char *where, proto_shm_ref *out,
                          char err[PROTO_ERR_MAX]) {
