@@ -257,6 +257,10 @@ EOF
       # design example's query, key and value (float32) into a shared memory
       # object, registers it and asks for the output at byte 4096 of it;
       # attnd reads and writes the object through its own /dev/shm mount.
+      # podman 4.3 makes the emptyDir a root-owned directory on disk (0755;
+      # it ignores medium: Memory and fsGroup), where Kubernetes makes it
+      # world-writable: open it up as Kubernetes would.
+      podman exec --user 0 "$APP" chmod 1777 /dev/shm
       podman exec "$APP" bash -c '
         f=/dev/shm/attnd-deploy-test
         post() {
@@ -296,6 +300,7 @@ for qi in q:
 assert len(got) == 4 and all(abs(a - b) <= 1e-5 for a, b in zip(got, want)), (got, want)
 EOF
       check "podman kube down sidecar" podman kube down "$KUBE_FILE"
+      podman volume rm dshm >/dev/null 2>&1  # the emptyDir, which podman keeps
       KUBE_FILE=""
     else
       fail "podman kube play sidecar.yaml"; tail -n 20 "$SCRATCH/kube-play-sidecar.log" | sed 's/^/    | /'
