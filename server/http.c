@@ -733,6 +733,7 @@ static enum MHD_Result http_post_end(struct http_req *r) {
   }
   if (r->too_big < 0)
     return http_fail(r, ATTND_ENOMEM, NULL, NULL);
+  /* Served while draining too: a client may still clean its regions up. */
   if (r->rt->body == BODY_SHM)
     return http_post_shm(r);
   /* Refused only now, after reading the body: an answer sent while the

@@ -12,7 +12,8 @@
  * - Drain: /readyz 503; after --drain-delay-ms stop accepting connections
  *   and close the batcher to new work; wait until every started request
  *   has been answered, bounded by --drain-s; then stop MHD (no connection
- *   is suspended by then), then the batcher, and free everything.
+ *   is suspended by then), then the batcher, and free everything: the
+ *   shared memory regions (shm.h) last, when no request holds one.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -191,6 +192,7 @@ static void main_config_parts(const struct config *cfg,
   hc->max_conns_per_ip = cfg->max_conns_per_ip;
   hc->tls_cert = tls->cert;
   hc->tls_key = tls->key;
+  hc->allow_client_shm = cfg->allow_client_shm;
 }
 
 /* With --tls-cert/--tls-key: reads both PEM files now, at startup (the
@@ -244,7 +246,6 @@ int main(int argc, char **argv) {
     goto out;
   }
   hc.shm = shm;
-  hc.allow_client_shm = cfg.allow_client_shm;
   if (!(h = http_start(&hc, b, m))) {
     rc = 1;
     goto out;
