@@ -11,7 +11,9 @@
 #   make deploy-test     validate deploy/ offline and run it with podman
 #   make browser-test    the playground page in headless chromium
 #   make bench           build/attnd-bench and the numpy peer: one table
-#   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off (wrk)
+#   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off,
+#                        shared memory (wrk)
+#   make shm-bench       attnd's CPU per request with tensors in shared memory
 #   make budget-bench    attnd's CPU per request / the in-process core's
 #   make SANITIZE=address,undefined test
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (tests/fuzz)
@@ -177,6 +179,12 @@ bench: $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json
 http-bench: all
 	@sh tests/load/bench_http.sh
 	@sh tests/load/bench_batching.sh
+	@sh tests/load/bench_shm.sh
+
+# A same-host client passing its tensors through shared memory: attnd's
+# CPU time per request against the in-process core's per call.
+shm-bench: all
+	@sh tests/load/bench_shm.sh
 
 # attnd's CPU per request against the in-process core's, for a same-host
 # client: shared memory, TCP and the Unix socket (tests/load/budget.py).
@@ -221,10 +229,11 @@ printer-exhaustive: $(BUILD)/printer-exhaustive
 
 -include $(BUILD)/obj/tests/exhaustive/printer_exhaustive.d
 
-# libFuzzer harnesses (tests/fuzz/): proto/ and core/ rebuilt with clang,
-# -fsanitize=fuzzer,address,undefined, in build/fuzz.  `make fuzz` runs
-# each harness FUZZ_SECONDS on a copy of its seed corpus; make test runs
-# them for 3 s each (tests/run.sh).  Without clang the suite is skipped.
+# libFuzzer harnesses (tests/fuzz/): proto/, core/ and the shared memory
+# registry rebuilt with clang, -fsanitize=fuzzer,address,undefined, in
+# build/fuzz.  `make fuzz` runs each harness FUZZ_SECONDS on a copy of its
+# seed corpus; make test runs them for 3 s each (tests/run.sh).  Without
+# clang the suite is skipped.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := $(BUILD)/fuzz
@@ -233,7 +242,10 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
 FUZZ_CFLAGS = $(STD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
               $(PKG_CFLAGS) -I. -MMD -MP
 FUZZ_CXX ?= clang++
-FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(PROTO_SRC)) \
+# The shared memory registry too: fuzz_v2 decodes through real regions.
+FUZZ_SERVER_SRC := server/shm.c server/shm_http.c
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) \
+                  $(FUZZ_SERVER_SRC)) \
                 $(patsubst %.cc,$(FUZZ_DIR)/obj/%.o,$(PROTO_CXX_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,\
               $(wildcard tests/fuzz/fuzz_*.c))
@@ -271,6 +283,6 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

@@ -24,7 +24,8 @@
   XX(EDRAINING,  -8, "server is shutting down")                             \
   XX(EINTERNAL,  -9, "internal error")                                      \
   XX(EUNAUTH,   -10, "missing or invalid bearer token")                     \
-  XX(ENOTREADY, -11, "server is not ready")
+  XX(ENOTREADY, -11, "server is not ready")                                 \
+  XX(EDISABLED, -12, "not enabled on this server")
 
 enum attnd_err {
   ATTND_OK = 0,

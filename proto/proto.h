@@ -45,6 +45,15 @@ enum proto_output {
   PROTO_OUT_COUNT
 };
 
+/* Where a v2 output goes when the request names a shared memory region
+ * for it (Triton's system shared memory extension, below). */
+typedef struct proto_shm_ref {
+  void *region;             /* the handle proto_shm.find returned; NULL:
+                               the output travels in the answer */
+  uint64_t offset;          /* shared_memory_offset, within the region */
+  uint64_t byte_size;       /* shared_memory_byte_size */
+} proto_shm_ref;
+
 typedef struct proto_request {
   attn_problem prob;        /* points into the buffers below */
   int codec;                /* enum proto_codec */
@@ -82,6 +91,9 @@ typedef struct proto_request {
   int n_outputs;            /* 1 to PROTO_OUT_COUNT */
   int binary[PROTO_OUT_COUNT];  /* by enum proto_output: 1 = binary data */
   uint64_t timeout_us;      /* parameter "timeout"; 0 = none given */
+  proto_shm_ref shm_out[PROTO_OUT_COUNT]; /* by enum proto_output: written
+                               into a region after the answer is encoded
+                               (proto_v2_shm_outputs), not sent in it */
 } proto_request;
 
 /* Decodes a POST /v1/attention body (JSON, not NUL-terminated).
@@ -173,6 +185,73 @@ int proto_v2_decode(const char *body, size_t len, const char *header_len,
                     int model, proto_request *req, size_t max_elems,
                     char err[PROTO_ERR_MAX]);
 
+/* ---- Triton's system shared memory extension (v2_shm.c) ---------------
+ *
+ * A client on the same host registers a POSIX shared memory object as a
+ * named region (POST /v2/systemsharedmemory/region/{name}/register); a v2
+ * inference request then names a region in an input's or an output's
+ * parameters (shared_memory_region, shared_memory_byte_size,
+ * shared_memory_offset) instead of carrying the tensor.  The regions are
+ * the server's (server/shm.h): proto reaches them only through a
+ * proto_shm.  It reads each input out of its region once, into the buffer
+ * the core reads, and validates that copy like a binary tensor, so what
+ * the client writes there later cannot reach the core unchecked. */
+typedef struct proto_shm {
+  void *ctx;
+  /* Finds the region registered as name and holds it until the request
+   * is over; returns its handle with its registered byte size in
+   * *byte_size, or NULL when no region has that name. */
+  void *(*find)(void *ctx, const char *name, uint64_t *byte_size);
+  /* Copies n bytes at offset off of region (off + n within its byte
+   * size) into dst.  0, or ATTND_EINVAL with a message in err when the
+   * object no longer holds them (truncated after registration). */
+  int (*read)(void *ctx, void *region, uint64_t off, void *dst, size_t n,
+              char err[PROTO_ERR_MAX]);
+} proto_shm;
+
+/* One output of a computed request to be written into its region. */
+typedef struct proto_shm_write {
+  void *region;             /* proto_shm_ref.region */
+  uint64_t offset;          /* within the region */
+  const void *data;         /* the output's bytes, little-endian */
+  size_t len;               /* at most proto_shm_ref.byte_size (checked
+                               by the decoder) */
+} proto_shm_write;
+
+/* The outputs of req that go to regions, in the order the request lists
+ * them, into w; returns how many.  For the server, once the answer is
+ * encoded: req's buffers stay req's. */
+int proto_v2_shm_outputs(proto_request *req,
+                         proto_shm_write w[PROTO_OUT_COUNT]);
+
+/* Longest key and region name attnd keeps (NAME_MAX of /dev/shm). */
+#define PROTO_SHM_NAME_MAX 255
+
+/* The body of POST /v2/systemsharedmemory/region/{name}/register:
+ * {"key": "/shm_name", "offset": N, "byte_size": N}, offset optional
+ * (0).  name is the region's, for messages.  Returns 0, ATTND_EINVAL with
+ * Triton's message in err (no key or byte_size, a key made of '/' alone
+ * or with Triton's reserved prefix, numbers that are not unsigned
+ * integers, not JSON), or ATTND_ENOMEM. */
+typedef struct proto_shm_register {
+  char key[PROTO_SHM_NAME_MAX + 1]; /* as sent, leading '/' included */
+  uint64_t offset, byte_size;
+} proto_shm_register;
+int proto_shm_register_decode(const char *body, size_t len, const char *name,
+                              proto_shm_register *out,
+                              char err[PROTO_ERR_MAX]);
+
+/* One element of GET /v2/systemsharedmemory[/region/{name}]/status. */
+typedef struct proto_shm_status {
+  const char *name, *key;
+  uint64_t offset, byte_size;
+} proto_shm_status;
+
+/* The status body: a JSON array of {"name","key","offset","byte_size"},
+ * in the order given.  *body is malloc'd (free()); 0 or ATTND_ENOMEM. */
+int proto_shm_status_encode(const proto_shm_status *r, size_t n,
+                            char **body, size_t *len);
+
 /* ---- a body as it arrives (body.c) ------------------------------------
  *
  * The server receives a body in chunks, each one just read from the
@@ -219,6 +298,19 @@ void proto_body_free(proto_body *b);
 int proto_v2_decode_body(proto_body *b, const char *header_len, int model,
                          proto_request *req, size_t max_elems,
                          char err[PROTO_ERR_MAX]);
+
+/* proto_v2_decode and proto_v2_decode_body with shared memory regions
+ * (proto_shm, above); shm NULL means that none is registered: every
+ * shared_memory_region is then unknown.  Besides their results:
+ * ATTND_ENOTFOUND for a region that does not exist (Triton's 404), and
+ * what shm->read returns. */
+int proto_v2_decode_shm(const char *body, size_t len, const char *header_len,
+                        int model, const proto_shm *shm, proto_request *req,
+                        size_t max_elems, char err[PROTO_ERR_MAX]);
+int proto_v2_decode_body_shm(proto_body *b, const char *header_len,
+                             int model, const proto_shm *shm,
+                             proto_request *req, size_t max_elems,
+                             char err[PROTO_ERR_MAX]);
 
 /* Encodes a computed v2 request: the JSON response (model_name,
  * model_version, id, outputs) and then the binary outputs, in the order

@@ -37,6 +37,7 @@ typedef struct v2_in {
   size_t bin_size;          /* parameters.binary_data_size */
   size_t bin_off;           /* offset of those bytes in the body */
   int pos;                  /* index in "inputs", for messages */
+  proto__shm_use shm;       /* shm.name: read from a shared memory region */
 } v2_in;
 
 typedef struct v2_ctx {
@@ -45,6 +46,7 @@ typedef struct v2_ctx {
   const char *body;
   size_t len, hlen;         /* body length, JSON part length */
   const proto_body *src;    /* the body as received, or NULL: copy all */
+  const proto_shm *shm;     /* the registered regions, or NULL: none */
   int in_place;             /* some input points into src */
   int has_header;           /* Inference-Header-Content-Length was sent */
   int model;
@@ -227,22 +229,16 @@ static int no_duplicate(v2_ctx *c, const cJSON *obj,
 /* ERR when params (an input's or output's parameters, or NULL) asks for
  * a Triton extension attnd does not serve: silently ignoring it would
  * answer something other than what was asked (a plain tensor instead of
- * the top-N classes; a tensor read from, or written to, a shared memory
- * region that attnd never touches).  GET /v2 lists what is served. */
+ * the top-N classes).  GET /v2 lists what is served. */
 static int unsupported_param(v2_ctx *c, const cJSON *params,
                              const char *where, int pos) {
-  static const char *const names[] = {"classification",
-                                      "shared_memory_region",
-                                      "shared_memory_byte_size",
-                                      "shared_memory_offset"};
   char at[48];
-  for (int i = 0; params && i < 4; i++)
-    if (cJSON_GetObjectItemCaseSensitive(params, names[i])) {
-      snprintf(at, sizeof at, where, pos);
-      return ERR("%s.%s: not supported (attnd serves the binary_tensor_data,"
-                 " parameters, model_configuration and statistics "
-                 "extensions)", at, names[i]);
-    }
+  if (params && cJSON_GetObjectItemCaseSensitive(params, "classification")) {
+    snprintf(at, sizeof at, where, pos);
+    return ERR("%s.classification: not supported (attnd serves the "
+               "binary_tensor_data, parameters, model_configuration, "
+               "statistics and system_shared_memory extensions)", at);
+  }
   return 0;
 }
 
@@ -252,8 +248,13 @@ static const char *const param_names[] = {
 static const char *const input_fields[] = {"name", "shape", "datatype",
                                            "data", "parameters"};
 static const char *const output_fields[] = {"name", "parameters"};
-static const char *const binary_data_size[] = {"binary_data_size"};
-static const char *const binary_data[] = {"binary_data"};
+/* The parameters of an input and of an output that attnd reads. */
+static const char *const input_params[] = {
+  "binary_data_size", "shared_memory_region", "shared_memory_byte_size",
+  "shared_memory_offset"};
+static const char *const output_params[] = {
+  "binary_data", "shared_memory_region", "shared_memory_byte_size",
+  "shared_memory_offset"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static int param_causal(v2_ctx *c, const cJSON *j) {
@@ -346,7 +347,7 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
   const cJSON *bd = params ? cJSON_GetObjectItemCaseSensitive(params,
                                                               "binary_data")
                            : NULL;
-  char got[48], at[48];
+  char got[48], at[48], where[32];
   int k, rc;
   if (!cJSON_IsObject(o) || !cJSON_IsString(name))
     return ERR("outputs[%d]: expected {\"name\": \"output\", \"weights\", "
@@ -358,7 +359,7 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
   if ((rc = no_duplicate(c, o, output_fields, COUNT(output_fields),
                          "outputs[%d]", i)) ||
       (cJSON_IsObject(params) &&
-       (rc = no_duplicate(c, params, binary_data, 1,
+       (rc = no_duplicate(c, params, output_params, COUNT(output_params),
                           "outputs[%d].parameters", i))))
     return rc;
   for (k = 0; k < PROTO_OUT_COUNT; k++)
@@ -377,12 +378,17 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
   snprintf(at, sizeof at, "outputs[%d].parameters", i);
   if ((rc = proto__v2_check_params(params, PROTO__V2_OUTPUT, at, c->err)))
     return rc;
-  if ((rc = unsupported_param(c, params, "outputs[%d].parameters", i)))
+  snprintf(where, sizeof where, "outputs[%d]", i);
+  if ((rc = proto__v2_shm_output(c->shm, params, where,
+                                 &c->req->shm_out[k], c->err)) ||
+      (rc = unsupported_param(c, params, "outputs[%d].parameters", i)))
     return rc;
   if (bd && !cJSON_IsBool(bd))
     return ERR("outputs[%d].parameters.binary_data: expected true or "
                "false", i);
-  c->req->binary[k] = bd ? cJSON_IsTrue(bd) : bin_all;
+  /* an output written into a region is not in the answer at all */
+  c->req->binary[k] = c->req->shm_out[k].region ? 0
+                      : bd ? cJSON_IsTrue(bd) : bin_all;
   c->req->outputs[c->req->n_outputs++] = k;
   return 0;
 }
@@ -491,7 +497,8 @@ static int input_dtype(v2_ctx *c, int in, const cJSON *dt) {
   return 0;
 }
 
-/* "data" or parameters.binary_data_size, exactly one of them. */
+/* Exactly one of "data", parameters.binary_data_size and
+ * parameters.shared_memory_region. */
 static int input_data(v2_ctx *c, int in, const cJSON *obj) {
   const char *name = proto__input_names[in];
   const cJSON *data = cJSON_GetObjectItemCaseSensitive(obj, "data");
@@ -504,18 +511,23 @@ static int input_data(v2_ctx *c, int in, const cJSON *obj) {
   snprintf(at, sizeof at, "inputs[%d].parameters", c->in[in].pos);
   if (proto__v2_check_params(params, PROTO__V2_INPUT, at, c->err))
     return ATTND_EINVAL;
-  if (params && (no_duplicate(c, params, binary_data_size, 1,
+  if (params && (no_duplicate(c, params, input_params, COUNT(input_params),
                               "inputs[%d].parameters", c->in[in].pos) ||
                  unsupported_param(c, params, "inputs[%d].parameters",
                                    c->in[in].pos)))
     return ATTND_EINVAL;
   if (params)
     bs = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
+  if (params &&
+      cJSON_GetObjectItemCaseSensitive(params, "shared_memory_region"))
+    return proto__v2_shm_input(c->shm, params, name, data != NULL,
+                               bs != NULL, &c->in[in].shm, c->err);
   if (data && bs)
     return ERR("%s: has both \"data\" and parameters.binary_data_size",
                name);
   if (!data && !bs)
-    return ERR("%s: needs \"data\" or parameters.binary_data_size", name);
+    return ERR("%s: needs \"data\", parameters.binary_data_size or "
+               "parameters.shared_memory_region", name);
   if (data) {
     if (!cJSON_IsArray(data))
       return ERR("%s: \"data\" must be an array", name);
@@ -652,12 +664,36 @@ static int layout(v2_ctx *c) {
   return 0;
 }
 
+/* The byte sizes of the tensors in shared memory, once the shapes are
+ * known: an input's shared_memory_byte_size is exactly its shape times
+ * its datatype's size, as Triton's core requires (message and all); an
+ * output's is at least what the output takes (v2_shm.c). */
+static int shm_sizes(v2_ctx *c) {
+  char id[48] = "<id_unknown>";
+  if (c->id)
+    proto__quote_name(c->id->valuestring, id, sizeof id);
+  for (int in = 0; in < PROTO__IN_COUNT; in++) {
+    const proto__tensor *t = &c->ck.t[in];
+    const v2_in *v = &c->in[in];
+    uint64_t want;
+    if (!t->json || !v->shm.name)
+      continue;
+    if (__builtin_mul_overflow((uint64_t)t->n, proto__dtype_size(v->dtype),
+                               &want) || v->shm.byte_size != want)
+      return ERR("[request id: %s] input byte size mismatch for input '%s' "
+                 "for model '%s'. Expected %llu, got %llu", id, t->name,
+                 model_names[c->model], (unsigned long long)want,
+                 (unsigned long long)v->shm.byte_size);
+  }
+  return proto__v2_shm_output_sizes(c->req, c->err);
+}
+
 static int json_counts(v2_ctx *c) {
   for (int in = 0; in < PROTO__IN_COUNT; in++) {
     const proto__tensor *t = &c->ck.t[in];
     size_t n;
     char shp[64];
-    if (!t->json || c->in[in].binary)
+    if (!t->json || c->in[in].binary || c->in[in].shm.name)
       continue;
     int rc = proto__count_any(t->data, t->name, &n, c->err);
     if (rc)
@@ -686,21 +722,13 @@ static void index_of(const proto__tensor *t, size_t i, char *s, size_t cap) {
     o += (size_t)snprintf(s + o, cap - o, "[%d]", idx[d]);
 }
 
-static int fill_binary(v2_ctx *c, int in, void *dst) {
+/* The message for element i of input in, refused by a binary conversion
+ * into dst (bad: the refused length of valid_lens). */
+static int bad_element(v2_ctx *c, int in, size_t i, long long bad,
+                       const void *dst) {
   const proto__tensor *t = &c->ck.t[in];
   const v2_in *v = &c->in[in];
-  const char *src = c->body + v->bin_off;
   char at[64];
-  long long bad = 0;
-  size_t i;
-  if (in == PROTO__IN_VALID_LENS)
-    i = proto__bin_to_len(v->dtype, src, t->n, c->p->Lk, dst, &bad);
-  else if (in == PROTO__IN_MASK)
-    i = proto__bin_to_bool(src, t->n, dst);
-  else
-    i = proto__bin_to_f32(v->dtype, src, t->n, dst);
-  if (i == t->n)
-    return 0;
   index_of(t, i, at, sizeof at);
   if (in == PROTO__IN_VALID_LENS)
     return ERR("%s%s=%lld %s", t->name, at, bad,
@@ -712,6 +740,38 @@ static int fill_binary(v2_ctx *c, int in, void *dst) {
              proto__dtype_name(v->dtype),
              v->dtype == PROTO__DT_FP64 ? "not finite or out of float32 "
              "range" : "not finite (infinity or NaN)");
+}
+
+static int fill_binary(v2_ctx *c, int in, void *dst) {
+  const proto__tensor *t = &c->ck.t[in];
+  const v2_in *v = &c->in[in];
+  const char *src = c->body + v->bin_off;
+  long long bad = 0;
+  size_t i;
+  if (in == PROTO__IN_VALID_LENS)
+    i = proto__bin_to_len(v->dtype, src, t->n, c->p->Lk, dst, &bad);
+  else if (in == PROTO__IN_MASK)
+    i = proto__bin_to_bool(src, t->n, dst);
+  else
+    i = proto__bin_to_f32(v->dtype, src, t->n, dst);
+  return i == t->n ? 0 : bad_element(c, in, i, bad, dst);
+}
+
+/* An input in a shared memory region: copied out once, into dst, and
+ * checked there (v2_shm.c), with the messages of a binary input. */
+static int fill_shm(v2_ctx *c, int in, void *dst) {
+  const proto__tensor *t = &c->ck.t[in];
+  const v2_in *v = &c->in[in];
+  int kind = in == PROTO__IN_VALID_LENS ? PROTO__KIND_LEN
+             : in == PROTO__IN_MASK     ? PROTO__KIND_BOOL
+                                        : PROTO__KIND_F32;
+  long long bad = 0;
+  size_t i;
+  int rc = proto__v2_shm_fill(c->shm, &v->shm, kind, v->dtype, t->n,
+                              c->p->Lk, dst, &i, &bad, c->err);
+  if (rc)
+    return rc;
+  return i == t->n ? 0 : bad_element(c, in, i, bad, dst);
 }
 
 static int fill_json(v2_ctx *c, int in, void *dst) {
@@ -760,6 +820,8 @@ static int fill_one(v2_ctx *c, int in, const void **slot) {
     return ATTND_ENOMEM;
   c->req->in_bytes += t->n * es;
   *slot = buf;
+  if (c->in[in].shm.name)
+    return fill_shm(c, in, buf);
   return c->in[in].binary ? fill_binary(c, in, buf) : fill_json(c, in, buf);
 }
 
@@ -796,6 +858,7 @@ static int decode_root(v2_ctx *c, const cJSON *root) {
   int rc;
   if ((rc = top_fields(c, root)) || (rc = params_outputs(c)) ||
       (rc = inputs_all(c)) || (rc = shapes(c)) || (rc = layout(c)) ||
+      (rc = shm_sizes(c)) ||
       (rc = json_counts(c)) || (rc = proto__check_budget(&c->ck)) ||
       (rc = copy_id(c)) || (rc = fill_all(c)))
     return rc;
@@ -805,10 +868,10 @@ static int decode_root(v2_ctx *c, const cJSON *root) {
 }
 
 static int decode(const char *body, size_t len, const char *hdr, int model,
-                  proto_request *req, size_t max_elems, char *err,
-                  int leaves, proto_body *src) {
-  v2_ctx c = {.body = body, .len = len, .src = src, .model = model,
-              .req = req, .p = &req->prob, .err = err};
+                  const proto_shm *shm, proto_request *req, size_t max_elems,
+                  char *err, int leaves, proto_body *src) {
+  v2_ctx c = {.body = body, .len = len, .src = src, .shm = shm,
+              .model = model, .req = req, .p = &req->prob, .err = err};
   cJSON *root = NULL;
   memset(req, 0, sizeof *req);
   attn_problem_init(&req->prob);
@@ -849,21 +912,34 @@ static int decode(const char *body, size_t len, const char *hdr, int model,
 
 /* As proto_v1_decode: numscan first; on any failure but memory the cJSON
  * path decodes the body again and decides. */
+int proto_v2_decode_shm(const char *body, size_t len, const char *hdr,
+                        int model, const proto_shm *shm, proto_request *req,
+                        size_t max_elems, char err[PROTO_ERR_MAX]) {
+  int rc = decode(body, len, hdr, model, shm, req, max_elems, err, 1, NULL);
+  if (rc && rc != ATTND_ENOMEM)
+    rc = decode(body, len, hdr, model, shm, req, max_elems, err, 0, NULL);
+  return rc;
+}
+
+int proto_v2_decode_body_shm(proto_body *b, const char *hdr, int model,
+                             const proto_shm *shm, proto_request *req,
+                             size_t max_elems, char err[PROTO_ERR_MAX]) {
+  const char *body = b->p ? b->p : "";
+  int rc = decode(body, b->len, hdr, model, shm, req, max_elems, err, 1, b);
+  if (rc && rc != ATTND_ENOMEM)
+    rc = decode(body, b->len, hdr, model, shm, req, max_elems, err, 0, b);
+  return rc;
+}
+
 int proto_v2_decode(const char *body, size_t len, const char *hdr,
                     int model, proto_request *req, size_t max_elems,
                     char err[PROTO_ERR_MAX]) {
-  int rc = decode(body, len, hdr, model, req, max_elems, err, 1, NULL);
-  if (rc && rc != ATTND_ENOMEM)
-    rc = decode(body, len, hdr, model, req, max_elems, err, 0, NULL);
-  return rc;
+  return proto_v2_decode_shm(body, len, hdr, model, NULL, req, max_elems,
+                             err);
 }
 
 int proto_v2_decode_body(proto_body *b, const char *hdr, int model,
                          proto_request *req, size_t max_elems,
                          char err[PROTO_ERR_MAX]) {
-  const char *body = b->p ? b->p : "";
-  int rc = decode(body, b->len, hdr, model, req, max_elems, err, 1, b);
-  if (rc && rc != ATTND_ENOMEM)
-    rc = decode(body, b->len, hdr, model, req, max_elems, err, 0, b);
-  return rc;
+  return proto_v2_decode_body_shm(b, hdr, model, NULL, req, max_elems, err);
 }

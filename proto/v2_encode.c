@@ -6,7 +6,8 @@
  * (output and weights when it named none).  A JSON output carries flat "data";
  * a binary one carries parameters.binary_data_size instead, and its bytes
  * (float32, little-endian, row-major) follow the JSON part in the same
- * order, as Triton's binary tensor data extension lays them out. */
+ * order, as Triton's binary tensor data extension lays them out.  One
+ * written into a shared memory region carries neither (v2_shm.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,7 @@ int proto_v2_server_metadata(const char *version, char **body,
   proto__buf_put_json_string(&b, version);
   proto__buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\","
                       "\"parameters\",\"model_configuration\","
-                      "\"statistics\"]}");
+                      "\"statistics\",\"system_shared_memory\"]}");
   return finish(&b, body, len);
 }
 
@@ -327,6 +328,11 @@ static void put_output(proto__buf *b, const proto_request *req, int which) {
     proto__buf_put_i64(b, dims[d]);
   }
   proto__buf_putc(b, ']');
+  /* In a shared memory region: name, datatype and shape, as Triton. */
+  if (req->shm_out[which].region) {
+    proto__buf_putc(b, '}');
+    return;
+  }
   if (req->binary[which]) {
     proto__buf_puts(b, ",\"parameters\":{\"binary_data_size\":");
     proto__buf_put_i64(b, (long long)(n * sizeof(float)));
@@ -493,6 +499,8 @@ size_t proto_answer_bytes(const proto_request *req) {
   for (int i = 0; i < n; i++) {
     size_t rows, elems = answer_elems(req, printed[i], &rows);
     int binary = req->codec == PROTO_CODEC_V2 && req->binary[printed[i]];
+    if (req->codec == PROTO_CODEC_V2 && req->shm_out[printed[i]].region)
+      continue;  /* written into its region, not into the answer */
     total += binary ? elems * sizeof(float) : elems * 16 + rows * 4;
   }
   return total;

@@ -38,7 +38,8 @@
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 #define SERVES "attnd serves the binary_tensor_data, parameters, " \
-               "model_configuration and statistics extensions"
+               "model_configuration, statistics and system_shared_memory " \
+               "extensions"
 
 /* Served names first, then Triton's that attnd does not serve. */
 static const char *const request_params[] = {

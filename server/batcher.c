@@ -394,7 +394,13 @@ static int batcher_compute(struct batcher *b, struct batcher_job *job,
                        job->req.max_weight, job->req.jacobian_norm) != 0)
     return ATTND_EINTERNAL;
   job->computed_ns = clock_now_ns();
-  return batcher_encode(job);
+  rc = batcher_encode(job);
+  if (rc == 0 && job->finish && (rc = job->finish(job)) != 0) {
+    mem_free(job->body);
+    job->body = NULL;
+    proto_parts_free(&job->parts);
+  }
+  return rc;
 }
 
 /* A v2 job's phases, for its model's statistics (proto_model_stats). */

@@ -56,6 +56,12 @@ struct batcher_job {
   void *arg;                /* for the submitter; the batcher ignores it */
   const char *coding;       /* "gzip"/"deflate" to compress the response
                                (proto_accept_coding), NULL = identity */
+  int (*finish)(struct batcher_job *job); /* NULL, or called on the thread
+                               that ran the job once its answer is
+                               encoded, with job->req intact: 0, or an
+                               ATTND_E* that fails the job instead (its
+                               answer dropped).  What writes v2 outputs
+                               into shared memory regions. */
 
   /* Set by the batcher before done(). */
   int err;                  /* 0 or ATTND_E* */

@@ -42,8 +42,8 @@ static const struct config_opt config_opts[] = {
   {"max-delay-us", "ATTND_MAX_DELAY_US", KIND_LONG, OFF(max_delay_us), 0,
    10000000, "0", "wait up to this long for a batch to fill (0 = greedy)"},
   {"inline-us", "ATTND_INLINE_US", KIND_LONG, OFF(inline_us), 0, 1000000,
-   "100", "requests expected to cost less than this run on their HTTP "
-   "thread, unqueued (0 = queue all)"},
+   "100", "run cheaper requests on their HTTP thread, unqueued (0 = queue "
+   "all)"},
   {"max-queue", "ATTND_MAX_QUEUE", KIND_INT, OFF(max_queue), 1, 1000000,
    "1024", "queued requests beyond which attnd answers 503"},
   {"max-inflight-mb", "ATTND_MAX_INFLIGHT_MB", KIND_LONG, OFF(max_inflight_mb),
@@ -74,8 +74,8 @@ static const struct config_opt config_opts[] = {
   {"access-log", "ATTND_ACCESS_LOG", KIND_INT, OFF(access_log), 0, 1, "1",
    "1: one log line per request; 0: none (errors are still logged)"},
   {"token", "ATTND_TOKEN", KIND_STR, OFF(token), 0, 255, "",
-   "require 'Authorization: Bearer TOKEN' on inference and v2 metadata "
-   "routes (\"\" = off)"},
+   "require 'Authorization: Bearer TOKEN' on inference and v2 routes "
+   "(\"\" = off)"},
   {"token-file", "ATTND_TOKEN_FILE", KIND_STR, OFF(token_file), 0, 255, "",
    "read the bearer token from this file (first line); wins over --token"},
   {"token-protect-metrics", "ATTND_TOKEN_PROTECT_METRICS", KIND_INT,
@@ -93,6 +93,16 @@ static const struct config_opt config_opts[] = {
   {"unix-socket-mode", "ATTND_UNIX_SOCKET_MODE", KIND_MODE,
    OFF(unix_socket_mode), 0, 0777, "0660",
    "permission bits of --unix-socket, in octal"},
+  /* Triton's system shared memory extension: off by default, as in
+   * Triton since 2.69 (a client then names objects attnd opens). */
+  {"allow-client-shm", "ATTND_ALLOW_CLIENT_SHM", KIND_INT,
+   OFF(allow_client_shm), 0, 1, "0",
+   "1: clients may register shared memory regions (same host only)"},
+  {"shm-max-regions", "ATTND_SHM_MAX_REGIONS", KIND_INT,
+   OFF(shm_max_regions), 1, 65536, "64",
+   "most shared memory regions registered at once"},
+  {"shm-max-mb", "ATTND_SHM_MAX_MB", KIND_LONG, OFF(shm_max_mb), 1, 1048576,
+   "1024", "total size of the registered shared memory regions, MiB"},
 };
 
 #define N_OPTS (sizeof config_opts / sizeof config_opts[0])

@@ -44,6 +44,10 @@ struct config {
   char unix_socket[108];    /* also serve on this Unix socket path, "" =
                                none (sun_path holds 107 bytes and a NUL) */
   unsigned unix_socket_mode;  /* its permission bits, <= 0777 */
+  int allow_client_shm;     /* 1: /v2/systemsharedmemory register and
+                               unregister are served (else 501) */
+  int shm_max_regions;      /* regions registered at once */
+  long shm_max_mb;          /* their total byte size, MiB */
 };
 
 enum config_result {

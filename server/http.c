@@ -66,6 +66,7 @@
 #include "mhdlog.h"
 #include "net.h"
 #include "reqid.h"
+#include "shm_http.h"
 #include "status.h"
 #include "../proto/mem.h"
 
@@ -113,6 +114,7 @@ struct http_req {
   char rid_buf[REQID_LEN + 1];
   char reason[PROTO_ERR_MAX];  /* a 4xx/5xx's message, for the log */
   struct batcher_job job;
+  struct shm_http_req shm;  /* the shared memory regions it holds */
 };
 
 static const char http_json[] = "application/json";
@@ -355,7 +357,7 @@ static enum MHD_Result http_get_asset(struct http_req *r) {
 
 /* ---- routing ---------------------------------------------------------- */
 
-enum http_body { BODY_NONE, BODY_V1, BODY_V2 };
+enum http_body { BODY_NONE, BODY_V1, BODY_V2, BODY_SHM };
 
 struct http_route {
   const char *path;
@@ -409,6 +411,27 @@ static const struct {
   {"", &http_v2_model_route},          {"ready", &http_v2_ready_route},
   {"infer", &http_v2_infer_route},     {"config", &http_v2_config_route},
   {"stats", &http_v2_stats_route}};
+
+static enum MHD_Result http_get_shm_status(struct http_req *r) {
+  char *body, err[PROTO_ERR_MAX] = "";
+  size_t len;
+  int rc = shm_http_status(r->h->cfg.shm, r->url, &body, &len, err);
+  if (rc != 0)
+    return http_fail(r, rc, err[0] ? err : NULL, NULL);
+  return http_answer(r, 200, body, len, 1, http_json, NULL);
+}
+
+/* /v2/systemsharedmemory[/region/{region}]/{status,register,unregister}
+ * (shm_http.h): status and unregister with or without a region. */
+static const struct http_route http_shm_status_route = {
+  "/v2/systemsharedmemory/status", METRICS_ROUTE_OTHER, "GET, HEAD",
+  http_get_shm_status, 0, 1};
+static const struct http_route http_shm_register_route = {
+  "/v2/systemsharedmemory/region/{region}/register", METRICS_ROUTE_OTHER,
+  "POST", NULL, BODY_SHM, 1};
+static const struct http_route http_shm_unregister_route = {
+  "/v2/systemsharedmemory/unregister", METRICS_ROUTE_OTHER, "POST", NULL,
+  BODY_SHM, 1};
 
 /* Every embedded file shares one route entry; its path is the URL. */
 static const struct http_route http_asset_route = {
@@ -480,11 +503,16 @@ static const struct http_route *http_find_route(struct http_req *r,
                                                 const char *url, char *msg,
                                                 size_t cap) {
   size_t i;
+  int shm;
   for (i = 0; i < sizeof http_routes / sizeof http_routes[0]; i++)
     if (strcmp(url, http_routes[i].path) == 0)
       return &http_routes[i];
   if (strncmp(url, "/v2/models/", 11) == 0)
     return http_find_v2_model(r, url, msg, cap);
+  if ((shm = shm_http_action(url)) >= 0)
+    return shm == SHM_HTTP_STATUS     ? &http_shm_status_route
+           : shm == SHM_HTTP_REGISTER ? &http_shm_register_route
+                                      : &http_shm_unregister_route;
   if (http_is_asset(url))
     return &http_asset_route;
   snprintf(msg, cap, "no route for %.120s", url);
@@ -624,14 +652,17 @@ static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
   char *plain;
   size_t n;
   int rc = http_post_plain(r, &plain, &b, &n, err);
+  proto_shm shm;
   if (rc == 0 && r->rt->body == BODY_V2) {
     const char *hlen = MHD_lookup_connection_value(
         r->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    shm_http_req_begin(&r->shm, h->cfg.shm, &shm);
     /* As received, the body may lend the decoder its FP32 tensors. */
-    rc = plain ? proto_v2_decode(b, n, hlen, r->model, &r->job.req,
-                                 h->cfg.max_elems, err)
-               : proto_v2_decode_body(&r->body, hlen, r->model, &r->job.req,
-                                      h->cfg.max_elems, err);
+    rc = plain ? proto_v2_decode_shm(b, n, hlen, r->model, &shm, &r->job.req,
+                                     h->cfg.max_elems, err)
+               : proto_v2_decode_body_shm(&r->body, hlen, r->model, &shm,
+                                          &r->job.req, h->cfg.max_elems,
+                                          err);
   } else if (rc == 0) {
     rc = proto_v1_decode(b, n, &r->job.req, h->cfg.max_elems, err);
   }
@@ -652,6 +683,31 @@ static uint64_t http_deadline(struct http_req *r) {
 }
 
 static enum MHD_Result http_post_answer(struct http_req *r);
+
+/* The batcher's job->finish: outputs into their regions, once the answer
+ * is encoded (a failed request writes nothing there). */
+static int http_job_finish(struct batcher_job *job) {
+  struct http_req *r = job->arg;
+  return shm_http_write_outputs(&r->shm, &job->req);
+}
+
+/* Final call of a POST to /v2/systemsharedmemory/...: register or
+ * unregister; 200 with an empty body, as Triton. */
+static enum MHD_Result http_post_shm(struct http_req *r) {
+  static char empty[] = "";
+  char err[PROTO_ERR_MAX] = "", *plain;
+  const char *b;
+  size_t n;
+  int rc = http_post_plain(r, &plain, &b, &n, err);
+  if (rc == 0)
+    rc = shm_http_post(r->h->cfg.shm, r->h->cfg.allow_client_shm, r->url, b,
+                       n, err);
+  mem_free(plain);
+  proto_body_free(&r->body);
+  if (rc != 0)
+    return http_fail(r, rc, err[0] ? err : NULL, NULL);
+  return http_answer(r, 200, empty, 0, 0, http_json, NULL);
+}
 
 /* Sets r->job.cost, what the request holds until it is answered: its
  * tensors and its encoded answer (twice when compressed, the plain text
@@ -689,6 +745,9 @@ static enum MHD_Result http_post_end(struct http_req *r) {
   }
   if (r->too_big < 0)
     return http_fail(r, ATTND_ENOMEM, NULL, NULL);
+  /* Served while draining too: a client may still clean its regions up. */
+  if (r->rt->body == BODY_SHM)
+    return http_post_shm(r);
   /* Refused only now, after reading the body: an answer sent while the
    * client is still uploading tends to reach it as a connection reset. */
   if (atomic_load(&h->quiesced))
@@ -713,6 +772,8 @@ static enum MHD_Result http_post_end(struct http_req *r) {
   r->job.deadline_ns = http_deadline(r);
   r->job.done = http_on_job_done;
   r->job.arg = r;
+  if (r->shm.n)
+    r->job.finish = http_job_finish;
   if (batcher_run_here(h->b, &r->job)) {
     r->state = REQ_JOB_DONE;
     return http_post_answer(r);
@@ -733,7 +794,7 @@ static enum MHD_Result http_post_answer(struct http_req *r) {
   char *body = job->body;
 
   if (job->err != 0)
-    return http_fail(r, job->err, NULL, NULL);
+    return http_fail(r, job->err, r->shm.msg[0] ? r->shm.msg : NULL, NULL);
   if (binary) {
     snprintf(hlen, sizeof hlen, "%zu", job->json_len);
     hdrs[n++] = "Inference-Header-Content-Length";
@@ -1015,6 +1076,7 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   mem_free(r->job.body);
   proto_parts_free(&r->job.parts);
   proto_request_free(&r->job.req);
+  shm_http_req_end(&r->shm);
   mem_free(r);
   *con_cls = NULL;
   metrics_add_inflight(h->m, -1);

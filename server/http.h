@@ -8,6 +8,7 @@
  *   GET  /, /index.html, /app.js, /style.css   the playground (assets.h)
  *   KServe v2: GET /v2, /v2/health/live, /v2/health/ready,
  *        /v2/models/{m}[/versions/{v}][/ready]; POST .../infer
+ *   Triton's system shared memory: /v2/systemsharedmemory/... (shm_http.h)
  * Inference bodies may be gzip/deflate (Content-Encoding); responses are
  * compressed when Accept-Encoding asks.  With a token configured,
  * inference and v2 metadata routes (and, if asked, /metrics) need
@@ -30,6 +31,7 @@
 
 #include "batcher.h"
 #include "metrics.h"
+#include "shm.h"
 
 struct http_config {
   const char *host;         /* numeric IPv4 or IPv6 address */
@@ -54,6 +56,8 @@ struct http_config {
   const char *unix_path;    /* also listen on this Unix socket; NULL or
                                "" = none */
   unsigned unix_mode;       /* its permission bits */
+  struct shm_registry *shm; /* client shared memory regions (shm.h) */
+  int allow_client_shm;     /* 1: register and unregister are served */
 };
 
 enum http_state {

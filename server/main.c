@@ -12,7 +12,8 @@
  * - Drain: /readyz 503; after --drain-delay-ms stop accepting connections
  *   and close the batcher to new work; wait until every started request
  *   has been answered, bounded by --drain-s; then stop MHD (no connection
- *   is suspended by then), then the batcher, and free everything.
+ *   is suspended by then), then the batcher, and free everything: the
+ *   shared memory regions (shm.h) last, when no request holds one.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -36,6 +37,7 @@
 #include "metrics.h"
 #include "probe.h"
 #include "reqid.h"
+#include "shm.h"
 #include "tls.h"
 
 /* The self-pipe: written by the signal handler, read by main.  These two
@@ -90,10 +92,10 @@ static int main_wait_signal(int ms) {
 }
 
 /* Enough descriptors for --max-conns, as many lingering sockets (at most
- * --max-conns of them, linger.h) and our own. */
-static void main_raise_nofile(int max_conns) {
+ * --max-conns of them, linger.h), the shared memory regions and our own. */
+static void main_raise_nofile(int max_conns, int shm_regions) {
   struct rlimit rl;
-  rlim_t want = (rlim_t)max_conns * 2 + 64;
+  rlim_t want = (rlim_t)max_conns * 2 + (rlim_t)shm_regions + 64;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
     return;
   rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
@@ -193,6 +195,7 @@ static void main_config_parts(const struct config *cfg,
   hc->tls_key = tls->key;
   hc->unix_path = cfg->unix_socket;
   hc->unix_mode = cfg->unix_socket_mode;
+  hc->allow_client_shm = cfg->allow_client_shm;
 }
 
 /* With --tls-cert/--tls-key: reads both PEM files now, at startup (the
@@ -216,6 +219,7 @@ int main(int argc, char **argv) {
   struct metrics *m = NULL;
   struct batcher *b = NULL;
   struct http *h = NULL;
+  struct shm_registry *shm = NULL;
   long fail_at = 0;         /* ATTND_FAIL_ALLOC_AT (proto/mem.h) */
   unsigned long allocs = 0;
   struct tls_pem tls = {NULL, NULL};
@@ -232,17 +236,20 @@ int main(int argc, char **argv) {
   log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT, cfg.access_log);
   reqid_init();
   main_config_parts(&cfg, &tls, &bc, &hc);
-  main_raise_nofile(cfg.max_conns);
+  main_raise_nofile(cfg.max_conns, cfg.shm_max_regions);
   main_tune_malloc();
   mem_init();  /* cJSON's allocator, before any thread */
   /* One BLAS thread per worker: the workers are the parallelism. */
   openblas_set_num_threads(1);
   if (main_signals() != 0 || !(m = metrics_new()) ||
+      !(shm = shm_new((size_t)cfg.shm_max_regions,
+                      (uint64_t)cfg.shm_max_mb << 20)) ||
       !(b = batcher_start(&bc, m))) {
     log_error("cannot start: out of memory or threads");
     rc = 1;
     goto out;
   }
+  hc.shm = shm;
   if (!(h = http_start(&hc, b, m))) {
     rc = 1;
     goto out;
@@ -281,6 +288,7 @@ out:
     http_stop(h);
   if (b)
     batcher_stop(b);
+  shm_free(shm);  /* no request holds a region any more */
   metrics_free(m);
   tls_free(&tls);
   if (main_sig_pipe[0] >= 0) {

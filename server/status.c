@@ -11,6 +11,9 @@ unsigned int status_from_err(int err) {
   case ATTND_ENOTFOUND: return 404;
   case ATTND_EMETHOD:   return 405;
   case ATTND_ETOOBIG:   return 413;
+  /* A feature the operator left off (client shared memory without
+   * --allow-client-shm): Triton's UNSUPPORTED, 501. */
+  case ATTND_EDISABLED:  return 501;
   case ATTND_EINTERNAL: return 500;
   /* Out of memory is reported as overload: the client may retry once the
    * queued work that holds the memory has drained. */

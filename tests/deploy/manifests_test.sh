@@ -100,6 +100,12 @@ mutate "more workers than the cpu limit" deployment.yaml '(name: ATTND_WORKERS\n
 mutate "an HTTP probe on a loopback-only sidecar" sidecar.yaml \
   'exec:\n(\s+)command: \["/usr/local/bin/attnd", "--probe"\]\n(\s+)periodSeconds: 5' \
   'httpGet:\n\1path: /readyz\n\1port: http\n\2periodSeconds: 5'
+mutate "client shared memory on a disk-backed /dev/shm" sidecar.yaml \
+  'medium: Memory' 'medium: ""'
+mutate "client shared memory the app container cannot see" sidecar.yaml \
+  'mountPath: /dev/shm' 'mountPath: /tmp/shm'
+mutate "client shared memory on the pod IP" sidecar.yaml \
+  '(name: ATTND_HOST\n\s+value: )"127.0.0.1"' '\g<1>"0.0.0.0"'
 
 # ------------------------------------------------------------ 2. Prometheus
 log "Prometheus configs"
@@ -251,7 +257,54 @@ EOF
       # image has no client for it, so check the socket is there for the app.
       check "sidecar: attnd's unix socket is in the app container's /run/attnd" \
         podman exec "$APP" test -S /run/attnd/attnd.sock
+      # Tensors through the shared /dev/shm: the app container writes the
+      # design example's query, key and value (float32) into a shared memory
+      # object, registers it and asks for the output at byte 4096 of it;
+      # attnd reads and writes the object through its own /dev/shm mount.
+      # podman 4.3 makes the emptyDir a root-owned directory on disk (0755;
+      # it ignores medium: Memory and fsGroup), where Kubernetes makes it
+      # world-writable: open it up as Kubernetes would.
+      podman exec --user 0 "$APP" chmod 1777 /dev/shm
+      podman exec "$APP" bash -c '
+        f=/dev/shm/attnd-deploy-test
+        post() {
+          exec 3<>/dev/tcp/127.0.0.1/8000
+          printf "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" "$1" "${#2}" "$2" >&3
+          head -n 1 <&3
+          exec 3<&-
+        }
+        shm() { echo "{\"shared_memory_region\": \"t\", \"shared_memory_offset\": $1, \"shared_memory_byte_size\": $2}"; }
+        head -c 8192 /dev/zero >"$f"
+        z="\x00\x00\x00\x00" one="\x00\x00\x80\x3f" two="\x00\x00\x00\x40" three="\x00\x00\x40\x40"
+        printf "$one$z$z$two$one$one$two$z$z$three$one$z$z$one$one$one" |
+          dd of="$f" conv=notrunc 2>/dev/null
+        post /v2/systemsharedmemory/region/t/register "{\"key\": \"/attnd-deploy-test\", \"byte_size\": 8192}"
+        post /v2/models/attention/infer "{\"inputs\": [
+          {\"name\": \"query\", \"datatype\": \"FP32\", \"shape\": [1, 2, 2], \"parameters\": $(shm 0 16)},
+          {\"name\": \"key\", \"datatype\": \"FP32\", \"shape\": [1, 3, 2], \"parameters\": $(shm 16 24)},
+          {\"name\": \"value\", \"datatype\": \"FP32\", \"shape\": [1, 3, 2], \"parameters\": $(shm 40 24)}],
+          \"outputs\": [{\"name\": \"output\", \"parameters\": $(shm 4096 16)}]}"
+        od -An -tf4 -j 4096 -N 16 "$f"
+        rm -f "$f"' >"$SCRATCH/sidecar-shm.txt" 2>&1
+      check "sidecar: the app registers a region in the shared /dev/shm (200)" \
+        sh -c "sed -n 1p '$SCRATCH/sidecar-shm.txt' | grep -q '^HTTP/1.1 200'"
+      check "sidecar: attnd writes the output into the app's object, as the reference says" \
+        "$PY" - "$SCRATCH/sidecar-shm.txt" <<'EOF'
+import math, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert lines[1].startswith("HTTP/1.1 200"), lines
+got = [float(x) for x in " ".join(lines[2:]).split()]
+q, k, v = [[1, 0], [0, 2]], [[1, 1], [2, 0], [0, 3]], [[1, 0], [0, 1], [1, 1]]
+want = []
+for qi in q:
+    s = [sum(a * b for a, b in zip(qi, kj)) / math.sqrt(2) for kj in k]
+    e = [math.exp(x - max(s)) for x in s]
+    w = [x / sum(e) for x in e]
+    want += [sum(w[j] * v[j][c] for j in range(3)) for c in range(2)]
+assert len(got) == 4 and all(abs(a - b) <= 1e-5 for a, b in zip(got, want)), (got, want)
+EOF
       check "podman kube down sidecar" podman kube down "$KUBE_FILE"
+      podman volume rm dshm >/dev/null 2>&1  # the emptyDir, which podman keeps
       KUBE_FILE=""
     else
       fail "podman kube play sidecar.yaml"; tail -n 20 "$SCRATCH/kube-play-sidecar.log" | sed 's/^/    | /'

@@ -11,7 +11,9 @@
 //      looked up in the typed interfaces (.d.ts) shipped with the models;
 //   3. project rules: selectors match template labels, the Service and the
 //      HPA point at the Deployment, ports are in range and match, probes hit
-//      /healthz and /readyz, limits and the shutdown timing fit attnd.
+//      /healthz and /readyz, limits and the shutdown timing fit attnd,
+//      client shared memory only on loopback with a shared in-memory
+//      /dev/shm.
 // Prints one "ok"/"FAIL" line per file and rule; exit status 1 on failure.
 
 import { readFileSync, existsSync } from "node:fs";
@@ -146,7 +148,7 @@ for (const file of files) {
 let KNOWN_ENV = new Set(["HOST", "PORT", "WORKERS", "MAX_BATCH", "MAX_DELAY_US", "MAX_QUEUE",
   "MAX_INFLIGHT_MB", "MAX_BODY_MB", "TIMEOUT_MS", "DRAIN_DELAY_MS", "DRAIN_S", "MAX_CONNS",
   "CONN_TIMEOUT_S", "LOG", "TOKEN", "TOKEN_FILE", "TLS_CERT", "TLS_KEY", "UNIX_SOCKET",
-  "UNIX_SOCKET_MODE"].map((s) => "ATTND_" + s));
+  "UNIX_SOCKET_MODE", "ALLOW_CLIENT_SHM", "SHM_MAX_REGIONS", "SHM_MAX_MB"].map((s) => "ATTND_" + s));
 if (attnd) {
   const help = execFileSync(attnd, ["--help"], { encoding: "utf8" });
   const names = [...help.matchAll(/\benv (ATTND_[A-Z0-9_]+)/g)].map((m) => m[1]);
@@ -217,6 +219,20 @@ for (const { obj, what } of deployments) {
       `terminationGracePeriodSeconds (${grace}) > drain delay + drain (${drain} s)`);
 
     const host = env.ATTND_HOST ?? "127.0.0.1";
+    // Client shared memory (Triton's extension): only for clients in the
+    // pod, which must see the objects attnd opens: /dev/shm a memory-backed
+    // emptyDir that another container mounts at /dev/shm too.
+    if (env.ATTND_ALLOW_CLIENT_SHM === "1") {
+      const shmMount = (ct) => (ct.volumeMounts || []).find((m) => m.mountPath === "/dev/shm");
+      const mine = shmMount(c);
+      const vol = (pod.volumes || []).find((v) => mine && v.name === mine.name);
+      rule(["127.0.0.1", "::1", "localhost"].includes(host), cw,
+        `ATTND_ALLOW_CLIENT_SHM with attnd on the pod's loopback only (ATTND_HOST=${host})`);
+      rule(vol?.emptyDir?.medium === "Memory", cw,
+        "ATTND_ALLOW_CLIENT_SHM: /dev/shm is an emptyDir with medium Memory");
+      rule((pod.containers || []).some((o) => o !== c && mine && shmMount(o)?.name === mine.name), cw,
+        "ATTND_ALLOW_CLIENT_SHM: another container mounts the same volume at /dev/shm");
+    }
     const resolvePort = (p) => (typeof p === "string" ? ports.find((x) => x.name === p)?.containerPort : p);
     const probes = { livenessProbe: "/healthz", readinessProbe: "/readyz", startupProbe: "/healthz" };
     rule(c.livenessProbe && c.readinessProbe, cw, "liveness and readiness probes present");

@@ -48,6 +48,12 @@ static inline void fuzz_check_decode_rc(int rc, const char *err) {
     FUZZ_CHECK(err[0] != '\0', "rc %d without a message", rc);
 }
 
+/* The same for the v2 decoders, which also answer ATTND_ENOTFOUND: a
+ * shared memory region that is not registered (Triton's 404). */
+static inline void fuzz_check_v2_decode_rc(int rc, const char *err) {
+  fuzz_check_decode_rc(rc == ATTND_ENOTFOUND ? ATTND_EINVAL : rc, err);
+}
+
 /* What a successful decode promises (proto.h): a problem attn_check
  * accepts, with the output buffers allocated. */
 static inline void fuzz_check_request(const proto_request *req) {
@@ -74,7 +80,8 @@ static inline cJSON *fuzz_parse_object(const char *s, size_t len) {
 
 /* Encodes a decoded request with its codec and checks the answer: JSON
  * part an object holding the outputs, binary part exactly the sizes the
- * JSON part announces. */
+ * JSON part announces; an output written into a shared memory region
+ * carries only its name, datatype and shape. */
 static inline void fuzz_check_encode(const proto_request *req) {
   char *body = NULL;
   size_t len = 0, json_len = 0;
@@ -92,11 +99,16 @@ static inline void fuzz_check_encode(const proto_request *req) {
   } else {
     const cJSON *outs = cJSON_GetObjectItemCaseSensitive(j, "outputs"), *o;
     size_t bin = 0;
+    int i = 0;
     FUZZ_CHECK(cJSON_GetArraySize(outs) == req->n_outputs, "outputs");
     cJSON_ArrayForEach(o, outs) {
       const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "parameters");
       const cJSON *s = cJSON_GetObjectItemCaseSensitive(p, "binary_data_size");
-      if (s)
+      if (req->shm_out[req->outputs[i++]].region)
+        FUZZ_CHECK(cJSON_GetArraySize(o) == 3 && !p &&
+                   cJSON_GetObjectItemCaseSensitive(o, "shape"),
+                   "an output in shared memory: name, datatype, shape");
+      else if (s)
         bin += (size_t)s->valuedouble;
       else
         FUZZ_CHECK(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(o, "data")),

@@ -328,7 +328,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                          CORE_MAX_ELEMS, err);
     free(body);
   }
-  fuzz_check_decode_rc(rc, err);
+  if (form == 0)
+    fuzz_check_decode_rc(rc, err);
+  else
+    fuzz_check_v2_decode_rc(rc, err);
   if (getenv("FUZZ_VERBOSE"))  /* to see what the seeds decode to */
     fprintf(stderr, "form %d: decode rc %d %s\n", form, rc, err);
   if (rc != 0)

@@ -92,7 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memcpy(body, data, size);
   int rc = proto_v2_decode(body, size, hdr, model, &req, FUZZ_MAX_ELEMS,
                            err);
-  fuzz_check_decode_rc(rc, err);
+  fuzz_check_v2_decode_rc(rc, err);
   if (rc != ATTND_ENOMEM)
     check_received(body, size, hdr, model, step, rc, err, &req);
   if (rc != 0) {

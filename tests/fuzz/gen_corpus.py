@@ -204,6 +204,77 @@ def v2_misc_bodies():
             ("bad_nul_body", 0, b"\0" * 48)]
 
 
+def shm(region, offset, size):
+    p = {"shared_memory_region": region, "shared_memory_byte_size": size}
+    if offset:
+        p["shared_memory_offset"] = offset
+    return p
+
+
+def shm_in(name, shape, dt, region, offset):
+    n = 1
+    for d in shape:
+        n *= d
+    size = n * {"FP32": 4, "FP64": 8, "FP16": 2, "BF16": 2, "INT32": 4,
+                "INT64": 8, "BOOL": 1}[dt]
+    return {"name": name, "datatype": dt, "shape": list(shape),
+            "parameters": shm(region, offset, size)}
+
+
+def shm_requests():
+    """(name, first byte, body) of fuzz_v2 requests naming the harness's
+    shared memory regions (see fuzz_v2.c: "r" float32 words, "t" raw
+    bytes, "s" 16 bytes); the first byte's bit 1 gives the decoder the
+    regions, bit 0 picks the model."""
+    def body(inputs, outputs=None, **extra):
+        d = dict(extra, inputs=inputs)
+        if outputs is not None:
+            d["outputs"] = outputs
+        return json.dumps(d, separators=(",", ":")).encode()
+    qkv32 = [shm_in("query", (1, 2, 4), "FP32", "r", 0),
+             shm_in("key", (1, 3, 4), "FP32", "r", 64),
+             shm_in("value", (1, 3, 2), "FP32", "r", 128)]
+    out = []
+    out.append(("shm_fp32_in_out", 2, body(qkv32, [
+        {"name": "output", "parameters": dict(shm("r", 3072, 64), binary_data=False)},
+        {"name": "weights"}])))
+    out.append(("shm_dtypes", 2, body([
+        shm_in("query", (1, 2, 4), "FP16", "r", 0),
+        shm_in("key", (1, 3, 4), "BF16", "r", 32),
+        shm_in("value", (1, 3, 2), "FP64", "r", 256),
+        shm_in("valid_lens", (1,), "INT32", "r", 512),
+        shm_in("mask", (2, 3), "BOOL", "t", 0)])))
+    out.append(("shm_dtypes_ok", 2, body([
+        shm_in("query", (1, 2, 4), "FP16", "r", 0),
+        shm_in("key", (1, 3, 4), "BF16", "r", 32),
+        shm_in("value", (1, 3, 2), "FP64", "r", 256),
+        shm_in("mask", (3,), "BOOL", "r", 128)])))
+    out.append(("shm_all_outputs", 2, body(qkv32, [
+        {"name": n, "parameters": shm("r", 2048 + 256 * i, 256)}
+        for i, n in enumerate(("output", "weights", "allowed_keys", "entropy",
+                               "max_weight", "jacobian_norm"))], id="shm")))
+    out.append(("shm_additive", 3, body(qkv32 + [
+        shm_in("w_q", (3, 4), "FP32", "r", 1024),
+        shm_in("w_k", (3, 4), "BF16", "r", 1088),
+        {"name": "w_v", "datatype": "FP32", "shape": [3], "data": [1, -0.5, 2]}])))
+    out.append(("shm_mixed_json", 2, body([
+        qkv32[0], {"name": "key", "datatype": "FP32", "shape": [1, 3, 4],
+                   "data": values((1, 3, 4))},
+        shm_in("value", (1, 3, 2), "FP32", "s", 0)])))
+    bad = [dict(qkv32[0], parameters=dict(shm("r", 4096, 0))),
+           dict(qkv32[0], parameters=dict(shm("r", 8, 18446744073709551615))),
+           dict(qkv32[0], parameters=dict(shm("r", 4090, 32))),
+           dict(qkv32[0], parameters=dict(shm("r", 0, 8))),
+           dict(qkv32[0], parameters=dict(shm("nope", 0, 32))),
+           dict(qkv32[0], data=[1, 2, 3, 4, 5, 6, 7, 8])]
+    for i, q in enumerate(bad):
+        out.append(("shm_bad_%d" % i, 2, body([q] + qkv32[1:])))
+    out.append(("shm_small_output", 2, body(qkv32, [
+        {"name": "output", "parameters": shm("s", 0, 12)}])))
+    out.append(("shm_without_regions", 0, body(qkv32)))
+    return out
+
+
 def write(harness, name, data):
     d = os.path.join(OUT, harness)
     os.makedirs(d, exist_ok=True)
@@ -241,6 +312,8 @@ def main():
         write("fuzz_v2", name, bytes([model]) + body)
     for name, model, body in v2_misc_bodies():
         write("fuzz_v2", name, bytes([model]) + body)
+    for name, first, body in shm_requests():
+        write("fuzz_v2", name, bytes([first]) + body)
     for name, model, hdr, body in v2_requests(True):
         seed = bytes([model]) + hdr.encode() + b"\n" + body
         write("fuzz_v2_binary", name, seed)

@@ -92,6 +92,17 @@ class ConfigTest(unittest.TestCase):
         self.assertNotIn("error", log)
         self.assertNotIn("Warning", log)
 
+    def test_help_lines_fit_100_columns(self):
+        code, out, _ = run_attnd(["--help"])
+        self.assertEqual(code, 0)
+        for line in out.splitlines():
+            self.assertLessEqual(len(line), 100, line)
+        for flag, env in (("--allow-client-shm", "ATTND_ALLOW_CLIENT_SHM"),
+                          ("--shm-max-regions", "ATTND_SHM_MAX_REGIONS"),
+                          ("--shm-max-mb", "ATTND_SHM_MAX_MB")):
+            self.assertIn(flag, out)
+            self.assertIn(env, out)
+
     def test_version_prints_and_exits_0(self):
         code, out, _ = run_attnd(["--version"])
         self.assertEqual(code, 0)

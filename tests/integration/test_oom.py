@@ -27,6 +27,7 @@ import struct
 import sys
 import unittest
 import zlib
+from multiprocessing import shared_memory
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -140,6 +141,81 @@ class FailEveryAllocation(unittest.TestCase):
         self.assertGreater(self.sweep(
             "v2 binary", "POST", "/v2/models/attention/infer", body,
             headers), 30)
+
+    def test_shared_memory_register_infer_status_unregister(self):
+        """The system shared memory routes and a request through regions,
+        as one sequence: each allocation along it fails in turn.  A
+        failed step answers 500/503 (or, after a failed register, the
+        region is unknown: 404); the same sequence then runs again on the
+        same server and gives the counting run's answers, with the output
+        written into its region."""
+        obj = shared_memory.SharedMemory(create=True, size=8192)
+        try:
+            self.shm_sweep(obj)
+        finally:
+            obj.close()
+            obj.unlink()
+
+    def shm_sweep(self, obj):
+        obj.buf[0:64] = (struct.pack("<4f", 1, 0, 0, 2) + struct.pack("<6f", 1, 1, 2, 0, 0, 3) +
+                         struct.pack("<6f", 1, 0, 0, 1, 1, 1))
+
+        def shm(off, size):
+            return {"shared_memory_region": "r", "shared_memory_offset": off,
+                    "shared_memory_byte_size": size}
+        infer = json.dumps({"inputs": [
+            {"name": "query", "datatype": "FP32", "shape": [1, 2, 2], "parameters": shm(0, 16)},
+            {"name": "key", "datatype": "FP32", "shape": [1, 3, 2], "parameters": shm(16, 24)},
+            {"name": "value", "datatype": "FP32", "shape": [1, 3, 2], "parameters": shm(40, 24)}],
+            "outputs": [{"name": "output", "parameters": shm(4096, 16)},
+                        {"name": "weights"}]}).encode()
+        steps = [("POST", "/v2/systemsharedmemory/region/r/register",
+                  json.dumps({"key": "/" + obj.name, "offset": 0, "byte_size": 8192}).encode()),
+                 ("POST", "/v2/models/attention/infer", infer),
+                 ("GET", "/v2/systemsharedmemory/status", None),
+                 ("POST", "/v2/systemsharedmemory/unregister", b"")]
+        clean = ("POST", "/v2/systemsharedmemory/unregister", b"")
+
+        def run(n, rounds):
+            srv = harness.Attnd(["--workers", "1", "--allow-client-shm", "1"],
+                                env={"ATTND_FAIL_ALLOC_AT": str(n)})
+            try:
+                answers = []
+                for r in range(rounds):
+                    if r:
+                        self.assertEqual(srv.request(*clean)[0], 200)
+                        obj.buf[4096:4112] = bytes(16)
+                    answers.append([srv.request(m, p, b) for m, p, b in steps])
+            finally:
+                code = srv.stop()
+            log = "".join(srv.log)
+            self.assertEqual(code, 0, "allocation %d: exit %d\n%s" % (n, code, log[-3000:]))
+            m = INJECTED_RE.search(log)
+            self.assertIsNotNone(m, log[-3000:])
+            return answers, int(m.group(1)), int(m.group(2))
+
+        answers, injected, total = run(10 ** 9, 1)
+        want = [(st, data) for st, _, data in answers[0]]
+        self.assertEqual([st for st, _ in want], [200, 200, 200, 200], want)
+        written = bytes(obj.buf[4096:4112])
+        self.assertGreater(total, 20)
+        step = VALGRIND_STRIDE if harness.VALGRIND else 1
+        for n in range(1, total + 1, step):
+            where = "shared memory, allocation %d of %d" % (n, total)
+            (first, again), injected, _ = run(n, 2)
+            self.assertEqual(injected, 1, where)
+            self.assertEqual([(st, data) for st, _, data in again], want, where)
+            self.assertEqual(bytes(obj.buf[4096:4112]), written, where)
+            registered = first[0][0] == 200
+            for (st, hd, data), (wst, wdata), (_, path, _) in zip(first, want, steps):
+                if (st, data) == (wst, wdata):
+                    continue
+                if not registered and path.endswith("/infer") and st == 404:
+                    continue
+                if not registered and path.endswith("/status") and data == b"[]":
+                    continue
+                self.assertIn(st, (500, 503), "%s: %s: %d %r" % (where, path, st, data[:200]))
+                self.assertTrue(json.loads(data)["error"], where)
 
     def test_metadata_and_metrics(self):
         self.sweep("v2 metadata", "GET", "/v2/models/additive_attention")

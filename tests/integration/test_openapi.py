@@ -224,12 +224,28 @@ def load_doc():
 
 
 def concrete(doc, path, op):
-    """The template path with each path parameter set to its first enum value."""
+    """The template path with each path parameter set to its first enum
+    value (its first example when any value goes)."""
     for p in op.get("parameters", []):
         p = deref(doc, p)
         if p["in"] == "path":
-            path = path.replace("{%s}" % p["name"], str(p["schema"]["enum"][0]))
+            values = p["schema"].get("enum") or p["schema"]["examples"]
+            path = path.replace("{%s}" % p["name"], str(values[0]))
     return path
+
+
+SHM = "/v2/systemsharedmemory/"
+
+
+def with_variants(path):
+    """A route of http.c and the paths it also answers: a model route under
+    /versions/{version}, a shared memory route under /region/{region}."""
+    paths = {path}
+    if path.startswith("/v2/models/{model}"):
+        paths.add(path.replace("{model}", "{model}/versions/{version}", 1))
+    if path.startswith(SHM) and "/region/" not in path:
+        paths.add(path.replace(SHM, SHM + "region/{region}/", 1))
+    return paths
 
 
 def server_routes():
@@ -242,10 +258,7 @@ def server_routes():
     assert table, "no http_routes[] table in server/http.c"
     paths = set(re.findall(r'{\s*"(/[^"]*)"', table.group(1)))
     for p in re.findall(r'static const struct http_route \w+\s*=\s*{\s*"(/[^"]*)"', src):
-        p = p.replace("{m}", "{model}")
-        paths.add(p)
-        if p.startswith("/v2/models/{model}"):
-            paths.add(p.replace("{model}", "{model}/versions/{version}", 1))
+        paths |= with_variants(p.replace("{m}", "{model}"))
     assets = open(os.path.join(harness.ROOT, "server", "assets.c")).read()
     paths |= set(re.findall(r'{\s*"(/[^"]*)",\s*attnd_asset_', assets))
     return paths
@@ -315,9 +328,7 @@ class DocumentTest(harness.unittest.TestCase):
             protected = set()
             for path, auth in re.findall(r'{\s*"(/[^"]*)",[^{}]*?(\d)}', src):
                 if auth == "1":
-                    protected.add(path.replace("{m}", "{model}"))
-            protected |= {p.replace("{model}", "{model}/versions/{version}", 1)
-                          for p in protected if p.startswith("/v2/models/")}
+                    protected |= with_variants(path.replace("{m}", "{model}"))
         self.assertIn("/v1/attention", protected)
         v2 = "/v2" in server_routes()
         documented = {p for p, item in self.doc["paths"].items()
@@ -386,8 +397,9 @@ class LiveCase(harness.ServerTestCase):
             if value is not None and "pattern" in h["schema"]:
                 self.assertRegex(value, h["schema"]["pattern"], name)
                 self.assertLessEqual(len(value), h["schema"].get("maxLength", len(value)), name)
-        if method == "head" or status == 204:
-            self.assertEqual(body, b"")
+        if method == "head" or status == 204 or "content" not in r:
+            self.assertEqual(body, b"", "%s %s %d: documented without a body" %
+                             (method, path, status))
             return None
         ctype = hdrs.get("content-type", "")
         content = r.get("content", {})
@@ -431,10 +443,15 @@ class RoutesTest(LiveCase):
             url = concrete(self.doc, path, op)
             body = b"{}" if method == "post" else None
             status, hdrs, data = self.srv.request(method.upper(), url, body)
-            self.assertNotIn(status, (404, 405), "%s %s: %d %r" % (method, url, status, data))
+            if status == 404 and path == SHM + "region/{region}/status":
+                # routed, but no region is registered on this server
+                if method == "get":
+                    self.assertIn(b"Unable to find system shared memory region", data)
+            else:
+                self.assertNotIn(status, (404, 405), "%s %s: %d %r" % (method, url, status, data))
             self.assertIn(str(status), op["responses"], "%s %s: %d" % (method, url, status))
             n += 1
-        self.assertEqual(n, 43)
+        self.assertEqual(n, 50)
 
     def test_allow_header_lists_exactly_the_documented_methods(self):
         for path, item in self.doc["paths"].items():
@@ -465,7 +482,9 @@ class ResponsesTest(LiveCase):
                 continue
             url = concrete(self.doc, path, op)
             status, hdrs, body = self.srv.request(method.upper(), url)
-            self.assertEqual(status, 200, url)
+            # no region is registered on this server (ShmTest registers one)
+            want = 404 if path == SHM + "region/{region}/status" else 200
+            self.assertEqual(status, want, url)
             self.check_response(path, method, status, hdrs, body)
 
     def test_v1_attention_ok_and_errors_validate(self):
@@ -634,6 +653,47 @@ class ErrorExamplesTest(LiveCase):
         self.assertEqual(seen, set(ERROR_EXAMPLES))
         self.assertEqual(self.doc["paths"]["/v2/models/{model}/infer"]["post"]["responses"]
                          ["400"], {"$ref": "#/components/responses/V2BadRequest"})
+class ShmTest(harness.unittest.TestCase):
+    """The system shared memory routes' answers, from a server that allows
+    them and one that does not."""
+
+    def test_shared_memory_answers_validate(self):
+        from multiprocessing import shared_memory
+        obj = shared_memory.SharedMemory(create=True, size=8192)
+        srv = harness.Attnd(["--workers", "1", "--allow-client-shm", "1"])
+        try:
+            case = LiveCase("run")
+            case.doc = load_doc()[1]
+            reg = SHM + "region/{region}/register"
+            body = json.dumps({"key": "/" + obj.name, "offset": 0, "byte_size": 8192}).encode()
+            for path, url, method, data, want in (
+                    (reg, SHM + "region/input0/register", "post", body, 200),
+                    (reg, SHM + "region/input0/register", "post", body, 400),
+                    (reg, SHM + "region/other/register", "post", b'{"key": 1}', 400),
+                    (SHM + "status", SHM + "status", "get", None, 200),
+                    (SHM + "region/{region}/status", SHM + "region/input0/status", "get",
+                     None, 200),
+                    (SHM + "region/{region}/status", SHM + "region/x/status", "get", None, 404),
+                    (SHM + "region/{region}/unregister", SHM + "region/input0/unregister",
+                     "post", b"", 200),
+                    (SHM + "unregister", SHM + "unregister", "post", b"", 200)):
+                status, hdrs, got = srv.request(method.upper(), url, data)
+                self.assertEqual(status, want, (url, got))
+                self.assertEqual(hdrs["content-type"], "application/json")
+                obj_ = case.check_response(path, method, status, hdrs, got)
+                if url.endswith("input0/status"):
+                    self.assertEqual(obj_[0]["key"], "/" + obj.name)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+            obj.close()
+            obj.unlink()
+        srv = harness.Attnd(["--workers", "1"])
+        try:
+            status, hdrs, got = srv.request("POST", SHM + "unregister", b"")
+            self.assertEqual(status, 501)
+            case.check_response(SHM + "unregister", "post", status, hdrs, got)
+        finally:
+            self.assertEqual(srv.stop(), 0)
 
 
 def post_chunked(srv, path, body, headers=None):

@@ -561,8 +561,8 @@ class ErrorTest(V2Case):
         for params, phrase in (
                 ({"sequence_id": 7, "sequence_start": True, "sequence_end": False},
                  "parameters.sequence_id: not supported (Triton's sequence batching; "
-                 "attnd serves the binary_tensor_data, parameters, model_configuration "
-                 "and statistics extensions)"),
+                 "attnd serves the binary_tensor_data, parameters, model_configuration, "
+                 "statistics and system_shared_memory extensions)"),
                 ({"priority": 1}, "parameters.priority: not supported"),
                 ({"headers": {"a": "b"}}, "parameters.headers: not supported"),
                 ({"triton_enable_empty_final_response": True},

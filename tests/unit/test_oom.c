@@ -6,21 +6,28 @@
  * The loop ends at the first N the operation gets through without the
  * fault firing; that run must give the same answer as a run without
  * injection.  Covers decode (v1, v2 JSON, v2 binary as sent and as
- * received in chunks), encode (v1, v2 with binary outputs, in one piece
- * and in parts), gzip/deflate both ways, error bodies and metadata.
+ * received in chunks, v2 with tensors in shared memory regions), encode
+ * (v1, v2 with binary outputs, in one piece and in parts), gzip/deflate
+ * both ways, error bodies, metadata, and the shared memory registry
+ * (register body, register, status).
  * Leaks are checked through mem_live() here, and by valgrind (make
  * valgrind) or LeakSanitizer (make SANITIZE=address test). */
 #include <check.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cjson/cJSON.h>
 
 #include "proto/mem.h"
 #include "proto/proto.h"
+#include "server/shm.h"
+#include "server/shm_http.h"
 
 /* ---- requests ------------------------------------------------------------ */
 
@@ -310,6 +317,112 @@ static int op_deflate_inflate(const void *arg, char **out, size_t *len) {
   return rc;
 }
 
+/* ---- shared memory ------------------------------------------------------------- */
+
+/* A real object: query FP32 at 0, key FP16 at 64, value FP32 at 128,
+ * valid_lens INT64 at 192, mask BOOL at 256; the output goes to 1024. */
+typedef struct shm_arg {
+  char key[64];
+  struct shm_registry *reg;   /* with region "r" over the whole object */
+} shm_arg;
+
+static const char v2_shm[] =
+    "{\"id\":\"shm\",\"inputs\":["
+    "{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,2],"
+    "\"parameters\":{\"shared_memory_region\":\"r\","
+    "\"shared_memory_byte_size\":16}},"
+    "{\"name\":\"key\",\"datatype\":\"FP16\",\"shape\":[1,3,2],"
+    "\"parameters\":{\"shared_memory_region\":\"r\","
+    "\"shared_memory_offset\":64,\"shared_memory_byte_size\":12}},"
+    "{\"name\":\"value\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"
+    "\"parameters\":{\"shared_memory_region\":\"r\","
+    "\"shared_memory_offset\":128,\"shared_memory_byte_size\":24}},"
+    "{\"name\":\"valid_lens\",\"datatype\":\"INT64\",\"shape\":[1],"
+    "\"parameters\":{\"shared_memory_region\":\"r\","
+    "\"shared_memory_offset\":192,\"shared_memory_byte_size\":8}},"
+    "{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[2,3],"
+    "\"parameters\":{\"shared_memory_region\":\"r\","
+    "\"shared_memory_offset\":256,\"shared_memory_byte_size\":6}}],"
+    "\"outputs\":[{\"name\":\"weights\"},{\"name\":\"output\","
+    "\"parameters\":{\"shared_memory_region\":\"r\","
+    "\"shared_memory_offset\":1024,\"shared_memory_byte_size\":16}}]}";
+
+static void shm_arg_init(shm_arg *a) {
+  static const float q[4] = {1, 0, 0, 2}, v[6] = {1, 0, 0, 1, 1, 1};
+  static const uint16_t k[6] = {0x3c00, 0x3c00, 0x4000, 0, 0, 0x4200};
+  static const int64_t lens[1] = {3};
+  static const unsigned char m[6] = {1, 1, 0, 1, 0, 1};
+  char err[PROTO_ERR_MAX];
+  snprintf(a->key, sizeof a->key, "/attnd-oom-%d", (int)getpid());
+  int fd = shm_open(a->key, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, 8192), 0);
+  ck_assert_int_eq(pwrite(fd, q, 16, 0), 16);
+  ck_assert_int_eq(pwrite(fd, k, 12, 64), 12);
+  ck_assert_int_eq(pwrite(fd, v, 24, 128), 24);
+  ck_assert_int_eq(pwrite(fd, lens, 8, 192), 8);
+  ck_assert_int_eq(pwrite(fd, m, 6, 256), 6);
+  close(fd);
+  a->reg = shm_new(8, 1 << 20);
+  ck_assert_int_eq(shm_register(a->reg, "r", a->key, 0, 8192, err), 0);
+}
+
+static void shm_arg_free(shm_arg *a) {
+  shm_free(a->reg);
+  shm_unlink(a->key);
+}
+
+/* A v2 request whose tensors are in region r, decoded through a
+ * request's holds, which are given back whatever happened. */
+static int op_v2_shm_decode(const void *arg, char **out, size_t *len) {
+  const shm_arg *a = arg;
+  struct shm_http_req s;
+  proto_shm p;
+  proto_request r;
+  proto_shm_write w[PROTO_OUT_COUNT];
+  char err[PROTO_ERR_MAX];
+  memset(&s, 0, sizeof s);
+  shm_http_req_begin(&s, a->reg, &p);
+  int rc = proto_v2_decode_shm(v2_shm, strlen(v2_shm), NULL,
+                               PROTO_MODEL_ATTENTION, &p, &r, 0, err);
+  if (rc) {
+    ck_assert_int_eq(r.n_owned, 0);
+  } else {
+    ck_assert_int_eq(proto_v2_shm_outputs(&r, w), 1);
+    rc = describe(&r, out, len);
+    proto_request_free(&r);
+  }
+  shm_http_req_end(&s);
+  ck_assert_uint_eq(shm_count(a->reg), 1);
+  return rc;
+}
+
+/* The register route's work on a fresh registry: the body, two regions,
+ * the status of both, unregister. */
+static int op_shm_registry(const void *arg, char **out, size_t *len) {
+  const shm_arg *a = arg;
+  char body[128], err[PROTO_ERR_MAX];
+  proto_shm_register reg_body;
+  struct shm_registry *reg = shm_new(8, 1 << 20);
+  int rc;
+  ck_assert_ptr_nonnull(reg);
+  snprintf(body, sizeof body, "{\"key\":\"%s\",\"offset\":4096,"
+           "\"byte_size\":4096}", a->key);
+  rc = proto_shm_register_decode(body, strlen(body), "first", &reg_body,
+                                 err);
+  if (!rc)
+    rc = shm_register(reg, "first", reg_body.key, reg_body.offset,
+                      reg_body.byte_size, err);
+  if (!rc)
+    rc = shm_register(reg, "second", a->key, 0, 4096, err);
+  if (!rc)
+    rc = shm_status(reg, NULL, out, len, err);
+  shm_unregister(reg, NULL);
+  ck_assert_uint_eq(shm_count(reg), 0);
+  shm_free(reg);
+  return rc;
+}
+
 /* ---- tests --------------------------------------------------------------------- */
 
 static void decode_compute(proto_request *r, const char *body,
@@ -368,6 +481,19 @@ START_TEST(encode_every_allocation) {
   proto_request_free(&r1);
   proto_request_free(&r2);
   proto_request_free(&r3);
+}
+END_TEST
+
+START_TEST(shared_memory_every_allocation) {
+  shm_arg a;
+  shm_arg_init(&a);
+  for (int persistent = 0; persistent < 2; persistent++) {
+    ck_assert_int_gt(sweep("v2 shared memory decode", op_v2_shm_decode, &a,
+                           persistent), 10);
+    ck_assert_int_gt(sweep("shared memory registry", op_shm_registry, &a,
+                           persistent), 5);
+  }
+  shm_arg_free(&a);
 }
 END_TEST
 
@@ -507,6 +633,7 @@ static Suite *oom_suite(void) {
   tcase_add_test(tc, v2_decode_every_allocation);
   tcase_add_test(tc, encode_every_allocation);
   tcase_add_test(tc, content_coding_every_allocation);
+  tcase_add_test(tc, shared_memory_every_allocation);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -453,25 +453,57 @@ END_TEST
 /* Triton extensions attnd does not serve are refused by name, not
  * ignored: the answer would not be what was asked for. */
 START_TEST(extensions_attnd_lacks_are_refused) {
+  body b;
+  body_json(&b, "{\"outputs\":[{\"name\":\"output\",\"parameters\":"
+                "{\"classification\":2}}],\"inputs\":[" IN_Q "," IN_K ","
+                IN_V "]}");
+  BAD(&b, NULL, "outputs[0].parameters.classification: not supported",
+      "system_shared_memory");
+}
+END_TEST
+
+/* Shared memory parameters decode without any region registered (the
+ * plain decoder has none): the region is unknown, 404 with Triton's
+ * words, and the request holds nothing. */
+START_TEST(shm_regions_unknown_without_a_registry) {
   static const struct { const char *json, *want; } cases[] = {
-    {"{\"outputs\":[{\"name\":\"output\",\"parameters\":"
-     "{\"classification\":2}}],\"inputs\":[" IN_Q "," IN_K "," IN_V "]}",
-     "outputs[0].parameters.classification: not supported"},
     {"{\"outputs\":[{\"name\":\"output\"},{\"name\":\"weights\","
      "\"parameters\":{\"shared_memory_region\":\"r\","
      "\"shared_memory_byte_size\":24}}],\"inputs\":[" IN_Q "," IN_K ","
      IN_V "]}",
-     "outputs[1].parameters.shared_memory_region: not supported"},
+     "outputs[1]: Unable to find shared memory region: 'r'"},
     {"{\"inputs\":[" IN_Q "," IN_K ",{\"name\":\"value\",\"datatype\":"
      "\"FP32\",\"shape\":[1,3,2],\"parameters\":{\"shared_memory_region\":"
      "\"r\",\"shared_memory_byte_size\":24}}]}",
-     "inputs[2].parameters.shared_memory_region: not supported"},
+     "value: Unable to find shared memory region: 'r'"},
   };
   body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     body_json(&b, cases[i].json);
-    BAD(&b, NULL, cases[i].want);
+    ck_assert_int_eq(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err),
+                     ATTND_ENOTFOUND);
+    ck_assert_int_eq(r.n_owned, 0);
+    ck_assert_msg(strstr(err, cases[i].want), "%s", err);
   }
+  /* the type and exclusivity rules come first, as in Triton */
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K ",{\"name\":\"value\","
+                "\"datatype\":\"FP32\",\"shape\":[1,3,2],\"data\":[1,0,0,"
+                "1,1,1],\"parameters\":{\"shared_memory_region\":\"r\"}}]}");
+  BAD(&b, NULL, "value: Input must set only one of the following fields: "
+      "'data', 'binary_data_size' in 'parameters', 'shared_memory_region' "
+      "in 'parameters'. But set 'data' 'shared_memory_region'");
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K ",{\"name\":\"value\","
+                "\"datatype\":\"FP32\",\"shape\":[1,3,2],\"parameters\":"
+                "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":"
+                "-24}}]}");
+  BAD(&b, NULL, "value: Unable to parse 'shared_memory_byte_size'");
+  body_json(&b, "{\"outputs\":[{\"name\":\"output\",\"parameters\":"
+                "{\"shared_memory_region\":\"r\",\"binary_data\":true}}],"
+                "\"inputs\":[" IN_Q "," IN_K "," IN_V "]}");
+  BAD(&b, NULL, "outputs[0]: Output can't set both 'shared_memory_region' "
+      "and 'binary_data'");
 }
 END_TEST
 
@@ -547,8 +579,8 @@ START_TEST(triton_parameters_attnd_lacks_are_not_supported) {
     {"{\"parameters\":{\"sequence_id\":7,\"sequence_start\":true,"
      "\"sequence_end\":false}," QKV "}",
      "parameters.sequence_id: not supported (Triton's sequence batching; "
-     "attnd serves the binary_tensor_data, parameters, model_configuration "
-     "and statistics extensions)"},
+     "attnd serves the binary_tensor_data, parameters, model_configuration, "
+     "statistics and system_shared_memory extensions)"},
     {"{\"parameters\":{\"sequence_start\":true}," QKV "}",
      "parameters.sequence_start: not supported"},
     {"{\"parameters\":{\"sequence_end\":true}," QKV "}",
@@ -1429,6 +1461,7 @@ static Suite *v2_suite(void) {
               what_triton_clients_send_is_accepted,
               non_finite_literals_name_the_input_and_index,
               nul_bytes_are_pointed_at,
+              shm_regions_unknown_without_a_registry,
               additive_model_needs_its_weights,
               budget_applies_to_v2}},
     {"binary", {binary_request_decodes_and_encodes, binary_layout_errors,

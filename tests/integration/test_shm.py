@@ -1,0 +1,837 @@
+"""Triton's system shared memory extension against the real attnd.
+
+Regions are POSIX shared memory objects made with Python's
+multiprocessing.shared_memory, as tritonclient.utils.shared_memory makes
+them; tensors are written and read with numpy.  Covered:
+
+  * register, status and unregister, with every refusal Triton makes
+    (unknown key, past the end, a name registered twice, bad bodies) and
+    attnd's own (501 without --allow-client-shm, the two limits, the
+    bearer token);
+  * inference with inputs read from regions in every datatype attnd
+    accepts (FP32, FP64, FP16, BF16 tensors, INT32 and INT64 lengths, a
+    BOOL mask) and outputs written into regions (all six), checked against
+    the float64 reference (reference.py); the answer names such an output
+    by name, datatype and shape only;
+  * Triton's offset and size rules, an input byte size mismatch, an
+    output region too small, a failed request that writes nothing;
+  * objects truncated, or removed and truncated, after registration: a
+    4xx for the request that touches them, and the server keeps serving;
+  * a region unregistered while a queued request holds it (deferred, as
+    in Triton), concurrent requests sharing regions, and a client writing
+    NaN into an input while requests read it (the core never sees it).
+
+Needs numpy: under a python3 without it, the file runs itself again with
+Debian's /usr/bin/python3 (python3-numpy, tests/deps.sh).
+"""
+
+import json
+import os
+import sys
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - depends on the interpreter
+    if os.environ.get("ATTND_SHM_REEXEC") != "1" and os.path.exists("/usr/bin/python3"):
+        os.environ["ATTND_SHM_REEXEC"] = "1"
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    raise
+
+import struct
+import threading
+import time
+from multiprocessing import shared_memory
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import reference  # noqa: E402
+
+INFER = "/v2/models/attention/infer"
+SHM = "/v2/systemsharedmemory"
+NP_TYPES = {"FP32": np.float32, "FP64": np.float64, "FP16": np.float16,
+            "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_}
+
+
+# ---- regions and tensors ----------------------------------------------------
+
+class Region:
+    """A POSIX shared memory object of size bytes (its key is "/" + name).
+    After truncate() its mapping in this process is never touched again:
+    reading pages past the new end would be a SIGBUS here."""
+
+    def __init__(self, size):
+        self.shm = shared_memory.SharedMemory(create=True, size=size)
+        self.key = "/" + self.shm.name
+        self.size = size
+        self.mapped = True
+
+    def write(self, off, data):
+        assert self.mapped
+        self.shm.buf[off:off + len(data)] = data
+
+    def read(self, off, n):
+        assert self.mapped
+        return bytes(self.shm.buf[off:off + n])
+
+    def truncate(self, n):
+        self.mapped = False
+        os.ftruncate(self.shm._fd, n)
+
+    def unlink(self):
+        try:
+            self.shm.unlink()
+        except FileNotFoundError:
+            pass
+
+    def close(self):
+        self.shm.close()
+        self.unlink()
+
+
+def bf16(values):
+    """float32 values rounded to nearest even onto BF16: (bits, values)."""
+    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    back = (bits.astype(np.uint32) << 16).view(np.float32)
+    return bits, back
+
+
+def encode(values, dtype):
+    """(little-endian bytes in dtype, the values the server reads back as
+    float64) of an array of values."""
+    if dtype == "BF16":
+        bits, back = bf16(values)
+        return bits.astype("<u2").tobytes(), back.astype(np.float64)
+    arr = np.asarray(values).astype(np.dtype(NP_TYPES[dtype]).newbyteorder("<"))
+    return arr.tobytes(), arr.astype(np.float64)
+
+
+class Packer:
+    """Lays tensors one after another into a region, 64-byte aligned."""
+
+    def __init__(self, region, name, start=0):
+        self.region, self.name, self.at = region, name, start
+
+    def put(self, data):
+        off = self.at
+        self.region.write(off, data)
+        self.at = (off + len(data) + 63) // 64 * 64
+        return off, len(data)
+
+    def reserve(self, n):
+        off = self.at
+        self.at = (off + n + 63) // 64 * 64
+        return off, n
+
+
+def shm_params(region, off, size):
+    p = {"shared_memory_region": region, "shared_memory_byte_size": size}
+    if off:
+        p["shared_memory_offset"] = off
+    return p
+
+
+def shm_input(name, dtype, shape, region, off, size):
+    return {"name": name, "datatype": dtype, "shape": list(shape),
+            "parameters": shm_params(region, off, size)}
+
+
+def shm_output(name, region, off, size):
+    p = shm_params(region, off, size)
+    p["binary_data"] = False  # what tritonclient always sends
+    return {"name": name, "parameters": p}
+
+
+def nested(a):
+    return np.asarray(a, np.float64).tolist()
+
+
+# ---- a server per class -------------------------------------------------------
+
+class ShmCase(harness.ServerTestCase, harness.CloseChecks):
+    server_args = ("--workers", "2", "--allow-client-shm", "1")
+    headers = {}
+
+    def setUp(self):
+        self.regions = []
+
+    def tearDown(self):
+        self.call("POST", SHM + "/unregister")
+        for r in self.regions:
+            r.close()
+
+    def region(self, size):
+        r = Region(size)
+        self.regions.append(r)
+        return r
+
+    def call(self, method, path, obj=None, headers=None):
+        """(status, headers, body bytes); obj is JSON-encoded, or sent as
+        it is when bytes."""
+        body = obj if isinstance(obj, (bytes, type(None))) else json.dumps(obj).encode()
+        h = dict(self.headers)
+        h.update(headers or {})
+        if method == "POST" and body is None:
+            body = b""
+        return self.srv.request(method, path, body, h)
+
+    def register(self, name, region, offset=0, size=None, key=None):
+        status, hdrs, body = self.call("POST", "%s/region/%s/register" % (SHM, name), {
+            "key": key or region.key, "offset": offset,
+            "byte_size": region.size - offset if size is None else size})
+        return status, body
+
+    def registered(self, name, region, offset=0, size=None):
+        status, body = self.register(name, region, offset, size)
+        self.assertEqual((status, body), (200, b""))
+
+    def status(self, name=None):
+        path = SHM + ("/region/%s/status" % name if name else "/status")
+        st, hdrs, body = self.call("GET", path)
+        return st, json.loads(body)
+
+    def infer(self, req, model="attention"):
+        st, hdrs, body = self.call("POST", "/v2/models/%s/infer" % model, req)
+        return st, hdrs, json.loads(body)
+
+    def refused(self, status, phrase, *args, **kw):
+        st, _, body = self.infer(*args, **kw)
+        self.assertEqual(st, status, body)
+        self.assertIn(phrase, body["error"])
+        return body["error"]
+
+
+def fill(region, byte):
+    region.write(0, bytes([byte]) * region.size)
+
+
+class Registration(ShmCase):
+
+    def test_register_status_unregister(self):
+        a, b = self.region(8192), self.region(4096)
+        self.registered("zeta", a, 4096, 4096)
+        st, hdrs, body = self.call("POST", SHM + "/region/alpha/register",
+                                   {"key": b.key, "byte_size": 100})
+        self.assertEqual((st, body), (200, b""))
+        self.assertEqual(hdrs["content-type"], "application/json")
+        # an array sorted by name, the key as registered, compact JSON
+        st, hdrs, body = self.call("GET", SHM + "/status")
+        self.assertEqual(st, 200)
+        self.assertEqual(body.decode(), json.dumps([
+            {"name": "alpha", "key": b.key, "offset": 0, "byte_size": 100},
+            {"name": "zeta", "key": a.key, "offset": 4096, "byte_size": 4096}],
+            separators=(",", ":")))
+        self.assertEqual(self.status("zeta"), (200, [
+            {"name": "zeta", "key": a.key, "offset": 4096, "byte_size": 4096}]))
+        st, hdrs, body = self.call("POST", SHM + "/region/alpha/unregister")
+        self.assertEqual((st, body), (200, b""))
+        self.assertEqual([r["name"] for r in self.status()[1]], ["zeta"])
+        self.assertEqual(self.call("POST", SHM + "/unregister")[0], 200)
+        self.assertEqual(self.status(), (200, []))
+
+    def test_register_refusals(self):
+        r = self.region(8192)
+        missing = "/attnd-no-such-object-%d" % os.getpid()
+        self.registered("taken", r)
+        cases = [
+            ("taken", {"key": r.key, "byte_size": 16},
+             "shared memory region 'taken' already in manager"),
+            ("x", {"key": missing, "byte_size": 16},
+             "Unable to open shared memory region: '%s'" % missing),
+            ("x", {"key": r.key, "byte_size": 8193},
+             "failed to register shared memory region 'x': invalid args"),
+            ("x", {"key": r.key, "offset": 8192, "byte_size": 1}, "invalid args"),
+            ("x", {"key": r.key, "offset": 100, "byte_size": 16},
+             "unable to process address space"),
+            ("x", {"key": r.key, "byte_size": 0}, "unable to process address space"),
+            ("x", {"byte_size": 16}, "Shared memory register request has no 'key' field"),
+            ("x", {"key": r.key}, "Shared memory register request has no 'byte_size' field"),
+            ("x", {"key": 7, "byte_size": 16}, "attempt to access JSON non-string as string"),
+            ("x", {"key": r.key, "byte_size": -1},
+             "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+            ("x", {"key": r.key, "byte_size": 1.5}, "non-unsigned-integer"),
+            ("x", {"key": r.key, "offset": "0", "byte_size": 16}, "non-unsigned-integer"),
+            ("x", {"key": "///", "byte_size": 16},
+             "cannot register shared memory region 'x' - invalid shm key '///'"),
+            ("x", {"key": "/triton_python_backend_shm_region_1", "byte_size": 16},
+             "reserved prefix"),
+            ("x", b"", "failed to parse the request JSON buffer"),
+            ("x", b"{\"key\": ", "failed to parse the request JSON buffer"),
+            ("x", b"[1]", "failed to parse the request JSON buffer"),
+        ]
+        for name, body, phrase in cases:
+            st, hdrs, data = self.call("POST", "%s/region/%s/register" % (SHM, name), body)
+            self.assertEqual(st, 400, (body, data))
+            self.assertEqual(hdrs["content-type"], "application/json")
+            self.assertIn(phrase, json.loads(data)["error"], body)
+        st, _, data = self.call("POST", SHM + "/register", {"key": r.key, "byte_size": 16})
+        self.assertEqual(st, 400)
+        self.assertIn("'region name' is necessary to register system shared memory region",
+                      json.loads(data)["error"])
+        self.assertEqual([x["name"] for x in self.status()[1]], ["taken"])
+
+    def test_unknown_names_methods_and_paths(self):
+        st, _, body = self.call("GET", SHM + "/region/nobody/status")
+        self.assertEqual(st, 404)
+        self.assertEqual(json.loads(body)["error"],
+                         "Unable to find system shared memory region: 'nobody'")
+        # unregistering what is not there is no error, as in Triton
+        self.assertEqual(self.call("POST", SHM + "/region/nobody/unregister")[:3:2],
+                         (200, b""))
+        st, hdrs, _ = self.call("GET", SHM + "/region/a/register")
+        self.assertEqual((st, hdrs.get("allow")), (405, "POST"))
+        st, hdrs, _ = self.call("POST", SHM + "/status")
+        self.assertEqual((st, hdrs.get("allow")), (405, "GET, HEAD"))
+        for path in (SHM, SHM + "/region/a", SHM + "/region//status",
+                     SHM + "/region/a/b/status", SHM + "/bogus", SHM + "x/status"):
+            self.assertEqual(self.call("GET", path)[0], 404, path)
+
+    def test_server_metadata_lists_the_extension(self):
+        st, _, body = self.call("GET", "/v2")
+        self.assertIn("system_shared_memory", json.loads(body)["extensions"])
+
+
+class Disabled(ShmCase):
+    """The default: register and unregister are 501, status is served."""
+    server_args = ("--workers", "1")
+
+    def test_register_and_unregister_name_the_flag(self):
+        r = self.region(4096)
+        for path, body in (("/region/a/register", {"key": r.key, "byte_size": 16}),
+                           ("/region/a/unregister", None), ("/unregister", None)):
+            st, hdrs, data = self.call("POST", SHM + path, body)
+            self.assertEqual(st, 501, path)
+            self.assertEqual(hdrs["content-type"], "application/json")
+            self.assertIn("--allow-client-shm 1", json.loads(data)["error"])
+        self.assertEqual(self.status(), (200, []))
+        st, _, body = self.call("GET", "/v2")
+        self.assertIn("system_shared_memory", json.loads(body)["extensions"])
+        # nothing is registered, so a request naming a region finds none
+        q = shm_input("query", "FP32", [1, 1, 2], "a", 0, 8)
+        self.refused(404, "query: Unable to find shared memory region: 'a'", {"inputs": [q]})
+
+
+class Limits(ShmCase):
+    server_args = ("--workers", "1", "--allow-client-shm", "1",
+                   "--shm-max-regions", "2", "--shm-max-mb", "1")
+
+    def test_most_regions_and_total_size(self):
+        r = self.region(2 << 20)
+        self.registered("a", r, 0, 4096)
+        st, body = self.register("big", r, 4096, 1 << 20)
+        self.assertEqual(st, 400)
+        self.assertIn("--shm-max-mb", json.loads(body)["error"])
+        self.registered("b", r, 8192, 4096)
+        st, body = self.register("c", r, 0, 4096)
+        self.assertEqual(st, 400)
+        self.assertIn("2 regions are registered, the server's limit (--shm-max-regions)",
+                      json.loads(body)["error"])
+        self.assertEqual(self.call("POST", SHM + "/region/a/unregister")[0], 200)
+        self.registered("c", r, 0, 4096)
+
+
+class Token(ShmCase):
+    server_args = ("--workers", "1", "--allow-client-shm", "1", "--token", "s3cret")
+    headers = {"Authorization": "Bearer s3cret"}
+
+    def test_every_route_needs_the_token(self):
+        r = self.region(4096)
+        for method, path, body in (("GET", SHM + "/status", None),
+                                   ("GET", SHM + "/region/a/status", None),
+                                   ("POST", SHM + "/region/a/register",
+                                    json.dumps({"key": r.key, "byte_size": 16}).encode()),
+                                   ("POST", SHM + "/unregister", b"")):
+            for auth in ({}, {"Authorization": "Bearer wrong"}):
+                st, hdrs, _ = self.srv.request(method, path, body, auth)
+                self.assertEqual(st, 401, (path, auth))
+                self.assertIn("Bearer", hdrs.get("www-authenticate", ""))
+        self.assertEqual(self.status(), (200, []))
+        self.registered("a", r)
+        self.assertEqual(len(self.status()[1]), 1)
+
+
+class Inference(ShmCase):
+
+    def run_case(self, dtype, lens_dtype, seed, rank4=True):
+        """q, k, v, bias in dtype, lengths and mask, all from one region;
+        output and weights into another; checked against the reference."""
+        rng = np.random.default_rng(seed)
+        B, H, Hkv, Lq, Lk, D, Dv = 2, 4, 2, 5, 7, 4, 3
+        pre = (B, H) if rank4 else (B,)
+        prek = (B, Hkv) if rank4 else (B,)
+        q = rng.standard_normal(pre + (Lq, D))
+        k = rng.standard_normal(prek + (Lk, D))
+        v = rng.standard_normal(prek + (Lk, Dv))
+        bias = rng.standard_normal((Lq, Lk))
+        lens = rng.integers(0, Lk + 1, size=(B,))
+        mask = rng.random((Lq, Lk)) < 0.8
+        inp, out = self.region(64 << 10), self.region(16 << 10)
+        name_in, name_out = "in-%s-%d" % (dtype, seed), "out-%s-%d" % (dtype, seed)
+        self.registered(name_in, inp)
+        self.registered(name_out, out)
+        fill(out, 0xEE)
+        pk = Packer(inp, name_in, 64)  # a request offset too
+        inputs, seen = [], {}
+        for name, arr, dt in (("query", q, dtype), ("key", k, dtype), ("value", v, dtype),
+                              ("bias", bias, dtype), ("valid_lens", lens, lens_dtype),
+                              ("mask", mask, "BOOL")):
+            data, back = encode(arr, dt)
+            off, size = pk.put(data)
+            seen[name] = back.reshape(arr.shape)
+            inputs.append(shm_input(name, dt, arr.shape, name_in, off, size))
+        n_out = B * H * Lq * Dv if rank4 else B * Lq * Dv
+        n_w = B * H * Lq * Lk if rank4 else B * Lq * Lk
+        po = Packer(out, name_out)
+        o_off, o_size = po.reserve(n_out * 4)
+        w_off, w_size = po.reserve(n_w * 4 + 16)  # room to spare is fine
+        req = {"id": "shm-%s" % dtype,
+               "inputs": inputs,
+               "outputs": [shm_output("output", name_out, o_off, o_size),
+                           shm_output("weights", name_out, w_off, w_size)]}
+        st, hdrs, body = self.infer(req)
+        self.assertEqual(st, 200, body)
+        self.assertNotIn("inference-header-content-length", hdrs)
+        shape_o = list(pre) + [Lq, Dv]
+        shape_w = list(pre) + [Lq, Lk]
+        self.assertEqual(body["outputs"], [
+            {"name": "output", "datatype": "FP32", "shape": shape_o},
+            {"name": "weights", "datatype": "FP32", "shape": shape_w}])
+        ref_out, ref_w = reference.attention({
+            "query": nested(seen["query"]), "key": nested(seen["key"]),
+            "value": nested(seen["value"]), "bias": nested(seen["bias"]),
+            "valid_lens": [int(x) for x in lens], "mask": mask.tolist()})
+        got_o = np.frombuffer(out.read(o_off, o_size), "<f4").reshape(shape_o)
+        got_w = np.frombuffer(out.read(w_off, n_w * 4), "<f4").reshape(shape_w)
+        self.assert_close(got_o.tolist(), ref_out, "%s output" % dtype)
+        self.assert_close(got_w.tolist(), ref_w, "%s weights" % dtype)
+        # masked and empty positions are exactly 0; the spare room untouched
+        self.assertTrue(all(x == 0.0 for x, r in zip(got_w.ravel(), reference.flatten(ref_w))
+                            if r == 0.0))
+        self.assertEqual(out.read(w_off + n_w * 4, 16), b"\xee" * 16)
+
+    def test_every_input_datatype_and_outputs_to_a_region(self):
+        for i, (dt, lens) in enumerate((("FP32", "INT32"), ("FP64", "INT64"),
+                                        ("FP16", "INT32"), ("BF16", "INT64"))):
+            with self.subTest(dtype=dt):
+                self.run_case(dt, lens, seed=10 + i)
+        self.run_case("FP32", "INT64", seed=20, rank4=False)
+
+    def test_additive_model_reads_its_weights_from_a_region(self):
+        rng = np.random.default_rng(3)
+        q, k, v = (rng.standard_normal(s) for s in ((1, 3, 4), (1, 5, 4), (1, 5, 2)))
+        wq, wk, wv = rng.standard_normal((6, 4)), rng.standard_normal((6, 4)), rng.standard_normal(6)
+        r = self.region(8192)
+        self.registered("add", r)
+        pk = Packer(r, "add")
+        inputs, seen = [], {}
+        for name, arr, dt in (("query", q, "FP16"), ("key", k, "FP32"), ("value", v, "FP64"),
+                              ("w_q", wq, "BF16"), ("w_k", wk, "FP32"), ("w_v", wv, "FP16")):
+            data, back = encode(arr, dt)
+            inputs.append(shm_input(name, dt, arr.shape, "add", *pk.put(data)))
+            seen[name] = nested(back.reshape(arr.shape))
+        o_off, o_size = pk.reserve(3 * 2 * 4)
+        st, _, body = self.infer({"inputs": inputs,
+                                  "outputs": [shm_output("output", "add", o_off, o_size)]},
+                                 model="additive_attention")
+        self.assertEqual(st, 200, body)
+        ref_out, _ = reference.attention(dict(seen, scoring="additive"))
+        got = np.frombuffer(r.read(o_off, o_size), "<f4").reshape(1, 3, 2)
+        self.assert_close(got.tolist(), ref_out, "additive output")
+
+    def test_all_six_outputs_into_one_region_beside_a_json_one(self):
+        req_ref = reference.rand_request(5, B=1, H=2, Lq=4, Lk=6, D=3, Dv=2)
+        req_ref["valid_lens"] = [4]
+        out = self.region(8192)
+        self.registered("diag", out)
+        fill(out, 0)
+        inputs = [{"name": n, "datatype": "FP32", "shape": reference.shape_of(req_ref[n]),
+                   "data": reference.flatten(req_ref[n])} for n in ("query", "key", "value")]
+        inputs.append({"name": "valid_lens", "datatype": "INT32", "shape": [1], "data": [4]})
+        sizes = {"output": 1 * 2 * 4 * 2, "weights": 1 * 2 * 4 * 6}
+        pk = Packer(out, "diag")
+        outputs, where = [], {}
+        for name in ("output", "weights") + reference.DIAGNOSTICS[:3]:
+            where[name] = pk.reserve(4 * sizes.get(name, 8))
+            outputs.append(shm_output(name, "diag", *where[name]))
+        # the last one travels in the answer, as JSON
+        outputs.append({"name": "jacobian_norm", "parameters": {"binary_data": False}})
+        st, _, body = self.infer({"inputs": inputs, "outputs": outputs})
+        self.assertEqual(st, 200, body)
+        ref_out, ref_w = reference.attention(req_ref)
+        ref_d = reference.diagnostics(req_ref)
+        for o in body["outputs"]:
+            if o["name"] == "jacobian_norm":
+                self.assertIn("data", o)
+                self.assert_close(o["data"], ref_d["jacobian_norm"], "jacobian_norm json")
+                continue
+            self.assertEqual(set(o), {"name", "datatype", "shape"}, o)
+            off, size = where[o["name"]]
+            fmt = "<i4" if o["name"] == "allowed_keys" else "<f4"
+            self.assertEqual(o["datatype"], "INT32" if fmt == "<i4" else "FP32")
+            got = np.frombuffer(out.read(off, size), fmt).reshape(o["shape"]).tolist()
+            want = {"output": ref_out, "weights": ref_w}.get(o["name"]) or ref_d[o["name"]]
+            self.assert_close(got, want, o["name"])
+
+    def test_regions_mix_with_json_and_binary_tensors(self):
+        rng = np.random.default_rng(8)
+        q, k, v = rng.standard_normal((1, 3, 4)), rng.standard_normal((1, 5, 4)), \
+            rng.standard_normal((1, 5, 2))
+        r = self.region(4096)
+        self.registered("mix", r)
+        pk = Packer(r, "mix")
+        qb, qv = encode(q, "FP32")
+        vb, vv = encode(v, "FP16")
+        o_off, o_size = pk.reserve(3 * 2 * 4)
+        header = json.dumps({
+            "inputs": [shm_input("query", "FP32", q.shape, "mix", *pk.put(qb)),
+                       {"name": "key", "datatype": "FP64", "shape": list(k.shape),
+                        "data": k.ravel().tolist()},
+                       {"name": "value", "datatype": "FP16", "shape": list(v.shape),
+                        "parameters": {"binary_data_size": len(vb)}}],
+            "outputs": [shm_output("output", "mix", o_off, o_size),
+                        {"name": "weights", "parameters": {"binary_data": True}}]}).encode()
+        st, hdrs, body = self.call("POST", INFER, header + vb,
+                                   {"Inference-Header-Content-Length": str(len(header))})
+        self.assertEqual(st, 200, body[:300])
+        hlen = int(hdrs["inference-header-content-length"])
+        meta = json.loads(body[:hlen])
+        self.assertEqual(meta["outputs"][0], {"name": "output", "datatype": "FP32",
+                                              "shape": [1, 3, 2]})
+        self.assertEqual(meta["outputs"][1]["parameters"], {"binary_data_size": 3 * 5 * 4})
+        self.assertEqual(len(body), hlen + 60)  # only the weights follow
+        ref_out, ref_w = reference.attention({
+            "query": nested(qv.reshape(q.shape)), "key": nested(k.astype(np.float32)),
+            "value": nested(vv.reshape(v.shape))})
+        got = np.frombuffer(r.read(o_off, o_size), "<f4").reshape(1, 3, 2)
+        self.assert_close(got.tolist(), ref_out, "output")
+        self.assert_close(np.frombuffer(body[hlen:], "<f4").reshape(1, 3, 5).tolist(), ref_w,
+                          "weights")
+
+    def basic(self, region_name="b", q_extra=None, out=None):
+        """A valid request's parts: q, k, v in region region_name at 0, 64,
+        128 (shapes (1,2,2), (1,3,2), (1,3,2), FP32)."""
+        def inp(name, shape, off):
+            n = int(np.prod(shape)) * 4
+            return shm_input(name, "FP32", shape, region_name, off, n)
+        req = {"inputs": [inp("query", [1, 2, 2], 0), inp("key", [1, 3, 2], 64),
+                          inp("value", [1, 3, 2], 128)]}
+        if q_extra:
+            req["inputs"][0]["parameters"].update(q_extra)
+        if out:
+            req["outputs"] = out
+        return req
+
+    def basic_region(self, name="b", size=4096, offset=0):
+        r = self.region(size + offset)
+        r.write(offset + 0, struct.pack("<4f", 1, 0, 0, 2))
+        r.write(offset + 64, struct.pack("<6f", 1, 1, 2, 0, 0, 3))
+        r.write(offset + 128, struct.pack("<6f", 1, 0, 0, 1, 1, 1))
+        self.registered(name, r, offset, size)
+        return r
+
+    def test_triton_offset_and_size_rules(self):
+        self.basic_region("b", size=4096)
+        self.refused(404, "query: Unable to find shared memory region: 'nope'",
+                     self.basic("b", {"shared_memory_region": "nope"}))
+        self.refused(400, "query: Invalid offset for shared memory region: 'b'",
+                     self.basic("b", {"shared_memory_offset": 4096, "shared_memory_byte_size": 0}))
+        self.refused(400, "Integer overflow detected: byte_size (18446744073709551615) + offset "
+                     "(8) exceeds maximum value (18446744073709551615) for region 'b'",
+                     self.basic("b", {"shared_memory_offset": 8,
+                                      "shared_memory_byte_size": 18446744073709551615}))
+        self.refused(400, "query: Invalid offset + byte size for shared memory region: 'b'",
+                     self.basic("b", {"shared_memory_offset": 4000,
+                                      "shared_memory_byte_size": 200}))
+        self.refused(400, "Unable to parse 'shared_memory_offset'",
+                     self.basic("b", {"shared_memory_offset": -8}))
+        self.refused(400, "Unable to parse 'shared_memory_region'",
+                     self.basic("b", {"shared_memory_region": 3}))
+        req = self.basic("b")
+        req["inputs"][0]["data"] = [1, 0, 0, 2]
+        self.refused(400, "query: Input must set only one of the following fields: 'data', "
+                     "'binary_data_size' in 'parameters', 'shared_memory_region' in "
+                     "'parameters'. But set 'data' 'shared_memory_region'", req)
+        # an output: binary_data true, classification, a missing region
+        for params, phrase, status in (
+                ({"binary_data": True}, "Output can't set both 'shared_memory_region' and "
+                 "'binary_data'", 400),
+                ({"classification": 2}, "Output can't set both 'shared_memory_region' and "
+                 "'classification'", 400),
+                ({"shared_memory_region": "gone"}, "Unable to find shared memory region: "
+                 "'gone'", 404)):
+            p = dict({"shared_memory_region": "b", "shared_memory_byte_size": 16,
+                      "shared_memory_offset": 1024}, **params)
+            self.refused(status, phrase, self.basic(
+                "b", out=[{"name": "output", "parameters": p}]))
+        # and the same request, well formed, works (offsets from the region)
+        st, _, body = self.infer(self.basic("b"))
+        self.assertEqual(st, 200, body)
+
+    def test_registered_offset_and_request_offset_add_up(self):
+        r = self.basic_region("off", size=4096, offset=8192)
+        st, _, body = self.infer(self.basic("off", out=[
+            shm_output("output", "off", 2048, 16)]))
+        self.assertEqual(st, 200, body)
+        got = struct.unpack("<4f", r.read(8192 + 2048, 16))
+        want = self.basic_answer()
+        for g, w in zip(got, want):
+            self.assertAlmostEqual(g, w, places=5)
+
+    def basic_answer(self):
+        out, _ = reference.attention({"query": [[[1, 0], [0, 2]]],
+                                      "key": [[[1, 1], [2, 0], [0, 3]]],
+                                      "value": [[[1, 0], [0, 1], [1, 1]]]})
+        return reference.flatten(out)
+
+    def test_input_byte_size_must_match_exactly(self):
+        self.basic_region("b")
+        for size in (8, 32):
+            err = self.refused(400, "input byte size mismatch for input 'query' for model "
+                               "'attention'. Expected 16, got %d" % size,
+                               self.basic("b", {"shared_memory_byte_size": size}))
+            self.assertTrue(err.startswith("[request id: <id_unknown>] "), err)
+        req = self.basic("b", {"shared_memory_byte_size": 8})
+        req["id"] = "r-9"
+        self.refused(400, "[request id: r-9] input byte size mismatch", req)
+        req = self.basic("b")
+        del req["inputs"][0]["parameters"]["shared_memory_byte_size"]
+        self.refused(400, "Expected 16, got 0", req)
+
+    def test_output_region_too_small_writes_nothing(self):
+        r = self.basic_region("b")
+        r.write(1024, b"\xab" * 64)
+        self.refused(400, "shared memory size specified with the request for output 'output' "
+                     "(12 bytes) should be at least 16 bytes to hold the results",
+                     self.basic("b", out=[shm_output("output", "b", 1024, 12)]))
+        self.assertEqual(r.read(1024, 64), b"\xab" * 64)
+
+    def test_a_failed_request_writes_nothing(self):
+        r = self.basic_region("b")
+        r.write(1024, b"\xab" * 64)
+        out = [shm_output("output", "b", 1024, 16)]
+        # a bad value in another input: refused before anything runs
+        r.write(64 + 4, struct.pack("<f", float("nan")))
+        self.refused(400, "key[0][0][1]: FP32 value is not finite", self.basic("b", out=out))
+        r.write(64 + 4, struct.pack("<f", 1.0))
+        # the deadline passed before it ran
+        req = self.basic("b", out=out)
+        req["parameters"] = {"timeout": 1}
+        st, _, body = self.infer(req)
+        self.assertEqual(st, 504, body)
+        self.assertEqual(r.read(1024, 64), b"\xab" * 64)
+        st, _, body = self.infer(self.basic("b", out=out))
+        self.assertEqual(st, 200, body)
+        self.assertNotEqual(r.read(1024, 16), b"\xab" * 16)
+
+    def test_bad_values_in_a_region_are_refused_by_name(self):
+        r = self.basic_region("b")
+        for dt, data, phrase in (
+                ("FP16", struct.pack("<4e", 1, 0, float("inf"), 2), "query[0][1][0]: FP16 value"),
+                ("FP64", struct.pack("<4d", 1, 0, 1e300, 2), "query[0][1][0]: FP64 value"),
+                ("FP32", struct.pack("<4f", 1, float("nan"), 0, 2), "query[0][0][1]: FP32 value")):
+            r.write(2048, data)
+            req = self.basic("b")
+            req["inputs"][0].update(datatype=dt, parameters=shm_params("b", 2048, len(data)))
+            self.refused(400, phrase, req)
+        r.write(2048, struct.pack("<q", 9))
+        req = self.basic("b")
+        req["inputs"].append(shm_input("valid_lens", "INT64", [1], "b", 2048, 8))
+        self.refused(400, "valid_lens[0]=9 exceeds key length", req)
+        r.write(2048, bytes([1, 2, 1]))
+        req = self.basic("b")
+        req["inputs"].append(shm_input("mask", "BOOL", [3], "b", 2048, 3))
+        self.refused(400, "mask[1]: BOOL byte 2 is neither 0 nor 1", req)
+
+
+class Lifetime(ShmCase):
+
+    def good_request(self):
+        """A region and a request that reads it and writes into it."""
+        r = self.region(4096)
+        name = "good-%d" % len(self.regions)
+        r.write(0, struct.pack("<4f", 1, 0, 0, 2) + struct.pack("<6f", 1, 1, 2, 0, 0, 3) +
+                struct.pack("<6f", 1, 0, 0, 1, 1, 1))
+        self.registered(name, r)
+        req = {"inputs": [shm_input("query", "FP32", [1, 2, 2], name, 0, 16),
+                          shm_input("key", "FP32", [1, 3, 2], name, 16, 24),
+                          shm_input("value", "FP32", [1, 3, 2], name, 40, 24)],
+               "outputs": [shm_output("output", name, 1024, 16)]}
+        return r, name, req
+
+    def assert_serving(self):
+        r, _, req = self.good_request()
+        st, _, body = self.infer(req)
+        self.assertEqual(st, 200, body)
+        out, _ = reference.attention({"query": [[[1, 0], [0, 2]]],
+                                      "key": [[[1, 1], [2, 0], [0, 3]]],
+                                      "value": [[[1, 0], [0, 1], [1, 1]]]})
+        got = struct.unpack("<4f", r.read(1024, 16))
+        for g, w in zip(got, reference.flatten(out)):
+            self.assertAlmostEqual(g, w, places=5)
+
+    def test_truncated_to_zero(self):
+        r, name, req = self.good_request()
+        r.truncate(0)
+        err = self.refused(400, "shared memory region '%s'" % name, req)
+        self.assertIn("truncated", err)
+        self.assert_serving()
+        self.assertIn(name, [x["name"] for x in self.status()[1]])
+        self.assertEqual(self.call("POST", SHM + "/region/%s/unregister" % name)[0], 200)
+
+    def test_unlinked_then_truncated(self):
+        r, name, req = self.good_request()
+        r.unlink()
+        r.truncate(0)
+        self.refused(400, "truncated", req)
+        self.assert_serving()
+
+    def test_output_beyond_a_shortened_object(self):
+        r, name, req = self.good_request()
+        r.truncate(512)  # the inputs are still there, the output's place not
+        err = self.refused(400, "shared memory region '%s'" % name, req)
+        self.assertIn("too short for the output", err)
+        self.assert_serving()
+
+    def test_registering_a_shortened_object_is_refused(self):
+        r = self.region(8192)
+        r.truncate(4096)
+        st, body = self.register("short", r, 0, 8192)
+        self.assertEqual(st, 400)
+        self.assertIn("invalid args", json.loads(body)["error"])
+
+
+class Deferred(ShmCase):
+    """A queued request holds its regions: a batch of this shape waits
+    1.5 s to fill, so an unregister arrives while the request is held."""
+    server_args = ("--workers", "1", "--allow-client-shm", "1",
+                   "--max-delay-us", "1500000", "--max-batch", "8")
+
+    def test_unregister_waits_for_the_request(self):
+        r = self.region(4096)
+        r.write(0, struct.pack("<4f", 1, 0, 0, 2) + struct.pack("<6f", 1, 1, 2, 0, 0, 3) +
+                struct.pack("<6f", 1, 0, 0, 1, 1, 1))
+        fill_out = b"\xab" * 16
+        r.write(1024, fill_out)
+        self.registered("held", r)
+        req = {"inputs": [shm_input("query", "FP32", [1, 2, 2], "held", 0, 16),
+                          shm_input("key", "FP32", [1, 3, 2], "held", 16, 24),
+                          shm_input("value", "FP32", [1, 3, 2], "held", 40, 24)],
+               "outputs": [shm_output("output", "held", 1024, 16)]}
+        answer = {}
+        t = threading.Thread(target=lambda: answer.update(r=self.infer(req)))
+        t0 = time.monotonic()
+        t.start()
+        deadline = time.time() + 30
+        while not self.queued() and time.time() < deadline:
+            time.sleep(0.01)
+        self.assertTrue(self.queued(), "the request never queued")
+        self.assertEqual(self.call("POST", SHM + "/region/held/unregister")[0], 200)
+        # as in Triton: listed, the name taken, until the request is done
+        self.assertEqual([x["name"] for x in self.status()[1]], ["held"])
+        st, body = self.register("held", r)
+        self.assertEqual(st, 400)
+        self.assertIn("already in manager", json.loads(body)["error"])
+        t.join(60)
+        st, _, body = answer["r"]
+        self.assertEqual(st, 200, body)
+        self.assertGreater(time.monotonic() - t0, 1.0)  # it did wait
+        self.assertNotEqual(r.read(1024, 16), fill_out)  # and wrote
+        self.assertEqual(self.status(), (200, []))
+        self.registered("held", r)
+
+    def queued(self):
+        _, _, body = self.call("GET", "/metrics")
+        for line in body.decode().splitlines():
+            if line.startswith("attnd_queue_depth "):
+                return float(line.split()[1]) >= 1
+        return False
+
+
+class Concurrency(ShmCase):
+
+    def test_concurrent_requests_share_regions(self):
+        rng = np.random.default_rng(11)
+        q, k, v = (rng.standard_normal(s) for s in ((1, 2, 16, 8), (1, 2, 24, 8), (1, 2, 24, 8)))
+        inp, out = self.region(64 << 10), self.region(256 << 10)
+        self.registered("cin", inp)
+        self.registered("cout", out)
+        pk = Packer(inp, "cin")
+        inputs, seen = [], {}
+        for name, arr in (("query", q), ("key", k), ("value", v)):
+            data, back = encode(arr, "FP32")
+            inputs.append(shm_input(name, "FP32", arr.shape, "cin", *pk.put(data)))
+            seen[name] = nested(back.reshape(arr.shape))
+        ref_out, _ = reference.attention(seen)
+        n_out = 2 * 16 * 8 * 4
+        errors = []
+
+        def client(c):
+            for i in range(10):
+                off = (c * 10 + i) * n_out
+                st, _, body = self.infer({"inputs": inputs, "outputs": [
+                    shm_output("output", "cout", off, n_out)]})
+                if st != 200:
+                    errors.append((c, i, st, body))
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(errors, [])
+        for slot in range(80):
+            got = np.frombuffer(out.read(slot * n_out, n_out), "<f4").reshape(1, 2, 16, 8)
+            self.assert_close(got.tolist(), ref_out, "slot %d" % slot)
+
+    def test_a_client_writing_nan_mid_request_never_reaches_the_core(self):
+        """One key element flips between 0.5 and NaN as fast as Python can
+        write it while requests read the key: each answer is either a 400
+        naming the NaN, or a 200 whose output is the reference's for 0.5:
+        what attnd checked is what it computed with."""
+        rng = np.random.default_rng(12)
+        q, k, v = (rng.standard_normal(s) for s in ((1, 4, 8, 16), (1, 4, 512, 16),
+                                                      (1, 4, 512, 16)))
+        k[0, 3, 511, 15] = 0.5
+        r = self.region(1 << 20)
+        self.registered("race", r)
+        pk = Packer(r, "race")
+        inputs, seen = [], {}
+        for name, arr in (("query", q), ("key", k), ("value", v)):
+            data, back = encode(arr, "FP32")
+            off, size = pk.put(data)
+            if name == "key":
+                flip = off + size - 4
+            inputs.append(shm_input(name, "FP32", arr.shape, "race", off, size))
+            seen[name] = nested(back.reshape(arr.shape))
+        ref_out, _ = reference.attention(seen)
+        ref = np.asarray(ref_out, np.float64)
+        stop = threading.Event()
+        good, nan = struct.pack("<f", 0.5), struct.pack("<f", float("nan"))
+
+        def writer():
+            while not stop.is_set():
+                r.write(flip, nan)
+                r.write(flip, good)
+        t = threading.Thread(target=writer)
+        t.start()
+        counts = {200: 0, 400: 0}
+        try:
+            deadline = time.time() + 4
+            while time.time() < deadline:
+                st, _, body = self.infer({"inputs": inputs, "outputs": [
+                    {"name": "output", "parameters": {"binary_data": False}}]})
+                self.assertIn(st, (200, 400), body)
+                counts[st] += 1
+                if st == 400:
+                    self.assertIn("key[0][3][511][15]: FP32 value is not finite", body["error"])
+                    continue
+                got = np.asarray(body["outputs"][0]["data"], np.float64)
+                self.assertTrue(np.all(np.isfinite(got)))
+                self.assertTrue(np.all(np.abs(got - ref.ravel()) <= 1e-5 + 1e-5 * np.abs(ref.ravel())))
+        finally:
+            stop.set()
+            t.join()
+        self.assertGreater(counts[200] + counts[400], 10, counts)
+
+
+if __name__ == "__main__":
+    harness.main()
