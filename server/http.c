@@ -1170,15 +1170,10 @@ static struct MHD_Daemon *http_start_daemon(struct http *h) {
       (unsigned int)h->cfg.max_conns_per_ip,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)h->cfg.conn_timeout_s,
       /* MHD's default, 32 KiB: MHD zeroes the pool for every request,
-       * and 64 connections' worth of 128 KiB pools no longer fit in
-       * the caches (4-10% more CPU per tiny request at 64
-       * connections).  Larger pools read large uploads in fewer,
-       * larger pieces, which paid on a host with costly system calls
-       * (README, Performance), but MHD maps a pool over 32 KiB afresh
-       * for each connection: there a client that connects for each
-       * request paid about 1 ms a connection in page faults and TLB
-       * shootdowns, even with the larger pool kept for connections
-       * announcing large bodies (a second daemon, tried and reverted). */
+       * and maps a larger pool afresh for each connection, which costs
+       * clients that connect for each request more than larger reads
+       * save keep-alive uploads (docs/decisions.md, "No second daemon
+       * for large uploads"). */
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
       MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
       MHD_OPTION_ARRAY, tls,
