@@ -375,12 +375,14 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
       return ERR("outputs[%d]: output '%s' requested twice", i, got);
   if (params && !cJSON_IsObject(params))
     return ERR("outputs[%d].parameters: expected an object", i);
-  snprintf(at, sizeof at, "outputs[%d].parameters", i);
-  if ((rc = proto__v2_check_params(params, PROTO__V2_OUTPUT, at, c->err)))
-    return rc;
+  /* The shared memory parameters first: a region with classification
+   * gets Triton's own message, then every other name is checked. */
   snprintf(where, sizeof where, "outputs[%d]", i);
   if ((rc = proto__v2_shm_output(c->shm, params, where,
-                                 &c->req->shm_out[k], c->err)) ||
+                                 &c->req->shm_out[k], c->err)))
+    return rc;
+  snprintf(at, sizeof at, "outputs[%d].parameters", i);
+  if ((rc = proto__v2_check_params(params, PROTO__V2_OUTPUT, at, c->err)) ||
       (rc = unsupported_param(c, params, "outputs[%d].parameters", i)))
     return rc;
   if (bd && !cJSON_IsBool(bd))
