@@ -180,7 +180,7 @@ int proto__fmt_f32(char *s, float x) {
     memcpy(s, "null", 5);
     return 4;
   }
-  /* Dragonbox's shortest digits (fpconv.cc): plain notation for
+  /* Dragonbox's shortest digits (fpprint.cc): plain notation for
    * exponents -5..8 (0.00001, 123456790), d.ddde-X beyond (1e-6, 1e9) */
   if ((n = proto__num_fmt_f32(s, x)) > 0)
     return n;
