@@ -101,7 +101,7 @@ mutate "an HTTP probe on a loopback-only sidecar" sidecar.yaml \
   'exec:\n(\s+)command: \["/usr/local/bin/attnd", "--probe"\]\n(\s+)periodSeconds: 5' \
   'httpGet:\n\1path: /readyz\n\1port: http\n\2periodSeconds: 5'
 mutate "client shared memory on a disk-backed /dev/shm" sidecar.yaml \
-  'medium: Memory' 'medium: ""'
+  '(name: dshm\n\s+emptyDir:\n\s+)medium: Memory' '\g<1>medium: ""'
 mutate "client shared memory the app container cannot see" sidecar.yaml \
   'mountPath: /dev/shm' 'mountPath: /tmp/shm'
 mutate "client shared memory on the pod IP" sidecar.yaml \
