@@ -203,6 +203,16 @@ class ServerTestCase(unittest.TestCase):
             raise AssertionError("attnd exited %d" % code)
 
 
+def wait_for(pred, timeout, interval=0.02):
+    """Polls pred until it holds; False if it never did within timeout."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(interval)
+    return False
+
+
 def main():
     """Runs the calling module's tests and prints "N passed, N failed"."""
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])

@@ -48,13 +48,7 @@ def metric(srv, name):
     return float(m.group(1)) if m else 0.0
 
 
-def wait_for(pred, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
+wait_for = harness.wait_for
 
 
 class ConfigTest(unittest.TestCase):

@@ -47,13 +47,7 @@ def unix_request(path, method, url, body=None, headers=None, conn=None):
             c.close()
 
 
-def wait_for(pred, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
+wait_for = harness.wait_for
 
 
 class TempDirCase(unittest.TestCase):
