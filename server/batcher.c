@@ -2,18 +2,23 @@
  *
  * DESIGN
  *
+ * This file decides where and when a job runs: admission, the queues,
+ * dispatch to the pool, completion.  Running one (the core, encoding,
+ * compression, statistics, splitting a large request) is exec.c's.
+ *
  * Threads and what they own:
  * - Producers (MHD threads) call batcher_reserve/batcher_submit.  They
  *   touch only the fields under b->mu, then call uv_async_send.  A
  *   producer may instead run a cheap reserved job itself
- *   (batcher_run_here): the same compute and encode a worker does, on its
- *   own thread and scratch, touching only b->mu's counters and metrics.
+ *   (batcher_run_here, the inline path): it calls exec_job as a worker
+ *   does, on its own thread and scratch, touching only b->mu's counters
+ *   and metrics.
  * - The loop thread (uv_run on b->loop) owns the per-key queues, the
  *   round-robin cursor, the batch slots and the idle-worker count.  It is
  *   the only thread that calls libuv functions other than uv_async_send.
- * - Workers (pool.c) run one batch at a time, complete its jobs (calling
- *   job->done), then hand the batch slot back on b->done_batches under
- *   b->mu and uv_async_send.
+ * - Workers (pool.c) run one batch at a time (batcher_run): exec_job and
+ *   complete each job (calling job->done), then hand the batch slot back
+ *   on b->done_batches under b->mu and uv_async_send.
  *
  * Queues:
  * - b->in_head/in_tail: submitted jobs not yet seen by the loop (b->mu).
@@ -26,16 +31,13 @@
  * are exactly `workers` batch slots, so a batch leaves as soon as a
  * worker is free and batches grow while all workers are busy.
  *
- * Splitting: a worker holding one large request while others are idle
- * (b->idle_hint, a relaxed copy of the loop's idle count) submits helper
- * items to the pool; helpers and the owner claim task ranges from an
- * atomic counter, so the owner alone can finish if no helper shows up.
- * The owner withdraws helpers nobody took (pool_cancel) and waits for the
- * ones running (split.mu/cv) before it touches the result.
+ * Splitting (exec.c): a worker holding one large request may lend it to
+ * idle workers through helper items on the same pool.  The loop thread
+ * keeps b->ex.idle_hint, a relaxed copy of its idle count, for that.
  *
  * Locks: b->mu is a leaf lock; nothing is called with it held (no
- * uv_async_send, no done()).  pool.c's lock and a split's lock are leaves
- * too; no two of these are ever held together.
+ * uv_async_send, no done()).  pool.c's lock and a split's lock (exec.c)
+ * are leaves too; no two of these are ever held together.
  *
  * Accounting (b->mu): `queued` counts reserved jobs that no worker has
  * taken (admission against max_queue), `outstanding` counts reserved jobs
@@ -51,49 +53,17 @@
 
 #include "../proto/mem.h"
 #include "clock.h"
+#include "exec.h"
 #include "log.h"
 #include "pool.h"
 
-/* What the pool runs: a batch, or a helper that lends a hand with one
- * large request of another worker's batch. */
-enum batcher_item_kind { BATCHER_ITEM_BATCH, BATCHER_ITEM_HELPER };
-
-struct batcher_item {
-  struct pool_item item;    /* first: the pool hands us this pointer */
-  enum batcher_item_kind kind;
-};
-
 /* One in-flight batch; exactly cfg.workers of them exist. */
 struct batcher_batch {
-  struct batcher_item base; /* first */
+  struct exec_item base;    /* first; kind EXEC_ITEM_BATCH */
   struct batcher *b;
   struct batcher_job *jobs; /* linked through job->next */
   int n;
   struct batcher_batch *next;
-};
-
-/* One large request split across workers by task ranges (b, h, query
- * block).  Lives on the stack of the worker that owns the request, which
- * returns only after every helper a worker took has finished with it. */
-#define BATCHER_MAX_HELPERS 63
-
-struct batcher_split;
-
-struct batcher_helper {
-  struct batcher_item base; /* first */
-  struct batcher_split *split;
-};
-
-struct batcher_split {
-  const attn_problem *p;
-  float *out, *weights;
-  size_t ntasks, chunk, scratch_bytes;
-  _Atomic size_t next;      /* first task nobody has claimed */
-  _Atomic int err;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int pending;              /* helpers submitted and not finished (mu) */
-  struct batcher_helper helpers[BATCHER_MAX_HELPERS];
 };
 
 struct batcher_queue {
@@ -104,8 +74,8 @@ struct batcher_queue {
 
 struct batcher {
   struct batcher_config cfg;
-  struct metrics *m;
-  struct pool *pool;
+  struct exec_ctx ex;       /* the metrics and the pool (the batcher's, lent
+                               to exec_job) and idle_hint */
 
   uv_loop_t loop;
   uv_async_t async;
@@ -122,8 +92,7 @@ struct batcher {
   struct batcher_queue *queues;
   size_t nq, capq, rr;
   struct batcher_batch *slots, *free_slots;
-  int idle;
-  _Atomic int idle_hint;    /* copy of idle that workers may read */
+  int idle;                 /* copied to ex.idle_hint for splitting */
 };
 
 /* ---- keys and queues (loop thread) ---------------------------------- */
@@ -222,223 +191,15 @@ static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
     pthread_mutex_lock(&b->mu);
     b->queued -= n;
     pthread_mutex_unlock(&b->mu);
-    metrics_add_queue_depth(b->m, -(int)n);
+    metrics_add_queue_depth(b->ex.m, -(int)n);
   }
 }
 
 /* ---- workers ---------------------------------------------------------- */
 
-/* Claims chunks of tasks until none are left; any thread of the split. */
-static void batcher_claim(struct batcher_split *s, void *scratch) {
-  for (;;) {
-    size_t t0 = atomic_fetch_add(&s->next, s->chunk), t1;
-    if (t0 >= s->ntasks)
-      return;
-    t1 = t0 + s->chunk < s->ntasks ? t0 + s->chunk : s->ntasks;
-    if (attn_run_tasks(s->p, t0, t1, s->out, s->weights, scratch) != 0)
-      atomic_store(&s->err, ATTND_EINTERNAL);
-  }
-}
-
-/* A helper's side of a split: help with its own scratch, then report.
- * After the unlock the split may be gone. */
-static void batcher_help(struct batcher_split *s, struct pool_worker *w) {
-  void *scratch = pool_scratch(w, s->scratch_bytes);
-  if (scratch)  /* without scratch, leave the work to the others */
-    batcher_claim(s, scratch);
-  pthread_mutex_lock(&s->mu);
-  s->pending--;
-  pthread_cond_signal(&s->cv);
-  pthread_mutex_unlock(&s->mu);
-}
-
-/* How many idle workers should help with this request: none unless it is
- * big enough (about a millisecond of work) to repay the hand-off. */
-static int batcher_helpers_wanted(struct batcher *b, const attn_problem *p,
-                                  size_t tasks) {
-  double macs = (double)p->B * p->H * p->Lq * p->Lk * (p->D + p->Dv);
-  int idle = atomic_load_explicit(&b->idle_hint, memory_order_relaxed);
-  size_t n = (size_t)(idle > 0 ? idle : 0);
-  if (macs < (double)(1 << 21) || tasks < 2)
-    return 0;
-  if (n > tasks - 1)
-    n = tasks - 1;
-  return (int)(n < BATCHER_MAX_HELPERS ? n : BATCHER_MAX_HELPERS);
-}
-
-/* Runs every task of p on this worker and nh helpers.  0 or ATTND_E*. */
-static int batcher_split_run(struct batcher *b, const attn_problem *p,
-                             float *out, float *weights, size_t tasks,
-                             size_t bytes, void *scratch, int nh) {
-  struct batcher_split s;
-  int i, err;
-  memset(&s, 0, sizeof s);
-  s.p = p;
-  s.out = out;
-  s.weights = weights;
-  s.ntasks = tasks;
-  s.scratch_bytes = bytes;
-  /* Several chunks per thread, so that a slow helper does not hold the
-   * whole request back. */
-  s.chunk = tasks / ((size_t)(nh + 1) * 4);
-  if (s.chunk == 0)
-    s.chunk = 1;
-  pthread_mutex_init(&s.mu, NULL);
-  pthread_cond_init(&s.cv, NULL);
-  s.pending = nh;
-  for (i = 0; i < nh; i++) {
-    s.helpers[i].base.kind = BATCHER_ITEM_HELPER;
-    s.helpers[i].split = &s;
-    pool_submit(b->pool, &s.helpers[i].base.item);
-  }
-  batcher_claim(&s, scratch);
-  /* Helpers no worker has picked up yet would find nothing left to do:
-   * withdraw them rather than wait for a worker to free up. */
-  for (i = 0; i < nh; i++)
-    if (pool_cancel(b->pool, &s.helpers[i].base.item)) {
-      pthread_mutex_lock(&s.mu);
-      s.pending--;
-      pthread_mutex_unlock(&s.mu);
-    }
-  pthread_mutex_lock(&s.mu);
-  while (s.pending > 0)
-    pthread_cond_wait(&s.cv, &s.mu);
-  pthread_mutex_unlock(&s.mu);
-  pthread_cond_destroy(&s.cv);
-  pthread_mutex_destroy(&s.mu);
-  err = atomic_load(&s.err);
-  return err;
-}
-
-/* Compresses the encoded response on the worker, where the CPU time is
- * parallel.  Whenever the client asked, so that what it gets is
- * predictable.  A compression failure is not the client's problem: the
- * body then goes out uncompressed. */
-static int batcher_compress(struct batcher_job *job) {
-  char *z;
-  size_t zlen;
-  if (!job->coding)
-    return 0;
-  if (proto_deflate(job->coding, job->body, job->body_len, &z, &zlen) != 0)
-    return 0;
-  mem_free(job->body);
-  job->body = z;
-  job->body_len = zlen;
-  job->compressed = 1;
-  return 0;
-}
-
-/* The response of a computed job.  v2 binary outputs leave from the
- * buffers the core wrote (job->parts), unless the response is to be
- * compressed, which needs it in one piece. */
-static int batcher_encode(struct batcher_job *job) {
-  int rc = 1;
-  if (!job->coding && job->req.codec == PROTO_CODEC_V2)
-    rc = proto_v2_encode_parts(&job->req, &job->parts);
-  if (rc < 0)
-    return ATTND_ENOMEM;
-  if (rc == 0) {
-    job->json_len = job->plain_len = job->parts.json_len;
-    for (int i = 0; i < job->parts.n; i++)
-      job->plain_len += job->parts.len[i];
-    job->body_len = job->plain_len;
-    return 0;
-  }
-  if (proto_encode(&job->req, &job->body, &job->body_len, &job->json_len))
-    return ATTND_ENOMEM;
-  job->plain_len = job->body_len;
-  return batcher_compress(job);
-}
-
-/* Runs one request on this worker (and idle helpers): core, then encode.
- * w NULL: on the submitter's thread (batcher_run_here), alone, with
- * scratch of its own.  0 or ATTND_E*. */
-static int batcher_compute(struct batcher *b, struct batcher_job *job,
-                           struct pool_worker *w) {
-  const attn_problem *p = &job->req.prob;
-  /* proto/ allocated weights when they are returned or the diagnostics
-   * need them; NULL selects the core's online path */
-  float *weights = job->req.weights;
-  size_t tasks, bytes;
-  void *scratch;
-  int nh, rc;
-
-  /* proto/ validated the request; a failure here is our bug, not the
-   * client's, hence 500 rather than 400. */
-  if (attn_check(p) != 0) {
-    log_error("batcher: decoded request failed attn_check");
-    return ATTND_EINTERNAL;
-  }
-  tasks = attn_task_count(p, weights != NULL);
-  bytes = attn_scratch_bytes(p, weights != NULL);
-  if (bytes == 0)
-    bytes = 64;
-  scratch = w ? pool_scratch(w, bytes)
-              : mem_aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!scratch)
-    return ATTND_ENOMEM;
-  nh = w ? batcher_helpers_wanted(b, p, tasks) : 0;
-  if (nh > 0)
-    rc = batcher_split_run(b, p, job->req.out, weights, tasks, bytes, scratch,
-                           nh);
-  else
-    rc = attn_run_tasks(p, 0, tasks, job->req.out, weights, scratch) != 0
-             ? ATTND_EINTERNAL
-             : 0;
-  if (!w)
-    mem_free(scratch);
-  if (rc != 0)
-    return rc;
-  if (job->req.diagnostics &&
-      attn_diagnostics(p, weights, job->req.allowed_keys, job->req.entropy,
-                       job->req.max_weight, job->req.jacobian_norm) != 0)
-    return ATTND_EINTERNAL;
-  job->computed_ns = clock_now_ns();
-  rc = batcher_encode(job);
-  if (rc == 0 && job->finish && (rc = job->finish(job)) != 0) {
-    mem_free(job->body);
-    job->body = NULL;
-    proto_parts_free(&job->parts);
-  }
-  return rc;
-}
-
-/* A v2 job's phases, for its model's statistics (proto_model_stats). */
-static void batcher_record_model(struct batcher *b,
-                                 const struct batcher_job *job,
-                                 uint64_t end_ns) {
-  int model = job->req.model;
-  if (job->req.codec != PROTO_CODEC_V2)
-    return;
-  metrics_record_model(b->m, model, METRICS_PHASE_QUEUE,
-                       job->started_ns - job->enqueued_ns);
-  metrics_record_model(b->m, model, METRICS_PHASE_INFER,
-                       job->computed_ns - job->started_ns);
-  metrics_record_model(b->m, model, METRICS_PHASE_OUTPUT,
-                       end_ns - job->computed_ns);
-}
-
-/* Runs a job taken from its queue by worker w, or by its submitter (w
- * NULL): 504 past its deadline, else compute and encode.  Returns its
- * error. */
-static int batcher_execute(struct batcher *b, struct batcher_job *job,
-                           struct pool_worker *w, int batch_size) {
-  uint64_t end;
-  int err;
-  job->batch_size = batch_size;
-  job->started_ns = clock_now_ns();
-  if (job->deadline_ns && job->started_ns > job->deadline_ns)
-    err = ATTND_ETIMEDOUT;
-  else
-    err = batcher_compute(b, job, w);
-  end = clock_now_ns();
-  metrics_record_job(b->m, job->started_ns - job->enqueued_ns,
-                     end - job->started_ns);
-  if (err == 0)
-    batcher_record_model(b, job, end);
-  return err;
-}
-
+/* The pool's run function: a batch's jobs, executed (exec.c) and completed
+ * one by one, then the slot handed back to the loop thread; or a split
+ * helper, which is exec.c's business. */
 static void batcher_run(struct pool_item *item, struct pool_worker *w,
                         void *arg) {
   struct batcher_batch *batch = (struct batcher_batch *)item;
@@ -446,15 +207,15 @@ static void batcher_run(struct pool_item *item, struct pool_worker *w,
   struct batcher_job *job, *next;
   int n;
 
-  if (((struct batcher_item *)item)->kind == BATCHER_ITEM_HELPER) {
-    batcher_help(((struct batcher_helper *)item)->split, w);
+  if (((struct exec_item *)item)->kind == EXEC_ITEM_HELPER) {
+    exec_help(item, w);
     return;
   }
   job = batch->jobs;
   n = batch->n;
   for (; job; job = next) {
     next = job->next;
-    batcher_finish(b, job, batcher_execute(b, job, w, n));
+    batcher_finish(b, job, exec_job(&b->ex, job, w, n));
   }
   pthread_mutex_lock(&b->mu);
   batch->next = b->done_batches;
@@ -523,7 +284,7 @@ static void batcher_launch(struct batcher *b, size_t i) {
 
   b->free_slots = batch->next;
   b->idle--;
-  atomic_store_explicit(&b->idle_hint, b->idle, memory_order_relaxed);
+  atomic_store_explicit(&b->ex.idle_hint, b->idle, memory_order_relaxed);
   while (q->head && n < b->cfg.max_batch) {
     *tail = q->head;
     q->head = q->head->next;
@@ -538,9 +299,9 @@ static void batcher_launch(struct batcher *b, size_t i) {
   pthread_mutex_lock(&b->mu);
   b->queued -= (size_t)n;
   pthread_mutex_unlock(&b->mu);
-  metrics_add_queue_depth(b->m, -n);
-  metrics_record_batch(b->m, n);
-  pool_submit(b->pool, &batch->base.item);
+  metrics_add_queue_depth(b->ex.m, -n);
+  metrics_record_batch(b->ex.m, n);
+  pool_submit(b->ex.pool, &batch->base.item);
 }
 
 static void batcher_on_timer(uv_timer_t *t);
@@ -618,8 +379,8 @@ static void batcher_shutdown(struct batcher *b) {
   batcher_fail_queued(b, ATTND_EDRAINING);
   /* Join the workers here, on the loop thread, so that their final
    * uv_async_send calls land on a handle that is still open. */
-  pool_stop(b->pool);
-  b->pool = NULL;
+  pool_stop(b->ex.pool);
+  b->ex.pool = NULL;
   uv_timer_stop(&b->timer);
   uv_close((uv_handle_t *)&b->timer, NULL);
   uv_close((uv_handle_t *)&b->async, NULL);
@@ -648,14 +409,14 @@ static void batcher_on_async(uv_async_t *a) {
     b->idle++;
     done = next;
   }
-  atomic_store_explicit(&b->idle_hint, b->idle, memory_order_relaxed);
+  atomic_store_explicit(&b->ex.idle_hint, b->idle, memory_order_relaxed);
   while (in) {
     struct batcher_job *next = in->next;
     batcher_enqueue(b, in);
     in = next;
   }
   if (stopping) {
-    if (b->pool)
+    if (b->ex.pool)
       batcher_shutdown(b);
     return;
   }
@@ -702,26 +463,27 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
   if (!b)
     return NULL;
   b->cfg = *cfg;
-  b->m = m;
+  b->ex.m = m;
   pthread_mutex_init(&b->mu, NULL);
   b->slots = calloc((size_t)cfg->workers, sizeof *b->slots);
   if (!b->slots)
     goto err;
   for (i = 0; i < cfg->workers; i++) {
+    b->slots[i].base.kind = EXEC_ITEM_BATCH;
     b->slots[i].b = b;
     b->slots[i].next = i + 1 < cfg->workers ? &b->slots[i + 1] : NULL;
   }
   b->free_slots = &b->slots[0];
   b->idle = cfg->workers;
-  b->idle_hint = cfg->workers;
-  b->pool = pool_start(cfg->workers, batcher_run, b);
-  if (!b->pool)
+  b->ex.idle_hint = cfg->workers;
+  b->ex.pool = pool_start(cfg->workers, batcher_run, b);
+  if (!b->ex.pool)
     goto err;
   if (batcher_start_loop(b) != 0)
     goto err_pool;
   return b;
 err_pool:
-  pool_stop(b->pool);
+  pool_stop(b->ex.pool);
 err:
   pthread_mutex_destroy(&b->mu);
   free(b->slots);
@@ -744,7 +506,7 @@ int batcher_reserve(struct batcher *b, size_t cost) {
   }
   pthread_mutex_unlock(&b->mu);
   if (rc == 0)
-    metrics_add_queue_depth(b->m, 1);
+    metrics_add_queue_depth(b->ex.m, 1);
   return rc;
 }
 
@@ -773,6 +535,9 @@ static double batcher_cost_ns(const proto_request *r) {
   return macs * 2.0 / 20.0 + (double)r->out_bytes / sizeof(float) * 60.0;
 }
 
+/* The inline path: the inline-or-queue decision is its first test; the
+ * rest is what a worker does for a batch of one, around the same exec_job,
+ * without the hand-offs. */
 int batcher_run_here(struct batcher *b, struct batcher_job *job) {
   /* With a batching delay the operator asked for batches: queue all. */
   if (b->cfg.inline_ns == 0 || b->cfg.max_delay_us > 0 ||
@@ -782,9 +547,9 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job) {
   pthread_mutex_lock(&b->mu);
   b->queued--;
   pthread_mutex_unlock(&b->mu);
-  metrics_add_queue_depth(b->m, -1);
-  metrics_record_batch(b->m, 1);
-  batcher_settle(job, batcher_execute(b, job, NULL, 1));
+  metrics_add_queue_depth(b->ex.m, -1);
+  metrics_record_batch(b->ex.m, 1);
+  batcher_settle(job, exec_job(&b->ex, job, NULL, 1));
   batcher_release(b, job->cost);
   return 1;
 }
