@@ -48,8 +48,10 @@ struct exec_item {
 };
 
 /* Runs job on worker w, or on the calling thread when w is NULL (see the
- * top of this file), as one of batch_size jobs of its batch.  Sets
- * job->batch_size, started_ns, computed_ns and the response fields.  Past
+ * top of this file), as one of batch_size jobs of its batch.  The job
+ * comes with its response fields empty and enqueued_ns set (what
+ * batcher_submit and batcher_run_here do).  Sets job->batch_size,
+ * started_ns, computed_ns and the response fields.  Past
  * job->deadline_ns it computes nothing and returns ATTND_ETIMEDOUT.
  * Returns 0, or ATTND_E*: the job failed and its response is not to be
  * sent. */
