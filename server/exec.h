@@ -1,7 +1,8 @@
 /* exec.h - runs one job: the core, encoding, compression, statistics.
  *
  * A job is a struct batcher_job (batcher.h) that has been decoded,
- * admitted (batcher_reserve) and taken off its queue.  exec_job runs it
+ * admitted (batcher_reserve), and either taken off its queue by a worker
+ * or kept by its submitter to run inline.  exec_job runs it
  * where it is called and fills its response fields: the core writes
  * job->req.out (and req.weights, the diagnostics), then the answer is
  * encoded into job->body or job->parts, compressed when job->coding asks,
