@@ -18,8 +18,9 @@
  *   5. allocation and one conversion pass per tensor, straight from the
  *      body (binary) or the cJSON tree into the buffer the core reads;
  *      or, for an FP32 binary input of a body received as a proto_body,
- *      its words where they lie, checked on arrival (body.c).
- * Every message starts with the input, parameter or header concerned. */
+ *      its words where they lie, checked on arrival (body.c): v2_fill.c.
+ * Every message starts with the input, parameter or header concerned.
+ * The decoder's state, shared with v2_fill.c: v2_decode_impl.h. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,33 +30,7 @@
 #include "mem.h"
 #include "proto_impl.h"
 
-#define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
-
-typedef struct v2_in {
-  int dtype;                /* enum proto__dtype */
-  int binary;               /* 1: bytes after the JSON part */
-  size_t bin_size;          /* parameters.binary_data_size */
-  size_t bin_off;           /* offset of those bytes in the body */
-  int pos;                  /* index in "inputs", for messages */
-  proto__shm_use shm;       /* shm.name: read from a shared memory region */
-} v2_in;
-
-typedef struct v2_ctx {
-  proto__check ck;          /* tensors by enum proto__input */
-  v2_in in[PROTO__IN_COUNT];
-  const char *body;
-  size_t len, hlen;         /* body length, JSON part length */
-  const proto_body *src;    /* the body as received, or NULL: copy all */
-  const proto_shm *shm;     /* the registered regions, or NULL: none */
-  int in_place;             /* some input points into src */
-  int has_header;           /* Inference-Header-Content-Length was sent */
-  int model;
-  const cJSON *id, *params, *inputs, *outputs;
-  const cJSON *window[2];   /* parameters window_left, window_right */
-  proto_request *req;
-  attn_problem *p;
-  char *err;
-} v2_ctx;
+#include "v2_decode_impl.h"
 
 static const char *const model_names[PROTO_MODEL_COUNT] = {
   "attention", "additive_attention"};
@@ -709,138 +684,6 @@ static int json_counts(v2_ctx *c) {
   return 0;
 }
 
-/* ---- phase 5: elements -------------------------------------------------------- */
-
-/* "[1][0][2]", the multi-index of flat element i of t. */
-static void index_of(const proto__tensor *t, size_t i, char *s, size_t cap) {
-  int idx[PROTO__MAX_RANK];
-  size_t o = 0;
-  for (int d = t->rank - 1; d >= 0; d--) {
-    idx[d] = (int)(i % (size_t)t->shape[d]);
-    i /= (size_t)t->shape[d];
-  }
-  s[0] = '\0';
-  for (int d = 0; d < t->rank && o < cap; d++)
-    o += (size_t)snprintf(s + o, cap - o, "[%d]", idx[d]);
-}
-
-/* The message for element i of input in, refused by a binary conversion
- * into dst (bad: the refused length of valid_lens). */
-static int bad_element(v2_ctx *c, int in, size_t i, long long bad,
-                       const void *dst) {
-  const proto__tensor *t = &c->ck.t[in];
-  const v2_in *v = &c->in[in];
-  char at[64];
-  index_of(t, i, at, sizeof at);
-  if (in == PROTO__IN_VALID_LENS)
-    return ERR("%s%s=%lld %s", t->name, at, bad,
-               bad < 0 ? "is negative" : "exceeds key length");
-  if (in == PROTO__IN_MASK)
-    return ERR("%s%s: BOOL byte %u is neither 0 nor 1", t->name, at,
-               ((const unsigned char *)dst)[i]);
-  return ERR("%s%s: %s value is %s", t->name, at,
-             proto__dtype_name(v->dtype),
-             v->dtype == PROTO__DT_FP64 ? "not finite or out of float32 "
-             "range" : "not finite (infinity or NaN)");
-}
-
-static int fill_binary(v2_ctx *c, int in, void *dst) {
-  const proto__tensor *t = &c->ck.t[in];
-  const v2_in *v = &c->in[in];
-  const char *src = c->body + v->bin_off;
-  long long bad = 0;
-  size_t i;
-  if (in == PROTO__IN_VALID_LENS)
-    i = proto__bin_to_len(v->dtype, src, t->n, c->p->Lk, dst, &bad);
-  else if (in == PROTO__IN_MASK)
-    i = proto__bin_to_bool(src, t->n, dst);
-  else
-    i = proto__bin_to_f32(v->dtype, src, t->n, dst);
-  return i == t->n ? 0 : bad_element(c, in, i, bad, dst);
-}
-
-/* An input in a shared memory region: copied out once, into dst, and
- * checked there (v2_shm.c), with the messages of a binary input. */
-static int fill_shm(v2_ctx *c, int in, void *dst) {
-  const proto__tensor *t = &c->ck.t[in];
-  const v2_in *v = &c->in[in];
-  int kind = in == PROTO__IN_VALID_LENS ? PROTO__KIND_LEN
-             : in == PROTO__IN_MASK     ? PROTO__KIND_BOOL
-                                        : PROTO__KIND_F32;
-  long long bad = 0;
-  size_t i;
-  int rc = proto__v2_shm_fill(c->shm, &v->shm, kind, v->dtype, t->n,
-                              c->p->Lk, dst, &i, &bad, c->err);
-  if (rc)
-    return rc;
-  return i == t->n ? 0 : bad_element(c, in, i, bad, dst);
-}
-
-static int fill_json(v2_ctx *c, int in, void *dst) {
-  const proto__tensor *t = &c->ck.t[in];
-  int dt = c->in[in].dtype;
-  int kind = in == PROTO__IN_VALID_LENS ? PROTO__KIND_LEN
-             : in == PROTO__IN_MASK     ? PROTO__KIND_BOOL
-             : dt == PROTO__DT_FP16     ? PROTO__KIND_F16
-             : dt == PROTO__DT_BF16     ? PROTO__KIND_BF16
-                                        : PROTO__KIND_F32;
-  return proto__tensor_fill(t, kind, c->p->Lk, "key length", dst, c->err);
-}
-
-/* Where a binary FP32 input can be read as it lies: every one of its
- * words was checked finite on arrival (proto_body) and it is aligned for
- * float.  NULL: copy it. */
-static const void *in_place(const v2_ctx *c, int in) {
-  const proto_body *b = c->src;
-  const v2_in *v = &c->in[in];
-  const char *at = c->body + v->bin_off;
-  if (!b || !v->binary || v->dtype != PROTO__DT_FP32 ||
-      in == PROTO__IN_VALID_LENS || in == PROTO__IN_MASK ||
-      b->scan_from == SIZE_MAX || v->bin_off < b->scan_from ||
-      (v->bin_off - b->scan_from) % 4 || v->bin_off > b->clean_end ||
-      v->bin_size > b->clean_end - v->bin_off ||
-      (uintptr_t)at % _Alignof(float))
-    return NULL;
-  return at;
-}
-
-static int fill_one(v2_ctx *c, int in, const void **slot) {
-  const proto__tensor *t = &c->ck.t[in];
-  size_t es = in == PROTO__IN_VALID_LENS ? sizeof(int32_t)
-              : in == PROTO__IN_MASK     ? 1 : sizeof(float);
-  const void *at;
-  if (!t->json)
-    return 0;
-  if ((at = in_place(c, in))) {
-    c->req->in_bytes += t->n * es;
-    *slot = at;
-    c->in_place = 1;
-    return 0;
-  }
-  void *buf = proto__own_filled(c->req, t->n * es);
-  if (!buf)
-    return ATTND_ENOMEM;
-  c->req->in_bytes += t->n * es;
-  *slot = buf;
-  if (c->in[in].shm.name)
-    return fill_shm(c, in, buf);
-  return c->in[in].binary ? fill_binary(c, in, buf) : fill_json(c, in, buf);
-}
-
-static int fill_all(v2_ctx *c) {
-  attn_problem *p = c->p;
-  const void **slots[PROTO__IN_COUNT] = {
-    (const void **)&p->q, (const void **)&p->k, (const void **)&p->v,
-    (const void **)&p->valid_lens, (const void **)&p->mask,
-    (const void **)&p->bias, (const void **)&p->w_q,
-    (const void **)&p->w_k, (const void **)&p->w_v};
-  int rc;
-  for (int in = 0; in < PROTO__IN_COUNT; in++)
-    if ((rc = fill_one(c, in, slots[in])))
-      return rc;
-  return proto__alloc_outputs(&c->ck);
-}
-
 static int copy_id(v2_ctx *c) {
   proto__buf b = {0};
   if (!c->id)
@@ -862,7 +705,7 @@ static int decode_root(v2_ctx *c, const cJSON *root) {
       (rc = inputs_all(c)) || (rc = shapes(c)) || (rc = layout(c)) ||
       (rc = shm_sizes(c)) ||
       (rc = json_counts(c)) || (rc = proto__check_budget(&c->ck)) ||
-      (rc = copy_id(c)) || (rc = fill_all(c)))
+      (rc = copy_id(c)) || (rc = proto__v2_fill_all(c)))
     return rc;
   c->req->qrank = c->ck.t[PROTO__IN_QUERY].rank;
   c->req->flat = 1;

@@ -1,4 +1,9 @@
-/* http.c - routes, body accumulation and the suspend/resume hand-off.
+/* http.c - the HTTP daemon and its lifecycle, a request's first call and
+ * its states, routing and the route table, the token check, framing and
+ * the access log.  The rest of the front end (http_impl.h): http_post.c
+ * (the POST routes' body, decode and hand-off to the batcher),
+ * http_answer.c (queueing an answer), http_v2meta.c (the v2 metadata,
+ * configuration and statistics GETs).
  *
  * DESIGN
  *
@@ -10,7 +15,8 @@
  * connection belongs to one MHD thread; its access handler calls and its
  * completion callback all run there.
  * Workers (and the batcher loop thread) touch a request only through
- * http_on_job_done, which stores the outcome and resumes the connection.
+ * http_on_job_done (http_post.c), which stores the outcome and resumes
+ * the connection.
  *
  * One struct http_req per request, allocated on the first handler call,
  * stored in *con_cls and freed in the completion callback.  Its life:
@@ -19,12 +25,13 @@
  *              first call makes MHD close the connection after it)
  *   RECEIVING  body chunks are appended to r->body (bounded by max_body;
  *              beyond it they are counted and dropped, too_big is set)
- *   QUEUED     final call: decoded, admitted (batcher_reserve), the
- *              connection suspended, THEN the job submitted.  Suspending
- *              first matters: MHD 0.9.75 cancels a resume that arrives
- *              before the suspend, which would strand the request.  A
- *              cheap job (batcher_run_here) runs right here on the MHD
- *              thread instead and goes straight to JOB_DONE, unsuspended.
+ *   QUEUED     final call (http_post_end, http_post.c): decoded,
+ *              admitted (batcher_reserve), the connection suspended,
+ *              THEN the job submitted.  Suspending first matters: MHD
+ *              0.9.75 cancels a resume that arrives before the suspend,
+ *              which would strand the request.  A cheap job
+ *              (batcher_run_here) runs right here on the MHD thread
+ *              instead and goes straight to JOB_DONE, unsuspended.
  *   JOB_DONE   set by http_on_job_done just before MHD_resume_connection;
  *              the handler, called again on the MHD thread, queues the
  *              stored response.  Nothing but MHD touches r after resume.
@@ -41,7 +48,7 @@
  * by the controlling thread; h->active counts started-not-completed
  * requests for the drain.  No locks of our own.
  */
-#include "http.h"
+#include "http_impl.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -59,7 +66,6 @@
 #include "acceptor.h"
 #include "assets.h"
 #include "clock.h"
-#include "config.h"
 #include "handoff.h"
 #include "linger.h"
 #include "log.h"
@@ -67,181 +73,7 @@
 #include "net.h"
 #include "reqid.h"
 #include "shm_http.h"
-#include "status.h"
 #include "../proto/mem.h"
-
-enum http_req_state {
-  REQ_HEADERS,              /* GET/HEAD: routed on the next call */
-  REQ_RECEIVING, REQ_QUEUED, REQ_JOB_DONE, REQ_ANSWERED
-};
-
-/* What the Authorization header says, for a route that needs the token. */
-enum http_auth { AUTH_OK = 0, AUTH_MISSING = 1, AUTH_INVALID = 2 };
-
-struct http {
-  struct http_config cfg;
-  struct batcher *b;
-  struct metrics *m;
-  struct MHD_Daemon *d;
-  struct acceptor *acc;     /* the listen sockets and accept thread */
-  struct linger_set *lg;    /* NULL: early answers close at once */
-  _Atomic int state;        /* enum http_state */
-  _Atomic int quiesced;
-  _Atomic size_t active;
-};
-
-struct http_route;
-
-struct http_req {
-  struct http *h;
-  struct MHD_Connection *conn;
-  const char *method, *url; /* MHD keeps them valid until completion */
-  const struct http_route *rt;  /* NULL: no route */
-  enum metrics_route route;
-  int model;                /* /v2/models/{m}: enum proto_model */
-  enum http_req_state state;
-  proto_body body;          /* accumulated request body */
-  size_t bytes_in;          /* every body byte received, kept or not */
-  int too_big;
-  int unauth;               /* enum http_auth: 401 at the end if not OK */
-  int close;                /* answer with Connection: close */
-  int linger_fd;            /* answered before its body: a duplicate of
-                               the socket for linger_add, else -1 */
-  uint64_t start_ns;
-  unsigned int status;      /* what we queued; 0 if nothing was */
-  size_t bytes_out;
-  const char *rid;          /* X-Request-ID: the client's or rid_buf */
-  char rid_buf[REQID_LEN + 1];
-  char reason[PROTO_ERR_MAX];  /* a 4xx/5xx's message, for the log */
-  struct batcher_job job;
-  struct shm_http_req shm;  /* the shared memory regions it holds */
-};
-
-static const char http_json[] = "application/json";
-
-/* ---- responses --------------------------------------------------------- */
-
-/* Queues resp (len bytes of body) with status.  Adds Content-Type, the
- * name/value pairs of hdrs (NULL-terminated; NULL for none), and
- * Retry-After / WWW-Authenticate / Connection: close where they apply. */
-static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
-                                  struct MHD_Response *resp, size_t len,
-                                  const char *ctype,
-                                  const char *const *hdrs) {
-  enum MHD_Result ret;
-  uint64_t took;
-
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-  MHD_add_response_header(resp, REQID_HEADER, r->rid);
-  if (status_wants_retry_after(status))
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-  for (; hdrs && hdrs[0]; hdrs += 2)
-    MHD_add_response_header(resp, hdrs[0], hdrs[1]);
-  /* RFC 6750 section 3: an error code only when a token was sent. */
-  if (status == 401)
-    MHD_add_response_header(
-        resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-        r->unauth == AUTH_INVALID
-            ? "Bearer realm=\"attnd\", error=\"invalid_token\""
-            : "Bearer realm=\"attnd\"");
-  if (r->close || atomic_load(&r->h->quiesced))
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-  ret = MHD_queue_response(r->conn, status, resp);
-  MHD_destroy_response(resp);
-  r->state = REQ_ANSWERED;
-  r->status = status;
-  r->bytes_out = len;
-  /* Counted here rather than on completion so that a client holding its
-   * answer can already see it counted in /metrics. */
-  took = clock_now_ns() - r->start_ns;
-  metrics_record_request(r->h->m, r->route, status, r->bytes_in, len, took);
-  if (r->route == METRICS_ROUTE_V2_INFER && r->rt && r->unauth == AUTH_OK)
-    metrics_record_model(r->h->m, r->model,
-                         status == 200 ? METRICS_PHASE_SUCCESS
-                                       : METRICS_PHASE_FAIL,
-                         took);
-  return ret;
-}
-
-/* Queues body (len bytes) with status, as http_queue.  own != 0 hands
- * body to MHD, which frees it; own == 0 means body is static. */
-static enum MHD_Result http_answer(struct http_req *r, unsigned int status,
-                                   char *body, size_t len, int own,
-                                   const char *ctype,
-                                   const char *const *hdrs) {
-  struct MHD_Response *resp = MHD_create_response_from_buffer(
-      len, body, own ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-  if (!resp) {
-    if (own)
-      mem_free(body);
-    return MHD_NO;
-  }
-  return http_queue(r, status, resp, len, ctype, hdrs);
-}
-
-static void http_free_parts(void *cls) {
-  proto_parts_free(cls);
-  mem_free(cls);
-}
-
-/* A 200 of a response in parts (v2 binary outputs where the core wrote
- * them), which MHD sends as one iovec and frees with the response. */
-static enum MHD_Result http_answer_parts(struct http_req *r,
-                                         proto_parts *parts,
-                                         const char *const *hdrs) {
-  struct MHD_IoVec iov[1 + PROTO_OUT_COUNT];
-  proto_parts *own = mem_malloc(sizeof *own);
-  struct MHD_Response *resp = NULL;
-  size_t len = parts->json_len;
-  if (own) {
-    *own = *parts;
-    memset(parts, 0, sizeof *parts);
-    iov[0] = (struct MHD_IoVec){own->json, own->json_len};
-    for (int i = 0; i < own->n; i++) {
-      iov[1 + i] = (struct MHD_IoVec){own->data[i], own->len[i]};
-      len += own->len[i];
-    }
-    resp = MHD_create_response_from_iovec(iov, (unsigned int)(1 + own->n),
-                                          http_free_parts, own);
-    if (!resp)
-      http_free_parts(own);
-  }
-  if (!resp)
-    return MHD_NO;
-  return http_queue(r, 200, resp, len, "application/octet-stream", hdrs);
-}
-
-/* Queues {"error": msg} with the HTTP status for err.  Never compressed,
- * whatever Accept-Encoding says, as Triton does: clients read an error
- * before they decompress anything (tritonclient decodes the body of a
- * failed request as UTF-8 straight away), and a short message gains
- * nothing from it. */
-static enum MHD_Result http_fail(struct http_req *r, int err, const char *msg,
-                                 const char *allow) {
-  static char oom[] = "{\"error\": \"out of memory\"}";
-  const char *hdrs[3] = {NULL};
-  char *body;
-  size_t len;
-  snprintf(r->reason, sizeof r->reason, "%s", msg ? msg : attnd_strerror(err));
-  if (proto_error_body(r->reason, &body, &len) != 0) {
-    snprintf(r->reason, sizeof r->reason, "out of memory");
-    return http_answer(r, 503, oom, sizeof oom - 1, 0, http_json, NULL);
-  }
-  if (allow) {
-    hdrs[0] = MHD_HTTP_HEADER_ALLOW;
-    hdrs[1] = allow;
-  }
-  return http_answer(r, status_from_err(err), body, len, 1, http_json, hdrs);
-}
-
-/* Queues a 200 (or status) with a malloc'd body from a proto_v2_* call
- * that returned rc. */
-static enum MHD_Result http_send(struct http_req *r, unsigned int status,
-                                 int rc, char *body, size_t len) {
-  if (rc != 0)
-    return http_fail(r, rc, NULL, NULL);
-  return http_answer(r, status, body, len, 1, http_json, NULL);
-}
 
 /* ---- synchronous routes ------------------------------------------------ */
 
@@ -267,79 +99,6 @@ static enum MHD_Result http_get_metrics(struct http_req *r) {
   return http_answer(r, 200, body, len, 1, METRICS_CONTENT_TYPE, NULL);
 }
 
-/* ---- KServe v2 metadata and health ----------------------------------- */
-
-static enum MHD_Result http_get_v2_server(struct http_req *r) {
-  char *body;
-  size_t len;
-  int rc = proto_v2_server_metadata(ATTND_VERSION, &body, &len);
-  return http_send(r, 200, rc, body, len);
-}
-
-static enum MHD_Result http_get_v2_live(struct http_req *r) {
-  static char live[] = "{\"live\": true}";
-  return http_answer(r, 200, live, sizeof live - 1, 0, http_json, NULL);
-}
-
-static enum MHD_Result http_get_v2_ready(struct http_req *r) {
-  static char ready[] = "{\"ready\": true}";
-  static char draining[] = "{\"ready\": false, \"error\": \"draining\"}";
-  static char starting[] = "{\"ready\": false, \"error\": \"starting\"}";
-  int s = atomic_load(&r->h->state);
-  if (s == HTTP_READY)
-    return http_answer(r, 200, ready, sizeof ready - 1, 0, http_json, NULL);
-  snprintf(r->reason, sizeof r->reason, "%s",
-           s == HTTP_DRAINING ? "draining" : "starting");
-  if (s == HTTP_DRAINING)
-    return http_answer(r, 503, draining, sizeof draining - 1, 0, http_json,
-                       NULL);
-  return http_answer(r, 503, starting, sizeof starting - 1, 0, http_json,
-                     NULL);
-}
-
-static enum MHD_Result http_get_v2_model(struct http_req *r) {
-  char *body;
-  size_t len;
-  int rc = proto_v2_model_metadata(r->model, &body, &len);
-  return http_send(r, 200, rc, body, len);
-}
-
-static enum MHD_Result http_get_v2_model_config(struct http_req *r) {
-  char *body;
-  size_t len;
-  int rc = proto_v2_model_config(r->model, r->h->cfg.workers, &body, &len);
-  return http_send(r, 200, rc, body, len);
-}
-
-/* One model's statistics (r->model >= 0), or every model's. */
-static enum MHD_Result http_get_v2_stats(struct http_req *r) {
-  proto_model_stats st[PROTO_MODEL_COUNT];
-  int models[PROTO_MODEL_COUNT], n = 0, rc;
-  char *body;
-  size_t len;
-  for (int m = 0; m < PROTO_MODEL_COUNT; m++)
-    if (r->model < 0 || r->model == m) {
-      models[n] = m;
-      metrics_model_stats(r->h->m, m, &st[n++]);
-    }
-  rc = proto_v2_model_stats(models, st, n, &body, &len);
-  return http_send(r, 200, rc, body, len);
-}
-
-/* GET /v2/models/stats: r->model is 0 from the allocation; every model. */
-static enum MHD_Result http_get_v2_stats_all(struct http_req *r) {
-  r->model = -1;
-  return http_get_v2_stats(r);
-}
-
-static enum MHD_Result http_get_v2_model_ready(struct http_req *r) {
-  int ready = atomic_load(&r->h->state) == HTTP_READY;
-  char *body;
-  size_t len;
-  int rc = proto_v2_model_ready(r->model, ready, &body, &len);
-  return http_send(r, ready ? 200 : 503, rc, body, len);
-}
-
 /* The playground page's embedded files (assets.h); 1 if path is one. */
 static int http_is_asset(const char *path) {
   return assets_lookup(path, NULL, NULL, NULL) == 0;
@@ -356,21 +115,6 @@ static enum MHD_Result http_get_asset(struct http_req *r) {
 }
 
 /* ---- routing ---------------------------------------------------------- */
-
-enum http_body { BODY_NONE, BODY_V1, BODY_V2, BODY_SHM };
-
-struct http_route {
-  const char *path;
-  enum metrics_route metric;
-  const char *allow;        /* the Allow header for a 405 */
-  enum MHD_Result (*get)(struct http_req *r);  /* NULL for POST routes */
-  enum http_body body;      /* POST routes: how to decode the body */
-  int auth;                 /* when a configured token is required:
-                               1 AUTH_ALWAYS, 2 AUTH_IF_METRICS, 0 never */
-};
-
-/* http_route.auth (the table spells the numbers: docs tests read it). */
-enum { AUTH_ALWAYS = 1, AUTH_IF_METRICS = 2 };
 
 static const struct http_route http_routes[] = {
   {"/v1/attention", METRICS_ROUTE_ATTENTION, "POST", NULL, BODY_V1, 1},
@@ -519,7 +263,7 @@ static const struct http_route *http_find_route(struct http_req *r,
   return NULL;
 }
 
-/* ---- inference POSTs: /v1/attention, /v2/models/{m}/infer ------------ */
+/* ---- the token ------------------------------------------------------- */
 
 /* AUTH_OK when the request carries "Authorization: Bearer <token>" (the
  * scheme is case-insensitive, RFC 7235), else AUTH_MISSING (no bearer
@@ -550,7 +294,7 @@ static int http_check_token(struct http *h, struct MHD_Connection *c) {
 
 /* The route's auth verdict (AUTH_OK when it is open or no token is
  * configured); a NULL route is an unknown /v2/models/ path. */
-static int http_auth(struct http_req *r, const struct http_route *rt) {
+int http_auth(struct http_req *r, const struct http_route *rt) {
   const struct http_config *cfg = &r->h->cfg;
   int need = rt ? rt->auth == AUTH_ALWAYS ||
                       (rt->auth == AUTH_IF_METRICS && cfg->token_metrics)
@@ -558,262 +302,6 @@ static int http_auth(struct http_req *r, const struct http_route *rt) {
   if (!need || !cfg->token || !cfg->token[0])
     return AUTH_OK;
   return http_check_token(r->h, r->conn);
-}
-
-/* First call of a POST: refuse early what we already know we will refuse,
- * otherwise get ready to receive the body. */
-static enum MHD_Result http_post_begin(struct http_req *r) {
-  const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                               MHD_HTTP_HEADER_CONTENT_LENGTH);
-  unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
-  char msg[96];
-
-  /* Answered at the end of the body: an answer sent mid-upload tends to
-   * reach the client as a connection reset. */
-  r->unauth = http_auth(r, r->rt);
-  if (n > r->h->cfg.max_body) {
-    snprintf(msg, sizeof msg, "request body of %llu bytes exceeds the "
-             "limit of %zu bytes", n, r->h->cfg.max_body);
-    return http_fail(r, ATTND_ETOOBIG, msg, NULL);
-  }
-  /* Reserve once; a wrong Content-Length only costs a realloc, and a
-   * failed reservation is answered when an append fails too. */
-  if (!r->unauth)
-    (void)proto_body_init(
-        &r->body, (size_t)n,
-        r->rt->body == BODY_V2
-            ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                          "Inference-Header-Content-Length")
-            : NULL);
-  r->state = REQ_RECEIVING;
-  return MHD_YES;
-}
-
-/* Copies one body chunk; beyond max_body the rest is counted and dropped
- * (MHD cannot answer until the final call). */
-static void http_post_chunk(struct http_req *r, const char *data, size_t n) {
-  r->bytes_in += n;
-  if (r->too_big || r->unauth)
-    return;
-  if (n > r->h->cfg.max_body - r->body.len) {
-    r->too_big = 1;
-    proto_body_free(&r->body);
-    return;
-  }
-  if (proto_body_append(&r->body, data, n))
-    r->too_big = -1;  /* out of memory: answered on the final call */
-}
-
-/* A refused body (past the limit, or without the token) is read and
- * dropped so that its answer reaches a client that sends all before it
- * reads, however far over the limit a real upload goes; but not forever:
- * past 64 times the limit, a chunked upload that does not end is cut off
- * (libmicrohttpd 0.9.75 cannot answer mid-body, so the connection is
- * closed). */
-#define HTTP_DRAIN_FACTOR 64
-
-static int http_refused_too_long(const struct http_req *r) {
-  return (r->too_big > 0 || r->unauth) &&
-         r->bytes_in / HTTP_DRAIN_FACTOR > r->h->cfg.max_body;
-}
-
-/* Runs on a worker or the loop thread: store the outcome, then resume.
- * After MHD_resume_connection this thread must not touch r. */
-static void http_on_job_done(struct batcher_job *job) {
-  struct http_req *r = job->arg;
-  r->state = REQ_JOB_DONE;
-  MHD_resume_connection(r->conn);
-}
-
-/* The body as sent, or inflated per Content-Encoding into *plain (which
- * the caller frees).  0 or ATTND_E* with a message in err. */
-static int http_post_plain(struct http_req *r, char **plain, const char **b,
-                           size_t *n, char err[PROTO_ERR_MAX]) {
-  const char *coding = MHD_lookup_connection_value(
-      r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
-  int rc;
-  *plain = NULL;
-  *b = r->body.p ? r->body.p : "";
-  *n = r->body.len;
-  if (!coding)
-    return 0;
-  rc = proto_inflate(coding, *b, *n, r->h->cfg.max_body, plain, n, err);
-  if (rc == 0 && *plain)
-    *b = *plain;
-  else if (rc == 0)
-    *n = r->body.len;  /* identity */
-  return rc;
-}
-
-/* Decodes the body with the route's codec into r->job.req. */
-static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
-  struct http *h = r->h;
-  const char *b;
-  char *plain;
-  size_t n;
-  int rc = http_post_plain(r, &plain, &b, &n, err);
-  proto_shm shm;
-  if (rc == 0 && r->rt->body == BODY_V2) {
-    const char *hlen = MHD_lookup_connection_value(
-        r->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
-    shm_http_req_begin(&r->shm, h->cfg.shm, &shm);
-    /* As received, the body may lend the decoder its FP32 tensors. */
-    rc = plain ? proto_v2_decode_shm(b, n, hlen, r->model, &shm, &r->job.req,
-                                     h->cfg.max_elems, err)
-               : proto_v2_decode_body_shm(&r->body, hlen, r->model, &shm,
-                                          &r->job.req, h->cfg.max_elems,
-                                          err);
-  } else if (rc == 0) {
-    rc = proto_v1_decode(b, n, &r->job.req, h->cfg.max_elems, err);
-  }
-  mem_free(plain);
-  proto_body_free(&r->body);
-  return rc;
-}
-
-/* The earlier of the server's --timeout-ms and the request's own
- * timeout (v2 parameter, microseconds), from its arrival; 0 = none. */
-static uint64_t http_deadline(struct http_req *r) {
-  uint64_t d = 0, own = r->job.req.timeout_us;
-  if (r->h->cfg.timeout_ms)
-    d = r->start_ns + (uint64_t)r->h->cfg.timeout_ms * 1000000u;
-  if (own && (d == 0 || r->start_ns + own * 1000u < d))
-    d = r->start_ns + own * 1000u;
-  return d;
-}
-
-static enum MHD_Result http_post_answer(struct http_req *r);
-
-/* The batcher's job->finish: outputs into their regions, once the answer
- * is encoded (a failed request writes nothing there). */
-static int http_job_finish(struct batcher_job *job) {
-  struct http_req *r = job->arg;
-  return shm_http_write_outputs(&r->shm, &job->req);
-}
-
-/* Final call of a POST to /v2/systemsharedmemory/...: register or
- * unregister; 200 with an empty body, as Triton. */
-static enum MHD_Result http_post_shm(struct http_req *r) {
-  static char empty[] = "";
-  char err[PROTO_ERR_MAX] = "", *plain;
-  const char *b;
-  size_t n;
-  int rc = http_post_plain(r, &plain, &b, &n, err);
-  if (rc == 0)
-    rc = shm_http_post(r->h->cfg.shm, r->h->cfg.allow_client_shm, r->url, b,
-                       n, err);
-  mem_free(plain);
-  proto_body_free(&r->body);
-  if (rc != 0)
-    return http_fail(r, rc, err[0] ? err : NULL, NULL);
-  return http_answer(r, 200, empty, 0, 0, http_json, NULL);
-}
-
-/* Sets r->job.cost, what the request holds until it is answered: its
- * tensors and its encoded answer (twice when compressed, the plain text
- * and the compressed copy living together).  ATTND_ETOOBIG, with a
- * message in msg, when that alone exceeds the in-flight budget: it could
- * never be admitted, so 413 rather than a 503 to retry. */
-static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
-  const proto_request *q = &r->job.req;
-  size_t answer = proto_answer_bytes(q);
-  r->job.cost = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
-  if (r->job.cost <= r->h->cfg.max_inflight)
-    return 0;
-  snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
-           "answer, more than the server's in-flight limit of %zu MiB; "
-           "weights as JSON text take up to 4 times their float32 size "
-           "(v2 binary outputs do not); see --max-inflight-mb",
-           (r->job.cost >> 20) + 1,
-           r->h->cfg.max_inflight >> 20);
-  return ATTND_ETOOBIG;
-}
-
-/* Final call: decode, admit, then run here or suspend and submit. */
-static enum MHD_Result http_post_end(struct http_req *r) {
-  struct http *h = r->h;
-  char err[PROTO_ERR_MAX], msg[256];
-  uint64_t t0;
-  int rc;
-
-  if (r->unauth)
-    return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
-  if (r->too_big > 0) {
-    snprintf(msg, sizeof msg, "request body exceeds the limit of %zu bytes",
-             h->cfg.max_body);
-    return http_fail(r, ATTND_ETOOBIG, msg, NULL);
-  }
-  if (r->too_big < 0)
-    return http_fail(r, ATTND_ENOMEM, NULL, NULL);
-  /* Served while draining too: a client may still clean its regions up. */
-  if (r->rt->body == BODY_SHM)
-    return http_post_shm(r);
-  /* Refused only now, after reading the body: an answer sent while the
-   * client is still uploading tends to reach it as a connection reset. */
-  if (atomic_load(&h->quiesced))
-    return http_fail(r, ATTND_EDRAINING, NULL, NULL);
-  err[0] = '\0';
-  t0 = clock_now_ns();
-  rc = http_post_decode(r, err);
-  if (rc != 0)
-    return http_fail(r, rc, err[0] ? err : NULL, NULL);
-  if (r->rt->body == BODY_V2)
-    metrics_record_model(h->m, r->model, METRICS_PHASE_INPUT,
-                         clock_now_ns() - t0);
-  r->job.coding = proto_accept_coding(MHD_lookup_connection_value(
-      r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
-  rc = http_post_cost(r, msg, sizeof msg);
-  if (rc == 0)
-    rc = batcher_reserve(h->b, r->job.cost);
-  if (rc != 0) {
-    proto_request_free(&r->job.req);
-    return http_fail(r, rc, rc == ATTND_ETOOBIG ? msg : NULL, NULL);
-  }
-  r->job.deadline_ns = http_deadline(r);
-  r->job.done = http_on_job_done;
-  r->job.arg = r;
-  if (r->shm.n)
-    r->job.finish = http_job_finish;
-  if (batcher_run_here(h->b, &r->job)) {
-    r->state = REQ_JOB_DONE;
-    return http_post_answer(r);
-  }
-  r->state = REQ_QUEUED;
-  MHD_suspend_connection(r->conn);
-  batcher_submit(h->b, &r->job);
-  return MHD_YES;
-}
-
-/* Called again after the resume: queue what the worker produced, with
- * the headers its form needs (v2 binary outputs, content coding). */
-static enum MHD_Result http_post_answer(struct http_req *r) {
-  struct batcher_job *job = &r->job;
-  const char *hdrs[7];
-  char hlen[32];
-  int n = 0, binary = job->json_len < job->plain_len;
-  char *body = job->body;
-
-  if (job->err != 0)
-    return http_fail(r, job->err, r->shm.msg[0] ? r->shm.msg : NULL, NULL);
-  if (binary) {
-    snprintf(hlen, sizeof hlen, "%zu", job->json_len);
-    hdrs[n++] = "Inference-Header-Content-Length";
-    hdrs[n++] = hlen;
-  }
-  if (job->compressed) {
-    hdrs[n++] = MHD_HTTP_HEADER_CONTENT_ENCODING;
-    hdrs[n++] = job->coding;
-  }
-  if (job->coding) {
-    hdrs[n++] = MHD_HTTP_HEADER_VARY;
-    hdrs[n++] = MHD_HTTP_HEADER_ACCEPT_ENCODING;
-  }
-  hdrs[n] = NULL;
-  if (job->parts.n)
-    return http_answer_parts(r, &job->parts, hdrs);
-  job->body = NULL;
-  return http_answer(r, 200, body, job->body_len, 1,
-                     binary ? "application/octet-stream" : http_json, hdrs);
 }
 
 /* ---- MHD callbacks ---------------------------------------------------- */

@@ -248,12 +248,20 @@ def with_variants(path):
     return paths
 
 
+def routing_source():
+    """The text of attnd's routing: server/http.c (the route table and the
+    other struct http_route definitions) and server/http_impl.h (struct
+    http_route itself)."""
+    return "".join(open(os.path.join(harness.ROOT, "server", f)).read()
+                   for f in ("http.c", "http_impl.h"))
+
+
 def server_routes():
     """Path templates of attnd's routing: http_routes[] and the other
     struct http_route definitions in server/http.c ({m} is the model; the
     model routes also answer under /versions/{v}), and the embedded files
     of server/assets.c."""
-    src = open(os.path.join(harness.ROOT, "server", "http.c")).read()
+    src = routing_source()
     table = re.search(r"http_routes\[\]\s*=\s*{(.*?)\n};", src, re.S)
     assert table, "no http_routes[] table in server/http.c"
     paths = set(re.findall(r'{\s*"(/[^"]*)"', table.group(1)))
@@ -321,7 +329,7 @@ class DocumentTest(harness.unittest.TestCase):
     def test_only_inference_and_metadata_routes_take_the_token(self):
         """server/http.c marks the routes that check --token; the document
         must say the same (security on exactly those operations)."""
-        src = open(os.path.join(harness.ROOT, "server", "http.c")).read()
+        src = routing_source()
         if not re.search(r"\bint auth;", src):  # before per-route flags: /v1 only
             protected = {"/v1/attention"}
         else:
