@@ -64,7 +64,7 @@ trap 'exit 130' INT TERM HUP PIPE
 
 since() { echo $(($(date +%s) - $1)); }
 timed() { TIMES="$TIMES
-  $(printf '%-44s %5s s' "$1" "$2")"; }
+  $(printf '%-48s %5s s' "$1" "$2")"; }
 
 cd "$ROOT" || exit 1
 mkdir -p "$FRESH" "$STATE"
@@ -216,7 +216,8 @@ make_test() {
   timed "make test ($2)" "$(since "$_m0")"
   if [ "$_rc" = 0 ] && printf '%s' "$_last" | grep -q ', 0 failed$'; then
     pass "make test in container $1: ${_last#suites: } ($(since "$_m0") s)"
-    grep ': skipped ' "$LOGS/$2" | sed 's/^/    note: /'
+    # (unittest's progress dots share the line when the streams interleave)
+    grep ': skipped ' "$LOGS/$2" | sed 's/^[.sFE]*/    note: /'
   else
     fail "make test in container $1 (exit $_rc, '${_last:-no closing line}')"
     grep -E '^FAILED|: [0-9]+ passed, [1-9]|^[0-9]+%: Checks' "$LOGS/$2" | grep -v '100%' | sed 's/^/    | /'
@@ -230,7 +231,7 @@ make_test() {
 make_run() {
   _m0=$(date +%s)
   pm exec -d -w /root/attnd "$NAME-$1" setsid sh -c \
-    'echo $$ >/root/run.pid; exec make run >/root/run.log 2>&1'
+    'echo $$ >/root/run.pid; exec make run >/root/run.log 2>&1' >/dev/null
   _code=""
   _i=0
   while [ $_i -lt 900 ]; do
