@@ -17,11 +17,12 @@
 # committed as the make-only image.  FRESH_BASE=slim starts from the
 # debian:bookworm-slim rootfs of tests/deploy/lib.sh instead.
 #
-# Podman (with runc: crun cannot run on this cgroup v1 hybrid host, see
-# docs/containers in the deploy tests) keeps its own storage under
-# $ATTND_CI_CACHE/fresh (default /var/cache/attnd-ci/fresh): the rootfs
-# tarball and the images are built once and reused (FRESH_REBUILD=1
-# rebuilds them).  Logs of the last run: $ATTND_CI_CACHE/fresh/logs.
+# Podman (with runc, which unlike crun runs on cgroup v1 "hybrid" hosts,
+# and ulimits no higher than this shell's hard limits) keeps its own
+# storage under $ATTND_CI_CACHE/fresh (default /var/cache/attnd-ci/fresh):
+# the rootfs tarball and the images are built once and reused
+# (FRESH_REBUILD=1 rebuilds them).  Logs of the last run:
+# $ATTND_CI_CACHE/fresh/logs-minbase (or -slim).
 #
 # What the containers get is what `docker run` gives on a Debian host:
 # bridge network (apt reaches the mirror through NAT), 64 MB /dev/shm,
@@ -41,7 +42,7 @@ FRESH=$CACHE/fresh
 STORE=$FRESH/storage
 # podman's run and tmp directories belong on a filesystem a reboot clears.
 STATE=/tmp/attnd-fresh-$(printf '%s' "$FRESH" | cksum | cut -d' ' -f1)
-LOGS=$FRESH/logs
+LOGS=$FRESH/logs-${FRESH_BASE:-minbase}
 BASE_IMAGE=localhost/attnd-fresh:${FRESH_BASE:-minbase}
 MAKE_IMAGE=$BASE_IMAGE-make
 NAME=attnd-fresh-$$
@@ -98,11 +99,20 @@ log "source: $(git rev-parse --short HEAD) $(git log -1 --format=%s | cut -c1-60
 S0=$(date +%s)
 need_pkgs podman runc catatonit netavark aardvark-dns iptables debootstrap ||
   { fail "install podman runc catatonit netavark iptables debootstrap"; finish fresh-test; exit 1; }
-cat >"$FRESH/containers.conf" <<'EOF'
+# Podman asks for more open files than root may have when it lacks
+# CAP_SYS_RESOURCE, and lowers its own process limit to 32768: the
+# containers get this shell's hard limits, no more.
+hard_limit() {  # hard_limit "Max open files": from /proc/self/limits
+  awk -v what="$1" 'index($0, what) == 1 { sub(what, ""); print $2 }' /proc/self/limits
+}
+NOFILE=$(hard_limit "Max open files")
+NPROC=$(hard_limit "Max processes")
+case "$NOFILE" in unlimited | "" | *[!0-9]*) NOFILE=1048576 ;; esac
+case "$NPROC" in unlimited | "" | *[!0-9]*) NPROC=32768 ;; esac
+[ "$NPROC" -gt 32768 ] && NPROC=32768
+cat >"$FRESH/containers.conf" <<EOF
 [containers]
-# root here cannot raise its hard nofile limit, and podman lowers its own
-# nproc limit: ask for no more than that.
-default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+default_ulimits = ["nofile=$NOFILE:$NOFILE", "nproc=$NPROC:$NPROC"]
 
 [network]
 network_backend = "netavark"
