@@ -56,7 +56,8 @@ cleanup() {
   if [ "${KEEP:-0}" = 1 ]; then
     echo "KEEP=1: containers $NAME-1 $NAME-2; podman --root $STORE --runroot $STATE/run --tmpdir $STATE/tmp (CONTAINERS_CONF=$FRESH/containers.conf)"
   else
-    pm rm -f -t 0 "$NAME-1" "$NAME-2" >/dev/null 2>&1
+    # --ignore: without it podman 4.3 removes none when one is gone already
+    pm rm -f -i -t 0 "$NAME-1" "$NAME-2" "$NAME-make" >/dev/null 2>&1
   fi
   rm -rf "$SCRATCH"
 }
@@ -124,7 +125,7 @@ export CONTAINERS_CONF="$FRESH/containers.conf"
 
 # -------------------------------------------------------------- the images
 if [ "${FRESH_REBUILD:-0}" = 1 ]; then
-  pm rmi -f "$MAKE_IMAGE" "$BASE_IMAGE" >/dev/null 2>&1
+  pm rmi -f -i "$MAKE_IMAGE" "$BASE_IMAGE" >/dev/null 2>&1
   rm -f "$FRESH/bookworm-minbase-rootfs.tar"
 fi
 
@@ -172,7 +173,7 @@ if ! pm image exists "$BASE_IMAGE"; then
 fi
 if ! pm image exists "$MAKE_IMAGE"; then
   B0=$(date +%s)
-  pm rm -f "$NAME-make" >/dev/null 2>&1
+  pm rm -f -i "$NAME-make" >/dev/null 2>&1
   if pm run --name "$NAME-make" "$BASE_IMAGE" sh -c \
        'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq make &&
         rm -rf /var/lib/apt/lists/*' >"$LOGS/make-image.log" 2>&1 &&
@@ -180,9 +181,9 @@ if ! pm image exists "$MAKE_IMAGE"; then
     pass "apt-get install make in a container of $BASE_IMAGE, committed as $MAKE_IMAGE"
   else
     fail "make-only image"; tail -n 20 "$LOGS/make-image.log" | sed 's/^/    | /'
-    pm rm -f "$NAME-make" >/dev/null 2>&1; finish fresh-test; exit 1
+    pm rm -f -i "$NAME-make" >/dev/null 2>&1; finish fresh-test; exit 1
   fi
-  pm rm -f "$NAME-make" >/dev/null 2>&1
+  pm rm -f -i "$NAME-make" >/dev/null 2>&1
   timed "the make-only image (cached afterwards)" "$(since "$B0")"
 fi
 check "the make-only image has make and no compiler, curl or python3" pm run --rm "$MAKE_IMAGE" sh -c \
@@ -306,7 +307,7 @@ else
   fail "start container 1"
 fi
 timed "container 1 in all" "$(since "$C0")"
-[ "${KEEP:-0}" = 1 ] || pm rm -f -t 0 "$NAME-1" >/dev/null 2>&1
+[ "${KEEP:-0}" = 1 ] || pm rm -f -i -t 0 "$NAME-1" >/dev/null 2>&1
 
 # ------------------- 2: make run alone, the POST, make test while it serves
 log "container 2: make run alone, then make test beside it"
