@@ -9,6 +9,8 @@
 #   make install         binary, man page, systemd unit (PREFIX, DESTDIR)
 #   make docker-test     build the image, run it, probe it, stop it (dockerd)
 #   make deploy-test     validate deploy/ offline and run it with podman
+#   make fresh-test      the README's make test and make run + POST on a
+#                        fresh Debian 12 container with only make (podman)
 #   make browser-test    the playground page in headless chromium
 #   make bench           build/attnd-bench and the numpy peer: one table
 #   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off,
@@ -156,6 +158,12 @@ docker-test: all
 deploy-test: all
 	@sh tests/deploy/manifests_test.sh
 
+# The README's two commands, each alone and in both orders, as root on
+# new Debian 12 containers with nothing but make (tests/fresh/run.sh).
+# The containers build from `git archive HEAD`, so nothing is built here.
+fresh-test:
+	@sh tests/fresh/run.sh
+
 # The playground in headless Debian chromium driven by playwright-core.
 browser-test: all
 	@sh tests/browser/run.sh
@@ -283,6 +291,6 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
+.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

@@ -481,7 +481,9 @@ size_t acceptor_lane_open(struct acceptor *a, unsigned lane) {
  * SYN set and ACK clear (a socket filter sees the TCP header from byte
  * 0; byte 13 holds the flags), so handshakes under way still complete;
  * and on the Unix socket shutdown(SHUT_RD), after which connect() is
- * refused while queued connections can still be accepted. */
+ * refused while queued connections can still be accepted.  Newer kernels
+ * (Linux commit 5d39580f68e6) refuse a socket filter on a TCP socket to
+ * a process without CAP_NET_ADMIN (EPERM); the log line says so. */
 static void acceptor_stop_new(struct acceptor *a) {
   struct sock_filter code[] = {
       {BPF_LD | BPF_B | BPF_ABS, 0, 0, 13},
@@ -494,12 +496,19 @@ static void acceptor_stop_new(struct acceptor *a) {
   memset(&prog, 0, sizeof prog);
   prog.len = sizeof code / sizeof code[0];
   prog.filter = code;
-  for (unsigned i = 0; i < a->nfd; i++)
+  for (unsigned i = 0; i < a->nfd; i++) {
+    int e;
     if (setsockopt(a->fd[i], SOL_SOCKET, SO_ATTACH_FILTER, &prog,
-                   sizeof prog) != 0)
-      log_error("drain: cannot hold new connections off (%s); clients "
-                "connecting while the listen sockets close may be reset",
-                strerror(errno));
+                   sizeof prog) == 0)
+      continue;
+    e = errno;
+    log_error("drain: cannot hold new connections off (%s%s); clients "
+              "connecting while the listen sockets close may be reset",
+              strerror(e),
+              e == EPERM ? ": this kernel attaches a socket filter to a TCP "
+                           "socket only with CAP_NET_ADMIN"
+                         : "");
+  }
   if (a->ufd >= 0 && shutdown(a->ufd, SHUT_RD) != 0)
     log_error("drain: cannot refuse new connections on the unix socket "
               "(%s)", strerror(errno));

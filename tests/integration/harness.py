@@ -30,6 +30,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BINARY = os.path.join(ROOT, "build", "attnd")
 VALGRIND = os.environ.get("ATTND_VALGRIND") == "1"
 START_TIMEOUT = 120 if VALGRIND else 20
+
+# The Open Inference Protocol's own OpenAPI document (KServe's
+# open_inference_rest.yaml), which v2 answers are also checked against.
+# It is not part of this tree: ATTND_OIP_SPEC names a copy, else a
+# "shared/specs" folder beside the checkout or under /work is used.
+OIP_SPEC_PLACES = (os.environ.get("ATTND_OIP_SPEC", ""),
+                   os.path.join(ROOT, "..", "shared", "specs", "open_inference_rest.yaml"),
+                   "/work/shared/specs/open_inference_rest.yaml")
 LISTEN_RE = re.compile(r"listening on ([0-9.]+|\[[0-9a-f:]+\]):(\d+)")
 
 
@@ -203,6 +211,20 @@ class ServerTestCase(unittest.TestCase):
             raise AssertionError("attnd exited %d" % code)
 
 
+def oip_spec():
+    """The path of the Open Inference Protocol's OpenAPI document, or None
+    when this machine has no copy (OIP_SPEC_PLACES)."""
+    for path in OIP_SPEC_PLACES:
+        if path and os.path.isfile(path):
+            return path
+    return None
+
+
+OIP_SPEC_MISSING = ("no copy of the Open Inference Protocol's open_inference_rest.yaml "
+                    "(github.com/kserve/open-inference-protocol, specification/protocol/); "
+                    "set ATTND_OIP_SPEC to its path to check against it")
+
+
 def wait_for(pred, timeout, interval=0.02):
     """Polls pred until it holds; False if it never did within timeout."""
     end = time.time() + timeout
@@ -214,10 +236,15 @@ def wait_for(pred, timeout, interval=0.02):
 
 
 def main():
-    """Runs the calling module's tests and prints "N passed, N failed"."""
+    """Runs the calling module's tests and prints "N passed, N failed"
+    (and ", N skipped" with each reason when a test skipped)."""
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])
     result = unittest.TextTestRunner(verbosity=1 if not os.environ.get("V") else 2).run(suite)
     failed = len(result.failures) + len(result.errors)
     passed = result.testsRun - failed - len(result.skipped)
-    print("%s: %d passed, %d failed" % (os.path.basename(sys.argv[0]).split(".")[0], passed, failed))
+    name = os.path.basename(sys.argv[0]).split(".")[0]
+    skipped = ", %d skipped" % len(result.skipped) if result.skipped else ""
+    for test, reason in result.skipped:
+        print("%s: skipped %s: %s" % (name, test.id().split(".")[-1], reason))
+    print("%s: %d passed, %d failed%s" % (name, passed, failed, skipped))
     sys.exit(0 if failed == 0 and result.testsRun > 0 else 1)

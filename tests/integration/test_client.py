@@ -26,7 +26,7 @@ exact rational rounding.  Shared memory: test_client_shm.py.
 """
 
 import atexit
-import importlib
+import importlib.util
 import json
 import math
 import os

@@ -30,9 +30,7 @@ from v2client import (InferenceServerClient, InferenceServerException, InferInpu
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 OPENAPI = os.path.join(harness.ROOT, "deploy", "openapi.json")
-SPEC = os.path.join(harness.ROOT, "..", "shared", "specs", "open_inference_rest.yaml")
-if not os.path.exists(SPEC):
-    SPEC = "/work/shared/specs/open_inference_rest.yaml"
+SPEC = harness.oip_spec()
 
 # Validates lines of [document path, schema name, instance] with Debian's
 # python3-jsonschema (YAML or JSON documents); exit 1 when one fails.
@@ -284,18 +282,16 @@ class V1Test(harness.ServerTestCase, Checks):
         return subprocess.run([SYSTEM_PYTHON, "-c", SCHEMA_CHECK], input=feed,
                               capture_output=True, text=True)
 
-    def test_responses_validate_against_the_documents(self):
-        """deploy/openapi.json documents the request fields, the response's
-        diagnostics and the v2 outputs and parameters; the v2 response also
-        validates against the protocol's own schema."""
+    @staticmethod
+    def schema_request():
+        """A /v1 request with a window, causal masking and diagnostics."""
         req = rand_request(41, B=1, H=2, Lq=3, Lk=4)
         req.update(window=[1, None], causal=True, diagnostics=True)
-        flat = {k: {"shape": shape_of(v), "data": flatten(v)} for k, v in req.items()
-                if isinstance(v, list) and k in ("query", "key", "value")}
-        items = []
-        for body in (req, dict(req, return_weights=False), dict(req, **flat)):
-            items.append([OPENAPI, "AttentionRequest", body])
-            items.append([OPENAPI, "AttentionResponse", self.post(body)])
+        return req
+
+    def v2_diagnostics_answers(self, req):
+        """(v2 request, its 200 answer with every diagnostic output, the
+        model's metadata) for /v1 request req."""
         v2 = {"inputs": [i._get_tensor() for i in v2_inputs(req, False)],
               "parameters": {"window_left": 1, "window_right": None, "causal": True},
               "outputs": [{"name": n} for n in ("output",) + DIAGNOSTICS]}
@@ -303,12 +299,23 @@ class V1Test(harness.ServerTestCase, Checks):
         self.assertEqual(status, 200, resp)
         self.assertEqual([o["datatype"] for o in resp["outputs"]],
                          ["FP32", "INT32", "FP32", "FP32", "FP32"])
-        items += [[OPENAPI, "InferenceRequest", v2], [OPENAPI, "InferenceResponse", resp],
-                  [SPEC, "inference_response", resp]]
         status, _, body = self.srv.get("/v2/models/attention")
         self.assertEqual(status, 200, body)
-        resp = json.loads(body)
-        items += [[OPENAPI, "MetadataModelResponse", resp], [SPEC, "metadata_model_response", resp]]
+        return v2, resp, json.loads(body)
+
+    def test_responses_validate_against_the_documents(self):
+        """deploy/openapi.json documents the request fields, the response's
+        diagnostics and the v2 outputs and parameters."""
+        req = self.schema_request()
+        flat = {k: {"shape": shape_of(v), "data": flatten(v)} for k, v in req.items()
+                if isinstance(v, list) and k in ("query", "key", "value")}
+        items = []
+        for body in (req, dict(req, return_weights=False), dict(req, **flat)):
+            items.append([OPENAPI, "AttentionRequest", body])
+            items.append([OPENAPI, "AttentionResponse", self.post(body)])
+        v2, resp, meta = self.v2_diagnostics_answers(req)
+        items += [[OPENAPI, "InferenceRequest", v2], [OPENAPI, "InferenceResponse", resp],
+                  [OPENAPI, "MetadataModelResponse", meta]]
         proc = self.schema_check(items)
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertIn("checked", proc.stdout)
@@ -323,6 +330,20 @@ class V1Test(harness.ServerTestCase, Checks):
                     [OPENAPI, "AttentionRequest", dict(req, diagnostics="yes")]):
             proc = self.schema_check([bad])
             self.assertEqual(proc.returncode, 1, (bad, proc.stdout + proc.stderr))
+
+    def test_v2_answers_validate_against_the_protocol_schema(self):
+        """The v2 answer with diagnostics outputs and the model metadata
+        validate against the Open Inference Protocol's own schema."""
+        if SPEC is None:
+            self.skipTest(harness.OIP_SPEC_MISSING)
+        _, resp, meta = self.v2_diagnostics_answers(self.schema_request())
+        proc = self.schema_check([[SPEC, "inference_response", resp],
+                                  [SPEC, "metadata_model_response", meta]])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("checked", proc.stdout)
+        # and the check can fail: an answer without its outputs
+        proc = self.schema_check([[SPEC, "inference_response", {"model_name": "attention"}]])
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
 
     def test_diagnostics_field_is_a_boolean(self):
         req = rand_request(1, B=1, Lq=2, Lk=2)

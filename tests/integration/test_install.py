@@ -14,7 +14,10 @@
     (exposure at most 2.0 of 10); its Environment= settings start the
     installed binary, and SIGTERM, the unit's KillSignal, stops it with 0
     within TimeoutStopSec.
-No systemd runs here: systemd-analyze checks the unit offline.
+No systemd runs here: systemd-analyze checks the unit offline.  Where groff
+cannot format at all (Docker's debian:*-slim images keep groff-base's data
+out of /usr/share/groff), the man page's tests skip saying so, and the unit
+is verified with --man=no.
 """
 
 import os
@@ -38,6 +41,27 @@ def run(cmd, **kw):
     kw.setdefault("text", True)
     kw.setdefault("timeout", 300)
     return subprocess.run(cmd, **kw)
+
+
+def groff_problem():
+    """None when groff formats a man page here, else why not.  Docker's
+    debian:*-slim images have a dpkg path-exclude for /usr/share/groff, so
+    groff-base installs without its devices and macros."""
+    p = run(["groff", "-man", "-Tutf8", "-z"], input=".TH X 1\n.SH NAME\nx\n")
+    if p.returncode == 0 and not p.stderr:
+        return None
+    why = "groff cannot format a man page here (%s)" % " ".join(p.stderr.split()[:12])
+    cfg = "/etc/dpkg/dpkg.cfg.d"
+    for name in sorted(os.listdir(cfg)) if os.path.isdir(cfg) else ():
+        with open(os.path.join(cfg, name)) as f:
+            if re.search(r"(?m)^path-exclude\s+/usr/share/groff", f.read()):
+                why += ("; %s/%s keeps /usr/share/groff out, as in debian:*-slim images: "
+                        "drop that line and reinstall groff-base to check the man page"
+                        % (cfg, name))
+    return why
+
+
+GROFF_PROBLEM = groff_problem()
 
 
 def files_under(d):
@@ -126,6 +150,8 @@ class InstallTest(unittest.TestCase):
     # ---- the man page ----
 
     def render(self):
+        if GROFF_PROBLEM:
+            self.skipTest(GROFF_PROBLEM)
         p = run(["man", "-l", MAN], env=dict(os.environ, MANWIDTH="200", MAN_KEEP_FORMATTING="",
                                                LC_ALL="C.UTF-8"))
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -174,7 +200,7 @@ class InstallTest(unittest.TestCase):
                      "/v2/models/"):
             self.assertIn(word, text)
 
-    def test_documented_exit_statuses(self):
+    def test_exit_statuses(self):
         exe = os.path.join(ROOT, "build", "attnd")
         self.assertEqual(run([exe, "--help"]).returncode, 0)
         self.assertEqual(run([exe, "--no-such-flag"]).returncode, 2)
@@ -201,6 +227,9 @@ class InstallTest(unittest.TestCase):
         with harness.Attnd(["--workers", "1"]) as srv:
             self.assertEqual(run([exe, "--probe", "--port", str(srv.port)]).returncode, 0)
             self.assertEqual(srv.stop(), 0)
+
+    def test_man_page_documents_the_exit_statuses(self):
+        """EXIT STATUS lists 0, 1 and 2: the statuses test_exit_statuses sees."""
         statuses = self.render().split("\nEXIT STATUS\n")[1].split("\nFILES\n")[0]
         self.assertEqual(re.findall(r"(?m)^ {7}(\d+) ", statuses), ["0", "1", "2"])
 
@@ -213,7 +242,8 @@ class InstallTest(unittest.TestCase):
             f.write(unit_text)
         env = dict(os.environ, MANPATH=manpath or os.path.join(self.dest, "usr", "share", "man"),
                    SYSTEMD_LOG_COLOR="0", SYSTEMD_PAGER="")
-        return run(["systemd-analyze", "verify", path], env=env)
+        man = ["--man=no"] if GROFF_PROBLEM else []
+        return run(["systemd-analyze", "verify"] + man + [path], env=env)
 
     def staged_unit(self):
         """The installed unit with ExecStart at the DESTDIR copy of the binary."""
@@ -238,8 +268,12 @@ class InstallTest(unittest.TestCase):
             self.assertNotEqual(text, good, what)
             p = self.verify(text)
             self.assertTrue(p.returncode != 0 or p.stderr, what)
+
+    def test_verify_checks_the_documentation_man_page(self):
+        if GROFF_PROBLEM:
+            self.skipTest(GROFF_PROBLEM)
         empty = tempfile.mkdtemp(dir=self.tmp)
-        p = self.verify(good, manpath=empty)
+        p = self.verify(self.staged_unit(), manpath=empty)
         self.assertNotEqual(p.returncode, 0, "the man page of Documentation= was not checked")
         self.assertIn("man attnd(1)", p.stderr)
 

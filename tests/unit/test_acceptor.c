@@ -526,8 +526,14 @@ START_TEST(a_handshake_under_way_at_quiesce_is_waited_for_and_handed_over) {
   memset(&prog, 0, sizeof prog);
   prog.len = sizeof code / sizeof code[0];
   prog.filter = code;
-  ck_assert_int_eq(
-      setsockopt(l, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog), 0);
+  if (setsockopt(l, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
+    int e = errno;
+    ck_abort_msg("SO_ATTACH_FILTER on a TCP listen socket: %s%s", strerror(e),
+                 e == EPERM ? " (this kernel allows it only with CAP_NET_ADMIN: "
+                              "run as root, or the container with --cap-add "
+                              "NET_ADMIN)"
+                            : "");
+  }
   /* the client is connected as far as it can tell, and sends */
   net_sockaddr("127.0.0.1", port, &ss, NULL);
   c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);

@@ -46,8 +46,14 @@ static void drop_acks(int l) {
   memset(&prog, 0, sizeof prog);
   prog.len = sizeof code / sizeof code[0];
   prog.filter = code;
-  ck_assert_int_eq(
-      setsockopt(l, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog), 0);
+  if (setsockopt(l, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
+    int e = errno;
+    ck_abort_msg("SO_ATTACH_FILTER on a TCP listen socket: %s%s", strerror(e),
+                 e == EPERM ? " (this kernel allows it only with CAP_NET_ADMIN: "
+                              "run as root, or the container with --cap-add "
+                              "NET_ADMIN)"
+                            : "");
+  }
 }
 
 /* A client whose connect() has returned (SYN-ACK received). */
