@@ -38,7 +38,8 @@ struct batcher_config {
   long max_delay_us;        /* 0 = greedy */
   size_t max_queue;         /* jobs reserved but not yet running */
   size_t max_bytes;         /* budget of reserved job costs */
-  uint64_t inline_ns;       /* batcher_run_here's bound, 0 = never */
+  uint64_t inline_ns;       /* batcher_run_here's bounds, 0 = never: */
+  uint64_t inline_idle_ns;  /* always, and while a worker is idle */
 };
 
 /* Private to the batcher: the shape a job is grouped by. */

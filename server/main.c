@@ -173,6 +173,7 @@ static void main_config_parts(const struct config *cfg,
   bc->max_batch = cfg->max_batch;
   bc->max_delay_us = cfg->max_delay_us;
   bc->inline_ns = (uint64_t)cfg->inline_us * 1000u;
+  bc->inline_idle_ns = (uint64_t)cfg->inline_idle_us * 1000u;
   bc->max_queue = (size_t)cfg->max_queue;
   bc->max_bytes = budget;
   memset(hc, 0, sizeof *hc);
