@@ -356,6 +356,12 @@ int proto_encode(const proto_request *req, char **body, size_t *len,
  * Weights returned as JSON are about three times their float32 size. */
 size_t proto_answer_bytes(const proto_request *req);
 
+/* The encoding work req's answer takes: *text_values numbers printed as
+ * JSON, *binary_bytes of binary tensors.  Outputs written into shared
+ * memory regions count in neither. */
+void proto_answer_work(const proto_request *req, size_t *text_values,
+                       size_t *binary_bytes);
+
 /* ---- HTTP content coding (compress.c) ---------------------------------- */
 
 /* Decodes a request body sent with Content-Encoding `coding` ("gzip",

@@ -482,9 +482,14 @@ static size_t answer_elems(const proto_request *req, int which,
   return n;
 }
 
-size_t proto_answer_bytes(const proto_request *req) {
+/* Calls f for each output req's answer carries (not those written into
+ * a shared memory region): its elements, bracket rows, and whether it
+ * travels as a binary tensor. */
+static void answer_outputs(const proto_request *req,
+                           void (*f)(void *acc, size_t elems, size_t rows,
+                                     int binary),
+                           void *acc) {
   int printed[PROTO_OUT_COUNT], n = 0;
-  size_t total = 1024 + (req->id_json ? strlen(req->id_json) : 0);
   if (req->codec == PROTO_CODEC_V2) {
     for (int i = 0; i < req->n_outputs; i++)
       printed[n++] = req->outputs[i];
@@ -498,10 +503,33 @@ size_t proto_answer_bytes(const proto_request *req) {
   }
   for (int i = 0; i < n; i++) {
     size_t rows, elems = answer_elems(req, printed[i], &rows);
-    int binary = req->codec == PROTO_CODEC_V2 && req->binary[printed[i]];
     if (req->codec == PROTO_CODEC_V2 && req->shm_out[printed[i]].region)
       continue;  /* written into its region, not into the answer */
-    total += binary ? elems * sizeof(float) : elems * 16 + rows * 4;
+    f(acc, elems, rows,
+      req->codec == PROTO_CODEC_V2 && req->binary[printed[i]]);
   }
+}
+
+static void add_bytes(void *acc, size_t elems, size_t rows, int binary) {
+  *(size_t *)acc += binary ? elems * sizeof(float) : elems * 16 + rows * 4;
+}
+
+size_t proto_answer_bytes(const proto_request *req) {
+  size_t total = 1024 + (req->id_json ? strlen(req->id_json) : 0);
+  answer_outputs(req, add_bytes, &total);
   return total;
+}
+
+static void add_work(void *acc, size_t elems, size_t rows, int binary) {
+  size_t *w = acc;
+  (void)rows;
+  w[binary] += binary ? elems * sizeof(float) : elems;
+}
+
+void proto_answer_work(const proto_request *req, size_t *text_values,
+                       size_t *binary_bytes) {
+  size_t w[2] = {0, 0};
+  answer_outputs(req, add_work, w);
+  *text_values = w[0];
+  *binary_bytes = w[1];
 }

@@ -9,13 +9,14 @@
  * Threads and what they own:
  * - Producers (MHD threads) call batcher_reserve/batcher_submit.  They
  *   touch only the fields under b->mu, then call uv_async_send.  A
- *   producer may instead run a cheap reserved job itself
- *   (batcher_run_here, the inline path): it calls exec_job as a worker
- *   does, on its own thread and scratch, touching only b->mu's counters
- *   and metrics.
+ *   producer may instead run a reserved job itself (batcher_run_here,
+ *   the inline path): a cheap one always, a costlier one only when no
+ *   job waits and a worker place is vacant, which it then holds.  It
+ *   calls exec_job as a worker does, on its own thread and scratch,
+ *   touching only b->mu's fields and metrics.
  * - The loop thread (uv_run on b->loop) owns the per-key queues, the
- *   round-robin cursor, the batch slots and the idle-worker count.  It is
- *   the only thread that calls libuv functions other than uv_async_send.
+ *   round-robin cursor and the batch slots.  It is the only thread that
+ *   calls libuv functions other than uv_async_send.
  * - Workers (pool.c) run one batch at a time (batcher_run): exec_job and
  *   complete each job (calling job->done), then hand the batch slot back
  *   on b->done_batches under b->mu and uv_async_send.
@@ -27,13 +28,16 @@
  *   queue is removed, so the array holds only keys with waiting work.
  *
  * The async callback drains both b->mu lists in one step (uv_async_send
- * coalesces), re-queues, then dispatches while a worker is idle: there
- * are exactly `workers` batch slots, so a batch leaves as soon as a
- * worker is free and batches grow while all workers are busy.
+ * coalesces), re-queues, then dispatches while a worker place is vacant:
+ * there are exactly `workers` places (b->vacant, under b->mu), taken by
+ * a batch on a worker or by a job run on its HTTP thread, so no more
+ * than `workers` jobs compute at once, a batch leaves as soon as a place
+ * frees, and batches grow while all are taken.  Whoever frees a place
+ * with jobs queued wakes the loop.
  *
  * Splitting (exec.c): a worker holding one large request may lend it to
- * idle workers through helper items on the same pool.  The loop thread
- * keeps b->ex.idle_hint, a relaxed copy of its idle count, for that.
+ * idle workers through helper items on the same pool; b->ex.idle_hint is
+ * a relaxed copy of b->vacant for that.
  *
  * Locks: b->mu is a leaf lock; nothing is called with it held (no
  * uv_async_send, no done()).  pool.c's lock and a split's lock (exec.c)
@@ -86,13 +90,15 @@ struct batcher {
   struct batcher_job *in_head, *in_tail;
   struct batcher_batch *done_batches;
   size_t queued, outstanding, bytes;
+  int vacant;               /* worker places free: batch slots neither
+                               running nor lent to an HTTP thread */
   int closed, aborting, stopping;
 
   /* Loop thread only. */
   struct batcher_queue *queues;
   size_t nq, capq, rr;
   struct batcher_batch *slots, *free_slots;
-  int idle;                 /* copied to ex.idle_hint for splitting */
+  int idle;                 /* slots on free_slots */
 };
 
 /* ---- keys and queues (loop thread) ---------------------------------- */
@@ -195,6 +201,23 @@ static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
   }
 }
 
+/* ---- worker places (b->mu held) ---------------------------------------- */
+
+/* A worker place is taken: by a batch the loop launches, or by a request
+ * that runs on its HTTP thread while a worker would have been idle. */
+static int batcher_occupy(struct batcher *b) {
+  if (b->vacant == 0)
+    return 0;
+  b->vacant--;
+  atomic_store_explicit(&b->ex.idle_hint, b->vacant, memory_order_relaxed);
+  return 1;
+}
+
+static void batcher_vacate(struct batcher *b) {
+  b->vacant++;
+  atomic_store_explicit(&b->ex.idle_hint, b->vacant, memory_order_relaxed);
+}
+
 /* ---- workers ---------------------------------------------------------- */
 
 /* The pool's run function: a batch's jobs, executed (exec.c) and completed
@@ -220,6 +243,7 @@ static void batcher_run(struct pool_item *item, struct pool_worker *w,
   pthread_mutex_lock(&b->mu);
   batch->next = b->done_batches;
   b->done_batches = batch;
+  batcher_vacate(b);
   pthread_mutex_unlock(&b->mu);
   uv_async_send(&b->async);
 }
@@ -275,16 +299,21 @@ static int batcher_ready(struct batcher *b, struct batcher_queue *q,
   return 0;
 }
 
-/* Takes up to max_batch jobs from queue i into a free slot and submits. */
-static void batcher_launch(struct batcher *b, size_t i) {
+/* Takes up to max_batch jobs from queue i into a free slot and submits.
+ * 0 when every worker place is taken (an HTTP thread may hold one). */
+static int batcher_launch(struct batcher *b, size_t i) {
   struct batcher_queue *q = &b->queues[i];
   struct batcher_batch *batch = b->free_slots;
   struct batcher_job **tail = &batch->jobs;
-  int n = 0;
+  int n = 0, placed;
 
+  pthread_mutex_lock(&b->mu);
+  placed = batcher_occupy(b);
+  pthread_mutex_unlock(&b->mu);
+  if (!placed)
+    return 0;
   b->free_slots = batch->next;
   b->idle--;
-  atomic_store_explicit(&b->ex.idle_hint, b->idle, memory_order_relaxed);
   while (q->head && n < b->cfg.max_batch) {
     *tail = q->head;
     q->head = q->head->next;
@@ -302,6 +331,7 @@ static void batcher_launch(struct batcher *b, size_t i) {
   metrics_add_queue_depth(b->ex.m, -n);
   metrics_record_batch(b->ex.m, n);
   pool_submit(b->ex.pool, &batch->base.item);
+  return 1;
 }
 
 static void batcher_on_timer(uv_timer_t *t);
@@ -318,7 +348,8 @@ static void batcher_dispatch(struct batcher *b, int closed) {
       scanned++;
       continue;
     }
-    batcher_launch(b, i);
+    if (!batcher_launch(b, i))
+      break;
     b->rr = i + 1;
     scanned = 0;
     if (b->queues[i].n == 0)
@@ -409,7 +440,6 @@ static void batcher_on_async(uv_async_t *a) {
     b->idle++;
     done = next;
   }
-  atomic_store_explicit(&b->ex.idle_hint, b->idle, memory_order_relaxed);
   while (in) {
     struct batcher_job *next = in->next;
     batcher_enqueue(b, in);
@@ -475,6 +505,7 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
   }
   b->free_slots = &b->slots[0];
   b->idle = cfg->workers;
+  b->vacant = cfg->workers;
   b->ex.idle_hint = cfg->workers;
   b->ex.pool = pool_start(cfg->workers, batcher_run, b);
   if (!b->ex.pool)
@@ -524,32 +555,69 @@ static void batcher_job_reset(struct batcher_job *job) {
 }
 
 /* What a request is expected to cost on one core, in nanoseconds: its two
- * products at a conservative 20 GFLOP/s, and printing every output value
- * at about 60 ns (binary outputs cost less; the estimate stays on the
- * safe side).  Only compared with inline_ns, so rough is fine. */
+ * products at a conservative 20 GFLOP/s, printing every number of a JSON
+ * output at about 60 ns, and copying binary outputs at 4 GB/s.  Only
+ * compared with the inline bounds, so rough is fine. */
 static double batcher_cost_ns(const proto_request *r) {
   const attn_problem *p = &r->prob;
   double macs = (double)p->B * p->H * p->Lq * p->Lk *
                 (p->scoring == ATTN_SCORING_ADDITIVE ? p->Hd + 1.0
                                                      : (double)(p->D + p->Dv));
-  return macs * 2.0 / 20.0 + (double)r->out_bytes / sizeof(float) * 60.0;
+  size_t text, binary;
+  proto_answer_work(r, &text, &binary);
+  return macs * 2.0 / 20.0 + (double)text * 60.0 + (double)binary * 0.25;
+}
+
+/* May a job of this estimated cost run on the caller's thread?  1 when
+ * it is cheap; 2 when it took an idle worker's place (nothing else
+ * waits and a worker is free), to be given back with batcher_give_back;
+ * 0 when it must be queued.  On 1 and 2 the job is no longer queued. */
+static int batcher_take_here(struct batcher *b, double cost) {
+  int took = 0;
+  pthread_mutex_lock(&b->mu);
+  if (cost <= (double)b->cfg.inline_ns)
+    took = 1;
+  else if (cost <= (double)b->cfg.inline_idle_ns && b->queued == 1 &&
+           batcher_occupy(b))
+    took = 2;
+  if (took)
+    b->queued--;
+  pthread_mutex_unlock(&b->mu);
+  return took;
+}
+
+/* Returns the worker place a job run here took; wakes the loop thread if
+ * jobs queued meanwhile, which may be waiting for this place. */
+static void batcher_give_back(struct batcher *b) {
+  int waiting;
+  pthread_mutex_lock(&b->mu);
+  batcher_vacate(b);
+  waiting = b->queued > 0;
+  pthread_mutex_unlock(&b->mu);
+  if (waiting)
+    uv_async_send(&b->async);
 }
 
 /* The inline path: the inline-or-queue decision is its first test; the
  * rest is what a worker does for a batch of one, around the same exec_job,
  * without the hand-offs. */
 int batcher_run_here(struct batcher *b, struct batcher_job *job) {
-  /* With a batching delay the operator asked for batches: queue all. */
-  if (b->cfg.inline_ns == 0 || b->cfg.max_delay_us > 0 ||
-      batcher_cost_ns(&job->req) > (double)b->cfg.inline_ns)
+  int took;
+  /* With a batching delay the operator asked for batches, and with
+   * inline_ns 0 for every request queued. */
+  if (b->cfg.max_delay_us > 0 || b->cfg.inline_ns == 0)
+    return 0;
+  took = batcher_take_here(b, batcher_cost_ns(&job->req));
+  if (!took)
     return 0;
   batcher_job_reset(job);
-  pthread_mutex_lock(&b->mu);
-  b->queued--;
-  pthread_mutex_unlock(&b->mu);
   metrics_add_queue_depth(b->ex.m, -1);
   metrics_record_batch(b->ex.m, 1);
+  metrics_record_inline(b->ex.m, took == 2 ? METRICS_INLINE_IDLE
+                                           : METRICS_INLINE_CHEAP);
   batcher_settle(job, exec_job(&b->ex, job, NULL, 1));
+  if (took == 2)
+    batcher_give_back(b);
   batcher_release(b, job->cost);
   return 1;
 }

@@ -38,7 +38,8 @@ struct batcher_config {
   long max_delay_us;        /* 0 = greedy */
   size_t max_queue;         /* jobs reserved but not yet running */
   size_t max_bytes;         /* budget of reserved job costs */
-  uint64_t inline_ns;       /* batcher_run_here's bound, 0 = never */
+  uint64_t inline_ns;       /* batcher_run_here's bounds, 0 = never: */
+  uint64_t inline_idle_ns;  /* always, and while a worker is idle */
 };
 
 /* Private to the batcher: the shape a job is grouped by. */
@@ -100,16 +101,17 @@ int batcher_reserve(struct batcher *b, size_t cost);
 /* Queues a reserved job; see the top of this file. */
 void batcher_submit(struct batcher *b, struct batcher_job *job);
 
-/* Instead of batcher_submit, for a reserved job that is cheap: runs it on
- * the calling thread, now.  A request whose compute and encoding are
- * expected to take less than a thread hand-off and wake-up costs (a few
- * tens of microseconds) gains nothing from a worker or from sharing a
- * batch, only the hops.  Returns 0, doing nothing, when the job is not
- * cheap (estimated cost above cfg.inline_ns, or max_delay_us > 0): then
- * batcher_submit it.  Returns 1 when it ran: job->err and the response
- * fields are set as done() would see them, job->req is released and the
- * reservation given back; done() is NOT called.  It counts as a batch of
- * one in the metrics. */
+/* Instead of batcher_submit, for a reserved job: runs it on the calling
+ * thread, now, when that is cheaper than the hand-offs to the loop thread,
+ * a worker and back (four wake-ups).  It does when its estimated cost is
+ * below cfg.inline_ns; or below cfg.inline_idle_ns when no other job is
+ * queued and a worker place is vacant, which it holds while it runs (so
+ * that no more than `workers` jobs compute at once).  Returns 0, doing
+ * nothing, otherwise (and always when inline_ns is 0 or max_delay_us >
+ * 0): then batcher_submit it.  Returns 1 when it ran: job->err and the
+ * response fields are set as done() would see them, job->req is released
+ * and the reservation given back; done() is NOT called.  It counts as a
+ * batch of one in the metrics. */
 int batcher_run_here(struct batcher *b, struct batcher_job *job);
 
 /* Refuses every later reservation with ATTND_EDRAINING and flushes

@@ -154,12 +154,13 @@ static int main_drain(struct http *h, struct batcher *b,
  * raised up to the largest freed one) with a fresh mapping and gives the
  * top of a heap back to the kernel beyond a trim threshold: a request
  * whose tensors and bodies take a few MiB would then fault in every page
- * it touches, on every request.  Keeping up to 16 MiB allocations in the
- * heaps, and up to 64 MiB of free heap before trimming, lets requests
- * reuse warm memory; bigger requests still get their own mappings.  Under
- * the sanitizers, their allocator ignores these. */
+ * it touches, on every request.  Keeping allocations up to 32 MiB (the
+ * most glibc allows on 64-bit) in the heaps, and up to 64 MiB of free heap
+ * before trimming, lets requests reuse warm memory; bigger requests still
+ * get their own mappings.  Under the sanitizers, their allocator ignores
+ * these. */
 static void main_tune_malloc(void) {
-  mallopt(M_MMAP_THRESHOLD, 16 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
 }
 
@@ -173,6 +174,7 @@ static void main_config_parts(const struct config *cfg,
   bc->max_batch = cfg->max_batch;
   bc->max_delay_us = cfg->max_delay_us;
   bc->inline_ns = (uint64_t)cfg->inline_us * 1000u;
+  bc->inline_idle_ns = (uint64_t)cfg->inline_idle_us * 1000u;
   bc->max_queue = (size_t)cfg->max_queue;
   bc->max_bytes = budget;
   memset(hc, 0, sizeof *hc);

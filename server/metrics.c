@@ -65,6 +65,7 @@ struct metrics {
   _Atomic uint64_t requests[METRICS_ROUTE_COUNT][N_CODES + 1];
   _Atomic uint64_t bytes_in, bytes_out;
   _Atomic int64_t inflight, queue_depth;
+  _Atomic uint64_t inline_runs[METRICS_INLINE_COUNT];
   struct metrics_hist request_time[N_HIST_ROUTES];
   _Atomic uint64_t route_ns[METRICS_ROUTE_COUNT];
   _Atomic uint64_t route_count[METRICS_ROUTE_COUNT];
@@ -132,6 +133,11 @@ void metrics_record_job(struct metrics *m, uint64_t queue_ns,
 void metrics_record_batch(struct metrics *m, int size) {
   metrics_observe(&m->batch_size, metrics_batch_bounds, N_BATCH, size,
                   (uint64_t)size);
+}
+
+void metrics_record_inline(struct metrics *m, enum metrics_inline why) {
+  if ((unsigned)why < METRICS_INLINE_COUNT)
+    atomic_fetch_add_explicit(&m->inline_runs[why], 1, RELAXED);
 }
 
 void metrics_record_model(struct metrics *m, int model,
@@ -305,6 +311,15 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
                "Requests waiting for a worker.");
   metrics_printf(b, "attnd_queue_depth %lld\n",
                  (long long)atomic_load_explicit(&m->queue_depth, RELAXED));
+  metrics_head(b, "attnd_inline_requests_total", "counter",
+               "Requests run on their HTTP thread instead of a worker: "
+               "cheap ones, and others while a worker was idle.");
+  metrics_printf(b, "attnd_inline_requests_total{reason=\"cheap\"} %llu\n"
+                 "attnd_inline_requests_total{reason=\"idle\"} %llu\n",
+                 (unsigned long long)atomic_load_explicit(
+                     &m->inline_runs[METRICS_INLINE_CHEAP], RELAXED),
+                 (unsigned long long)atomic_load_explicit(
+                     &m->inline_runs[METRICS_INLINE_IDLE], RELAXED));
   metrics_head(b, "attnd_request_bytes_total", "counter",
                "Request body bytes received.");
   metrics_printf(b, "attnd_request_bytes_total %llu\n",

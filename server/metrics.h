@@ -51,6 +51,12 @@ void metrics_record_job(struct metrics *m, uint64_t queue_ns,
 /* One batch handed to a worker. */
 void metrics_record_batch(struct metrics *m, int size);
 
+/* One request run on its HTTP thread (batcher_run_here): below the
+ * always-inline bound, or in an idle worker's place. */
+enum metrics_inline { METRICS_INLINE_CHEAP = 0, METRICS_INLINE_IDLE,
+                      METRICS_INLINE_COUNT };
+void metrics_record_inline(struct metrics *m, enum metrics_inline why);
+
 /* Triton's statistics extension (GET /v2/models[/{m}]/stats), per v2
  * model (enum proto_model; anything else is ignored): the phases of its
  * inference requests, each a count and a sum of nanoseconds.  SUCCESS

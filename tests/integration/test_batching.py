@@ -138,8 +138,14 @@ SHAPE_X = dict(Lq=192, Lk=192)
 SHAPE_Y = dict(Lq=160, Lk=224)
 
 
+# Requests that queue: without --inline-idle-us 0, a request arriving while
+# the worker is idle runs on its HTTP thread instead (IdleInlineTest), and
+# clients slower than the server would then never make a queue.
+QUEUED = ("--inline-idle-us", "0")
+
+
 class SameShapeTest(harness.ServerTestCase):
-    server_args = ("--workers", "1", "--max-batch", "16")
+    server_args = ("--workers", "1", "--max-batch", "16") + QUEUED
 
     def test_many_concurrent_clients_of_one_shape_share_batches(self):
         n_clients, per_client = 16, 3
@@ -174,7 +180,7 @@ class SameShapeTest(harness.ServerTestCase):
 
 
 class TwoShapesTest(harness.ServerTestCase):
-    server_args = ("--workers", "1", "--max-batch", "2", "--log", "json")
+    server_args = ("--workers", "1", "--max-batch", "2", "--log", "json") + QUEUED
 
     def setUp(self):
         self.bx = v1_body(11, **SHAPE_X)
@@ -391,13 +397,66 @@ class InlineTest(harness.CloseChecks, harness.ServerTestCase):
         self.assertEqual(line[0]["batch"], 1)
 
 
+class IdleInlineTest(harness.ServerTestCase):
+    """A request too costly for --inline-us but under --inline-idle-us
+    runs on its HTTP thread when the worker is idle and nothing waits,
+    taking the worker's place (attnd_inline_requests_total{reason="idle"});
+    while the worker is busy it queues, and so does a request above the
+    bound.  The numbers are the same either way."""
+    server_args = ("--workers", "1", "--log", "json")
+
+    def idle_runs(self):
+        return sample(scrape(self.srv), "attnd_inline_requests_total", reason="idle")
+
+    def post_checked(self, req):
+        status, _, data = post(self.srv, json.dumps(req).encode())
+        self.assertEqual(status, 200, data[:200])
+        got, ref = json.loads(data), reference.attention(req)
+        for name, want in (("output", ref[0]), ("weights", ref[1])):
+            g, w = reference.flatten(got[name]), reference.flatten(want)
+            self.assertEqual(len(g), len(w), name)
+            for n, (x, y) in enumerate(zip(g, w)):
+                self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y), "%s[%d]" % (name, n))
+
+    def mid_request(self, seed):
+        # 4,096 weights printed as JSON: estimated above the 100 us of
+        # --inline-us, well below the 5 ms of --inline-idle-us.
+        req = reference.rand_request(seed, B=1, Lq=64, Lk=64, D=8, Dv=4)
+        req["return_weights"] = True
+        return req
+
+    def test_mid_size_request_takes_the_idle_workers_place(self):
+        before = self.idle_runs()
+        self.post_checked(self.mid_request(81))
+        self.assertEqual(self.idle_runs() - before, 1)
+
+    def test_mid_size_request_queues_while_the_worker_is_busy(self):
+        blocker = threading.Thread(target=post, args=(self.srv, blocker_body()))
+        blocker.start()
+        self.assertTrue(wait_for(lambda: sample(scrape(self.srv), "attnd_queue_depth") == 0 and
+                                 sample(scrape(self.srv), "attnd_inflight_requests") >= 2,
+                                 30 * SLOW))
+        before = self.idle_runs()
+        self.post_checked(self.mid_request(82))
+        finished_first = not blocker.is_alive()
+        blocker.join(300 * SLOW)
+        self.assertEqual(self.idle_runs() - before, 0)
+        self.assertTrue(finished_first, "the request did not wait for the busy worker")
+
+    def test_request_above_the_bound_queues_even_when_idle(self):
+        before = self.idle_runs()
+        status, _, data = post(self.srv, blocker_body())
+        self.assertEqual(status, 200, data[:200])
+        self.assertEqual(self.idle_runs() - before, 0)
+
+
 class InflightBudgetTest(harness.ServerTestCase):
     # Each request below holds about 1.5 MiB: 0.3 MiB of tensors (inputs,
     # output and its 192x192 weights, float32) and up to 1.2 MiB of JSON
     # text for its answer (16 bytes a number), so a 5 MiB budget admits
     # three.
     server_args = ("--workers", "1", "--max-batch", "1", "--max-inflight-mb", "5",
-                   "--max-queue", "1000")
+                   "--max-queue", "1000") + QUEUED
 
     def test_an_answer_that_alone_exceeds_the_budget_is_413(self):
         # 600x600 weights: 1.4 MB as float32, up to 5.8 MB as JSON text.

@@ -451,7 +451,10 @@ def heavy_request(seed):
 
 
 class QueueFullTest(CheckMixin, harness.ServerTestCase):
-    server_args = ("--workers", "1", "--max-batch", "1", "--max-queue", "1")
+    # --inline-idle-us 0: every request queues, even when the worker is
+    # idle, so that the flood overflows the queue of one.
+    server_args = ("--workers", "1", "--max-batch", "1", "--max-queue", "1",
+                   "--inline-idle-us", "0")
 
     def test_flood_gets_503_with_retry_after(self):
         body = json.dumps(heavy_request(1)).encode()

@@ -39,7 +39,7 @@ from multiprocessing import shared_memory
 
 SHAPES = {"small": (1, 8, 128, 128, 64), "large": (1, 16, 2048, 2048, 64)}
 # requests measured per round, and warm-up requests before them
-COUNTS = {"small": (300, 30), "large": (10, 2)}
+COUNTS = {"small": (1000, 50), "large": (10, 2)}
 TARGETS = {"shm small": 1.5, "tcp small": 2.0, "unix small": 1.8,
            "tcp large": 1.10}
 PATHS = ["shm small", "tcp small", "unix small", "tcp large"]

@@ -202,6 +202,44 @@ START_TEST(test_cheap_job_runs_on_the_calling_thread) {
 }
 END_TEST
 
+/* Above inline_ns but within inline_idle_ns, a job runs on the calling
+ * thread only in a vacant worker place: with the only worker idle it
+ * does; with the worker held by a batch it is left for batcher_submit,
+ * so that no more jobs compute at once than there are workers. */
+START_TEST(test_dearer_job_runs_here_only_in_a_vacant_place) {
+  struct metrics *m;
+  struct batcher_config cfg = {1, 4, 0, 64, 1 << 20, 1, 1000000000};
+  struct batcher *b;
+  struct tjob t[3];
+  char *want = expected_body(SHAPE_A);
+  int i;
+  reset();
+  m = metrics_new();
+  ck_assert_ptr_nonnull(m);
+  b = batcher_start(&cfg, m);
+  ck_assert_ptr_nonnull(b);
+  for (i = 0; i < 3; i++)
+    decode(&t[i], SHAPE_A);
+  ck_assert_int_eq(batcher_reserve(b, t[0].job.cost), 0);
+  ck_assert_int_eq(batcher_run_here(b, &t[0].job), 1);
+  ck_assert_int_eq(t[0].job.err, 0);
+  ck_assert_str_eq(t[0].job.body, want);
+  t[0].body = t[0].job.body;
+  t[1].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[1]), 0);
+  wait_gate();  /* the only worker place is now taken */
+  ck_assert_int_eq(batcher_reserve(b, t[2].job.cost), 0);
+  ck_assert_int_eq(batcher_run_here(b, &t[2].job), 0);
+  batcher_submit(b, &t[2].job);
+  open_gate();
+  wait_done(2);
+  ck_assert_int_eq(t[2].err, 0);
+  ck_assert_str_eq(t[2].body, want);
+  free(want);
+  finish(b, m, t, 3);
+}
+END_TEST
+
 /* A (1, L, D) tensor of small deterministic values, as nested JSON. */
 static void put_tensor(char **at, int L, int D, int seed) {
   int i, j;
@@ -426,6 +464,7 @@ static Suite *batcher_suite(void) {
   tcase_add_test(tc, test_close_refuses_and_abort_drops_queued);
   tcase_add_test(tc, test_stop_answers_queued_jobs);
   tcase_add_test(tc, test_cheap_job_runs_on_the_calling_thread);
+  tcase_add_test(tc, test_dearer_job_runs_here_only_in_a_vacant_place);
   suite_add_tcase(s, tc);
   return s;
 }
