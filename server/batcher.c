@@ -10,8 +10,8 @@
  * - Producers (MHD threads) call batcher_reserve/batcher_submit.  They
  *   touch only the fields under b->mu, then call uv_async_send.  A
  *   producer may instead run a reserved job itself (batcher_run_here,
- *   the inline path): a cheap one always, a costlier one only when no
- *   job waits and a worker place is vacant, which it then holds.  It
+ *   the inline path): a cheap one always, a costlier one only when it
+ *   is the one request in flight, in a vacant worker place it holds.  It
  *   calls exec_job as a worker does, on its own thread and scratch,
  *   touching only b->mu's fields and metrics.
  * - The loop thread (uv_run on b->loop) owns the per-key queues, the
@@ -569,15 +569,18 @@ static double batcher_cost_ns(const proto_request *r) {
 }
 
 /* May a job of this estimated cost run on the caller's thread?  1 when
- * it is cheap; 2 when it took an idle worker's place (nothing else
- * waits and a worker is free), to be given back with batcher_give_back;
- * 0 when it must be queued.  On 1 and 2 the job is no longer queued. */
+ * it is cheap; 2 when it took an idle worker's place, to be given back
+ * with batcher_give_back; 0 when it must be queued.  On 1 and 2 the job
+ * is no longer queued.  A place is borrowed only while this is the one
+ * request in flight: with others queued or computing, batching them
+ * together on the workers serves many connections better than holding
+ * an HTTP thread, whose other connections would wait. */
 static int batcher_take_here(struct batcher *b, double cost) {
   int took = 0;
   pthread_mutex_lock(&b->mu);
   if (cost <= (double)b->cfg.inline_ns)
     took = 1;
-  else if (cost <= (double)b->cfg.inline_idle_ns && b->queued == 1 &&
+  else if (cost <= (double)b->cfg.inline_idle_ns && b->outstanding == 1 &&
            batcher_occupy(b))
     took = 2;
   if (took)

@@ -39,7 +39,7 @@ struct batcher_config {
   size_t max_queue;         /* jobs reserved but not yet running */
   size_t max_bytes;         /* budget of reserved job costs */
   uint64_t inline_ns;       /* batcher_run_here's bounds, 0 = never: */
-  uint64_t inline_idle_ns;  /* always, and while a worker is idle */
+  uint64_t inline_idle_ns;  /* always, and while nothing else is in flight */
 };
 
 /* Private to the batcher: the shape a job is grouped by. */
@@ -104,9 +104,10 @@ void batcher_submit(struct batcher *b, struct batcher_job *job);
 /* Instead of batcher_submit, for a reserved job: runs it on the calling
  * thread, now, when that is cheaper than the hand-offs to the loop thread,
  * a worker and back (four wake-ups).  It does when its estimated cost is
- * below cfg.inline_ns; or below cfg.inline_idle_ns when no other job is
- * queued and a worker place is vacant, which it holds while it runs (so
- * that no more than `workers` jobs compute at once).  Returns 0, doing
+ * below cfg.inline_ns; or below cfg.inline_idle_ns when no other reserved
+ * job is outstanding (queued or computing) and a worker place is vacant,
+ * which it holds while it runs (so that no more than `workers` jobs
+ * compute at once).  Returns 0, doing
  * nothing, otherwise (and always when inline_ns is 0 or max_delay_us >
  * 0): then batcher_submit it.  Returns 1 when it ran: job->err and the
  * response fields are set as done() would see them, job->req is released

@@ -203,9 +203,10 @@ START_TEST(test_cheap_job_runs_on_the_calling_thread) {
 END_TEST
 
 /* Above inline_ns but within inline_idle_ns, a job runs on the calling
- * thread only in a vacant worker place: with the only worker idle it
- * does; with the worker held by a batch it is left for batcher_submit,
- * so that no more jobs compute at once than there are workers. */
+ * thread only as the one request in flight, in a vacant worker place:
+ * with the only worker idle it does; with the worker held by a batch it
+ * is left for batcher_submit, so that no more jobs compute at once than
+ * there are workers. */
 START_TEST(test_dearer_job_runs_here_only_in_a_vacant_place) {
   struct metrics *m;
   struct batcher_config cfg = {1, 4, 0, 64, 1 << 20, 1, 1000000000};
@@ -237,6 +238,37 @@ START_TEST(test_dearer_job_runs_here_only_in_a_vacant_place) {
   ck_assert_str_eq(t[2].body, want);
   free(want);
   finish(b, m, t, 3);
+}
+END_TEST
+
+/* With a worker place vacant, a dearer job still queues while another
+ * request computes on the other worker: requests in flight together batch
+ * on the workers rather than hold HTTP threads. */
+START_TEST(test_dearer_job_queues_while_another_is_in_flight) {
+  struct metrics *m;
+  struct batcher_config cfg = {2, 4, 0, 64, 1 << 20, 1, 1000000000};
+  struct batcher *b;
+  struct tjob t[2];
+  char *want = expected_body(SHAPE_A);
+  reset();
+  m = metrics_new();
+  ck_assert_ptr_nonnull(m);
+  b = batcher_start(&cfg, m);
+  ck_assert_ptr_nonnull(b);
+  decode(&t[0], SHAPE_A);
+  decode(&t[1], SHAPE_A);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();  /* one worker place taken, the other vacant */
+  ck_assert_int_eq(batcher_reserve(b, t[1].job.cost), 0);
+  ck_assert_int_eq(batcher_run_here(b, &t[1].job), 0);
+  batcher_submit(b, &t[1].job);
+  open_gate();
+  wait_done(2);
+  ck_assert_int_eq(t[1].err, 0);
+  ck_assert_str_eq(t[1].body, want);
+  free(want);
+  finish(b, m, t, 2);
 }
 END_TEST
 
@@ -465,6 +497,7 @@ static Suite *batcher_suite(void) {
   tcase_add_test(tc, test_stop_answers_queued_jobs);
   tcase_add_test(tc, test_cheap_job_runs_on_the_calling_thread);
   tcase_add_test(tc, test_dearer_job_runs_here_only_in_a_vacant_place);
+  tcase_add_test(tc, test_dearer_job_queues_while_another_is_in_flight);
   suite_add_tcase(s, tc);
   return s;
 }
