@@ -10,6 +10,8 @@ thread's schedstat).  CORE_RATE (tests/load/core_rate.c) times the same
 problem in process on one thread.  The ratio of the two says what attnd
 itself adds to the attention, whatever the client costs: the client's CPU
 is not counted, and attnd's idle time between requests costs it nothing.
+Measuring starts after the warm-up, once attnd is idle, so that its
+start-up work is not counted either.
 
 Paths (no weights; v2 FP32 inputs, output FP32):
   shm small  inputs and output in Triton system shared memory
@@ -75,6 +77,20 @@ def cpu_ns(pid):
         except (FileNotFoundError, ProcessLookupError):
             pass
     return total
+
+
+def settle(pid, limit=10.0):
+    """Waits until attnd is idle: less than 1 ms of CPU in 100 ms.  At
+    start OpenBLAS's thread pool spins for a while (about 90 ms of CPU),
+    a one-time cost that would otherwise land on the first round's
+    requests."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        c0 = cpu_ns(pid)
+        time.sleep(0.1)
+        if cpu_ns(pid) - c0 < 1_000_000:
+            return
+    raise RuntimeError("attnd did not become idle")
 
 
 def tensors(shape):
@@ -181,6 +197,7 @@ def run_path(binary, path_name, data):
         url = "/v2/models/attention/infer"
         for _ in range(warm):
             post(conn, url, body, headers)
+        settle(d.proc.pid)
         c0 = cpu_ns(d.proc.pid)
         t0 = time.monotonic()
         for _ in range(n):
