@@ -481,9 +481,9 @@ size_t acceptor_lane_open(struct acceptor *a, unsigned lane) {
  * SYN set and ACK clear (a socket filter sees the TCP header from byte
  * 0; byte 13 holds the flags), so handshakes under way still complete;
  * and on the Unix socket shutdown(SHUT_RD), after which connect() is
- * refused while queued connections can still be accepted.  Newer kernels
- * (Linux commit 5d39580f68e6) refuse a socket filter on a TCP socket to
- * a process without CAP_NET_ADMIN (EPERM); the log line says so. */
+ * refused while queued connections can still be accepted.  Some kernels
+ * refuse a socket filter on a TCP socket to a process without
+ * CAP_NET_ADMIN (EPERM); the log line says so. */
 static void acceptor_stop_new(struct acceptor *a) {
   struct sock_filter code[] = {
       {BPF_LD | BPF_B | BPF_ABS, 0, 0, 13},

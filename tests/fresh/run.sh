@@ -28,7 +28,7 @@
 # bridge network (apt reaches the mirror through NAT), 64 MB /dev/shm,
 # the default capabilities.  One addition, when the kernel needs it: on
 # kernels that let only CAP_NET_ADMIN attach a socket filter to a TCP
-# socket (Linux commit 5d39580f68e6), attnd's drain cannot hold new
+# socket, attnd's drain cannot hold new
 # connections off without it, so the containers get --cap-add NET_ADMIN
 # (probed on the base image; FRESH_NET_ADMIN=0 or 1 forces it).
 #
