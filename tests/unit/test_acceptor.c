@@ -11,7 +11,6 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/filter.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -29,6 +28,7 @@
 #include "server/acceptor.h"
 #include "server/handshake.h"
 #include "server/net.h"
+#include "support_filter.h"
 
 #define MAX_HANDED 128
 
@@ -506,16 +506,6 @@ static int listen_socket_on(int port) {
 START_TEST(a_handshake_under_way_at_quiesce_is_waited_for_and_handed_over) {
   struct handed h;
   struct sockaddr_storage ss;
-  struct sock_filter code[] = {
-      /* drop segments with ACK set and SYN clear: the handshake's last
-       * ACK, and the data behind it */
-      {BPF_LD | BPF_B | BPF_ABS, 0, 0, 13},
-      {BPF_ALU | BPF_AND | BPF_K, 0, 0, 0x12},
-      {BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0x10},
-      {BPF_RET | BPF_K, 0, 0, 0},
-      {BPF_RET | BPF_K, 0, 0, 0xffffffffu},
-  };
-  struct sock_fprog prog;
   struct pollfd p;
   int port, l, c, err = 0;
   socklen_t elen = sizeof err;
@@ -523,17 +513,8 @@ START_TEST(a_handshake_under_way_at_quiesce_is_waited_for_and_handed_over) {
   port = acceptor_port(h.a);
   l = listen_socket_on(port);
   ck_assert_int_ge(l, 0);
-  memset(&prog, 0, sizeof prog);
-  prog.len = sizeof code / sizeof code[0];
-  prog.filter = code;
-  if (setsockopt(l, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
-    int e = errno;
-    ck_abort_msg("SO_ATTACH_FILTER on a TCP listen socket: %s%s", strerror(e),
-                 e == EPERM ? " (this kernel allows it only with CAP_NET_ADMIN: "
-                              "run as root, or the container with --cap-add "
-                              "NET_ADMIN)"
-                            : "");
-  }
+  /* drop the handshake's last ACK, and the data behind it */
+  support_drop_acks(l);
   /* the client is connected as far as it can tell, and sends */
   net_sockaddr("127.0.0.1", port, &ss, NULL);
   c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);

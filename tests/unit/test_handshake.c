@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "server/handshake.h"
+#include "support_filter.h"
 
 /* A listen socket on 127.0.0.1 (any port); its address in *a. */
 static int listener(struct sockaddr_in *a) {
@@ -30,30 +31,6 @@ static int listener(struct sockaddr_in *a) {
   ck_assert_int_eq(listen(l, 16), 0);
   ck_assert_int_eq(getsockname(l, (struct sockaddr *)a, &len), 0);
   return l;
-}
-
-/* Drops every segment with ACK set and SYN clear (the TCP flags are
- * byte 13 of the TCP header, where a socket filter's data starts). */
-static void drop_acks(int l) {
-  struct sock_filter code[] = {
-      {BPF_LD | BPF_B | BPF_ABS, 0, 0, 13},
-      {BPF_ALU | BPF_AND | BPF_K, 0, 0, 0x12},
-      {BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0x10},
-      {BPF_RET | BPF_K, 0, 0, 0},
-      {BPF_RET | BPF_K, 0, 0, 0xffffffffu},
-  };
-  struct sock_fprog prog;
-  memset(&prog, 0, sizeof prog);
-  prog.len = sizeof code / sizeof code[0];
-  prog.filter = code;
-  if (setsockopt(l, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
-    int e = errno;
-    ck_abort_msg("SO_ATTACH_FILTER on a TCP listen socket: %s%s", strerror(e),
-                 e == EPERM ? " (this kernel allows it only with CAP_NET_ADMIN: "
-                              "run as root, or the container with --cap-add "
-                              "NET_ADMIN)"
-                            : "");
-  }
 }
 
 /* A client whose connect() has returned (SYN-ACK received). */
@@ -83,7 +60,7 @@ START_TEST(a_handshake_held_half_way_counts_until_it_completes) {
   struct sockaddr_in a, other;
   struct pollfd p;
   int l = listener(&a), c, s = -1, zero = 0;
-  drop_acks(l);
+  support_drop_acks(l);
   c = connected_client(&a);
   ck_assert_int_eq(handshake_pending((struct sockaddr *)&a), 1);
   /* nothing to accept: the connection is not established yet */
