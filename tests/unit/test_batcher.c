@@ -115,16 +115,21 @@ static char *expected_body(const char *json) {
   return body;
 }
 
-static struct batcher *start(struct metrics **m, int workers, int max_batch,
-                             size_t max_queue, size_t max_bytes) {
-  struct batcher_config cfg = {workers, max_batch, 0, max_queue, max_bytes};
+static struct batcher *start_cfg(const struct batcher_config *cfg,
+                                 struct metrics **m) {
   struct batcher *b;
   reset();
   *m = metrics_new();
   ck_assert_ptr_nonnull(*m);
-  b = batcher_start(&cfg, *m);
+  b = batcher_start(cfg, *m);
   ck_assert_ptr_nonnull(b);
   return b;
+}
+
+static struct batcher *start(struct metrics **m, int workers, int max_batch,
+                             size_t max_queue, size_t max_bytes) {
+  struct batcher_config cfg = {workers, max_batch, 0, max_queue, max_bytes};
+  return start_cfg(&cfg, m);
 }
 
 static void finish(struct batcher *b, struct metrics *m, struct tjob *t, int n) {
@@ -171,11 +176,7 @@ START_TEST(test_cheap_job_runs_on_the_calling_thread) {
   struct batcher *b;
   struct tjob t[2];
   char *want = expected_body(SHAPE_A);
-  reset();
-  m = metrics_new();
-  ck_assert_ptr_nonnull(m);
-  b = batcher_start(&cfg, m);
-  ck_assert_ptr_nonnull(b);
+  b = start_cfg(&cfg, &m);
   decode(&t[0], SHAPE_A);
   ck_assert_int_eq(batcher_reserve(b, t[0].job.cost), 0);
   ck_assert_int_eq(batcher_run_here(b, &t[0].job), 1);
@@ -203,22 +204,19 @@ START_TEST(test_cheap_job_runs_on_the_calling_thread) {
 END_TEST
 
 /* Above inline_ns but within inline_idle_ns, a job runs on the calling
- * thread only as the one request in flight, in a vacant worker place:
- * with the only worker idle it does; with the worker held by a batch it
- * is left for batcher_submit, so that no more jobs compute at once than
- * there are workers. */
-START_TEST(test_dearer_job_runs_here_only_in_a_vacant_place) {
+ * thread only as the one request in flight, taking a vacant worker place:
+ * alone, it does; while another job computes it is left for
+ * batcher_submit, both with the only worker busy (no more jobs compute at
+ * once than there are workers) and with a second worker idle (requests
+ * in flight together batch on the workers rather than hold HTTP threads).
+ * _i + 1 workers. */
+START_TEST(test_dearer_job_runs_here_only_as_the_one_in_flight) {
   struct metrics *m;
-  struct batcher_config cfg = {1, 4, 0, 64, 1 << 20, 1, 1000000000};
-  struct batcher *b;
+  struct batcher_config cfg = {_i + 1, 4, 0, 64, 1 << 20, 1, 1000000000};
+  struct batcher *b = start_cfg(&cfg, &m);
   struct tjob t[3];
   char *want = expected_body(SHAPE_A);
   int i;
-  reset();
-  m = metrics_new();
-  ck_assert_ptr_nonnull(m);
-  b = batcher_start(&cfg, m);
-  ck_assert_ptr_nonnull(b);
   for (i = 0; i < 3; i++)
     decode(&t[i], SHAPE_A);
   ck_assert_int_eq(batcher_reserve(b, t[0].job.cost), 0);
@@ -228,7 +226,7 @@ START_TEST(test_dearer_job_runs_here_only_in_a_vacant_place) {
   t[0].body = t[0].job.body;
   t[1].is_gate = 1;
   ck_assert_int_eq(submit(b, &t[1]), 0);
-  wait_gate();  /* the only worker place is now taken */
+  wait_gate();  /* a worker place is now taken */
   ck_assert_int_eq(batcher_reserve(b, t[2].job.cost), 0);
   ck_assert_int_eq(batcher_run_here(b, &t[2].job), 0);
   batcher_submit(b, &t[2].job);
@@ -238,37 +236,6 @@ START_TEST(test_dearer_job_runs_here_only_in_a_vacant_place) {
   ck_assert_str_eq(t[2].body, want);
   free(want);
   finish(b, m, t, 3);
-}
-END_TEST
-
-/* With a worker place vacant, a dearer job still queues while another
- * request computes on the other worker: requests in flight together batch
- * on the workers rather than hold HTTP threads. */
-START_TEST(test_dearer_job_queues_while_another_is_in_flight) {
-  struct metrics *m;
-  struct batcher_config cfg = {2, 4, 0, 64, 1 << 20, 1, 1000000000};
-  struct batcher *b;
-  struct tjob t[2];
-  char *want = expected_body(SHAPE_A);
-  reset();
-  m = metrics_new();
-  ck_assert_ptr_nonnull(m);
-  b = batcher_start(&cfg, m);
-  ck_assert_ptr_nonnull(b);
-  decode(&t[0], SHAPE_A);
-  decode(&t[1], SHAPE_A);
-  t[0].is_gate = 1;
-  ck_assert_int_eq(submit(b, &t[0]), 0);
-  wait_gate();  /* one worker place taken, the other vacant */
-  ck_assert_int_eq(batcher_reserve(b, t[1].job.cost), 0);
-  ck_assert_int_eq(batcher_run_here(b, &t[1].job), 0);
-  batcher_submit(b, &t[1].job);
-  open_gate();
-  wait_done(2);
-  ck_assert_int_eq(t[1].err, 0);
-  ck_assert_str_eq(t[1].body, want);
-  free(want);
-  finish(b, m, t, 2);
 }
 END_TEST
 
@@ -496,8 +463,7 @@ static Suite *batcher_suite(void) {
   tcase_add_test(tc, test_close_refuses_and_abort_drops_queued);
   tcase_add_test(tc, test_stop_answers_queued_jobs);
   tcase_add_test(tc, test_cheap_job_runs_on_the_calling_thread);
-  tcase_add_test(tc, test_dearer_job_runs_here_only_in_a_vacant_place);
-  tcase_add_test(tc, test_dearer_job_queues_while_another_is_in_flight);
+  tcase_add_loop_test(tc, test_dearer_job_runs_here_only_as_the_one_in_flight, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }
