@@ -10,7 +10,8 @@
 # (core_rate.c) for the same problem: Triton system shared memory, v2
 # binary over TCP and over the Unix socket, small and large.
 #
-# Knobs: BENCH_ROUNDS (3): rounds alternating the paths; medians.
+# Knobs: BUDGET_ROUNDS (5): rounds alternating the paths; the best of them
+# (see budget.py for why), and the ratio of the medians beside it.
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/tests/load/lib.sh"
@@ -23,4 +24,4 @@ cc -std=c11 -D_GNU_SOURCE -O2 -I"$ROOT" -o "$LOAD_TMP/core_rate" \
   "$LOAD_DIR/core_rate.c" "$ROOT/build/libattnd.a" \
   $(pkg-config --libs openblas) -lpthread -lm
 /usr/bin/python3 "$LOAD_DIR/budget.py" "$LOAD_TMP/attnd" "$LOAD_TMP/core_rate" \
-  "${BENCH_ROUNDS:-3}"
+  "${BUDGET_ROUNDS:-5}"

