@@ -21,7 +21,7 @@ struct config {
   int max_batch;            /* requests per batch */
   long max_delay_us;        /* wait this long for a batch to fill */
   long inline_us;           /* cheaper requests skip the queue */
-  long inline_idle_us;      /* and up to this when a worker is idle */
+  long inline_idle_us;      /* and up to this as the one in flight */
   int max_queue;            /* queued requests beyond which 503 */
   long max_inflight_mb;     /* budget of queued tensor bytes */
   long max_body_mb;         /* request bodies beyond this get 413 */

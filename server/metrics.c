@@ -313,7 +313,7 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
                  (long long)atomic_load_explicit(&m->queue_depth, RELAXED));
   metrics_head(b, "attnd_inline_requests_total", "counter",
                "Requests run on their HTTP thread instead of a worker: "
-               "cheap ones, and others while a worker was idle.");
+               "cheap ones, and others that were the only one in flight.");
   metrics_printf(b, "attnd_inline_requests_total{reason=\"cheap\"} %llu\n"
                  "attnd_inline_requests_total{reason=\"idle\"} %llu\n",
                  (unsigned long long)atomic_load_explicit(

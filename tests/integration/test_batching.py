@@ -138,9 +138,9 @@ SHAPE_X = dict(Lq=192, Lk=192)
 SHAPE_Y = dict(Lq=160, Lk=224)
 
 
-# Requests that queue: without --inline-idle-us 0, a request arriving while
-# the worker is idle runs on its HTTP thread instead (IdleInlineTest), and
-# clients slower than the server would then never make a queue.
+# Requests that queue: without --inline-idle-us 0, a request that is alone
+# in flight runs on its HTTP thread instead (IdleInlineTest), and clients
+# slower than the server would then never make a queue.
 QUEUED = ("--inline-idle-us", "0")
 
 
@@ -399,10 +399,10 @@ class InlineTest(harness.CloseChecks, harness.ServerTestCase):
 
 class IdleInlineTest(harness.ServerTestCase):
     """A request too costly for --inline-us but under --inline-idle-us
-    runs on its HTTP thread when the worker is idle and nothing waits,
-    taking the worker's place (attnd_inline_requests_total{reason="idle"});
-    while the worker is busy it queues, and so does a request above the
-    bound.  The numbers are the same either way."""
+    runs on its HTTP thread when it is the only request in flight, taking
+    the idle worker's place (attnd_inline_requests_total{reason="idle"});
+    while another request computes it queues, and so does a request above
+    the bound.  The numbers are the same either way."""
     server_args = ("--workers", "1", "--log", "json")
 
     def idle_runs(self):

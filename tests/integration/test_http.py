@@ -451,8 +451,8 @@ def heavy_request(seed):
 
 
 class QueueFullTest(CheckMixin, harness.ServerTestCase):
-    # --inline-idle-us 0: every request queues, even when the worker is
-    # idle, so that the flood overflows the queue of one.
+    # --inline-idle-us 0: every request queues, even one alone in flight,
+    # so that the flood overflows the queue of one.
     server_args = ("--workers", "1", "--max-batch", "1", "--max-queue", "1",
                    "--inline-idle-us", "0")
 
