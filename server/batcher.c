@@ -572,16 +572,17 @@ static double batcher_cost_ns(const proto_request *r) {
  * it is cheap; 2 when it took an idle worker's place, to be given back
  * with batcher_give_back; 0 when it must be queued.  On 1 and 2 the job
  * is no longer queued.  A place is borrowed only while this is the one
- * request in flight: with others queued or computing, batching them
- * together on the workers serves many connections better than holding
- * an HTTP thread, whose other connections would wait. */
-static int batcher_take_here(struct batcher *b, double cost) {
+ * request in flight (alone, and no other job reserved): with others being
+ * received, queued or computing, batching them together on the workers
+ * serves many connections better than holding an HTTP thread, whose
+ * other connections would wait. */
+static int batcher_take_here(struct batcher *b, double cost, int alone) {
   int took = 0;
   pthread_mutex_lock(&b->mu);
   if (cost <= (double)b->cfg.inline_ns)
     took = 1;
-  else if (cost <= (double)b->cfg.inline_idle_ns && b->outstanding == 1 &&
-           batcher_occupy(b))
+  else if (alone && cost <= (double)b->cfg.inline_idle_ns &&
+           b->outstanding == 1 && batcher_occupy(b))
     took = 2;
   if (took)
     b->queued--;
@@ -604,13 +605,13 @@ static void batcher_give_back(struct batcher *b) {
 /* The inline path: the inline-or-queue decision is its first test; the
  * rest is what a worker does for a batch of one, around the same exec_job,
  * without the hand-offs. */
-int batcher_run_here(struct batcher *b, struct batcher_job *job) {
+int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone) {
   int took;
   /* With a batching delay the operator asked for batches, and with
    * inline_ns 0 for every request queued. */
   if (b->cfg.max_delay_us > 0 || b->cfg.inline_ns == 0)
     return 0;
-  took = batcher_take_here(b, batcher_cost_ns(&job->req));
+  took = batcher_take_here(b, batcher_cost_ns(&job->req), alone);
   if (!took)
     return 0;
   batcher_job_reset(job);

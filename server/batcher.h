@@ -104,15 +104,16 @@ void batcher_submit(struct batcher *b, struct batcher_job *job);
 /* Instead of batcher_submit, for a reserved job: runs it on the calling
  * thread, now, when that is cheaper than the hand-offs to the loop thread,
  * a worker and back (four wake-ups).  It does when its estimated cost is
- * below cfg.inline_ns; or below cfg.inline_idle_ns when no other reserved
- * job is outstanding (queued or computing) and a worker place is vacant,
- * which it holds while it runs (so that no more than `workers` jobs
- * compute at once).  Returns 0, doing nothing, otherwise (and always when
+ * below cfg.inline_ns; or below cfg.inline_idle_ns when `alone` (the
+ * caller knows of no other request in progress: none being received,
+ * queued or computing), no other reserved job is outstanding and a worker
+ * place is vacant, which it holds while it runs (so that no more than
+ * `workers` jobs compute at once).  Returns 0, doing nothing, otherwise (and always when
  * inline_ns is 0 or max_delay_us > 0): then batcher_submit it.  Returns 1
  * when it ran: job->err and the response fields are set as done() would
  * see them, job->req is released and the reservation given back; done()
  * is NOT called.  It counts as a batch of one in the metrics. */
-int batcher_run_here(struct batcher *b, struct batcher_job *job);
+int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone);
 
 /* Refuses every later reservation with ATTND_EDRAINING and flushes
  * waiting batches without their delay.  Queued jobs still run. */

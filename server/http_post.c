@@ -229,7 +229,10 @@ enum MHD_Result http_post_end(struct http_req *r) {
   r->job.arg = r;
   if (r->shm.n)
     r->job.finish = http_job_finish;
-  if (batcher_run_here(h->b, &r->job)) {
+  /* h->active counts this request and every other one from its first
+   * byte to its completion: 1 means none is being received, queued or
+   * computing besides it. */
+  if (batcher_run_here(h->b, &r->job, atomic_load(&h->active) == 1)) {
     r->state = REQ_JOB_DONE;
     return http_post_answer(r);
   }

@@ -401,8 +401,8 @@ class IdleInlineTest(harness.ServerTestCase):
     """A request too costly for --inline-us but under --inline-idle-us
     runs on its HTTP thread when it is the only request in flight, taking
     the idle worker's place (attnd_inline_requests_total{reason="idle"});
-    while another request computes it queues, and so does a request above
-    the bound.  The numbers are the same either way."""
+    while another request computes or is still being received it queues,
+    and so does a request above the bound.  The numbers are the same either way."""
     server_args = ("--workers", "1", "--log", "json")
 
     def idle_runs(self):
@@ -442,6 +442,35 @@ class IdleInlineTest(harness.ServerTestCase):
         blocker.join(300 * SLOW)
         self.assertEqual(self.idle_runs() - before, 0)
         self.assertTrue(finished_first, "the request did not wait for the busy worker")
+
+    def test_mid_size_request_queues_while_another_is_being_received(self):
+        # Another client's request has its headers in and its body coming:
+        # the worker is idle, but that request is in flight too.
+        other = self.mid_request(83)
+        body = json.dumps(other).encode()
+        s = socket.create_connection((self.srv.host, self.srv.port), timeout=60)
+        try:
+            s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: attnd\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body[:100])
+            # the scrape itself is one request in flight, the upload another
+            self.assertTrue(wait_for(lambda: sample(scrape(self.srv),
+                                                    "attnd_inflight_requests") >= 2,
+                                     30 * SLOW))
+            before = self.idle_runs()
+            self.post_checked(self.mid_request(84))
+            self.assertEqual(self.idle_runs() - before, 0)
+            s.sendall(body[100:])
+            resp = http.client.HTTPResponse(s)
+            resp.begin()
+            self.assertEqual(resp.status, 200)
+            got = json.loads(resp.read())
+        finally:
+            s.close()
+        want = reference.attention(other)[0]
+        for n, (x, y) in enumerate(zip(reference.flatten(got["output"]),
+                                       reference.flatten(want))):
+            self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y), "output[%d]" % n)
 
     def test_request_above_the_bound_queues_even_when_idle(self):
         before = self.idle_runs()
