@@ -157,13 +157,9 @@ static void acceptor_steer(struct acceptor *a) {
       {BPF_ALU | BPF_MOD | BPF_K, 0, 0, a->nfd},
       {BPF_RET | BPF_A, 0, 0, 0},
   };
-  struct sock_fprog prog;
-  /* Zeroed first: the kernel copies the padding after prog.len too. */
-  memset(&prog, 0, sizeof prog);
-  prog.len = sizeof code / sizeof code[0];
-  prog.filter = code;
-  if (a->nfd > 1 && setsockopt(a->fd[0], SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF,
-                               &prog, sizeof prog) != 0)
+  if (a->nfd > 1 &&
+      net_attach_filter(a->fd[0], SO_ATTACH_REUSEPORT_CBPF, code,
+                        sizeof code / sizeof code[0]) != 0)
     log_error("accept: cannot steer connections by CPU (%s); lanes are "
               "balanced only", strerror(errno));
 }
@@ -492,14 +488,10 @@ static void acceptor_stop_new(struct acceptor *a) {
       {BPF_RET | BPF_K, 0, 0, 0},
       {BPF_RET | BPF_K, 0, 0, 0xffffffffu},
   };
-  struct sock_fprog prog;
-  memset(&prog, 0, sizeof prog);
-  prog.len = sizeof code / sizeof code[0];
-  prog.filter = code;
   for (unsigned i = 0; i < a->nfd; i++) {
     int e;
-    if (setsockopt(a->fd[i], SOL_SOCKET, SO_ATTACH_FILTER, &prog,
-                   sizeof prog) == 0)
+    if (net_attach_filter(a->fd[i], SO_ATTACH_FILTER, code,
+                          sizeof code / sizeof code[0]) == 0)
       continue;
     e = errno;
     log_error("drain: cannot hold new connections off (%s%s); clients "

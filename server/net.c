@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
@@ -75,4 +76,14 @@ int net_fd_with_remainder(int fd, unsigned rem, unsigned mod) {
       return -1;
     }
   }
+}
+
+int net_attach_filter(int fd, int opt, const struct sock_filter *code,
+                      unsigned short n) {
+  struct sock_fprog prog;
+  /* Zeroed first: the kernel copies the padding after prog.len too. */
+  memset(&prog, 0, sizeof prog);
+  prog.len = n;
+  prog.filter = (struct sock_filter *)code;
+  return setsockopt(fd, SOL_SOCKET, opt, &prog, sizeof prog);
 }

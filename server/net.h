@@ -26,4 +26,13 @@ void net_set_port(struct sockaddr_storage *ss, int port);
  * left open and unchanged. */
 int net_fd_with_remainder(int fd, unsigned rem, unsigned mod);
 
+struct sock_filter;
+
+/* Attaches the classic BPF program code[0..n) to socket fd with
+ * setsockopt(SOL_SOCKET, opt): SO_ATTACH_FILTER, or
+ * SO_ATTACH_REUSEPORT_CBPF for a reuseport group.  The kernel copies the
+ * program.  0, or -1 with errno set. */
+int net_attach_filter(int fd, int opt, const struct sock_filter *code,
+                      unsigned short n);
+
 #endif /* ATTND_NET_H */

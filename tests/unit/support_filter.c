@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "server/net.h"
+
 void support_drop_acks(int l) {
   /* The TCP flags are byte 13 of the TCP header, where a socket filter's
    * data starts; 0x12 masks SYN and ACK, 0x10 is ACK alone. */
@@ -17,12 +19,9 @@ void support_drop_acks(int l) {
       {BPF_RET | BPF_K, 0, 0, 0},
       {BPF_RET | BPF_K, 0, 0, 0xffffffffu},
   };
-  struct sock_fprog prog;
   int e;
-  memset(&prog, 0, sizeof prog);
-  prog.len = sizeof code / sizeof code[0];
-  prog.filter = code;
-  if (setsockopt(l, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0)
+  if (net_attach_filter(l, SO_ATTACH_FILTER, code,
+                        sizeof code / sizeof code[0]) == 0)
     return;
   e = errno;
   ck_abort_msg("SO_ATTACH_FILTER on a TCP listen socket: %s%s", strerror(e),
