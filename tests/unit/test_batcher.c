@@ -144,6 +144,21 @@ static void finish(struct batcher *b, struct metrics *m, struct tjob *t, int n) 
     free(t[i].body);
 }
 
+/* Reserves t's job, checks that batcher_run_here leaves it to the queue,
+ * and submits it. */
+static void run_here_refused(struct batcher *b, struct tjob *t, int alone) {
+  ck_assert_int_eq(batcher_reserve(b, t->job.cost), 0);
+  ck_assert_int_eq(batcher_run_here(b, &t->job, alone), 0);
+  batcher_submit(b, &t->job);
+}
+
+/* Waits for the n-th done() and checks t was answered with want. */
+static void expect_answered(int n, const struct tjob *t, const char *want) {
+  wait_done(n);
+  ck_assert_int_eq(t->err, 0);
+  ck_assert_str_eq(t->body, want);
+}
+
 START_TEST(test_jobs_answer_like_the_core) {
   struct metrics *m;
   struct batcher *b = start(&m, 2, 4, 64, 1 << 20);
@@ -192,12 +207,8 @@ START_TEST(test_cheap_job_runs_on_the_calling_thread) {
   b = batcher_start(&cfg, m);
   ck_assert_ptr_nonnull(b);
   decode(&t[1], SHAPE_A);
-  ck_assert_int_eq(batcher_reserve(b, t[1].job.cost), 0);
-  ck_assert_int_eq(batcher_run_here(b, &t[1].job, 1), 0);
-  batcher_submit(b, &t[1].job);
-  wait_done(1);
-  ck_assert_int_eq(t[1].err, 0);
-  ck_assert_str_eq(t[1].body, want);
+  run_here_refused(b, &t[1], 1);
+  expect_answered(1, &t[1], want);
   free(want);
   finish(b, m, t, 2);
 }
@@ -220,12 +231,8 @@ START_TEST(test_dearer_job_runs_here_only_as_the_one_in_flight) {
   int i;
   for (i = 0; i < 4; i++)
     decode(&t[i], SHAPE_A);
-  ck_assert_int_eq(batcher_reserve(b, t[0].job.cost), 0);
-  ck_assert_int_eq(batcher_run_here(b, &t[0].job, 0), 0);
-  batcher_submit(b, &t[0].job);
-  wait_done(1);
-  ck_assert_int_eq(t[0].err, 0);
-  ck_assert_str_eq(t[0].body, want);
+  run_here_refused(b, &t[0], 0);
+  expect_answered(1, &t[0], want);
   for (i = 0; i < 10000 && batcher_outstanding(b) > 0; i++)
     usleep(1000);  /* t[0] leaves the count just after its done() */
   ck_assert_int_eq(batcher_reserve(b, t[1].job.cost), 0);
@@ -236,13 +243,9 @@ START_TEST(test_dearer_job_runs_here_only_as_the_one_in_flight) {
   t[2].is_gate = 1;
   ck_assert_int_eq(submit(b, &t[2]), 0);
   wait_gate();  /* a worker place is now taken */
-  ck_assert_int_eq(batcher_reserve(b, t[3].job.cost), 0);
-  ck_assert_int_eq(batcher_run_here(b, &t[3].job, 1), 0);
-  batcher_submit(b, &t[3].job);
+  run_here_refused(b, &t[3], 1);
   open_gate();
-  wait_done(3);
-  ck_assert_int_eq(t[3].err, 0);
-  ck_assert_str_eq(t[3].body, want);
+  expect_answered(3, &t[3], want);
   free(want);
   finish(b, m, t, 4);
 }
