@@ -98,7 +98,6 @@ struct batcher {
   struct batcher_queue *queues;
   size_t nq, capq, rr;
   struct batcher_batch *slots, *free_slots;
-  int idle;                 /* slots on free_slots */
 };
 
 /* ---- keys and queues (loop thread) ---------------------------------- */
@@ -305,29 +304,26 @@ static int batcher_launch(struct batcher *b, size_t i) {
   struct batcher_queue *q = &b->queues[i];
   struct batcher_batch *batch = b->free_slots;
   struct batcher_job **tail = &batch->jobs;
-  int n = 0, placed;
+  int n = q->n < b->cfg.max_batch ? q->n : b->cfg.max_batch, placed, k;
 
   pthread_mutex_lock(&b->mu);
   placed = batcher_occupy(b);
+  if (placed)
+    b->queued -= (size_t)n;
   pthread_mutex_unlock(&b->mu);
   if (!placed)
     return 0;
   b->free_slots = batch->next;
-  b->idle--;
-  while (q->head && n < b->cfg.max_batch) {
+  for (k = 0; k < n; k++) {
     *tail = q->head;
     q->head = q->head->next;
     tail = &(*tail)->next;
-    n++;
   }
   *tail = NULL;
   q->n -= n;
   if (!q->head)
     q->tail = NULL;
   batch->n = n;
-  pthread_mutex_lock(&b->mu);
-  b->queued -= (size_t)n;
-  pthread_mutex_unlock(&b->mu);
   metrics_add_queue_depth(b->ex.m, -n);
   metrics_record_batch(b->ex.m, n);
   pool_submit(b->ex.pool, &batch->base.item);
@@ -342,7 +338,7 @@ static void batcher_dispatch(struct batcher *b, int closed) {
   size_t scanned, i;
 
   batcher_expire(b, now, &expiry);
-  for (scanned = 0; b->idle > 0 && scanned < b->nq;) {
+  for (scanned = 0; b->free_slots && scanned < b->nq;) {
     i = (b->rr + scanned) % b->nq;
     if (!batcher_ready(b, &b->queues[i], now, closed, &due)) {
       scanned++;
@@ -437,7 +433,6 @@ static void batcher_on_async(uv_async_t *a) {
     struct batcher_batch *next = done->next;
     done->next = b->free_slots;
     b->free_slots = done;
-    b->idle++;
     done = next;
   }
   while (in) {
@@ -504,7 +499,6 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
     b->slots[i].next = i + 1 < cfg->workers ? &b->slots[i + 1] : NULL;
   }
   b->free_slots = &b->slots[0];
-  b->idle = cfg->workers;
   b->vacant = cfg->workers;
   b->ex.idle_hint = cfg->workers;
   b->ex.pool = pool_start(cfg->workers, batcher_run, b);

@@ -3,14 +3,14 @@
  * DESIGN
  *
  * Threads: exec_job runs on a pool worker (a job of a batch) or on an HTTP
- * thread (batcher_run_here's cheap job); it touches only its own job, the
+ * thread (batcher_run_here's inline job); it touches only its own job, the
  * worker's scratch or scratch of its own, and the metrics (lock-free).
  * Nothing here touches the batcher's queues or b->mu.
  *
  * Splitting lives here, not in batcher.c: it is how one request is
  * computed, not which work runs next.  A worker holding one large request
- * while others are idle (x->idle_hint, a relaxed copy of the loop thread's
- * idle count) submits helper items straight to the pool, past the loop
+ * while others are idle (x->idle_hint, a relaxed copy of the batcher's
+ * vacant worker places) submits helper items straight to the pool, past the loop
  * thread and its batch slots; helpers and the owner claim task ranges from
  * an atomic counter, so the owner alone can finish if no helper shows up.
  * The owner withdraws helpers nobody took (pool_cancel) and waits for the

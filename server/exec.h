@@ -15,8 +15,8 @@
  *   - a pool worker running a batch (batcher.c: batcher_run), w != NULL:
  *     the core runs in w's scratch (pool_scratch), and a large request
  *     may be split with idle workers (see exec.c);
- *   - the submitter's own thread running a cheap job (batcher_run_here),
- *     w == NULL: scratch is allocated for the job and freed before
+ *   - the submitter's own thread running a job inline (batcher_run_here:
+ *     a cheap one, or one alone on the server), w == NULL: scratch is allocated for the job and freed before
  *     return, and the job is never split.
  *
  * Threads: exec_job on any thread, any number at once, each with its own
@@ -34,8 +34,8 @@
 struct exec_ctx {
   struct metrics *m;        /* job and model statistics */
   struct pool *pool;        /* where split helpers are submitted */
-  _Atomic int idle_hint;    /* idle workers as the loop thread last saw
-                               them; written by it, read relaxed here to
+  _Atomic int idle_hint;    /* vacant worker places, a copy the batcher
+                               writes under its lock; read relaxed here to
                                size a split */
 };
 

@@ -29,9 +29,10 @@
  *              admitted (batcher_reserve), the connection suspended,
  *              THEN the job submitted.  Suspending first matters: MHD
  *              0.9.75 cancels a resume that arrives before the suspend,
- *              which would strand the request.  A cheap job
- *              (batcher_run_here) runs right here on the MHD thread
- *              instead and goes straight to JOB_DONE, unsuspended.
+ *              which would strand the request.  A cheap job, or one
+ *              alone on the server (batcher_run_here), runs right here on
+ *              the MHD thread instead and goes straight to JOB_DONE,
+ *              unsuspended.
  *   JOB_DONE   set by http_on_job_done just before MHD_resume_connection;
  *              the handler, called again on the MHD thread, queues the
  *              stored response.  Nothing but MHD touches r after resume.
