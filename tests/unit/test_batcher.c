@@ -16,13 +16,11 @@
 #include "server/batcher.h"
 #include "server/clock.h"
 #include "server/metrics.h"
+#include "support_jobs.h"
 
 #define MAXJ 16
 
-static const char *SHAPE_A =
-    "{\"query\": [[[1, 0], [0, 2]]], \"key\": [[[1, 1], [2, 0], [0, 3]]],"
-    " \"value\": [[[1, 0], [0, 1], [1, 1]]], \"valid_lens\": [2],"
-    " \"scale\": 0.7071, \"return_weights\": true}";
+static const char *SHAPE_A = SUPPORT_SHAPE_A;
 static const char *SHAPE_B =
     "{\"query\": [[[0.5, 1, -1]]], \"key\": [[[1, 0, 2], [0, 1, 1]]],"
     " \"value\": [[[3], [4]]], \"return_weights\": false}";
@@ -104,15 +102,7 @@ static int submit(struct batcher *b, struct tjob *t) {
 
 /* What the batcher should answer for json: computed here directly. */
 static char *expected_body(const char *json) {
-  proto_request r;
-  char err[PROTO_ERR_MAX], *body;
-  size_t len;
-  memset(&r, 0, sizeof r);
-  ck_assert_int_eq(proto_v1_decode(json, strlen(json), &r, 0, err), 0);
-  ck_assert_int_eq(attn_forward(&r.prob, r.out, r.return_weights ? r.weights : NULL), 0);
-  ck_assert_int_eq(proto_v1_encode(&r, &body, &len), 0);
-  proto_request_free(&r);
-  return body;
+  return support_expected_body(json, NULL);
 }
 
 static struct batcher *start_cfg(const struct batcher_config *cfg,
@@ -251,34 +241,12 @@ START_TEST(test_dearer_job_runs_here_only_as_the_one_in_flight) {
 }
 END_TEST
 
-/* A (1, L, D) tensor of small deterministic values, as nested JSON. */
-static void put_tensor(char **at, int L, int D, int seed) {
-  int i, j;
-  *at += sprintf(*at, "[[");
-  for (i = 0; i < L; i++) {
-    *at += sprintf(*at, "%s[", i ? "," : "");
-    for (j = 0; j < D; j++)
-      *at += sprintf(*at, "%s%d", j ? "," : "", ((i * 7 + j * 3 + seed) % 11) - 5);
-    *at += sprintf(*at, "]");
-  }
-  *at += sprintf(*at, "]]");
-}
-
 START_TEST(test_large_request_split_across_workers_matches_core) {
   struct metrics *m;
   struct batcher *b = start(&m, 4, 4, 64, 1 << 30);
   struct tjob t[2];
-  char *json = malloc(1 << 20), *at = json, *want;
+  char *json = support_large_request(!_i), *want;
   int i;
-  /* 256 x 256 x (16 + 16) multiply-adds: large enough to be split. */
-  at += sprintf(at, "{\"scale\": 0.05, \"return_weights\": %s, \"query\": ",
-                _i ? "false" : "true");
-  put_tensor(&at, 256, 16, 1);
-  at += sprintf(at, ", \"key\": ");
-  put_tensor(&at, 256, 16, 2);
-  at += sprintf(at, ", \"value\": ");
-  put_tensor(&at, 256, 16, 3);
-  sprintf(at, "}");
   want = expected_body(json);
   for (i = 0; i < 2; i++) {
     decode(&t[i], json);

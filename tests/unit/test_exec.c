@@ -15,11 +15,9 @@
 #include "server/clock.h"
 #include "server/exec.h"
 #include "server/metrics.h"
+#include "support_jobs.h"
 
-static const char *SHAPE_A =
-    "{\"query\": [[[1, 0], [0, 2]]], \"key\": [[[1, 1], [2, 0], [0, 3]]],"
-    " \"value\": [[[1, 0], [0, 1], [1, 1]]], \"valid_lens\": [2],"
-    " \"scale\": 0.7071, \"return_weights\": true}";
+static const char *SHAPE_A = SUPPORT_SHAPE_A;
 
 /* A decoded job as batcher_submit hands it on: response fields empty,
  * enqueued now. */
@@ -29,18 +27,6 @@ static void decode(struct batcher_job *job, const char *json) {
   ck_assert_int_eq(proto_v1_decode(json, strlen(json), &job->req, 0, err), 0);
   job->cost = job->req.in_bytes + job->req.out_bytes;
   job->enqueued_ns = clock_now_ns();
-}
-
-/* What exec_job should answer for json: computed here directly. */
-static char *expected_body(const char *json, size_t *len) {
-  proto_request r;
-  char err[PROTO_ERR_MAX], *body;
-  memset(&r, 0, sizeof r);
-  ck_assert_int_eq(proto_v1_decode(json, strlen(json), &r, 0, err), 0);
-  ck_assert_int_eq(attn_forward(&r.prob, r.out, r.return_weights ? r.weights : NULL), 0);
-  ck_assert_int_eq(proto_v1_encode(&r, &body, len), 0);
-  proto_request_free(&r);
-  return body;
 }
 
 /* The context of a batcher with no pool: enough for the inline path. */
@@ -56,7 +42,7 @@ START_TEST(test_inline_job_answers_like_the_core) {
   struct exec_ctx x = inline_ctx();
   struct batcher_job job;
   size_t want_len;
-  char *want = expected_body(SHAPE_A, &want_len);
+  char *want = support_expected_body(SHAPE_A, &want_len);
   decode(&job, SHAPE_A);
   ck_assert_int_eq(exec_job(&x, &job, NULL, 3), 0);
   ck_assert_int_eq(job.batch_size, 3);
@@ -95,7 +81,7 @@ START_TEST(test_response_is_compressed_when_asked) {
   struct batcher_job job;
   char err[PROTO_ERR_MAX], *plain;
   size_t want_len, plain_len;
-  char *want = expected_body(SHAPE_A, &want_len);
+  char *want = support_expected_body(SHAPE_A, &want_len);
   decode(&job, SHAPE_A);
   job.coding = codings[_i];
   ck_assert_int_eq(exec_job(&x, &job, NULL, 1), 0);
@@ -162,19 +148,6 @@ static void run(struct pool_item *item, struct pool_worker *w, void *arg) {
   pthread_mutex_unlock(&mu);
 }
 
-/* A (1, L, D) tensor of small deterministic values, as nested JSON. */
-static void put_tensor(char **at, int L, int D, int seed) {
-  int i, j;
-  *at += sprintf(*at, "[[");
-  for (i = 0; i < L; i++) {
-    *at += sprintf(*at, "%s[", i ? "," : "");
-    for (j = 0; j < D; j++)
-      *at += sprintf(*at, "%s%d", j ? "," : "", ((i * 7 + j * 3 + seed) % 11) - 5);
-    *at += sprintf(*at, "]");
-  }
-  *at += sprintf(*at, "]]");
-}
-
 /* Three workers idle by the hint: a request this large goes down the
  * split path, helpers submitted to the pool.  How many tasks they claim
  * before the owner is done is up to timing; either way the answer is the
@@ -183,19 +156,9 @@ START_TEST(test_large_job_on_the_split_path_matches_core) {
   struct exec_ctx x = inline_ctx();
   struct batcher_job job;
   struct owner o;
-  char *json = malloc(1 << 20), *at = json, *want;
+  char *json = support_large_request(!_i), *want;
   size_t want_len;
-  ck_assert_ptr_nonnull(json);
-  /* 256 x 256 x (16 + 16) multiply-adds: large enough to be split. */
-  at += sprintf(at, "{\"scale\": 0.05, \"return_weights\": %s, \"query\": ",
-                _i ? "false" : "true");
-  put_tensor(&at, 256, 16, 1);
-  at += sprintf(at, ", \"key\": ");
-  put_tensor(&at, 256, 16, 2);
-  at += sprintf(at, ", \"value\": ");
-  put_tensor(&at, 256, 16, 3);
-  sprintf(at, "}");
-  want = expected_body(json, &want_len);
+  want = support_expected_body(json, &want_len);
   x.pool = pool_start(4, run, &x);
   ck_assert_ptr_nonnull(x.pool);
   x.idle_hint = 3;

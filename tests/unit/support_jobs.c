@@ -1,0 +1,51 @@
+/* support_jobs.c - see support_jobs.h. */
+#include "support_jobs.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "proto/proto.h"
+
+char *support_expected_body(const char *json, size_t *len) {
+  proto_request r;
+  char err[PROTO_ERR_MAX], *body;
+  size_t n;
+  memset(&r, 0, sizeof r);
+  ck_assert_int_eq(proto_v1_decode(json, strlen(json), &r, 0, err), 0);
+  ck_assert_int_eq(attn_forward(&r.prob, r.out, r.return_weights ? r.weights : NULL), 0);
+  ck_assert_int_eq(proto_v1_encode(&r, &body, &n), 0);
+  proto_request_free(&r);
+  if (len)
+    *len = n;
+  return body;
+}
+
+/* A (1, L, D) tensor of small deterministic values, as nested JSON. */
+static void put_tensor(char **at, int L, int D, int seed) {
+  int i, j;
+  *at += sprintf(*at, "[[");
+  for (i = 0; i < L; i++) {
+    *at += sprintf(*at, "%s[", i ? "," : "");
+    for (j = 0; j < D; j++)
+      *at += sprintf(*at, "%s%d", j ? "," : "", ((i * 7 + j * 3 + seed) % 11) - 5);
+    *at += sprintf(*at, "]");
+  }
+  *at += sprintf(*at, "]]");
+}
+
+char *support_large_request(int weights) {
+  char *json = malloc(1 << 20), *at = json;
+  ck_assert_ptr_nonnull(json);
+  at += sprintf(at, "{\"scale\": 0.05, \"return_weights\": %s, \"query\": ",
+                weights ? "true" : "false");
+  put_tensor(&at, 256, 16, 1);
+  at += sprintf(at, ", \"key\": ");
+  put_tensor(&at, 256, 16, 2);
+  at += sprintf(at, ", \"value\": ");
+  put_tensor(&at, 256, 16, 3);
+  sprintf(at, "}");
+  return json;
+}
