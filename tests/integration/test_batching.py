@@ -326,20 +326,13 @@ def mixed_request(i):
     return req
 
 
-class MixedShapesTest(harness.ServerTestCase):
+class MixedShapesTest(harness.CloseChecks, harness.ServerTestCase):
     """Every one of these shapes is cheap, so by default each request runs
     on the HTTP thread that decoded it (--inline-us); the subclass below
     queues them all, so that they go through the batcher (one worker,
     first held by a slow request)."""
     server_args = ("--workers", "2", "--max-batch", "8")
     batched = False
-
-    def assert_close(self, got, want, what):
-        g, w = reference.flatten(got), reference.flatten(want)
-        self.assertEqual(len(g), len(w), what + " size")
-        for n, (x, y) in enumerate(zip(g, w)):
-            self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y),
-                                 "%s[%d]: got %r, want %r" % (what, n, x, y))
 
     def test_concurrent_mixed_shapes_each_get_their_own_answer(self):
         n_clients, per_client = 12, 8
@@ -416,7 +409,7 @@ class InlineTest(harness.CloseChecks, harness.ServerTestCase):
         self.assertEqual(line[0]["batch"], 1)
 
 
-class IdleInlineTest(harness.ServerTestCase):
+class IdleInlineTest(harness.CloseChecks, harness.ServerTestCase):
     """A request too costly for --inline-us but under --inline-idle-us
     runs on its HTTP thread when it is the only request in flight, taking
     the idle worker's place (attnd_inline_requests_total{reason="idle"});
@@ -430,12 +423,12 @@ class IdleInlineTest(harness.ServerTestCase):
     def post_checked(self, req):
         status, _, data = post(self.srv, json.dumps(req).encode())
         self.assertEqual(status, 200, data[:200])
-        got, ref = json.loads(data), reference.attention(req)
-        for name, want in (("output", ref[0]), ("weights", ref[1])):
-            g, w = reference.flatten(got[name]), reference.flatten(want)
-            self.assertEqual(len(g), len(w), name)
-            for n, (x, y) in enumerate(zip(g, w)):
-                self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y), "%s[%d]" % (name, n))
+        self.assert_answer(json.loads(data), req)
+
+    def assert_answer(self, got, req):
+        out, weights = reference.attention(req)
+        self.assert_close(got["output"], out, "output")
+        self.assert_close(got["weights"], weights, "weights")
 
     def mid_request(self, seed):
         # 4,096 weights printed as JSON: estimated above the 100 us of
@@ -486,10 +479,7 @@ class IdleInlineTest(harness.ServerTestCase):
             got = json.loads(resp.read())
         finally:
             s.close()
-        want = reference.attention(other)[0]
-        for n, (x, y) in enumerate(zip(reference.flatten(got["output"]),
-                                       reference.flatten(want))):
-            self.assertLessEqual(abs(x - y), 1e-5 + 1e-5 * abs(y), "output[%d]" % n)
+        self.assert_answer(got, other)
 
     def test_request_above_the_bound_queues_even_when_idle(self):
         before = self.idle_runs()
