@@ -26,7 +26,9 @@ machine other tenants only ever add to a round's CPU time (contended
 hypervisor locks, slower wake-ups and copies), and they add more to
 attnd's system calls and copies than to the core's arithmetic, so the
 best rounds are the closest to what attnd itself costs.  The ratio of the
-medians is printed beside it.  Prints a table and one JSON line a
+medians is printed beside it, and the median count of attnd's voluntary
+context switches per request (each a sleep waiting for the client, and a
+wake-up to pay for).  Prints a table and one JSON line a
 path (kind "budget") for tests/bench/report.py's directory when
 ATTND_BENCH_DIR is set.
 """
@@ -79,6 +81,21 @@ def cpu_ns(pid):
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
+
+
+def switches(pid):
+    """attnd's voluntary context switches so far (every thread): how often
+    it slept waiting for the client, which costs it a wake-up each."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
         except (FileNotFoundError, ProcessLookupError):
             pass
     return total
@@ -203,14 +220,14 @@ def run_path(binary, path_name, data):
         for _ in range(warm):
             post(conn, url, body, headers)
         settle(d.proc.pid)
-        c0 = cpu_ns(d.proc.pid)
+        s0, c0 = switches(d.proc.pid), cpu_ns(d.proc.pid)
         t0 = time.monotonic()
         for _ in range(n):
             post(conn, url, body, headers)
         t1 = time.monotonic()
-        c1 = cpu_ns(d.proc.pid)
+        c1, s1 = cpu_ns(d.proc.pid), switches(d.proc.pid)
         conn.close()
-        return (c1 - c0) / n / 1e3, n / (t1 - t0)
+        return (c1 - c0) / n / 1e3, n / (t1 - t0), (s1 - s0) / n
     finally:
         d.stop()
         for m in shms:
@@ -233,22 +250,24 @@ def main():
     data = {s: tensors(shape) for s, shape in SHAPES.items()}
     attnd = {p: [] for p in PATHS}
     rate = {p: [] for p in PATHS}
+    sw = {p: [] for p in PATHS}
     core = {s: [] for s in SHAPES}
     for r in range(rounds):
         for s, shape in SHAPES.items():
             core[s].append(core_us(core_rate, shape, 2 if s == "small" else 4))
         for p in PATHS:
-            us, rps = run_path(binary, p, data)
+            us, rps, per = run_path(binary, p, data)
             attnd[p].append(us)
             rate[p].append(rps)
+            sw[p].append(per)
             print(f"budget: round {r + 1} {p}: attnd {us:.0f} us/request, "
                   f"core {core[p.split()[1]][-1]:.0f} us/call", file=sys.stderr)
     print("\nattnd's CPU per request against the in-process core's CPU per call "
           f"(one thread), no weights; best of {rounds} rounds, and the ratio of "
           "the medians\n")
     print("| path | shape | attnd CPU / request | core CPU / call | ratio | "
-          "ratio of medians | target |")
-    print("|---|---|---|---|---|---|---|")
+          "ratio of medians | target | attnd sleeps / request |")
+    print("|---|---|---|---|---|---|---|---|")
     lines = []
     for p in PATHS:
         kind, size = p.split()
@@ -260,11 +279,12 @@ def main():
         name = {"shm": "v2, shared memory", "tcp": "v2 binary, TCP",
                 "unix": "v2 binary, Unix socket"}[kind]
         print(f"| {name} | {size} {SHAPES[size]} | {a:.0f} µs | {c:.0f} µs | "
-              f"{ratio:.2f}x | {median:.2f}x | <= {t:.2f}x: {verdict} |")
+              f"{ratio:.2f}x | {median:.2f}x | <= {t:.2f}x: {verdict} | "
+              f"{statistics.median(sw[p]):.1f} |")
         lines.append({"kind": "budget", "path": p, "shape": SHAPES[size],
                       "attnd_us": attnd[p], "core_us": core[size],
                       "ratio": ratio, "median_ratio": median, "target": t,
-                      "req_per_s": rate[p]})
+                      "req_per_s": rate[p], "switches": sw[p]})
     out_dir = os.environ.get("ATTND_BENCH_DIR")
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
