@@ -169,14 +169,14 @@ static enum MHD_Result http_get_shm_status(struct http_req *r) {
 /* /v2/systemsharedmemory[/region/{region}]/{status,register,unregister}
  * (shm_http.h): status and unregister with or without a region. */
 static const struct http_route http_shm_status_route = {
-  "/v2/systemsharedmemory/status", METRICS_ROUTE_OTHER, "GET, HEAD",
+  "/v2/systemsharedmemory/status", METRICS_ROUTE_SHM_STATUS, "GET, HEAD",
   http_get_shm_status, 0, 1};
 static const struct http_route http_shm_register_route = {
-  "/v2/systemsharedmemory/region/{region}/register", METRICS_ROUTE_OTHER,
-  "POST", NULL, BODY_SHM, 1};
+  "/v2/systemsharedmemory/region/{region}/register",
+  METRICS_ROUTE_SHM_REGISTER, "POST", NULL, BODY_SHM, 1};
 static const struct http_route http_shm_unregister_route = {
-  "/v2/systemsharedmemory/unregister", METRICS_ROUTE_OTHER, "POST", NULL,
-  BODY_SHM, 1};
+  "/v2/systemsharedmemory/unregister", METRICS_ROUTE_SHM_UNREGISTER, "POST",
+  NULL, BODY_SHM, 1};
 
 /* Every embedded file shares one route entry; its path is the URL. */
 static const struct http_route http_asset_route = {

@@ -29,14 +29,16 @@
 
 /* HTTP statuses attnd can send; anything else is counted as "other". */
 static const unsigned int metrics_codes[] = {200, 400, 401, 404, 405, 413,
-                                             500, 503, 504};
+                                             500, 501, 503, 504};
 #define N_CODES (sizeof metrics_codes / sizeof metrics_codes[0])
 
 static const char *const metrics_route_names[METRICS_ROUTE_COUNT] = {
   "/v1/attention", "/healthz", "/readyz", "/metrics", "static", "/v2",
   "/v2/health/live", "/v2/health/ready", "/v2/models/:m",
   "/v2/models/:m/ready", "/v2/models/:m/infer", "/v2/models/:m/config",
-  "/v2/models[/:m]/stats", "other"};
+  "/v2/models[/:m]/stats", "/v2/systemsharedmemory[/region/:r]/status",
+  "/v2/systemsharedmemory/region/:r/register",
+  "/v2/systemsharedmemory[/region/:r]/unregister", "other"};
 
 /* Seconds buckets for the latency histograms. */
 static const double metrics_time_bounds[] = {

@@ -31,7 +31,7 @@ class PromtoolTest(harness.ServerTestCase):
                 "/v2/health/ready", "/v2/models/attention", "/v2/models/attention/ready",
                 "/v2/models/additive_attention", "/v2/models/attention/config",
                 "/v2/models/stats", "/v2/models/attention/stats", "/v2/models/nope",
-                "/nowhere"]
+                "/v2/systemsharedmemory/status", "/nowhere"]
         seen = set()
         for path in gets:
             status, _, _ = srv.get(path)
@@ -40,7 +40,10 @@ class PromtoolTest(harness.ServerTestCase):
                 ("/v1/attention", json.dumps(V1).encode(), 200),
                 ("/v1/attention", b"not json", 400),
                 ("/v2/models/attention/infer", json.dumps(V2).encode(), 200),
-                ("/v2/models/attention/infer", b"{}", 400)]:
+                ("/v2/models/attention/infer", b"{}", 400),
+                # 501: this server does not take client shared memory
+                ("/v2/systemsharedmemory/region/r/register", b"{}", 501),
+                ("/v2/systemsharedmemory/unregister", b"", 501)]:
             status, _, data = srv.request("POST", path, body)
             self.assertEqual(status, want, data[:200])
         # 413: announced over the limit, answered before any body is sent.
@@ -60,9 +63,12 @@ class PromtoolTest(harness.ServerTestCase):
         for route in ("/v1/attention", "/healthz", "/readyz", "/metrics", "static",
                       "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/:m",
                       "/v2/models/:m/ready", "/v2/models/:m/infer",
-                      "/v2/models/:m/config", "/v2/models[/:m]/stats", "other"):
+                      "/v2/models/:m/config", "/v2/models[/:m]/stats",
+                      "/v2/systemsharedmemory[/region/:r]/status",
+                      "/v2/systemsharedmemory/region/:r/register",
+                      "/v2/systemsharedmemory[/region/:r]/unregister", "other"):
             self.assertIn('route="%s"' % route, text.decode())
-        for code in ("200", "400", "404", "405", "413"):
+        for code in ("200", "400", "404", "405", "413", "501"):
             self.assertIn('code="%s"' % code, text.decode())
         # Both latency forms and the process family are there to check.
         for line in ('attnd_request_duration_seconds_bucket{route="/v1/attention",le="+Inf"} ',

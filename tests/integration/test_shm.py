@@ -286,6 +286,30 @@ class Registration(ShmCase):
                      SHM + "/region/a/b/status", SHM + "/bogus", SHM + "x/status"):
             self.assertEqual(self.call("GET", path)[0], 404, path)
 
+    def test_metrics_count_each_route_under_its_own_label(self):
+        def counts():
+            _, _, body = self.call("GET", "/metrics")
+            out = {}
+            for line in body.decode().splitlines():
+                if line.startswith("attnd_requests_total{route=\"/v2/systemsharedmemory"):
+                    labels, value = line.rsplit(" ", 1)
+                    out[labels] = int(value)
+            return out
+        label = 'attnd_requests_total{route="/v2/systemsharedmemory%s",code="%s"}'
+        before = counts()
+        r = self.region(4096)
+        self.registered("counted", r)
+        self.assertEqual(self.register("counted", r)[0], 400)
+        self.assertEqual(self.status("counted")[0], 200)
+        self.assertEqual(self.status()[0], 200)
+        self.assertEqual(self.call("POST", SHM + "/region/counted/unregister")[0], 200)
+        after = counts()
+        for path, code, n in (("/region/:r/register", 200, 1), ("/region/:r/register", 400, 1),
+                              ("[/region/:r]/status", 200, 2),
+                              ("[/region/:r]/unregister", 200, 1)):
+            key = label % (path, code)
+            self.assertEqual(after.get(key, 0) - before.get(key, 0), n, key)
+
     def test_server_metadata_lists_the_extension(self):
         st, _, body = self.call("GET", "/v2")
         self.assertIn("system_shared_memory", json.loads(body)["extensions"])
