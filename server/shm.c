@@ -187,8 +187,8 @@ static int shm_open_object(const char *name, const char *key,
         "offset a multiple of the page size, %ld)", name, page);
     goto err;
   }
-  /* Triton maps the region with PROT_WRITE alone; attnd reads it too.
-   * MAP_SHARED: outputs written here are the client's to read. */
+  /* Read-write: inputs are read and outputs written through the one
+   * mapping.  MAP_SHARED: what attnd writes is the client's to read. */
   m = byte_size > SIZE_MAX ? MAP_FAILED
       : mmap(NULL, (size_t)byte_size, PROT_READ | PROT_WRITE, MAP_SHARED,
              fd, (off_t)offset);
