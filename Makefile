@@ -251,7 +251,7 @@ FUZZ_CFLAGS = $(STD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
               $(PKG_CFLAGS) -I. -MMD -MP
 FUZZ_CXX ?= clang++
 # The shared memory registry too: fuzz_v2 decodes through real regions.
-FUZZ_SERVER_SRC := server/shm.c server/shm_http.c
+FUZZ_SERVER_SRC := server/shm.c server/shm_http.c server/fault.c
 FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) \
                   $(FUZZ_SERVER_SRC)) \
                 $(patsubst %.cc,$(FUZZ_DIR)/obj/%.o,$(PROTO_CXX_SRC))

@@ -194,8 +194,10 @@ int proto_v2_decode(const char *body, size_t len, const char *header_len,
  * shared_memory_offset) instead of carrying the tensor.  The regions are
  * the server's (server/shm.h): proto reaches them only through a
  * proto_shm.  It reads each input out of its region once, into the buffer
- * the core reads, and validates that copy like a binary tensor, so what
- * the client writes there later cannot reach the core unchecked. */
+ * the core reads (or a bounce buffer it converts from), and validates
+ * that copy like a binary tensor, never the region: the client may write
+ * the region at any time, even while it is copied, and nothing it writes
+ * there reaches the core unchecked. */
 typedef struct proto_shm {
   void *ctx;
   /* Finds the region registered as name and holds it until the request
@@ -204,7 +206,9 @@ typedef struct proto_shm {
   void *(*find)(void *ctx, const char *name, uint64_t *byte_size);
   /* Copies n bytes at offset off of region (off + n within its byte
    * size) into dst.  0, or ATTND_EINVAL with a message in err when the
-   * object no longer holds them (truncated after registration). */
+   * object no longer holds them (truncated after registration).  Bytes
+   * the client writes during the copy may land in dst or not, so dst is
+   * what gets checked. */
   int (*read)(void *ctx, void *region, uint64_t off, void *dst, size_t n,
               char err[PROTO_ERR_MAX]);
 } proto_shm;

@@ -175,7 +175,8 @@ static size_t first_not_bool(const uint8_t *b, size_t n) {
 }
 
 /* Every datatype but FP32 and BOOL: BOUNCE_BYTES at a time into a buffer
- * on the stack, converted from there into dst. */
+ * on the stack, converted from there into dst, and the converted values
+ * checked: the region itself is read only by the copy. */
 static int fill_bounced(const proto_shm *shm, const proto__shm_use *u,
                         int kind, int dt, size_t n, long long hi, void *dst,
                         size_t *bad, long long *badval, char *err) {
@@ -207,7 +208,9 @@ int proto__v2_shm_fill(const proto_shm *shm, const proto__shm_use *u,
   *badval = 0;
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   /* The one copy: the region's words land where the core reads them,
-   * and are checked there, after the copy. */
+   * and are checked there, after the copy.  Never before it, nor in the
+   * region: the client can write the region at any moment, even during
+   * the copy, and the core must compute with exactly what was checked. */
   if (kind == PROTO__KIND_F32 && dt == PROTO__DT_FP32) {
     if ((rc = shm_read(shm, u, 0, dst, n * sizeof(float), err)))
       return rc;
@@ -215,7 +218,7 @@ int proto__v2_shm_fill(const proto_shm *shm, const proto__shm_use *u,
     return 0;
   }
 #endif
-  if (kind == PROTO__KIND_BOOL) {
+  if (kind == PROTO__KIND_BOOL) {  /* the same: copied, then checked */
     if ((rc = shm_read(shm, u, 0, dst, n, err)))
       return rc;
     *bad = first_not_bool(dst, n);

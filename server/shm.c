@@ -11,20 +11,27 @@
  * - reg->mu guards reg->regions (an array sorted by name), reg->bytes,
  *   and each region's holds and registered fields.  It is a leaf lock:
  *   nothing else is locked while it is held, and no callback runs under
- *   it.  Opening the object happens outside it (a register checks the
- *   name and the limits before and again after).
- * - A region's name, key, offset, byte_size and fd never change between
- *   its registration and its end, so a thread holding the region reads
- *   them, and does I/O on fd, without the lock.  A region ends (fd
- *   closed, memory freed) only when it is unregistered and unheld, so
- *   never under a holder.
- * - pread and pwrite take their own offsets: holders share fd freely.
+ *   it.  Opening and mapping the object happen outside it (a register
+ *   checks the name and the limits before and again after).
+ * - A region's name, key, offset, byte_size, fd and map never change
+ *   between its registration and its end, so a thread holding the region
+ *   reads them, copies to and from map and calls fstat on fd, without the
+ *   lock.  A region ends (unmapped, fd closed, memory freed) only when it
+ *   is unregistered and unheld, so never under a holder.
+ * - The bytes behind map are the client's and change under attnd at any
+ *   time, and vanish when the client truncates the object (SIGBUS).  They
+ *   are touched only by fault_copy_from / fault_copy_to (fault.h), which
+ *   turn that SIGBUS into an error, and only copied: nothing reads a
+ *   value out of the mapping to decide anything.  Inputs are checked, and
+ *   computed with, in the copy the caller owns.
+ * - fd stays open for shm_region_check's fstat: the one cheap and honest
+ *   way to know the object's size now, so that a request checks every
+ *   output's place before writing any.
  */
 #include "shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,13 +41,15 @@
 #include <unistd.h>
 
 #include "../proto/mem.h"
+#include "fault.h"
 
 #define ERR(...) (snprintf(err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 
 struct shm_region {
   char *name, *key;         /* in the same allocation as the region */
   uint64_t offset, byte_size;
-  int fd;
+  int fd;                   /* for fstat (shm_region_check) */
+  unsigned char *map;       /* [offset, offset + byte_size) of the object */
   struct shm_registry *reg;
   size_t holds;             /* reg->mu: requests holding the region */
   int registered;           /* reg->mu: 0 once unregistered */
@@ -66,6 +75,7 @@ struct shm_registry *shm_new(size_t max_regions, uint64_t max_bytes) {
 }
 
 static void shm_close(struct shm_region *r) {
+  munmap(r->map, (size_t)r->byte_size);
   close(r->fd);
   mem_free(r);
 }
@@ -144,10 +154,13 @@ static int shm_admit_locked(struct shm_registry *reg, const char *name,
 }
 
 /* Opens key and checks that [offset, offset + byte_size) lies in it, in
- * Triton's order and words (which name the key, or the region).  Returns
- * the descriptor, or -1 with the message in err. */
+ * Triton's order and words (which name the key, or the region), then maps
+ * those bytes.  Returns the descriptor and sets *map, or returns -1 with
+ * the message in err. */
 static int shm_open_object(const char *name, const char *key,
-                           uint64_t offset, uint64_t byte_size, char *err) {
+                           uint64_t offset, uint64_t byte_size,
+                           unsigned char **map, char *err) {
+  void *m;
   long page = sysconf(_SC_PAGESIZE);
   struct stat st;
   int fd = shm_open(key, O_RDWR, 0600);
@@ -174,6 +187,18 @@ static int shm_open_object(const char *name, const char *key,
         "offset a multiple of the page size, %ld)", name, page);
     goto err;
   }
+  /* Read-write: inputs are read and outputs written through the one
+   * mapping.  MAP_SHARED: what attnd writes is the client's to read. */
+  m = byte_size > SIZE_MAX ? MAP_FAILED
+      : mmap(NULL, (size_t)byte_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+             fd, (off_t)offset);
+  if (m == MAP_FAILED) {
+    (void)ERR("failed to register shared memory region '%s': unable to "
+        "process address space: %s", name,
+        strerror(byte_size > SIZE_MAX ? ENOMEM : errno));
+    goto err;
+  }
+  *map = m;
   return fd;
 err:
   close(fd);
@@ -182,7 +207,8 @@ err:
 
 static struct shm_region *shm_region_new(const char *name, const char *key,
                                          uint64_t offset,
-                                         uint64_t byte_size, int fd) {
+                                         uint64_t byte_size, int fd,
+                                         unsigned char *map) {
   size_t ln = strlen(name) + 1, lk = strlen(key) + 1;
   struct shm_region *r = mem_malloc(sizeof *r + ln + lk);
   if (!r)
@@ -194,6 +220,7 @@ static struct shm_region *shm_region_new(const char *name, const char *key,
   r->offset = offset;
   r->byte_size = byte_size;
   r->fd = fd;
+  r->map = map;
   r->holds = 0;
   r->registered = 1;
   return r;
@@ -216,13 +243,21 @@ int shm_register(struct shm_registry *reg, const char *name, const char *key,
                  uint64_t offset, uint64_t byte_size,
                  char err[PROTO_ERR_MAX]) {
   struct shm_region *r;
+  unsigned char *map;
   size_t at;
   int fd, rc;
   if ((rc = shm_admit_locked(reg, name, byte_size, &at, err)))
     return rc;
-  if ((fd = shm_open_object(name, key, offset, byte_size, err)) < 0)
+  /* Before the first mapping: a region is never copied unguarded. */
+  if (fault_init() != 0) {
+    (void)ERR("failed to register shared memory region '%s': unable to "
+        "process address space: cannot install a SIGBUS handler", name);
+    return ATTND_EINTERNAL;
+  }
+  if ((fd = shm_open_object(name, key, offset, byte_size, &map, err)) < 0)
     return ATTND_EINVAL;
-  if (!(r = shm_region_new(name, key, offset, byte_size, fd))) {
+  if (!(r = shm_region_new(name, key, offset, byte_size, fd, map))) {
+    munmap(map, (size_t)byte_size);
     close(fd);
     return ATTND_ENOMEM;
   }
@@ -353,24 +388,26 @@ static int shm_shrunk(const struct shm_region *r, const char *what,
              "after registration?)", r->name, r->key, what);
 }
 
+/* The message for a guarded copy of [off, off + n) that faulted: the
+ * object was shortened under it, or (still long enough now) the kernel
+ * could not give it a page.  Only on that error path does it cost an
+ * fstat. */
+static int shm_faulted(const struct shm_region *r, uint64_t off, size_t n,
+                       const char *shrunk, const char *verb, char *err) {
+  struct stat st;
+  if (fstat(r->fd, &st) == 0 &&
+      (uint64_t)st.st_size >= r->offset + off + n)
+    return ERR("shared memory region '%s': %s '%s' failed: a page of it "
+               "faulted though the object still holds it (its file system "
+               "full?)", r->name, verb, r->key);
+  return shm_shrunk(r, shrunk, err);
+}
+
 int shm_region_read(struct shm_region *r, uint64_t off, void *dst,
                     size_t n, char err[PROTO_ERR_MAX]) {
-  char *p = dst;
-  off_t at = (off_t)(r->offset + off);
-  while (n > 0) {
-    ssize_t got = pread(r->fd, p, n < (size_t)SSIZE_MAX ? n : SSIZE_MAX,
-                        at);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got == 0)
-      return shm_shrunk(r, "ends before the data the request names", err);
-    if (got < 0)
-      return ERR("shared memory region '%s': reading '%s' failed: %s",
-                 r->name, r->key, strerror(errno));
-    p += got;
-    at += got;
-    n -= (size_t)got;
-  }
+  if (fault_copy_from(dst, r->map + off, n) != 0)
+    return shm_faulted(r, off, n, "ends before the data the request names",
+                       "reading", err);
   return 0;
 }
 
@@ -387,20 +424,8 @@ int shm_region_check(struct shm_region *r, uint64_t off, size_t n,
 
 int shm_region_write(struct shm_region *r, uint64_t off, const void *src,
                      size_t n, char err[PROTO_ERR_MAX]) {
-  const char *p = src;
-  off_t at = (off_t)(r->offset + off);
-  int rc = shm_region_check(r, off, n, err);
-  while (rc == 0 && n > 0) {
-    ssize_t put = pwrite(r->fd, p, n < (size_t)SSIZE_MAX ? n : SSIZE_MAX,
-                         at);
-    if (put < 0 && errno == EINTR)
-      continue;
-    if (put <= 0)
-      return ERR("shared memory region '%s': writing '%s' failed: %s",
-                 r->name, r->key, put < 0 ? strerror(errno) : "no progress");
-    p += put;
-    at += put;
-    n -= (size_t)put;
-  }
-  return rc;
+  if (fault_copy_to(r->map + off, src, n) != 0)
+    return shm_faulted(r, off, n, "is too short for the output", "writing",
+                       err);
+  return 0;
 }

@@ -41,8 +41,9 @@ int shm_http_status(struct shm_registry *reg, const char *url, char **body,
                     size_t *len, char err[PROTO_ERR_MAX]);
 
 /* POST .../register or .../unregister with its body: 0 (200, empty
- * body), ATTND_EDISABLED (501) when !allowed, ATTND_EINVAL (400) or
- * ATTND_ENOMEM, with a message in err. */
+ * body), ATTND_EDISABLED (501) when !allowed, ATTND_EINVAL (400),
+ * ATTND_ENOMEM or ATTND_EINTERNAL (500: no SIGBUS handler, see
+ * shm_register), with a message in err. */
 int shm_http_post(struct shm_registry *reg, int allowed, const char *url,
                   const char *body, size_t len, char err[PROTO_ERR_MAX]);
 
@@ -63,8 +64,10 @@ void shm_http_req_begin(struct shm_http_req *s, struct shm_registry *reg,
                         proto_shm *p);
 
 /* Writes the outputs of computed request req that go to regions: checks
- * that every one still fits its object, then writes them all, so that a
- * failure writes none.  0, or ATTND_EINVAL with s->msg set. */
+ * that every one still fits its object (fstat), then writes them all, so
+ * that an object already too short writes none.  One truncated between
+ * the check and the write stops the writing at its lost page, and the
+ * request still fails.  0, or ATTND_EINVAL with s->msg set. */
 int shm_http_write_outputs(struct shm_http_req *s, proto_request *req);
 
 /* Ends every hold of s; safe on a zeroed or ended s. */

@@ -15,8 +15,10 @@ them; tensors are written and read with numpy.  Covered:
     by name, datatype and shape only;
   * Triton's offset and size rules, an input byte size mismatch, an
     output region too small, a failed request that writes nothing;
-  * objects truncated, or removed and truncated, after registration: a
-    4xx for the request that touches them, and the server keeps serving;
+  * objects truncated, or removed and truncated, after registration
+    (attnd maps regions: a caught SIGBUS), also in the middle of an input
+    and under an output: a 4xx for the request that touches them, no
+    output written, and the server keeps serving;
   * a region unregistered while a queued request holds it (deferred, as
     in Triton), concurrent requests sharing regions, and a client writing
     NaN into an input while requests read it (the core never sees it).
@@ -715,6 +717,54 @@ class Lifetime(ShmCase):
         err = self.refused(400, "shared memory region '%s'" % name, req)
         self.assertIn("too short for the output", err)
         self.assert_serving()
+
+    def test_cut_inside_an_input(self):
+        """The object ends at a page boundary in the middle of an input:
+        the copy faults part-way, in the plain FP32 copy and in the FP16
+        one that converts a chunk at a time; the output is not written."""
+        r, out = self.region(5 * 4096), self.region(4096)
+        q = struct.pack("<4f", 1, 0, 0, 2)
+        k = np.tile(np.float32([1, 1, 2, 0]), 2000)[:2000].astype("<f4")
+        v = np.tile(np.float16([1, 0, 0, 1]), 1000)[:2000].astype("<f2")
+        r.write(0, q)
+        r.write(4000, k.tobytes())       # bytes 4000..12000: pages 0 to 2
+        r.write(14000, v.tobytes())      # bytes 14000..18000: pages 3 and 4
+        out.write(0, b"\xab" * 64)
+        self.registered("cut", r)
+        self.registered("cut-out", out)
+        req = {"inputs": [shm_input("query", "FP32", [1, 2, 2], "cut", 0, 16),
+                          shm_input("key", "FP32", [1, 1000, 2], "cut", 4000, 8000),
+                          shm_input("value", "FP16", [1, 1000, 2], "cut", 14000, 4000)],
+               "outputs": [shm_output("output", "cut-out", 0, 16)]}
+        st, _, body = self.infer(req)
+        self.assertEqual(st, 200, body)
+        out.write(0, b"\xab" * 64)
+        for size in (4 * 4096, 2 * 4096):  # into the value, then the key
+            r.truncate(size)
+            err = self.refused(400, "shared memory region 'cut'", req)
+            self.assertIn("truncated", err)
+            self.assertIn(r.key, err)
+            self.assertEqual(out.read(0, 64), b"\xab" * 64)
+        self.assert_serving()
+
+    def test_output_region_emptied_writes_no_output(self):
+        """Two outputs in two regions, the second's object emptied: a 4xx
+        naming it, the first output not written either, and the server
+        keeps serving."""
+        r, name, req = self.good_request()
+        o1, o2 = self.region(4096), self.region(4096)
+        o1.write(0, b"\xab" * 64)
+        self.registered("o1", o1)
+        self.registered("o2", o2)
+        req["outputs"] = [shm_output("output", "o1", 0, 16),
+                          shm_output("weights", "o2", 0, 24)]
+        o2.truncate(0)
+        err = self.refused(400, "shared memory region 'o2'", req)
+        self.assertIn("too short for the output", err)
+        self.assertEqual(o1.read(0, 64), b"\xab" * 64)
+        self.assert_serving()
+        self.assertEqual(sorted(x["name"] for x in self.status()[1] if x["name"][0] == "o"),
+                         ["o1", "o2"])
 
     def test_registering_a_shortened_object_is_refused(self):
         r = self.region(8192)

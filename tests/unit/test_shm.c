@@ -1,24 +1,31 @@
-/* test_shm.c - the shared memory registry (server/shm.c) and a request's
- * view of it (server/shm_http.c), on real POSIX shared memory objects:
- * registering with Triton's checks and messages, the limits, status in
- * name order, holds that defer an unregister, reads and writes through
- * the kept descriptor, objects truncated or removed after registration,
- * the v2 decoder reading inputs out of regions and listing outputs for
- * them, and many threads at once. */
+/* test_shm.c - the shared memory registry (server/shm.c), a request's
+ * view of it (server/shm_http.c) and the guarded copies under both
+ * (server/fault.c), on real POSIX shared memory objects: registering with
+ * Triton's checks and messages, the limits, status in name order, holds
+ * that defer an unregister and the mapping's lifetime, reads and writes
+ * through the mapping, objects truncated or removed after registration
+ * (a caught SIGBUS, an error), a SIGBUS outside a guarded copy that still
+ * kills, the v2 decoder reading inputs out of regions and listing outputs
+ * for them, and many threads at once, faulting and not. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "proto/mem.h"
 #include "proto/proto.h"
+#include "server/fault.h"
 #include "server/shm.h"
 #include "server/shm_http.h"
 
@@ -73,6 +80,20 @@ static void unlink_objects(void) {
   for (int i = 0; i < n_keys; i++)
     shm_unlink(keys[i]);
   n_keys = 0;
+}
+
+/* Mappings of object key in this process (lines of /proc/self/maps). */
+static int mappings_of(const char *key) {
+  char line[512], path[80];
+  int n = 0;
+  FILE *f = fopen("/proc/self/maps", "r");
+  ck_assert_ptr_nonnull(f);
+  snprintf(path, sizeof path, "/dev/shm%s", key);
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, path))
+      n++;
+  fclose(f);
+  return n;
 }
 
 static int open_fds(void) {
@@ -178,10 +199,21 @@ START_TEST(register_refusals_say_what_triton_says) {
   ck_assert_int_eq(mkfifo(fifo, 0600), 0);
   refused(reg, "b", fifo + 8, 0, 1, "Invalid shared memory region");
   unlink(fifo);
-  /* every refusal closed what it opened: one descriptor, region a's */
+  /* 128 TiB (a sparse object) is more than the address space mmap
+   * hands out: Triton's words, then the system's (ENOMEM; valgrind's
+   * mmap says EINVAL) */
+  const char *huge = make_object(0);
+  truncate_object(huge, (off_t)1 << 47);
+  refused(reg, "b", huge, 0, (uint64_t)1 << 47, "failed to register shared "
+          "memory region 'b': unable to process address space: ");
+  /* every refusal closed what it opened: one descriptor and one mapping,
+   * region a's */
   ck_assert_int_eq(open_fds(), fds + 1);
+  ck_assert_int_eq(mappings_of(k), 1);
+  ck_assert_int_eq(mappings_of(huge), 0);
   shm_free(reg);
   ck_assert_int_eq(open_fds(), fds);
+  ck_assert_int_eq(mappings_of(k), 0);
   unlink_objects();
 }
 END_TEST
@@ -214,6 +246,7 @@ START_TEST(unregister_waits_for_the_last_hold) {
   char err[PROTO_ERR_MAX];
   int fds = open_fds();
   ck_assert_int_eq(reg_rc(reg, "r", k, 0, 4096, err), 0);
+  ck_assert_int_eq(mappings_of(k), 1);
   struct shm_region *h1 = shm_acquire(reg, "r");
   ck_assert_ptr_nonnull(h1);
   ck_assert_ptr_null(shm_acquire(reg, "other"));
@@ -229,9 +262,11 @@ START_TEST(unregister_waits_for_the_last_hold) {
   unsigned char b;
   ck_assert_int_eq(shm_region_read(h2, 3, &b, 1, err), 0);
   ck_assert_uint_eq(b, 21);
+  ck_assert_int_eq(mappings_of(k), 1);
   shm_release(h2);
   ck_assert_uint_eq(shm_count(reg), 0);
   ck_assert_int_eq(open_fds(), fds);  /* the descriptor is closed */
+  ck_assert_int_eq(mappings_of(k), 0);  /* and the mapping gone */
   ck_assert_int_eq(reg_rc(reg, "r", k, 0, 16, err), 0);
   shm_free(reg);
   unlink_objects();
@@ -251,6 +286,10 @@ START_TEST(reads_and_writes_go_through_the_region_offset) {
   ck_assert_int_eq(shm_region_read(r, 10, got, 8, err), 0);
   for (int i = 0; i < 8; i++)
     ck_assert_uint_eq(got[i], (unsigned char)((4096 + 10 + i) * 7));
+  /* the mapping is shared: what the client writes later is read */
+  write_object(k, 4096 + 10, "ABCDEFGH", 8);
+  ck_assert_int_eq(shm_region_read(r, 10, got, 8, err), 0);
+  ck_assert(!memcmp(got, "ABCDEFGH", 8));
   ck_assert_int_eq(shm_region_write(r, 8184, "abcdefgh", 8, err), 0);
   int fd = shm_open(k, O_RDONLY, 0);
   ck_assert_int_eq(pread(fd, back, 8, 4096 + 8184), 8);
@@ -262,24 +301,34 @@ START_TEST(reads_and_writes_go_through_the_region_offset) {
 }
 END_TEST
 
+/* The refusals below come from a SIGBUS the guard caught in the copy
+ * itself (fault_caught counts them), not from a check before it. */
 START_TEST(truncated_or_removed_objects_fail_cleanly) {
   struct shm_registry *reg = shm_new(8, 1 << 20);
-  const char *k = make_object(8192);
+  const char *k = make_object(3 * 4096);
   char err[PROTO_ERR_MAX];
   unsigned char buf[64];
-  ck_assert_int_eq(reg_rc(reg, "r", k, 0, 8192, err), 0);
+  unsigned long caught = fault_caught();
+  ck_assert_int_eq(reg_rc(reg, "r", k, 4096, 8192, err), 0);
   struct shm_region *r = shm_acquire(reg, "r");
   /* shorter than the region: what is still there reads, the rest not */
-  truncate_object(k, 4096);
+  truncate_object(k, 2 * 4096);
   ck_assert_int_eq(shm_region_read(r, 4000, buf, 64, err), 0);
+  ck_assert_uint_eq(fault_caught(), caught);
   ck_assert_int_eq(shm_region_read(r, 4090, buf, 64, err), ATTND_EINVAL);
+  ck_assert_uint_eq(fault_caught(), caught + 1);
   ck_assert_msg(strstr(err, "shared memory region 'r'") &&
                     strstr(err, "truncated"), "%s", err);
-  /* a write is checked first and then not made: the object stays */
+  ck_assert_msg(strstr(err, k), "%s", err);
+  /* the check sees what is left; a write past it faults and stops there,
+   * and the object keeps its size */
   ck_assert_int_eq(shm_region_check(r, 4000, 96, err), 0);
   ck_assert_int_eq(shm_region_check(r, 4050, 64, err), ATTND_EINVAL);
   ck_assert_int_eq(shm_region_write(r, 4050, buf, 64, err), ATTND_EINVAL);
-  ck_assert_int_eq(object_size(k), 4096);
+  ck_assert_uint_eq(fault_caught(), caught + 2);
+  ck_assert_msg(strstr(err, "too short for the output"), "%s", err);
+  ck_assert_int_eq(object_size(k), 2 * 4096);
+  ck_assert_int_eq(shm_region_write(r, 4000, buf, 64, err), 0);
   /* removed, then emptied through another descriptor */
   int fd = shm_open(k, O_RDWR, 0);
   ck_assert_int_eq(shm_unlink(k), 0);
@@ -287,10 +336,84 @@ START_TEST(truncated_or_removed_objects_fail_cleanly) {
   close(fd);
   ck_assert_int_eq(shm_region_read(r, 0, buf, 1, err), ATTND_EINVAL);
   ck_assert_int_eq(shm_region_write(r, 0, buf, 1, err), ATTND_EINVAL);
+  ck_assert_uint_eq(fault_caught(), caught + 4);
   shm_release(r);
   shm_unregister(reg, "r");
   shm_free(reg);
   n_keys = 0;
+}
+END_TEST
+
+/* ---- SIGBUS outside a guarded copy ----------------------------------- */
+
+/* A mapping of the first 2 pages of a new object that is then emptied:
+ * every byte of it faults. */
+static unsigned char *lost_mapping(void) {
+  const char *k = make_object(8192);
+  int fd = shm_open(k, O_RDWR, 0);
+  ck_assert_int_ge(fd, 0);
+  void *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ck_assert_ptr_ne(m, MAP_FAILED);
+  ck_assert_int_eq(ftruncate(fd, 0), 0);
+  close(fd);
+  return m;
+}
+
+/* Runs how(m) in a child with the handler installed and m a lost
+ * mapping; asserts that the child died of SIGBUS. */
+static void dies_of_sigbus(void (*how)(unsigned char *m), const char *what) {
+  unsigned char *m = lost_mapping();
+  ck_assert_int_eq(fault_init(), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);  /* no core file in the tree */
+    how(m);
+    _exit(0);  /* survived: the parent fails the test */
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS,
+                "%s: the child %s %d, not killed by SIGBUS", what,
+                WIFSIGNALED(st) ? "was killed by signal" : "exited with",
+                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+  munmap(m, 8192);
+  unlink_objects();
+}
+
+static void touch_unguarded(unsigned char *m) {
+  volatile unsigned char *p = m;
+  p[100] = 1;
+}
+
+/* A guarded copy whose fault is outside the guarded range: the guard
+ * covers dst (healthy memory), the fault is in src. */
+static void fault_beside_the_guard(unsigned char *m) {
+  static unsigned char healthy[64];
+  (void)fault_copy_to(healthy, m, sizeof healthy);
+}
+
+static void sent_sigbus(unsigned char *m) {
+  (void)m;
+  raise(SIGBUS);
+}
+
+START_TEST(sigbus_outside_a_guard_still_kills) {
+  /* a guarded copy still works in the parent, before and after */
+  unsigned char *m = lost_mapping(), b;
+  ck_assert_int_eq(fault_init(), 0);
+  ck_assert_int_eq(fault_copy_from(&b, m + 4100, 1), ATTND_EINVAL);
+  munmap(m, 8192);
+  unlink_objects();
+  dies_of_sigbus(touch_unguarded, "an unguarded access");
+  dies_of_sigbus(fault_beside_the_guard, "a fault outside the guarded range");
+  dies_of_sigbus(sent_sigbus, "a SIGBUS sent by raise");
+  m = lost_mapping();
+  ck_assert_int_eq(fault_copy_to(m + 10, "x", 1), ATTND_EINVAL);
+  munmap(m, 8192);
+  unlink_objects();
 }
 END_TEST
 
@@ -415,7 +538,8 @@ START_TEST(decoder_checks_what_it_copied) {
   ck_assert_int_eq(proto_v2_decode_shm(json, strlen(json), NULL, 0, &p, &req,
                                        0, err), ATTND_EINVAL);
   ck_assert_msg(strstr(err, "mask[0][1]: BOOL byte 2"), "%s", err);
-  truncate_object(k, 4);
+  /* (emptied: a tail of the object's last page would read as zeros) */
+  truncate_object(k, 0);
   ck_assert_int_eq(proto_v2_decode_shm(json, strlen(json), NULL, 0, &p, &req,
                                        0, err), ATTND_EINVAL);
   ck_assert_msg(strstr(err, "truncated"), "%s", err);
@@ -448,6 +572,79 @@ static void *reader(void *p) {
   }
   return NULL;
 }
+
+struct copier_arg {
+  struct shm_region *r;
+  int faulting;            /* the region's object is gone */
+  pthread_barrier_t *start;
+  _Atomic int *done;       /* the faulting thread has finished */
+  int rounds, wrong;       /* rounds run; results not as expected */
+  unsigned long caught;    /* faults the guard caught on this thread */
+};
+
+/* Reads and writes its region, big copies and small (byte i of the
+ * objects is i * 7, and page 1 repeats page 0: the writes put the same
+ * bytes back): the faulting thread 2000 times, the other at least as
+ * often and until the faulting one is done, so that their copies overlap
+ * all along. */
+static void *copier(void *p) {
+  struct copier_arg *a = p;
+  static _Thread_local unsigned char buf[3 * 4096];
+  char err[PROTO_ERR_MAX];
+  unsigned long before = fault_caught();
+  int want = a->faulting ? ATTND_EINVAL : 0;
+  pthread_barrier_wait(a->start);
+  for (int i = 0; a->faulting ? i < 2000 : (i < 2000 || !*a->done); i++) {
+    size_t n = i % 4 ? 1 + (size_t)i % 64 : sizeof buf;
+    if (shm_region_read(a->r, 0, buf, n, err) != want ||
+        (!a->faulting && buf[n - 1] != (unsigned char)((n - 1) * 7)) ||
+        shm_region_write(a->r, 4096, buf, n, err) != want)
+      a->wrong++;
+    a->rounds++;
+  }
+  if (a->faulting)
+    *a->done = 1;
+  a->caught = fault_caught() - before;
+  return NULL;
+}
+
+/* Two threads copy at once, one from a region whose object is gone and
+ * one from a healthy region: the faulting one gets an error every time,
+ * the other every byte right and never an error; each thread's guard
+ * caught its own faults only. */
+START_TEST(a_fault_on_one_thread_leaves_the_other_alone) {
+  struct shm_registry *reg = shm_new(8, 1 << 20);
+  const char *good = make_object(4 * 4096), *bad = make_object(4 * 4096);
+  char err[PROTO_ERR_MAX];
+  pthread_barrier_t start;
+  _Atomic int done = 0;
+  pthread_t t[2];
+  struct copier_arg a[2];
+  ck_assert_int_eq(reg_rc(reg, "good", good, 0, 4 * 4096, err), 0);
+  ck_assert_int_eq(reg_rc(reg, "bad", bad, 0, 4 * 4096, err), 0);
+  truncate_object(bad, 0);
+  pthread_barrier_init(&start, NULL, 2);
+  a[0] = (struct copier_arg){shm_acquire(reg, "good"), 0, &start, &done,
+                             0, 0, 0};
+  a[1] = (struct copier_arg){shm_acquire(reg, "bad"), 1, &start, &done,
+                             0, 0, 0};
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(pthread_create(&t[i], NULL, copier, &a[i]), 0);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  ck_assert_msg(a[0].wrong == 0, "healthy: %d of %d rounds wrong",
+                a[0].wrong, a[0].rounds);
+  ck_assert_msg(a[1].wrong == 0, "faulting: %d of %d rounds wrong",
+                a[1].wrong, a[1].rounds);
+  ck_assert_uint_eq(a[0].caught, 0);
+  ck_assert_uint_eq(a[1].caught, 2 * 2000);
+  for (int i = 0; i < 2; i++)
+    shm_release(a[i].r);
+  pthread_barrier_destroy(&start);
+  shm_free(reg);
+  unlink_objects();
+}
+END_TEST
 
 START_TEST(many_threads_hold_while_one_unregisters) {
   struct shm_registry *reg = shm_new(8, 1 << 20);
@@ -486,8 +683,10 @@ static Suite *shm_suite(void) {
   tcase_add_test(tc, unregister_waits_for_the_last_hold);
   tcase_add_test(tc, reads_and_writes_go_through_the_region_offset);
   tcase_add_test(tc, truncated_or_removed_objects_fail_cleanly);
+  tcase_add_test(tc, sigbus_outside_a_guard_still_kills);
   tcase_add_test(tc, decoder_reads_inputs_and_lists_outputs);
   tcase_add_test(tc, decoder_checks_what_it_copied);
+  tcase_add_test(tc, a_fault_on_one_thread_leaves_the_other_alone);
   tcase_add_test(tc, many_threads_hold_while_one_unregisters);
   suite_add_tcase(s, tc);
   return s;

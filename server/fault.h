@@ -1,0 +1,61 @@
+/* fault.h - copies to and from a mapping that may lose its pages.
+ *
+ * A MAP_SHARED mapping of an object that someone else can truncate (a
+ * client's shared memory region) raises SIGBUS on any access to a page
+ * past the object's new end, and also where the kernel cannot back a
+ * page at all (its file system full).  fault_copy_from and fault_copy_to
+ * copy with memcpy inside a guard: a SIGBUS that the kernel raises for an
+ * address inside the mapped side of the copy ends the copy early, and the
+ * function returns ATTND_EINVAL instead of the process dying.
+ *
+ * Any other SIGBUS kills the process as it would without attnd's handler:
+ * one sent with kill(2) or raised outside a guarded copy, or for an
+ * address outside the guarded range (attnd's own memory, a bug).  The
+ * handler then puts SIGBUS back to SIG_DFL and returns (re-raising a sent
+ * one), so that the process dies of SIGBUS, with its core, at the
+ * faulting instruction.  A handler that was installed before fault_init
+ * (a sanitizer's, a fuzzer's) is replaced, not chained: such a SIGBUS
+ * then gets no report of theirs, only the signal.
+ *
+ * fault_init installs the handler, process-wide, once; every mapping that
+ * is copied through here must be made after it has returned 0 (shm.c
+ * calls it before its first mapping).  Copies made before it, or after it
+ * failed, are plain memcpy and a fault in them kills the process.
+ *
+ * What a guarded copy does not promise: a copy that faults may have
+ * copied any part of the bytes before the faulting page; and a copy is
+ * no snapshot, since the other side of a shared mapping may write while
+ * it runs.  Callers check what landed in their own memory, never the
+ * mapping.
+ *
+ * Threads: every function may be called from any thread.  The guard is
+ * the calling thread's own (thread-local): the kernel delivers a fault's
+ * SIGBUS to the thread that faulted, so concurrent copies on different
+ * threads each see only their own fault.  A thread runs one guarded copy
+ * at a time (the handler never copies).
+ */
+#ifndef ATTND_FAULT_H
+#define ATTND_FAULT_H
+
+#include <stddef.h>
+
+/* Installs the SIGBUS handler (sigaction, SA_SIGINFO) the first time;
+ * later calls only return the first call's result.  0, or
+ * ATTND_EINTERNAL when the handler could not be installed (or did not
+ * stay installed: a sanitizer that refuses user SIGBUS handlers). */
+int fault_init(void);
+
+/* Copies n bytes from src, inside a mapping, to dst (attnd's memory).
+ * 0, or ATTND_EINVAL when a page of [src, src + n) faulted. */
+int fault_copy_from(void *dst, const void *src, size_t n);
+
+/* Copies n bytes from src (attnd's memory) to dst, inside a mapping.
+ * 0, or ATTND_EINVAL when a page of [dst, dst + n) faulted. */
+int fault_copy_to(void *dst, const void *src, size_t n);
+
+/* How many faults the calling thread's guarded copies have caught since
+ * it started: for tests, which check that a refusal came from the guard
+ * and not from some check before it. */
+unsigned long fault_caught(void);
+
+#endif /* ATTND_FAULT_H */
