@@ -910,6 +910,65 @@ class V2Test(Case):
 
 # ---- encoders ---------------------------------------------------------------------
 
+class UnixSocketTest(unittest.TestCase):
+    """AttndClient(unix_socket=...) against attnd's --unix-socket."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="attnd-client-unix-")
+        cls.path = os.path.join(cls.dir, "attnd.sock")
+        cls.srv = harness.Attnd(["--workers", "2", "--unix-socket", cls.path])
+        cls.c = AttndClient(unix_socket=cls.path)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.srv.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_v1_and_v2_binary_answers_match_the_reference(self):
+        req = rand_request(41, B=1, H=2, Lq=3, Lk=5, D=4, Dv=4)
+        ref_out, ref_w = attention(req)
+        res = self.c.attention(req["query"], req["key"], req["value"])
+        got = res["output"].reshape(-1).tolist()
+        for n, (a, b) in enumerate(zip(got, flatten(ref_out))):
+            self.assertLessEqual(abs(a - b), 1e-5 + 1e-5 * abs(b), "output[%d]" % n)
+        # an upload several times the kernel's default send buffer, one
+        # connection kept for both requests
+        rng = np.random.default_rng(42)
+        q, k, v = (rng.standard_normal((1, 8, 128, 64)).astype(np.float32) for _ in range(3))
+        out = self.c.infer("attention", {"query": q, "key": k, "value": v},
+                           outputs=["output"])["output"]
+        s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) / 8.0
+        w = np.exp(s - s.max(-1, keepdims=True))
+        w /= w.sum(-1, keepdims=True)
+        ref = np.einsum("bhij,bhjd->bhid", w, v.astype(np.float64))
+        self.assertEqual(out.shape, (1, 8, 128, 64))
+        self.assertLess(float(np.abs(out - ref).max()), 1e-5)
+        self.assertTrue(self.c.ready())
+        # counted like requests on the port
+        self.assertIn('attnd_requests_total{route="/v2/models/:m/infer",code="200"} 1\n',
+                      self.c.metrics())
+
+    def test_connections_ask_for_a_send_buffer_that_holds_an_upload(self):
+        self.assertTrue(self.c.healthy())
+        conn = self.c._transport._local.conn
+        with open("/proc/sys/net/core/wmem_max") as f:
+            cap = int(f.read())
+        got = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        # the kernel doubles what it grants, and grants at most wmem_max
+        self.assertEqual(got, 2 * min(4 << 20, cap))
+
+    def test_no_server_at_the_path_names_the_socket(self):
+        missing = os.path.join(self.dir, "nobody.sock")
+        dead = AttndClient(unix_socket=missing, timeout=5)
+        with self.assertRaises(AttndConnectionError) as cm:
+            dead.healthy()
+        self.assertIsNone(cm.exception.status)
+        self.assertIn("on the Unix socket " + missing, cm.exception.message)
+        self.assertIsInstance(cm.exception.__cause__, OSError)
+
+
 class EncodingTest(unittest.TestCase):
     def test_bf16_and_fp16_encoding_is_exact(self):
         rng = random.Random(41)

@@ -86,6 +86,10 @@ class AttndClient:
         timeout: seconds to connect and for each read (None: no limit).
         headers: extra headers sent on every request.
         ssl_context: for https, e.g. ssl.create_default_context(cafile=...).
+        unix_socket: the path of attnd's --unix-socket, to talk to a server
+            on the same host through it (url then gives only the path
+            prefix, if any).  Its connections ask for a send buffer that
+            holds a whole upload of a few MiB (see _transport.UNIX_SNDBUF).
 
     The client keeps one HTTP/1.1 connection per thread and reuses it, so
     it may be shared by threads; a connection attnd closed while idle is
@@ -101,7 +105,8 @@ class AttndClient:
     def __init__(self, url: str = "http://127.0.0.1:8000", *, token: Optional[str] = None,
                  timeout: Optional[float] = 60.0,
                  headers: Optional[Mapping[str, str]] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 unix_socket: Optional[str] = None) -> None:
         if "://" not in url:
             url = "http://" + url
         u = urllib.parse.urlsplit(url)
@@ -114,7 +119,7 @@ class AttndClient:
             self.headers["Authorization"] = "Bearer " + token
         self._transport = Transport(u.scheme, u.hostname,
                                     u.port or (443 if u.scheme == "https" else 80),
-                                    timeout, ssl_context)
+                                    timeout, ssl_context, unix_socket)
         self._local = threading.local()
 
     # ---- connections -------------------------------------------------------

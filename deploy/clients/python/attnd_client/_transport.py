@@ -67,23 +67,56 @@ def deflate(data: bytes, coding: str) -> bytes:
     raise ValueError("compression must be 'gzip' or 'deflate', not %r" % coding)
 
 
+#: The send buffer a Unix socket connection asks for.  The kernel's default
+#: (net.core.wmem_default, 208 KiB on Debian) holds less than one request of
+#: a few hundred KiB, so the client would block several times a request and
+#: attnd sleep and wake it as often; with room for the whole upload attnd
+#: reads it in one go.  The kernel caps it at twice net.core.wmem_max.
+UNIX_SNDBUF = 4 << 20
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a Unix stream socket (attnd's --unix-socket)."""
+
+    def __init__(self, path: str, timeout: Optional[float]) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SNDBUF)
+            if self.timeout is not None:
+                s.settimeout(self.timeout)
+            s.connect(self.unix_path)
+        except OSError:
+            s.close()
+            raise
+        self.sock = s
+
+
 class Transport:
-    """Connections to one host and port, one per thread."""
+    """Connections to one host and port (or one Unix socket), one per
+    thread."""
 
     def __init__(self, scheme: str, host: str, port: int, timeout: Optional[float],
-                 ssl_context: Optional[ssl.SSLContext]) -> None:
+                 ssl_context: Optional[ssl.SSLContext],
+                 unix_socket: Optional[str] = None) -> None:
         self.scheme = scheme
         self.host = host
         self.port = port
         self.timeout = timeout
         self.ssl_context = ssl_context
+        self.unix_socket = unix_socket
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: "weakref.WeakSet[http.client.HTTPConnection]" = weakref.WeakSet()
 
     def _new(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection
-        if self.scheme == "https":
+        if self.unix_socket is not None:
+            conn = UnixHTTPConnection(self.unix_socket, self.timeout)
+        elif self.scheme == "https":
             conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout,
                                                context=self.ssl_context)
         else:
@@ -110,7 +143,10 @@ class Transport:
                 headers: Mapping[str, str]) -> Tuple[int, Dict[str, str], bytes]:
         """(status, headers with lower-case names, body as sent); the body is
         still in its Content-Encoding."""
-        where = "%s://%s:%d" % (self.scheme, self.host, self.port)
+        if self.unix_socket is not None:
+            what = "%s %s on the Unix socket %s" % (method, path, self.unix_socket)
+        else:
+            what = "%s %s://%s:%d%s" % (method, self.scheme, self.host, self.port, path)
         for attempt in (0, 1):
             conn, reused = self._connection()
             try:
@@ -126,18 +162,15 @@ class Transport:
                 conn.close()
                 if reused and attempt == 0:
                     continue
-                raise AttndConnectionError("%s %s%s: %s" % (method, where, path,
-                                                           e or type(e).__name__)) from e
+                raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__)) from e
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
-                raise AttndConnectionError("%s %s%s: %s" % (method, where, path,
-                                                           e or type(e).__name__)) from e
+                raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__)) from e
             try:
                 data = resp.read()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
-                raise AttndConnectionError("%s %s%s: the answer broke off: %s"
-                                           % (method, where, path, e)) from e
+                raise AttndConnectionError("%s: the answer broke off: %s" % (what, e)) from e
             hdrs = {k.lower(): v for k, v in resp.getheaders()}
             return resp.status, hdrs, data
         raise AssertionError("unreachable")
