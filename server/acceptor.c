@@ -474,24 +474,16 @@ size_t acceptor_lane_open(struct acceptor *a, unsigned lane) {
 
 /* Stops new connections from arriving while what is already in the
  * backlogs stays (see acceptor.h): a filter that drops TCP segments with
- * SYN set and ACK clear (a socket filter sees the TCP header from byte
- * 0; byte 13 holds the flags), so handshakes under way still complete;
+ * SYN set and ACK clear, so handshakes under way still complete;
  * and on the Unix socket shutdown(SHUT_RD), after which connect() is
  * refused while queued connections can still be accepted.  Some kernels
  * refuse a socket filter on a TCP socket to a process without
  * CAP_NET_ADMIN (EPERM); the log line says so. */
 static void acceptor_stop_new(struct acceptor *a) {
-  struct sock_filter code[] = {
-      {BPF_LD | BPF_B | BPF_ABS, 0, 0, 13},
-      {BPF_ALU | BPF_AND | BPF_K, 0, 0, 0x12},
-      {BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0x02},
-      {BPF_RET | BPF_K, 0, 0, 0},
-      {BPF_RET | BPF_K, 0, 0, 0xffffffffu},
-  };
   for (unsigned i = 0; i < a->nfd; i++) {
     int e;
-    if (net_attach_filter(a->fd[i], SO_ATTACH_FILTER, code,
-                          sizeof code / sizeof code[0]) == 0)
+    if (net_drop_tcp_flags(a->fd[i], NET_TCP_SYN | NET_TCP_ACK,
+                           NET_TCP_SYN) == 0)
       continue;
     e = errno;
     log_error("drain: cannot hold new connections off (%s%s); clients "

@@ -87,3 +87,17 @@ int net_attach_filter(int fd, int opt, const struct sock_filter *code,
   prog.filter = (struct sock_filter *)code;
   return setsockopt(fd, SOL_SOCKET, opt, &prog, sizeof prog);
 }
+
+int net_drop_tcp_flags(int fd, unsigned mask, unsigned value) {
+  /* A socket filter's data starts at the TCP header, whose byte 13 holds
+   * the flags. */
+  struct sock_filter code[] = {
+      {BPF_LD | BPF_B | BPF_ABS, 0, 0, 13},
+      {BPF_ALU | BPF_AND | BPF_K, 0, 0, mask},
+      {BPF_JMP | BPF_JEQ | BPF_K, 0, 1, value},
+      {BPF_RET | BPF_K, 0, 0, 0},
+      {BPF_RET | BPF_K, 0, 0, 0xffffffffu},
+  };
+  return net_attach_filter(fd, SO_ATTACH_FILTER, code,
+                           sizeof code / sizeof code[0]);
+}

@@ -35,4 +35,16 @@ struct sock_filter;
 int net_attach_filter(int fd, int opt, const struct sock_filter *code,
                       unsigned short n);
 
+/* TCP header flag bits, for net_drop_tcp_flags. */
+#define NET_TCP_SYN 0x02
+#define NET_TCP_ACK 0x10
+
+/* Attaches a socket filter (SO_ATTACH_FILTER) to the TCP socket fd that
+ * drops every segment whose flags, masked with mask, equal value, and
+ * lets the others through: (SYN | ACK, SYN) holds off new handshakes,
+ * (SYN | ACK, ACK) their final ACKs.  SO_DETACH_FILTER removes it.  Some
+ * kernels allow it only with CAP_NET_ADMIN (EPERM).  0, or -1 with errno
+ * set. */
+int net_drop_tcp_flags(int fd, unsigned mask, unsigned value);
+
 #endif /* ATTND_NET_H */

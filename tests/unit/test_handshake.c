@@ -10,7 +10,6 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
-#include <linux/filter.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <string.h>
