@@ -36,6 +36,7 @@ ATTND_BENCH_DIR is set.
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -93,31 +94,29 @@ def free_port():
     return port
 
 
-def cpu_ns(pid):
-    """attnd's CPU time so far: the sum of its threads' schedstat."""
+def per_thread(pid, name, read):
+    """The sum of read(text) over /proc/PID/task/*/NAME: every thread of
+    attnd (one that ends meanwhile counts nothing)."""
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
+            with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                total += read(f.read())
         except (FileNotFoundError, ProcessLookupError):
             pass
     return total
+
+
+def cpu_ns(pid):
+    """attnd's CPU time so far, in ns: its threads' schedstat."""
+    return per_thread(pid, "schedstat", lambda t: int(t.split()[0]))
 
 
 def switches(pid):
     """attnd's voluntary context switches so far (every thread): how often
     it slept waiting for the client, which costs it a wake-up each."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                for line in f:
-                    if line.startswith("voluntary_ctxt_switches:"):
-                        total += int(line.split()[1])
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return total
+    return per_thread(pid, "status", lambda t: int(
+        re.search(r"^voluntary_ctxt_switches:\s*(\d+)", t, re.M)[1]))
 
 
 def settle(pid, limit=10.0):
