@@ -16,8 +16,9 @@
  *     the core runs in w's scratch (pool_scratch), and a large request
  *     may be split with idle workers (see exec.c);
  *   - the submitter's own thread running a job inline (batcher_run_here:
- *     a cheap one, or one alone on the server), w == NULL: scratch is allocated for the job and freed before
- *     return, and the job is never split.
+ *     a cheap one, or one alone on the server), w == NULL: scratch is
+ *     allocated for the job and freed before return, and the job is never
+ *     split.
  *
  * Threads: exec_job on any thread, any number at once, each with its own
  * job; exec_help only on a pool worker, from the pool's run function.

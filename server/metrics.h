@@ -27,9 +27,11 @@ enum metrics_route {
   METRICS_ROUTE_V2_INFER,       /* POST /v2/models/{m}/infer */
   METRICS_ROUTE_V2_MODEL_CONFIG, /* /v2/models/{m}/config */
   METRICS_ROUTE_V2_STATS,       /* /v2/models[/{m}]/stats */
-  METRICS_ROUTE_SHM_STATUS,     /* /v2/systemsharedmemory[/region/{r}]/status */
-  METRICS_ROUTE_SHM_REGISTER,   /* .../region/{r}/register */
-  METRICS_ROUTE_SHM_UNREGISTER, /* /v2/systemsharedmemory[/region/{r}]/unregister */
+  /* /v2/systemsharedmemory[/region/{r}]/status, .../region/{r}/register,
+   * /v2/systemsharedmemory[/region/{r}]/unregister */
+  METRICS_ROUTE_SHM_STATUS,
+  METRICS_ROUTE_SHM_REGISTER,
+  METRICS_ROUTE_SHM_UNREGISTER,
   METRICS_ROUTE_OTHER,
   METRICS_ROUTE_COUNT
 };
