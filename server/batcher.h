@@ -110,10 +110,10 @@ void batcher_submit(struct batcher *b, struct batcher_job *job);
  * place is vacant, which it holds while it runs (so that no more than
  * `workers` jobs compute at once).  Returns 0, doing nothing, otherwise
  * (and always when inline_ns is 0 or max_delay_us > 0): then
- * batcher_submit it.  Returns 1
- * when it ran: job->err and the response fields are set as done() would
- * see them, job->req is released and the reservation given back; done()
- * is NOT called.  It counts as a batch of one in the metrics. */
+ * batcher_submit it.  Returns 1 when it ran: job->err and the response
+ * fields are set as done() would see them, job->req is released and the
+ * reservation given back; done() is NOT called.  It counts as a batch of
+ * one in the metrics. */
 int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone);
 
 /* Refuses every later reservation with ATTND_EDRAINING and flushes
