@@ -235,11 +235,30 @@ def wait_for(pred, timeout, interval=0.02):
     return False
 
 
+SLOW_TEST_S = 30
+
+
+class TimedResult(unittest.TextTestResult):
+    """Notes each test that took longer than SLOW_TEST_S, so that a run on
+    a slow or loaded machine says where its time went."""
+
+    def startTest(self, test):
+        self._started = time.monotonic()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        took = time.monotonic() - self._started
+        if took > SLOW_TEST_S:
+            self.stream.write("\nslow: %s took %.0f s\n" % (test.id(), took))
+        super().stopTest(test)
+
+
 def main():
     """Runs the calling module's tests and prints "N passed, N failed"
     (and ", N skipped" with each reason when a test skipped)."""
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])
-    result = unittest.TextTestRunner(verbosity=1 if not os.environ.get("V") else 2).run(suite)
+    result = unittest.TextTestRunner(verbosity=1 if not os.environ.get("V") else 2,
+                                     resultclass=TimedResult).run(suite)
     failed = len(result.failures) + len(result.errors)
     passed = result.testsRun - failed - len(result.skipped)
     name = os.path.basename(sys.argv[0]).split(".")[0]
