@@ -58,8 +58,14 @@ def post(srv, body, path="/v1/attention", timeout=300):
                        timeout=timeout)
 
 
-def scrape(srv):
-    status, _, body = srv.get("/metrics")
+def scrape(srv, conn=None):
+    """The /metrics samples, over a fresh connection or over conn."""
+    if conn is None:
+        status, _, body = srv.get("/metrics")
+    else:
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        status, body = resp.status, resp.read()
     assert status == 200, status
     samples = {}
     for line in body.decode().splitlines():
@@ -84,6 +90,33 @@ def wait_for(pred, timeout):
             return True
         time.sleep(0.05 if harness.VALGRIND else 0.01)
     return False
+
+
+class Background:
+    """A POST on a thread of its own, whose answer the test still checks:
+    a request that hangs or fails fails the test that sent it, not the
+    one after it."""
+
+    def __init__(self, srv, body):
+        self.result = {}
+        self.thread = threading.Thread(target=self._run, args=(srv, body))
+        self.thread.start()
+
+    def _run(self, srv, body):
+        try:
+            self.result["status"], _, self.result["data"] = post(srv, body)
+        except Exception as e:  # reported by finish()
+            self.result["error"] = e
+
+    def is_alive(self):
+        return self.thread.is_alive()
+
+    def finish(self, test):
+        """Waits for the answer and asserts it is a 200."""
+        self.thread.join(300 * SLOW)
+        test.assertFalse(self.thread.is_alive(), "a background request is still unanswered")
+        test.assertNotIn("error", self.result)
+        test.assertEqual(self.result["status"], 200, self.result["data"][:200])
 
 
 def run_clients(fns, timeout=600):
@@ -256,26 +289,16 @@ class TwoShapesTest(harness.ServerTestCase):
             def queued_or_taken(n):
                 depth, dispatched = state()
                 return depth >= n or dispatched > 1
-            blocker = threading.Thread(target=post, args=(self.srv, blocker_body(cost)))
-            blocker.start()
+            blocker = Background(self.srv, blocker_body(cost))
             self.assertTrue(wait_for(lambda: state()[1] >= 1, 60 * SLOW),
                             "the blocker never reached the worker")
-            threads = [threading.Thread(target=post, args=(self.srv, flood))
-                       for _ in range(n_flood)]
-            for t in threads:
-                t.start()
+            floods = [Background(self.srv, flood) for _ in range(n_flood)]
             wait_for(lambda: queued_or_taken(n_flood), 60 * SLOW)
-            result = {}
-
-            def send_single():
-                result["status"], _, result["data"] = post(self.srv, single)
-            threads.append(threading.Thread(target=send_single))
-            threads[-1].start()
+            lone = Background(self.srv, single)
             wait_for(lambda: queued_or_taken(n_flood + 1), 60 * SLOW)
             in_time = state()[1] == 1
-            for t in threads + [blocker]:
-                t.join(300 * SLOW)
-            self.assertEqual(result.get("status"), 200, result.get("data", b"")[:200])
+            for r in floods + [lone, blocker]:
+                r.finish(self)
             self.assertTrue(wait_for(lambda: len(access_lines(self.srv)) - start >= n_flood + 2,
                                      30 * SLOW))
             if in_time:
@@ -344,8 +367,7 @@ class MixedShapesTest(harness.CloseChecks, harness.ServerTestCase):
         if self.batched:
             # The clients' first requests queue behind a slow one on the
             # only worker, so that batches form however fast the machine.
-            blocker = threading.Thread(target=post, args=(self.srv, blocker_body()))
-            blocker.start()
+            blocker = Background(self.srv, blocker_body())
             self.assertTrue(wait_for(
                 lambda: sample(scrape(self.srv), "attnd_inflight_requests") >= 2, 30 * SLOW))
 
@@ -357,7 +379,7 @@ class MixedShapesTest(harness.CloseChecks, harness.ServerTestCase):
             return run
         self.assertEqual(run_clients([client(c) for c in range(n_clients)]), [])
         if blocker:
-            blocker.join(300 * SLOW)
+            blocker.finish(self)
         for req, ref, (status, resp) in zip(reqs, refs, results):
             self.assertEqual(status, 200, resp)
             self.assertEqual(resp["id"], req["id"])
@@ -389,9 +411,7 @@ class InlineTest(harness.CloseChecks, harness.ServerTestCase):
     server_args = ("--workers", "1", "--log", "json")
 
     def test_cheap_request_does_not_wait_for_the_busy_worker(self):
-        blocker = threading.Thread(target=post,
-                                   args=(self.srv, blocker_body()))
-        blocker.start()
+        blocker = Background(self.srv, blocker_body())
         self.assertTrue(wait_for(lambda: sample(scrape(self.srv), "attnd_queue_depth") == 0 and
                                  sample(scrape(self.srv), "attnd_inflight_requests") >= 2,
                                  30 * SLOW))
@@ -399,7 +419,7 @@ class InlineTest(harness.CloseChecks, harness.ServerTestCase):
         ref = reference.attention(req)
         status, _, data = post(self.srv, json.dumps(req).encode())
         still_running = blocker.is_alive()
-        blocker.join(300 * SLOW)
+        blocker.finish(self)
         self.assertEqual(status, 200, data[:200])
         got = json.loads(data)
         self.assert_close(got["output"], ref[0], "output")
@@ -438,13 +458,38 @@ class IdleInlineTest(harness.CloseChecks, harness.ServerTestCase):
         return req
 
     def test_mid_size_request_takes_the_idle_workers_place(self):
-        before = self.idle_runs()
-        self.post_checked(self.mid_request(81))
-        self.assertEqual(self.idle_runs() - before, 1)
+        # A server of its own: a request this class's other tests queued
+        # counts as in flight until its worker gives back its place, which
+        # can trail the answer its client already holds.  The scrapes and
+        # the request share one keep-alive connection, on which MHD
+        # completes a request before it reads the next: once a scrape there
+        # sees itself alone in flight, the request after it is alone.
+        with harness.Attnd(self.server_args) as srv:
+            conn = srv.connection()
+            try:
+                seen = {}
+
+                def settled():
+                    seen.update(scrape(srv, conn))
+                    return sample(seen, "attnd_inflight_requests") == 1
+                self.assertTrue(wait_for(settled, 30 * SLOW))
+                before = sample(seen, "attnd_inline_requests_total", reason="idle")
+                req = self.mid_request(81)
+                conn.request("POST", "/v1/attention", json.dumps(req).encode(),
+                             {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+                self.assertEqual(resp.status, 200, data[:200])
+                self.assert_answer(json.loads(data), req)
+                after = sample(scrape(srv, conn), "attnd_inline_requests_total",
+                               reason="idle")
+            finally:
+                conn.close()
+            self.assertEqual(srv.stop(), 0)
+        self.assertEqual(after - before, 1)
 
     def test_mid_size_request_queues_while_the_worker_is_busy(self):
-        blocker = threading.Thread(target=post, args=(self.srv, blocker_body()))
-        blocker.start()
+        blocker = Background(self.srv, blocker_body())
         self.assertTrue(wait_for(lambda: sample(scrape(self.srv), "attnd_queue_depth") == 0 and
                                  sample(scrape(self.srv), "attnd_inflight_requests") >= 2,
                                  30 * SLOW))
@@ -453,7 +498,7 @@ class IdleInlineTest(harness.CloseChecks, harness.ServerTestCase):
         # stays), so queued behind the blocker on the one worker.
         self.post_checked(self.mid_request(82))
         self.assertEqual(self.idle_runs() - before, 0)
-        blocker.join(300 * SLOW)
+        blocker.finish(self)
 
     def test_mid_size_request_queues_while_another_is_being_received(self):
         # Another client's request has its headers in and its body coming:
