@@ -12,16 +12,19 @@
  *   handler reads it in between two instructions of that same thread, so
  *   volatile fields and compiler-only fences (atomic_signal_fence) order
  *   the stores against the copy; no lock, no atomic instruction.
- * - fault_once / fault_init_rc: pthread_once makes the one installation.
- *   The disposition of SIGBUS is process-wide; the handler itself only
- *   ever sets it back to SIG_DFL, on its way to killing the process.
+ * - fault_once / fault_init_rc / fault_prev: pthread_once makes the one
+ *   installation, and fault_prev (the disposition it replaced) is written
+ *   there, before the handler can run, and only read afterwards.  The
+ *   disposition of SIGBUS is process-wide; the handler itself only ever
+ *   sets it back to SIG_DFL, on its way to killing the process.
  *
  * The handler is async-signal-safe: it reads its thread's guard, and
- * calls only sigaction, raise and siglongjmp (no allocation, no lock, no
- * stdio).  SA_NODEFER leaves SIGBUS unblocked while it runs, and sa_mask
- * is empty, so the signal mask in the handler is the copy's own: the
- * jump back needs no mask restored, and sigsetjmp(..., 0) saves none,
- * which keeps the guard free of system calls.
+ * calls only sigaction, raise, siglongjmp and the handler it replaced
+ * (no allocation, no lock, no stdio).  SA_NODEFER leaves SIGBUS unblocked
+ * while it runs, and sa_mask is empty, so the signal mask in the handler
+ * is the copy's own: the jump back needs no mask restored, and
+ * sigsetjmp(..., 0) saves none, which keeps the guard free of system
+ * calls.
  *
  * Between sigsetjmp and a siglongjmp nothing local is modified, so no
  * local needs to be volatile; the guard itself is volatile because the
@@ -49,11 +52,34 @@ static _Thread_local struct fault_guard fault_guard;
 
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static int fault_init_rc;
+static struct sigaction fault_prev;  /* what fault_install replaced */
+
+/* A SIGBUS that is not a guarded copy's goes to the handler installed
+ * before attnd's, as the kernel would have delivered it (less that
+ * handler's own sa_mask); 0 when there was none to call. */
+static int fault_pass_on(int sig, siginfo_t *si, void *uctx) {
+  struct sigaction dfl;
+  int info = (fault_prev.sa_flags & SA_SIGINFO) != 0;
+  if (info ? fault_prev.sa_sigaction == NULL
+           : fault_prev.sa_handler == SIG_DFL ||
+                 fault_prev.sa_handler == SIG_IGN)
+    return 0;
+  if (fault_prev.sa_flags & SA_RESETHAND) {
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+  }
+  if (info)
+    fault_prev.sa_sigaction(sig, si, uctx);
+  else
+    fault_prev.sa_handler(sig);
+  return 1;
+}
 
 static void fault_on_sigbus(int sig, siginfo_t *si, void *uctx) {
   struct fault_guard *g = &fault_guard;
   struct sigaction dfl;
-  (void)uctx;
   /* si_addr means something only for a signal the kernel raised for a
    * fault (si_code > 0); kill(2) and sigqueue(3) leave other fields
    * there. */
@@ -65,9 +91,13 @@ static void fault_on_sigbus(int sig, siginfo_t *si, void *uctx) {
       siglongjmp(g->jb, 1);
     }
   }
-  /* Not a guarded copy's: die of it as without this handler.  A fault
-   * re-executes its instruction on return and faults again, now with the
-   * default action; a sent signal is sent again (unblocked: SA_NODEFER). */
+  /* Not a guarded copy's: the earlier handler's, or death as without
+   * any.  A fault re-executes its instruction on return and faults again,
+   * now with the default action; a sent signal is sent again (unblocked:
+   * SA_NODEFER).  (SIG_IGN cannot ignore a fault: the kernel forces the
+   * default action, so it is treated as SIG_DFL.) */
+  if (fault_pass_on(sig, si, uctx))
+    return;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
@@ -82,7 +112,7 @@ static void fault_install(void) {
   sa.sa_sigaction = fault_on_sigbus;
   sa.sa_flags = SA_SIGINFO | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGBUS, &sa, NULL) != 0 ||
+  if (sigaction(SIGBUS, &sa, &fault_prev) != 0 ||
       sigaction(SIGBUS, NULL, &now) != 0 ||
       !(now.sa_flags & SA_SIGINFO) || now.sa_sigaction != fault_on_sigbus)
     fault_init_rc = ATTND_EINTERNAL;

@@ -8,14 +8,14 @@
  * address inside the mapped side of the copy ends the copy early, and the
  * function returns ATTND_EINVAL instead of the process dying.
  *
- * Any other SIGBUS kills the process as it would without attnd's handler:
- * one sent with kill(2) or raised outside a guarded copy, or for an
- * address outside the guarded range (attnd's own memory, a bug).  The
- * handler then puts SIGBUS back to SIG_DFL and returns (re-raising a sent
+ * Any other SIGBUS (one sent with kill(2) or raised outside a guarded
+ * copy, or for an address outside the guarded range: attnd's own memory,
+ * a bug) goes where it would have gone without attnd's handler.  If a
+ * handler was installed before fault_init (a sanitizer's, a fuzzer's), it
+ * is called with the same arguments, and its report is made.  Otherwise
+ * the handler puts SIGBUS back to SIG_DFL and returns (re-raising a sent
  * one), so that the process dies of SIGBUS, with its core, at the
- * faulting instruction.  A handler that was installed before fault_init
- * (a sanitizer's, a fuzzer's) is replaced, not chained: such a SIGBUS
- * then gets no report of theirs, only the signal.
+ * faulting instruction.
  *
  * fault_init installs the handler, process-wide, once; every mapping that
  * is copied through here must be made after it has returned 0 (shm.c
