@@ -11,8 +11,9 @@
  * computed, not which work runs next.  A worker holding one large request
  * while others are idle (x->idle_hint, a relaxed copy of the batcher's
  * vacant worker places) submits helper items straight to the pool, past
- * the loop thread and its batch slots; helpers and the owner claim task ranges from
- * an atomic counter, so the owner alone can finish if no helper shows up.
+ * the loop thread and its batch slots; helpers and the owner claim task
+ * ranges from an atomic counter, so the owner alone can finish if no
+ * helper shows up.
  * The owner withdraws helpers nobody took (pool_cancel) and waits for the
  * ones running (split.mu/cv) before it touches the result.  The split
  * lives on the owner's stack.  A helper takes no batch slot: a batch the

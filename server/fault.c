@@ -54,22 +54,26 @@ static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static int fault_init_rc;
 static struct sigaction fault_prev;  /* what fault_install replaced */
 
+/* Puts sig back to its default action. */
+static void fault_reset(int sig) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, NULL);
+}
+
 /* A SIGBUS that is not a guarded copy's goes to the handler installed
  * before attnd's, as the kernel would have delivered it (less that
  * handler's own sa_mask); 0 when there was none to call. */
 static int fault_pass_on(int sig, siginfo_t *si, void *uctx) {
-  struct sigaction dfl;
   int info = (fault_prev.sa_flags & SA_SIGINFO) != 0;
   if (info ? fault_prev.sa_sigaction == NULL
            : fault_prev.sa_handler == SIG_DFL ||
                  fault_prev.sa_handler == SIG_IGN)
     return 0;
-  if (fault_prev.sa_flags & SA_RESETHAND) {
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(sig, &dfl, NULL);
-  }
+  if (fault_prev.sa_flags & SA_RESETHAND)
+    fault_reset(sig);
   if (info)
     fault_prev.sa_sigaction(sig, si, uctx);
   else
@@ -79,7 +83,6 @@ static int fault_pass_on(int sig, siginfo_t *si, void *uctx) {
 
 static void fault_on_sigbus(int sig, siginfo_t *si, void *uctx) {
   struct fault_guard *g = &fault_guard;
-  struct sigaction dfl;
   /* si_addr means something only for a signal the kernel raised for a
    * fault (si_code > 0); kill(2) and sigqueue(3) leave other fields
    * there. */
@@ -98,10 +101,7 @@ static void fault_on_sigbus(int sig, siginfo_t *si, void *uctx) {
    * default action, so it is treated as SIG_DFL.) */
   if (fault_pass_on(sig, si, uctx))
     return;
-  memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(sig, &dfl, NULL);
+  fault_reset(sig);
   if (si->si_code <= 0)
     raise(sig);
 }
