@@ -347,16 +347,28 @@ END_TEST
 
 /* ---- SIGBUS outside a guarded copy ----------------------------------- */
 
-/* A mapping of the first 2 pages of a new object that is then emptied:
- * every byte of it faults. */
-static unsigned char *lost_mapping(void) {
-  const char *k = make_object(8192);
-  int fd = shm_open(k, O_RDWR, 0);
-  ck_assert_int_ge(fd, 0);
-  void *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ck_assert_ptr_ne(m, MAP_FAILED);
-  ck_assert_int_eq(ftruncate(fd, 0), 0);
+/* Maps 2 pages of object key (created if need be) and then empties it:
+ * every byte of the mapping faults.  MAP_FAILED on an error; no check
+ * asserts, so that a process outside a running test may call it. */
+static unsigned char *map_then_empty(const char *key) {
+  void *m = MAP_FAILED;
+  int fd = shm_open(key, O_RDWR | O_CREAT, 0600);
+  if (fd < 0)
+    return MAP_FAILED;
+  if (ftruncate(fd, 8192) == 0)
+    m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m != MAP_FAILED && ftruncate(fd, 0) != 0) {
+    munmap(m, 8192);
+    m = MAP_FAILED;
+  }
   close(fd);
+  return m;
+}
+
+/* map_then_empty of a new object of this test's (unlink_objects). */
+static unsigned char *lost_mapping(void) {
+  unsigned char *m = map_then_empty(make_object(8192));
+  ck_assert_ptr_ne(m, MAP_FAILED);
   return m;
 }
 
@@ -443,14 +455,14 @@ static const char *self_path;
 /* Set once the child expects its own handler to be called. */
 static volatile sig_atomic_t earlier_expected;
 
-static void earlier_info(int sig, siginfo_t *si, void *uctx) {
-  (void)si;
-  (void)uctx;
+static void earlier_plain(int sig) {
   _exit(sig == SIGBUS && earlier_expected ? 42 : 3);
 }
 
-static void earlier_plain(int sig) {
-  _exit(sig == SIGBUS && earlier_expected ? 42 : 3);
+static void earlier_info(int sig, siginfo_t *si, void *uctx) {
+  (void)si;
+  (void)uctx;
+  earlier_plain(sig);
 }
 
 /* The child's side, in a fresh process (the test binary run again, since
@@ -471,19 +483,12 @@ static int earlier_handler_child(const char *mode) {
   }
   if (sigaction(SIGBUS, &sa, NULL) != 0 || fault_init() != 0)
     return 2;
-  /* lost_mapping without check's asserts, which need a running test */
   char key[64];
   snprintf(key, sizeof key, "/attnd-test-%d-earlier", (int)getpid());
-  int fd = shm_open(key, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0)
-    return 4;
+  unsigned char *m = map_then_empty(key), b;
   shm_unlink(key);
-  unsigned char *m = MAP_FAILED, b;
-  if (ftruncate(fd, 8192) == 0)
-    m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED || ftruncate(fd, 0) != 0)
+  if (m == MAP_FAILED)
     return 4;
-  close(fd);
   if (fault_copy_from(&b, m + 4100, 1) != ATTND_EINVAL)
     return 6;
   earlier_expected = 1;
