@@ -94,14 +94,10 @@ class Attnd:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     def request(self, method, path, body=None, headers=None, timeout=60):
-        """Returns (status, headers as a dict with lower-case names, body bytes)."""
+        """exchange() over a fresh connection."""
         conn = self.connection(timeout)
         try:
-            conn.request(method, path, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            data = resp.read()
-            hdrs = {k.lower(): v for k, v in resp.getheaders()}
-            return resp.status, hdrs, data
+            return exchange(conn, method, path, body, headers)
         finally:
             conn.close()
 
@@ -161,6 +157,15 @@ class Attnd:
         if code != 0:
             sys.stderr.write("".join(self.log[-50:]))
         return code
+
+
+def exchange(conn, method, path, body=None, headers=None):
+    """One request over conn, which stays open (keep-alive): (status,
+    headers as a dict with lower-case names, body bytes)."""
+    conn.request(method, path, body=body, headers=headers or {})
+    resp = conn.getresponse()
+    data = resp.read()
+    return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):

@@ -63,9 +63,7 @@ def scrape(srv, conn=None):
     if conn is None:
         status, _, body = srv.get("/metrics")
     else:
-        conn.request("GET", "/metrics")
-        resp = conn.getresponse()
-        status, body = resp.status, resp.read()
+        status, _, body = harness.exchange(conn, "GET", "/metrics")
     assert status == 200, status
     samples = {}
     for line in body.decode().splitlines():
@@ -437,11 +435,21 @@ class IdleInlineTest(harness.CloseChecks, harness.ServerTestCase):
     and so does a request above the bound.  The numbers are the same either way."""
     server_args = ("--workers", "1", "--log", "json")
 
-    def idle_runs(self):
-        return sample(scrape(self.srv), "attnd_inline_requests_total", reason="idle")
+    def idle_runs(self, samples=None):
+        """attnd_inline_requests_total{reason="idle"}: of samples, or of a
+        fresh scrape."""
+        return sample(samples if samples is not None else scrape(self.srv),
+                      "attnd_inline_requests_total", reason="idle")
 
-    def post_checked(self, req):
-        status, _, data = post(self.srv, json.dumps(req).encode())
+    def post_checked(self, req, conn=None):
+        """POSTs req (over a fresh connection, or over conn) and checks the
+        answer against the reference."""
+        body = json.dumps(req).encode()
+        if conn is None:
+            status, _, data = post(self.srv, body)
+        else:
+            status, _, data = harness.exchange(conn, "POST", "/v1/attention", body,
+                                               {"Content-Type": "application/json"})
         self.assertEqual(status, 200, data[:200])
         self.assert_answer(json.loads(data), req)
 
@@ -473,16 +481,9 @@ class IdleInlineTest(harness.CloseChecks, harness.ServerTestCase):
                     seen.update(scrape(srv, conn))
                     return sample(seen, "attnd_inflight_requests") == 1
                 self.assertTrue(wait_for(settled, 30 * SLOW))
-                before = sample(seen, "attnd_inline_requests_total", reason="idle")
-                req = self.mid_request(81)
-                conn.request("POST", "/v1/attention", json.dumps(req).encode(),
-                             {"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                data = resp.read()
-                self.assertEqual(resp.status, 200, data[:200])
-                self.assert_answer(json.loads(data), req)
-                after = sample(scrape(srv, conn), "attnd_inline_requests_total",
-                               reason="idle")
+                before = self.idle_runs(seen)
+                self.post_checked(self.mid_request(81), conn)
+                after = self.idle_runs(scrape(srv, conn))
             finally:
                 conn.close()
             self.assertEqual(srv.stop(), 0)
