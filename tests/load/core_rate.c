@@ -12,11 +12,15 @@
  *   CORE_RESULT {"calls":N,"seconds":S,"calls_per_s":R,"gflops":G,
  *                "cpu_s":C,"cpu_us_per_call":U}
  *
- * cpu_s is the process's CPU time over the run (every thread), so
- * cpu_us_per_call is what one call costs whatever else the machine runs.
+ * cpu_s is the CPU time the THREADS threads spent in their loops of calls
+ * (each from its own clock), so cpu_us_per_call is what one call costs
+ * whatever else the machine runs.  Not the process's: at start
+ * OpenBLAS's idle threads spin for about a tenth of a second, which is
+ * no call's cost.
  *
  * FLOPs per call are 4 * B * H * Lq * Lk * D (the two products).
- * Built and run by tests/load/bench_http.sh against build/libattnd.a.
+ * Built and run by tests/load/bench_http.sh, bench_shm.sh and
+ * bench_budget.sh against build/libattnd.a.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -31,6 +35,7 @@ void openblas_set_num_threads(int n);
 static int B, H, Lq, Lk, D, with_w;
 static double seconds;
 static atomic_long calls;
+static double loop_cpu_s[64]; /* each thread's CPU time over its calls */
 
 static double clock_s(clockid_t id) {
   struct timespec ts;
@@ -61,7 +66,7 @@ static void *run(void *arg) {
   float *out, *w = NULL;
   void *scratch;
   size_t tasks, bytes;
-  double end;
+  double end, t0;
   long n = 0;
 
   attn_problem_init(&p);
@@ -86,6 +91,7 @@ static void *run(void *arg) {
   scratch = aligned_alloc(64, (bytes + 127) / 64 * 64);
   if (!scratch)
     exit(1);
+  t0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
   end = now_s() + seconds;
   while (now_s() < end) {
     if (attn_run_tasks(&p, 0, tasks, out, w, scratch) != 0)
@@ -93,6 +99,7 @@ static void *run(void *arg) {
     n++;
   }
   atomic_fetch_add(&calls, n);
+  loop_cpu_s[(size_t)arg] = clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
   free(scratch);
   free(out);
   free(w);
@@ -105,7 +112,7 @@ static void *run(void *arg) {
 int main(int argc, char **argv) {
   int threads, i;
   pthread_t tid[64];
-  double t0, t1, c0, c1, flops;
+  double t0, t1, cpu = 0, flops;
   if (argc != 9) {
     fprintf(stderr, "usage: core_rate B H Lq Lk D SECONDS THREADS WEIGHTS\n");
     return 2;
@@ -122,19 +129,19 @@ int main(int argc, char **argv) {
       D < 1 || seconds <= 0)
     return 2;
   openblas_set_num_threads(1);
-  c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
   t0 = now_s();
   for (i = 0; i < threads; i++)
     pthread_create(&tid[i], NULL, run, (void *)(size_t)i);
   for (i = 0; i < threads; i++)
     pthread_join(tid[i], NULL);
   t1 = now_s();
-  c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+  for (i = 0; i < threads; i++)
+    cpu += loop_cpu_s[i];
   flops = 4.0 * B * H * Lq * Lk * D;
   printf("CORE_RESULT {\"calls\":%ld,\"seconds\":%.3f,\"calls_per_s\":%.1f,"
          "\"gflops\":%.2f,\"cpu_s\":%.3f,\"cpu_us_per_call\":%.1f}\n",
          (long)calls, t1 - t0, calls / (t1 - t0),
-         calls * flops / (t1 - t0) / 1e9, c1 - c0,
-         calls ? (c1 - c0) * 1e6 / (double)calls : 0.0);
+         calls * flops / (t1 - t0) / 1e9, cpu,
+         calls ? cpu * 1e6 / (double)calls : 0.0);
   return 0;
 }
