@@ -1,12 +1,16 @@
 /* core_rate.c - in-process attention calls per second, the ceiling an
  * HTTP request of the same shape is compared against.
  *
- *   core_rate B H Lq Lk D SECONDS THREADS WEIGHTS
+ *   core_rate B H Lq Lk D SECONDS THREADS WEIGHTS [SLEEP_US]
  *
  * THREADS threads (attnd's workers) each run whole problems back to back
  * on their own inputs and outputs, the way a worker runs one request:
  * attn_run_tasks over every task with a scratch buffer allocated once,
  * OpenBLAS at one thread.  WEIGHTS 1 also writes the (Lq, Lk) weights.
+ * SLEEP_US (default 0) puts each thread to sleep that long before every
+ * call, the way a server thread waits for a lone client's next request:
+ * the sleep itself is not CPU time, but whatever waking costs the call
+ * after it (on a virtual machine, waking the halted vCPU) is counted.
  * Prints one line:
  *
  *   CORE_RESULT {"calls":N,"seconds":S,"calls_per_s":R,"gflops":G,
@@ -32,7 +36,7 @@
 
 void openblas_set_num_threads(int n);
 
-static int B, H, Lq, Lk, D, with_w;
+static int B, H, Lq, Lk, D, with_w, sleep_us;
 static double seconds;
 static atomic_long calls;
 static double loop_cpu_s[64]; /* each thread's CPU time over its calls */
@@ -67,6 +71,7 @@ static void *run(void *arg) {
   void *scratch;
   size_t tasks, bytes;
   double end, t0;
+  struct timespec nap;
   long n = 0;
 
   attn_problem_init(&p);
@@ -93,7 +98,11 @@ static void *run(void *arg) {
     exit(1);
   t0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
   end = now_s() + seconds;
+  nap.tv_sec = sleep_us / 1000000;
+  nap.tv_nsec = (long)(sleep_us % 1000000) * 1000;
   while (now_s() < end) {
+    if (sleep_us)
+      nanosleep(&nap, NULL);
     if (attn_run_tasks(&p, 0, tasks, out, w, scratch) != 0)
       exit(1);
     n++;
@@ -113,8 +122,9 @@ int main(int argc, char **argv) {
   int threads, i;
   pthread_t tid[64];
   double t0, t1, cpu = 0, flops;
-  if (argc != 9) {
-    fprintf(stderr, "usage: core_rate B H Lq Lk D SECONDS THREADS WEIGHTS\n");
+  if (argc != 9 && argc != 10) {
+    fprintf(stderr,
+            "usage: core_rate B H Lq Lk D SECONDS THREADS WEIGHTS [SLEEP_US]\n");
     return 2;
   }
   B = atoi(argv[1]);
@@ -125,8 +135,9 @@ int main(int argc, char **argv) {
   seconds = atof(argv[6]);
   threads = atoi(argv[7]);
   with_w = atoi(argv[8]);
+  sleep_us = argc > 9 ? atoi(argv[9]) : 0;
   if (threads < 1 || threads > 64 || B < 1 || H < 1 || Lq < 1 || Lk < 1 ||
-      D < 1 || seconds <= 0)
+      D < 1 || seconds <= 0 || sleep_us < 0 || sleep_us > 1000000)
     return 2;
   openblas_set_num_threads(1);
   t0 = now_s();
