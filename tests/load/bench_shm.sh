@@ -80,15 +80,14 @@ for round in $(seq "$ROUNDS"); do
       LOAD_BODY="$B/v2_small.bin" LOAD_PATH=/v2/models/attention/infer LOAD_HLEN="$HLEN"
   done
   # The core on one thread, and on as many as attnd has workers; each
-  # time its own CPU time (getrusage), not threads / its rate: on a shared
-  # machine a thread is not on a core all the time.
+  # time its own CPU time over its calls (core_rate's cpu_s), not threads
+  # / its rate: on a shared machine a thread is not on a core all the
+  # time.
   for t in 1 "$(nproc)"; do
     load_settle
-    python3 -c 'import json, resource, subprocess, sys
+    python3 -c 'import json, subprocess, sys
 out = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True).stdout
 r = json.loads(out.split("CORE_RESULT ", 1)[1])
-ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-r["cpu_s"] = round(ru.ru_utime + ru.ru_stime, 3)
 r["threads"] = int(sys.argv[-2])
 print(json.dumps(r))' "$LOAD_TMP/core_rate" 1 8 128 128 64 "$SECS" "$t" 0 >>"$LOAD_TMP/core"
     echo "  core, $t thread(s): $(tail -1 "$LOAD_TMP/core")" >&2
