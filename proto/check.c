@@ -195,8 +195,14 @@ int proto__check_budget(proto__check *c) {
 int proto__alloc_outputs(proto__check *c) {
   const attn_problem *p = c->p;
   size_t rows = (size_t)p->B * p->H * p->Lq;
-  c->req->out = proto__own_filled(c->req, rows * p->Dv * sizeof(float));
-  if (!c->req->out)
+  proto_request *req = c->req;
+  req->out_room = req->codec == PROTO_CODEC_V2 &&
+                          req->binary[PROTO_OUT_OUTPUT]
+                      ? PROTO__JSON_ROOM
+                      : 0;
+  req->out = proto__own_room(req, rows * p->Dv * sizeof(float),
+                             req->out_room);
+  if (!req->out)
     return ATTND_ENOMEM;
   if (c->req->return_weights || c->req->diagnostics) {
     c->req->weights = proto__own_filled(c->req, rows * p->Lk * sizeof(float));

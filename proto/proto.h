@@ -84,6 +84,9 @@ typedef struct proto_request {
 
   void *owned[16];          /* every allocation of this request */
   int n_owned;
+  size_t out_room;          /* bytes of out's block before out (the
+                               room a binary answer's JSON part can take,
+                               proto_v2_encode_parts), else 0 */
 
   /* v2 only (codec PROTO_CODEC_V2). */
   int model;                /* enum proto_model */
@@ -334,6 +337,11 @@ typedef struct proto_parts {
   int n;                    /* binary outputs; 0: nothing here */
   void *blocks[3];          /* the buffers data points into, each freed */
   int n_blocks;             /* with free() by proto_parts_free */
+  int joined;               /* 1: the one binary output follows the JSON
+                               part in memory (json + json_len == data[0],
+                               n == 1; json lies in blocks[0] and is not
+                               freed on its own), so the whole response
+                               is json_len + len[0] bytes from json */
 } proto_parts;
 
 /* The bytes proto_v2_encode writes, as the JSON part and the binary

@@ -484,6 +484,16 @@ void *proto__own(proto_request *req, size_t n);
  * its memory. */
 void *proto__own_filled(proto_request *req, size_t n);
 
+/* proto__own_filled with room bytes before the n returned: the block req
+ * owns (and frees) starts room bytes earlier. */
+void *proto__own_room(proto_request *req, size_t n, size_t room);
+
+/* The room before a v2 request's output when it is answered as binary
+ * data: its JSON part (model name and version, id, the outputs' names,
+ * shapes and sizes) usually fits, and the answer is then one buffer
+ * (proto_parts.joined). */
+#define PROTO__JSON_ROOM 512
+
 /* Makes req own p, a mem_malloc'd block (a body whose tensors req reads
  * where they lie).  Returns 0, or ATTND_ENOMEM when the owned[] table is
  * full (p is then still the caller's). */

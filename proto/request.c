@@ -3,6 +3,7 @@
  * Every buffer a decoded request needs (input tensors, outputs, the echoed
  * id) is one entry of req->owned, so that freeing a request, whether its
  * decode finished or stopped half way, is one loop. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,11 @@ void *proto__own(proto_request *req, size_t n) { return own(req, n, 1); }
 
 void *proto__own_filled(proto_request *req, size_t n) {
   return own(req, n, 0);
+}
+
+void *proto__own_room(proto_request *req, size_t n, size_t room) {
+  char *p = n > SIZE_MAX - room ? NULL : own(req, room + n, 0);
+  return p ? p + room : NULL;
 }
 
 int proto__own_block(proto_request *req, void *p) {

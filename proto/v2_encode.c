@@ -397,9 +397,27 @@ int proto_v2_encode(const proto_request *req, char **body, size_t *len,
 /* The owned block an output lies in: the diagnostics share one, which
  * starts at allowed_keys (check.c). */
 static void *out_block(const proto_request *req, int which) {
-  return which == PROTO_OUT_OUTPUT    ? (void *)req->out
+  return which == PROTO_OUT_OUTPUT    ? (void *)((char *)req->out -
+                                                 req->out_room)
          : which == PROTO_OUT_WEIGHTS ? (void *)req->weights
                                       : (void *)req->allowed_keys;
+}
+
+/* Moves the JSON part into the room before the output when that is the
+ * one binary output and the part fits, so that the answer is one buffer
+ * (proto_parts.joined): libmicrohttpd then sends it with its headers in
+ * one write, where a response in pieces costs a write for the headers
+ * alone, and the client a wake-up for each. */
+static void join(const proto_request *req, proto_parts *parts) {
+  char *at;
+  if (parts->n != 1 || parts->data[0] != req->out ||
+      parts->json_len > req->out_room)
+    return;
+  at = (char *)req->out - parts->json_len;
+  memcpy(at, parts->json, parts->json_len);
+  mem_free(parts->json);
+  parts->json = at;
+  parts->joined = 1;
 }
 
 /* Moves the blocks the binary outputs lie in from req to parts, each
@@ -450,11 +468,13 @@ int proto_v2_encode_parts(proto_request *req, proto_parts *parts) {
     memset(parts, 0, sizeof *parts);
     return 1;
   }
+  join(req, parts);
   return 0;
 }
 
 void proto_parts_free(proto_parts *parts) {
-  mem_free(parts->json);
+  if (!parts->joined)
+    mem_free(parts->json);
   for (int j = 0; j < parts->n_blocks; j++)
     mem_free(parts->blocks[j]);
   memset(parts, 0, sizeof *parts);

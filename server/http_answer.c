@@ -87,7 +87,9 @@ static void http_free_parts(void *cls) {
 }
 
 /* A 200 of a response in parts (v2 binary outputs where the core wrote
- * them), which MHD sends as one iovec and frees with the response. */
+ * them), which MHD frees with the response.  Joined parts are one buffer,
+ * which MHD sends in the same write as the headers; others go as an
+ * iovec, after a write of the headers alone. */
 enum MHD_Result http_answer_parts(struct http_req *r,
                                   proto_parts *parts,
                                   const char *const *hdrs) {
@@ -103,8 +105,11 @@ enum MHD_Result http_answer_parts(struct http_req *r,
       iov[1 + i] = (struct MHD_IoVec){own->data[i], own->len[i]};
       len += own->len[i];
     }
-    resp = MHD_create_response_from_iovec(iov, (unsigned int)(1 + own->n),
-                                          http_free_parts, own);
+    resp = own->joined
+               ? MHD_create_response_from_buffer_with_free_callback_cls(
+                     len, own->json, http_free_parts, own)
+               : MHD_create_response_from_iovec(
+                     iov, (unsigned int)(1 + own->n), http_free_parts, own);
     if (!resp)
       http_free_parts(own);
   }

@@ -17,7 +17,8 @@ static int same_floats(const float *a, const float *b, size_t n) {
 }
 
 /* The response in parts (proto_v2_encode_parts) is byte for byte the
- * response in one piece.  Last use of req: the parts take its outputs. */
+ * response in one piece, and joined parts lie in one buffer.  Last use
+ * of req: the parts take its outputs. */
 static void check_parts(proto_request *req) {
   char *body;
   size_t len, json_len;
@@ -28,6 +29,9 @@ static void check_parts(proto_request *req) {
   FUZZ_CHECK((rc == 1) == (json_len == len), "parts iff binary outputs");
   if (rc == 0) {
     size_t at = parts.json_len;
+    FUZZ_CHECK(!parts.joined ||
+               (parts.n == 1 && parts.json + at == parts.data[0]),
+               "joined parts are one buffer");
     FUZZ_CHECK(at == json_len && !memcmp(parts.json, body, at), "JSON part");
     for (int i = 0; i < parts.n; i++) {
       FUZZ_CHECK(at + parts.len[i] <= len &&

@@ -356,6 +356,25 @@ class InferBinaryTest(V2Case):
                                 outputs=[InferRequestedOutput("weights")])
         self.check_result(res, {"query": q, "key": k, "value": v}, outputs=("weights",))
 
+    def test_binary_output_alone_is_the_same_answer_whatever_the_id(self):
+        # An output sent alone as binary data follows its JSON part in one
+        # buffer when that part fits in the room before it; a 600-byte id
+        # does not fit, and the answer goes in pieces.  Both are the same
+        # answer.
+        q, k, v = rand_inputs(12, Lq=5, Lk=7)
+        req = {"query": q, "key": k, "value": v}
+        got = []
+        for rid in ("r", "x" * 600):
+            res = self.client.infer("attention", [tensor_input("query", q),
+                                                  tensor_input("key", k),
+                                                  tensor_input("value", v)],
+                                    outputs=[InferRequestedOutput("output")],
+                                    request_id=rid)
+            self.assertEqual(res.get_response()["id"], rid)
+            self.check_result(res, req, outputs=("output",))
+            got.append(res.as_list("output"))
+        self.assertEqual(got[0], got[1])
+
     def test_binary_lengths_and_mask(self):
         q, k, v = rand_inputs(11, B=2, Lq=3, Lk=4)
         mask = [[[True, False, True, True]]]

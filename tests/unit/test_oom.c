@@ -57,15 +57,17 @@ static const char v2_json[] =
     "\"data\":[2]}],\"outputs\":[{\"name\":\"weights\"},{\"name\":\"output\"}]}";
 
 /* A v2 binary request: JSON header, then query, key, value FP32 and a BOOL
- * mask; asks for binary outputs. */
+ * mask; asks for binary outputs, all of them or (output_alone) only the
+ * output, whose answer is then one buffer (proto_parts.joined). */
 typedef struct bin_req {
   char body[1024];
   size_t len;
   char hlen[32];
 } bin_req;
 
-static void make_v2_binary(bin_req *r) {
-  static const char hdr[] =
+static void make_v2_binary(bin_req *r, int output_alone) {
+  char hdr[768];
+  snprintf(hdr, sizeof hdr, "%s%s}",
       "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
       "\"shape\":[1,2,2],\"parameters\":{\"binary_data_size\":16}},"
       "{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"
@@ -73,8 +75,10 @@ static void make_v2_binary(bin_req *r) {
       "{\"name\":\"value\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"
       "\"parameters\":{\"binary_data_size\":24}},"
       "{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[2,3],"
-      "\"parameters\":{\"binary_data_size\":6}}],"
-      "\"parameters\":{\"binary_data_output\":true}}";
+      "\"parameters\":{\"binary_data_size\":6}}],",
+      output_alone ? "\"outputs\":[{\"name\":\"output\",\"parameters\":"
+                     "{\"binary_data\":true}}]"
+                   : "\"parameters\":{\"binary_data_output\":true}");
   static const float q[4] = {1, 0, 0, 2}, k[6] = {1, 1, 2, 0, 0, 3},
                      v[6] = {1, 0, 0, 1, 1, 1};
   static const unsigned char m[6] = {1, 1, 0, 1, 0, 1};
@@ -253,6 +257,7 @@ static int op_v2_parts(const void *arg, char **out, size_t *len) {
   if (rc)
     return rc;
   ck_assert_int_gt(parts.n, 0);
+  ck_assert_int_eq(parts.joined, parts.n == 1);  /* its JSON part is short */
   size_t n = parts.json_len;
   for (int i = 0; i < parts.n; i++)
     n += parts.len[i];
@@ -448,7 +453,7 @@ END_TEST
 
 START_TEST(v2_decode_every_allocation) {
   bin_req b;
-  make_v2_binary(&b);
+  make_v2_binary(&b, 0);
   for (int persistent = 0; persistent < 2; persistent++) {
     ck_assert_int_gt(sweep("v2 json decode", op_v2_json_decode, v2_json,
                            persistent), 20);
@@ -462,8 +467,9 @@ END_TEST
 
 START_TEST(encode_every_allocation) {
   proto_request r1, r2, r3;
-  bin_req b;
-  make_v2_binary(&b);
+  bin_req b, alone;
+  make_v2_binary(&b, 0);
+  make_v2_binary(&alone, 1);
   decode_compute(&r1, v1_body, NULL);
   decode_compute(&r2, v1_additive, NULL);
   decode_compute(&r3, NULL, &b);
@@ -474,6 +480,8 @@ START_TEST(encode_every_allocation) {
                      1);
     ck_assert_int_ge(sweep("v2 encode in parts", op_v2_parts, &b,
                            persistent), 10);
+    ck_assert_int_ge(sweep("v2 encode in parts, output alone",
+                           op_v2_parts, &alone, persistent), 10);
     ck_assert_int_ge(sweep("error body", op_error_body,
                            "key: width 3 \"bad\"", persistent), 1);
     ck_assert_int_ge(sweep("metadata", op_metadata, NULL, persistent), 2);

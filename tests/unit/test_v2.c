@@ -1401,17 +1401,29 @@ START_TEST(binary_outputs_in_parts_are_the_bytes_of_the_copy) {
     ":true}},{\"name\":\"jacobian_norm\",\"parameters\":{\"binary_data\":"
     "true}},{\"name\":\"output\",\"parameters\":{\"binary_data\":true}},"
     "{\"name\":\"entropy\"}]",
-    "\"outputs\":[{\"name\":\"output\"}]"};
-  static const int want_parts[] = {2, 1, 3, 0}, want_blocks[] = {2, 1, 2, 0};
+    "\"outputs\":[{\"name\":\"output\"}]",
+    "\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":"
+    "true}}]",
+    "\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":"
+    "true}}]"};
+  static const int want_parts[] = {2, 1, 3, 0, 1, 1};
+  static const int want_blocks[] = {2, 1, 2, 0, 1, 1};
+  static const int want_joined[] = {0, 0, 0, 0, 1, 0};
   long live = mem_live();
-  for (int c = 0; c < 4; c++) {
+  for (int c = 0; c < 6; c++) {
     body b;
-    char json[1024], *whole;
+    char json[2048], *whole;
     size_t len, jlen;
     proto_request r1, r2;
     proto_parts parts;
-    snprintf(json, sizeof json, "{\"inputs\":[" IN_Q "," IN_K "," IN_V "],%s}",
-             outputs[c]);
+    char id[700] = "";
+    if (c == 5) {  /* an id longer than the room before the output */
+      memset(id, '7', 600);
+      id[600] = 0;
+    }
+    snprintf(json, sizeof json,
+             "{\"inputs\":[" IN_Q "," IN_K "," IN_V "],%s%s%s%s}",
+             *id ? "\"id\":\"" : "", id, *id ? "\"," : "", outputs[c]);
     body_json(&b, json);
     dec_run(&b, &r1);
     dec_run(&b, &r2);
@@ -1421,6 +1433,9 @@ START_TEST(binary_outputs_in_parts_are_the_bytes_of_the_copy) {
     ck_assert_int_eq(rc, want_parts[c] ? 0 : 1);
     ck_assert_int_eq(parts.n, want_parts[c]);
     ck_assert_int_eq(parts.n_blocks, want_blocks[c]);
+    ck_assert_int_eq(parts.joined, want_joined[c]);
+    if (parts.joined)  /* one buffer: the JSON part, then the output */
+      ck_assert_ptr_eq(parts.json + parts.json_len, parts.data[0]);
     ck_assert_int_eq(r2.n_owned, owned - want_blocks[c]);
     proto_request_free(&r2);  /* the outputs live on in parts */
     if (rc == 0) {
