@@ -123,8 +123,8 @@ int main(int argc, char **argv) {
   pthread_t tid[64];
   double t0, t1, cpu = 0, flops;
   if (argc != 9 && argc != 10) {
-    fprintf(stderr,
-            "usage: core_rate B H Lq Lk D SECONDS THREADS WEIGHTS [SLEEP_US]\n");
+    fprintf(stderr, "usage: core_rate B H Lq Lk D SECONDS THREADS WEIGHTS "
+                    "[SLEEP_US]\n");
     return 2;
   }
   B = atoi(argv[1]);
