@@ -194,8 +194,8 @@ int proto__check_budget(proto__check *c) {
 
 int proto__alloc_outputs(proto__check *c) {
   const attn_problem *p = c->p;
-  size_t rows = (size_t)p->B * p->H * p->Lq;
   proto_request *req = c->req;
+  size_t rows = (size_t)p->B * p->H * p->Lq;
   req->out_room = req->codec == PROTO_CODEC_V2 &&
                           req->binary[PROTO_OUT_OUTPUT]
                       ? PROTO__JSON_ROOM
@@ -204,20 +204,20 @@ int proto__alloc_outputs(proto__check *c) {
                              req->out_room);
   if (!req->out)
     return ATTND_ENOMEM;
-  if (c->req->return_weights || c->req->diagnostics) {
-    c->req->weights = proto__own_filled(c->req, rows * p->Lk * sizeof(float));
-    if (!c->req->weights)
+  if (req->return_weights || req->diagnostics) {
+    req->weights = proto__own_filled(req, rows * p->Lk * sizeof(float));
+    if (!req->weights)
       return ATTND_ENOMEM;
   }
-  if (c->req->diagnostics) {
+  if (req->diagnostics) {
     /* one buffer, four (B, H, Lq) slices: int32 and float are 4 bytes */
-    char *d = proto__own(c->req, rows * 4 * sizeof(float));
+    char *d = proto__own(req, rows * 4 * sizeof(float));
     if (!d)
       return ATTND_ENOMEM;
-    c->req->allowed_keys = (int32_t *)(void *)d;
-    c->req->entropy = (float *)(void *)(d + rows * sizeof(float));
-    c->req->max_weight = (float *)(void *)(d + 2 * rows * sizeof(float));
-    c->req->jacobian_norm = (float *)(void *)(d + 3 * rows * sizeof(float));
+    req->allowed_keys = (int32_t *)(void *)d;
+    req->entropy = (float *)(void *)(d + rows * sizeof(float));
+    req->max_weight = (float *)(void *)(d + 2 * rows * sizeof(float));
+    req->jacobian_norm = (float *)(void *)(d + 3 * rows * sizeof(float));
   }
   return 0;
 }

@@ -405,9 +405,7 @@ static void *out_block(const proto_request *req, int which) {
 
 /* Moves the JSON part into the room before the output when that is the
  * one binary output and the part fits, so that the answer is one buffer
- * (proto_parts.joined): libmicrohttpd then sends it with its headers in
- * one write, where a response in pieces costs a write for the headers
- * alone, and the client a wake-up for each. */
+ * (proto_parts.joined), which the server can send in one write. */
 static void join(const proto_request *req, proto_parts *parts) {
   char *at;
   if (parts->n != 1 || parts->data[0] != req->out ||
