@@ -66,6 +66,13 @@ static const struct config_opt config_opts[] = {
   {"max-conns-per-ip", "ATTND_MAX_CONNS_PER_IP", KIND_INT,
    OFF(max_conns_per_ip), 0, 1000000, "0",
    "simultaneous connections from one client address (0 = no limit)"},
+  /* libmicrohttpd's memory per connection, half of it the read buffer:
+   * more means fewer, larger reads for clients that keep their
+   * connections, and a fresh mapping (faulted in, unmapped at the
+   * close) for every connection (docs/decisions.md). */
+  {"conn-memory-kb", "ATTND_CONN_MEMORY_KB", KIND_INT, OFF(conn_memory_kb),
+   32, 4096, "32", "memory per connection, KiB: reads of about half of "
+   "it; 256 suits clients that keep their connections"},
   {"conn-timeout-s", "ATTND_CONN_TIMEOUT_S", KIND_INT, OFF(conn_timeout_s), 0,
    86400, "60", "close idle connections after this many seconds (0 = never)"},
   /* JSON decoding runs on these threads, so they scale with the cores

@@ -31,6 +31,7 @@ struct config {
   int max_conns;            /* simultaneous connections */
   int max_conns_per_ip;     /* simultaneous connections from one client
                                address, 0 = no per-address limit */
+  int conn_memory_kb;       /* libmicrohttpd memory per connection */
   int conn_timeout_s;       /* idle connection timeout */
   int log_json;             /* 0 text, 1 json */
   int access_log;           /* 1: one log line per request */

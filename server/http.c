@@ -658,12 +658,13 @@ static struct MHD_Daemon *http_start_daemon(struct http *h) {
       MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       (unsigned int)h->cfg.max_conns_per_ip,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)h->cfg.conn_timeout_s,
-      /* MHD's default, 32 KiB: MHD zeroes the pool for every request,
-       * and maps a larger pool afresh for each connection, which costs
-       * clients that connect for each request more than larger reads
-       * save keep-alive uploads (docs/decisions.md, "No second daemon
-       * for large uploads"). */
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
+      /* --conn-memory-kb, 32 KiB (MHD's default) unless the operator
+       * asks for more: MHD zeroes the pool after every request and maps
+       * a larger one afresh for each connection, which costs clients
+       * that connect for each request more than larger reads save
+       * keep-alive uploads (docs/decisions.md, "Connection memory: 32
+       * KiB unless asked"). */
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, h->cfg.conn_memory,
       MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
       MHD_OPTION_ARRAY, tls,
       MHD_OPTION_END);

@@ -39,6 +39,7 @@ struct http_config {
   int threads;              /* MHD thread pool size */
   int workers;              /* compute workers (a v2 config's instances) */
   int max_conns;
+  size_t conn_memory;       /* libmicrohttpd memory per connection, bytes */
   int conn_timeout_s;       /* 0 = never */
   size_t max_body;          /* bytes; larger bodies get 413 */
   long timeout_ms;          /* request deadline from arrival, 0 = none */

@@ -183,6 +183,7 @@ static void main_config_parts(const struct config *cfg,
   hc->threads = cfg->http_threads;
   hc->workers = cfg->workers;
   hc->max_conns = cfg->max_conns;
+  hc->conn_memory = (size_t)cfg->conn_memory_kb * 1024;
   hc->conn_timeout_s = cfg->conn_timeout_s;
   hc->max_body = (size_t)cfg->max_body_mb << 20;
   hc->timeout_ms = cfg->timeout_ms;

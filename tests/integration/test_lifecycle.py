@@ -64,6 +64,7 @@ class ConfigTest(unittest.TestCase):
                           ("--timeout-ms", "ATTND_TIMEOUT_MS"),
                           ("--drain-delay-ms", "ATTND_DRAIN_DELAY_MS"),
                           ("--drain-s", "ATTND_DRAIN_S"), ("--max-conns", "ATTND_MAX_CONNS"),
+                          ("--conn-memory-kb", "ATTND_CONN_MEMORY_KB"),
                           ("--conn-timeout-s", "ATTND_CONN_TIMEOUT_S"), ("--log", "ATTND_LOG")]:
             self.assertIn(flag, out)
             self.assertIn(env, out)
@@ -106,6 +107,8 @@ class ConfigTest(unittest.TestCase):
         for args, name in [(["--workers", "0"], "--workers"),
                            (["--port", "70000"], "--port"),
                            (["--max-batch", "12x"], "--max-batch"),
+                           (["--conn-memory-kb", "16"], "--conn-memory-kb"),
+                           (["--conn-memory-kb", "4097"], "--conn-memory-kb"),
                            (["--log", "xml"], "--log"),
                            (["--host", "not-an-address"], "--host"),
                            (["--no-such-flag"], "--no-such-flag")]:

@@ -13,8 +13,10 @@ import gzip
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
+import tempfile
 import time
 import zlib
 
@@ -448,6 +450,59 @@ class InferBinaryTest(V2Case):
                 self.assertEqual(resp.status, 200, data[:300])
                 res = InferResult(data, int(hdrs["inference-header-content-length"]))
                 self.check_result(res, req)
+
+
+class ConnMemoryTest(V2Case):
+    """--conn-memory-kb 256: libmicrohttpd reads a body about 128 KiB at a
+    time.  Uploads of 128 KiB to 768 KiB on one kept connection, over TCP
+    and the Unix socket, get the reference's answers; a header block that
+    the default 32 KiB refuses fits."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="attnd-connmem-")
+        cls.sock = os.path.join(cls.dir, "attnd.sock")
+        cls.server_args = ("--workers", "2", "--conn-memory-kb", "256",
+                           "--unix-socket", cls.sock)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_large_uploads_on_kept_connections_get_the_reference_answers(self):
+        from v2client import InferResult, build_request
+        for name, conn in (("tcp", self.srv.connection()),
+                           ("unix", harness.UnixHTTPConnection(self.sock))):
+            try:
+                # K and V of Lk x 32 FP32 each: bodies of about 125, 250,
+                # 500 and 750 KiB, around multiples of the read size.
+                for n, lk in enumerate((500, 1000, 2000, 3000)):
+                    q, k, v = rand_inputs(40 + n, B=1, H=1, Lq=2, Lk=lk, D=32, Dv=32)
+                    body, jl = build_request([tensor_input("query", q),
+                                              tensor_input("key", k),
+                                              tensor_input("value", v)],
+                                             outputs=[InferRequestedOutput("output")])
+                    status, hdrs, data = harness.exchange(
+                        conn, "POST", "/v2/models/attention/infer", body,
+                        {"Inference-Header-Content-Length": str(jl)})
+                    self.assertEqual(status, 200, "%s Lk=%d: %r" % (name, lk, data[:300]))
+                    self.assertNotEqual(hdrs.get("connection"), "close")
+                    res = InferResult(data, int(hdrs["inference-header-content-length"]))
+                    self.check_result(res, {"query": q, "key": k, "value": v},
+                                      outputs=("output",))
+            finally:
+                conn.close()
+
+    def test_a_header_block_past_32_kib_fits(self):
+        big = {"X-Padding": "a" * (40 << 10)}
+        self.assertEqual(self.srv.request("GET", "/v2/health/ready", headers=big)[0], 200)
+        with harness.Attnd(["--workers", "1"]) as small:
+            self.assertEqual(small.request("GET", "/v2/health/ready", headers=big)[0], 431)
+            self.assertEqual(small.stop(), 0)
 
 
 class ErrorTest(V2Case):
