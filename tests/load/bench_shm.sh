@@ -9,8 +9,10 @@
 # the output (256 KiB) written into another, so that the HTTP request is a
 # 1 KiB JSON body and the answer a 150-byte one.  For each round, wrk at 1
 # and 8 connections against attnd (--allow-client-shm 1, no access log),
-# the same shape as v2 binary tensors for comparison, then core_rate.c on
-# one thread and on one per core.  Prints, per run, attnd's CPU time per
+# the same shape as v2 binary tensors for comparison (v2bin), and again
+# against a second attnd run with --conn-memory-kb 256 for clients that
+# keep their connections, as wrk does (v2b256), then core_rate.c on one
+# thread and on one per core.  Prints, per run, attnd's CPU time per
 # request (from /proc) beside the core's CPU time per call (its own CPU
 # time over its calls) and their ratio, which the feature aims to keep at
 # 1.5 at most, and the client's (wrk's) CPU time per request.
@@ -35,6 +37,8 @@ cc -std=c11 -D_GNU_SOURCE -O2 -I"$ROOT" -o "$LOAD_TMP/core_rate" \
 # shellcheck disable=SC2086
 load_attnd shm --access-log 0 --allow-client-shm 1 ${BENCH_ATTND_ARGS:-}
 URL=$ATTND_URL_shm
+# shellcheck disable=SC2086
+load_attnd big --access-log 0 --conn-memory-kb 256 ${BENCH_ATTND_ARGS:-}
 
 # The objects live in /dev/shm under this script's pid; removed on exit
 # with everything else.
@@ -77,6 +81,8 @@ for round in $(seq "$ROUNDS"); do
     load_wrk_cpu "$ATTND_PID_shm" shm "$c" "$SECS" "$URL" post.lua \
       LOAD_BODY="$B/shm.json" LOAD_PATH=/v2/models/attention/infer
     load_wrk_cpu "$ATTND_PID_shm" v2bin "$c" "$SECS" "$URL" post.lua \
+      LOAD_BODY="$B/v2_small.bin" LOAD_PATH=/v2/models/attention/infer LOAD_HLEN="$HLEN"
+    load_wrk_cpu "$ATTND_PID_big" v2b256 "$c" "$SECS" "$ATTND_URL_big" post.lua \
       LOAD_BODY="$B/v2_small.bin" LOAD_PATH=/v2/models/attention/infer LOAD_HLEN="$HLEN"
   done
   # The core on one thread, and on as many as attnd has workers; each
