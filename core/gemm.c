@@ -8,18 +8,18 @@
  * All row-major with leading dimensions; any m, n, k >= 1.
  *
  * The native kernels keep a tile of C, up to 6 rows by 64 columns or 12
- * rows by 32 (24 zmm accumulators), in registers and walk k: per step they load up to four
- * 16-wide vectors of one row of B and broadcast one element of A per
- * tile row into an FMA.  NN reads B (the value rows) in place; NT first
- * packs B transposed, 64 keys at a time, into [k][64] panels (a 16 x 16
- * register transpose), so both run the same tile.  Edges use masked
- * loads and stores, so nothing outside the operands is read or written.
- * Every element of C is, for each block of NN_KC keys in increasing
- * order, one FMA chain from zero over the block added to what C held, so
- * the answer does not depend on where a row falls in the tiling, nor on
- * m; and a long row is summed in two levels (the mean of 16000 values of
- * 0.1 comes out 1.6e-6 off relatively, where one chain over every key was
- * 1.5e-4 off).
+ * rows by 32 (24 zmm accumulators), in registers and walk k: per step they
+ * load up to four 16-wide vectors of one row of B and broadcast one
+ * element of A per tile row into an FMA.  NN reads B (the value rows) in
+ * place; NT first packs B transposed, 64 keys at a time, into [k][64]
+ * panels (a 16 x 16 register transpose), so both run the same tile.  Edges
+ * use masked loads and stores, so nothing outside the operands is read or
+ * written.  Every element of C is, for each block of NN_KC keys in
+ * increasing order, one FMA chain from zero over the block added to what C
+ * held, so the answer does not depend on where a row falls in the tiling,
+ * nor on m; and a long row is summed in two levels (the mean of 16000
+ * values of 0.1 comes out 1.6e-6 off relatively, where one chain over
+ * every key was 1.5e-4 off).
  *
  * Why native: Debian 12's OpenBLAS 0.3.21 does not recognise some recent
  * CPUs and then runs a generic SSE3 kernel; and for the small products of

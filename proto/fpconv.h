@@ -41,7 +41,7 @@ int proto__num_list_f32(const char *p, const char *end, float *dst,
 int proto__num_list_f32_width(const char *p, const char *end, float *dst,
                               size_t n, int width);
 
-/* ---- printing (fpprint.cc; proto__fmt_f32 in buf.c) ----------------------- */
+/* ---- printing (fpprint.cc; proto__fmt_f32 in buf.c) --------------------- */
 
 /* Longest text proto__fmt_f32 writes, including the NUL. */
 #define PROTO__F32_MAX 32
@@ -79,7 +79,7 @@ size_t proto__num_fmt_f32_list_width(char *s, const float *x, size_t n,
 #define PROTO__POW10_MAX_K 46
 uint64_t proto__num_pow10(int k);
 
-/* ---- the CPU (numscan.c) ---------------------------------------------------- */
+/* ---- the CPU (numscan.c) ------------------------------------------------ */
 
 /* The widest vectors the number paths use on this CPU, in bytes: 64
  * (AVX-512F, BW, DQ, VL and CD), 32 (AVX2), 16 (SSE2, every x86-64), 0

@@ -342,7 +342,7 @@ static int opt_dropout(v1_ctx *c) {
   return 0;
 }
 
-/* ---- phase 5: options that depend on the shapes ---------------------------- */
+/* ---- phase 5: options that depend on the shapes ------------------------- */
 
 static int opt_scale(v1_ctx *c) {
   const cJSON *j = c->f[F_SCALE];
@@ -392,7 +392,7 @@ static int opt_window(v1_ctx *c) {
   return 0;
 }
 
-/* ---- phase 6: elements ---------------------------------------------------- */
+/* ---- phase 6: elements -------------------------------------------------- */
 
 static int fill(v1_ctx *c, int in, int kind, const void **dst) {
   const proto__tensor *t = &c->ck.t[in];
@@ -433,7 +433,7 @@ static int fill_all(v1_ctx *c) {
   return proto__alloc_outputs(&c->ck);
 }
 
-/* ---- the decoder ------------------------------------------------------------ */
+/* ---- the decoder -------------------------------------------------------- */
 
 static int decode_root(v1_ctx *c, const cJSON *root) {
   int rc;
@@ -441,9 +441,9 @@ static int decode_root(v1_ctx *c, const cJSON *root) {
       (rc = opt_causal(c)) || (rc = opt_return_weights(c)) ||
       (rc = opt_diagnostics(c)) || (rc = opt_dropout(c)) ||
       (rc = qkv_shapes(c)) || (rc = valid_lens_shape(c)) ||
-      (rc = mask_bias_shapes(c)) || (rc = weight_shapes(c)) || (rc = proto__check_budget(&c->ck)) ||
-      (rc = opt_scale(c)) || (rc = opt_window(c)) || (rc = opt_id(c)) ||
-      (rc = fill_all(c)))
+      (rc = mask_bias_shapes(c)) || (rc = weight_shapes(c)) ||
+      (rc = proto__check_budget(&c->ck)) || (rc = opt_scale(c)) ||
+      (rc = opt_window(c)) || (rc = opt_id(c)) || (rc = fill_all(c)))
     return rc;
   c->req->qrank = c->ck.t[PROTO__IN_QUERY].rank;
   c->req->flat = c->ck.t[PROTO__IN_QUERY].flat;

@@ -1,15 +1,16 @@
 /* numscan.c - keep the tensor numbers of a JSON body away from cJSON.
  *
  * cJSON builds one node per number, which is most of a large request's
- * decode (see docs/decisions.md).  Here a single pass over the body finds the arrays
- * that hold tensor elements and writes a copy of the body in which each
- * innermost such array ("leaf": no array, object or string inside) is
- * empty.  cJSON parses that copy: the envelope, the shapes and options,
- * and every nested array above the leaves, so duplicate and unknown
- * fields are found exactly as before.  Each leaf's node is then tagged
- * with the byte range of its elements in the original body and their
- * count, and tensor.c converts those bytes straight into the tensor's
- * buffer (fpread.cc), checking each token against the JSON grammar.
+ * decode (see docs/decisions.md).  Here a single pass over the body finds
+ * the arrays that hold tensor elements and writes a copy of the body in
+ * which each innermost such array ("leaf": no array, object or string
+ * inside) is empty.  cJSON parses that copy: the envelope, the shapes and
+ * options, and every nested array above the leaves, so duplicate and
+ * unknown fields are found exactly as before.  Each leaf's node is then
+ * tagged with the byte range of its elements in the original body and
+ * their count, and tensor.c converts those bytes straight into the
+ * tensor's buffer (fpread.cc), checking each token against the JSON
+ * grammar.
  *
  * The tensor arrays are, for /v1, the value of a top-level query, key,
  * value, valid_lens, mask, bias, w_q, w_k or w_v member (nested arrays) or

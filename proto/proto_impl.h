@@ -107,10 +107,10 @@ typedef struct proto__tensor {
 int proto__tensor_shape(const cJSON *j, const char *name, proto__tensor *t,
                         char err[PROTO_ERR_MAX]);
 
-/* Reads a "shape" array (positive integers, as in the flat form) into t->rank, t->shape and t->n; t->name names it in
- * messages.  A rank above PROTO__MAX_RANK is recorded, not refused, and
- * leaves n at 0: the caller names the rank it wanted.  Returns 0 or
- * ATTND_EINVAL with a message. */
+/* Reads a "shape" array (positive integers, as in the flat form) into
+ * t->rank, t->shape and t->n; t->name names it in messages.  A rank above
+ * PROTO__MAX_RANK is recorded, not refused, and leaves n at 0: the caller
+ * names the rank it wanted.  Returns 0 or ATTND_EINVAL with a message. */
 int proto__tensor_dims(const cJSON *shape, proto__tensor *t,
                        char err[PROTO_ERR_MAX]);
 
@@ -330,7 +330,7 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
 /* Reading and printing the numbers themselves (fpread.cc, fpprint.cc)
  * and proto__vector_bytes: fpconv.h. */
 
-/* ---- a body cJSON refused (jsonerr.c) -------------------------------------- */
+/* ---- a body cJSON refused (jsonerr.c) ----------------------------------- */
 
 /* Writes the message for text[0..len), which cJSON failed to parse,
  * stopping at offset at, and returns ATTND_EINVAL.  A NUL byte outside

@@ -146,7 +146,7 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   return 0;
 }
 
-/* ---- phase 2: top-level fields, parameters, outputs ----------------------- */
+/* ---- phase 2: top-level fields, parameters, outputs --------------------- */
 
 static int top_fields(v2_ctx *c, const cJSON *root) {
   static const char *const names[4] = {"id", "parameters", "inputs",
@@ -406,7 +406,7 @@ static int params_outputs(v2_ctx *c) {
   return 0;
 }
 
-/* ---- phase 3: inputs -------------------------------------------------------- */
+/* ---- phase 3: inputs ---------------------------------------------------- */
 
 /* The datatypes an input accepts, by name: *names, and their count. */
 static int dtype_names(int in, const char *const **names) {
@@ -572,7 +572,7 @@ static int inputs_all(v2_ctx *c) {
   return 0;
 }
 
-/* ---- phase 4: relations, layout, counts ------------------------------------ */
+/* ---- phase 4: relations, layout, counts --------------------------------- */
 
 /* parameters window_left / window_right, once Lq and Lk are known: either
  * turns the window on; an absent or null side is unbounded; a side wider
@@ -697,7 +697,7 @@ static int copy_id(v2_ctx *c) {
   return id ? 0 : ATTND_ENOMEM;
 }
 
-/* ---- the decoder ---------------------------------------------------------------- */
+/* ---- the decoder -------------------------------------------------------- */
 
 static int decode_root(v2_ctx *c, const cJSON *root) {
   int rc;

@@ -254,7 +254,7 @@ int proto_v2_model_ready(int model, int ready, char **body, size_t *len) {
   return finish(&b, body, len);
 }
 
-/* ---- inference responses -------------------------------------------------- */
+/* ---- inference responses ------------------------------------------------ */
 
 /* The output's shape at the query's rank (a diagnostic: without the last
  * axis); returns the rank. */

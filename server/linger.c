@@ -131,7 +131,8 @@ static void *linger_main(void *arg) {
   return NULL;
 }
 
-struct linger_set *linger_start(size_t max_socks, unsigned long long max_bytes) {
+struct linger_set *linger_start(size_t max_socks,
+                                unsigned long long max_bytes) {
   struct linger_set *l = mem_calloc(1, sizeof *l);
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
   if (!l) {
