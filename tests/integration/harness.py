@@ -18,10 +18,12 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -214,6 +216,26 @@ class ServerTestCase(unittest.TestCase):
         code = cls.srv.stop()
         if code != 0:
             raise AssertionError("attnd exited %d" % code)
+
+
+class UnixSocketServer:
+    """Mixin for a ServerTestCase (listed before it): the shared attnd also
+    listens on a Unix socket, cls.sock, in a directory of its own that is
+    removed after the server stops."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="attnd-unix-")
+        cls.sock = os.path.join(cls.dir, "attnd.sock")
+        cls.server_args = tuple(cls.server_args) + ("--unix-socket", cls.sock)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.dir, ignore_errors=True)
 
 
 def oip_spec():

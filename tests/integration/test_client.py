@@ -910,24 +910,14 @@ class V2Test(Case):
 
 # ---- encoders ---------------------------------------------------------------------
 
-class UnixSocketTest(Case):
+class UnixSocketTest(harness.UnixSocketServer, Case):
     """AttndClient(unix_socket=...) against attnd's --unix-socket."""
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="attnd-client-unix-")
-        cls.path = os.path.join(cls.dir, "attnd.sock")
-        cls.server_args = ("--workers", "2", "--unix-socket", cls.path)
         super().setUpClass()
         cls.c.close()
-        cls.c = AttndClient(unix_socket=cls.path)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            shutil.rmtree(cls.dir, ignore_errors=True)
+        cls.c = AttndClient(unix_socket=cls.sock)
 
     def test_v1_and_v2_binary_answers_match_the_reference(self):
         req = rand_request(41, B=1, H=2, Lq=3, Lk=5, D=4, Dv=4)

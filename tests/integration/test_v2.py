@@ -13,10 +13,8 @@ import gzip
 import json
 import os
 import random
-import shutil
 import struct
 import subprocess
-import tempfile
 import time
 import zlib
 
@@ -452,26 +450,12 @@ class InferBinaryTest(V2Case):
                 self.check_result(res, req)
 
 
-class ConnMemoryTest(V2Case):
+class ConnMemoryTest(harness.UnixSocketServer, V2Case):
     """--conn-memory-kb 256: libmicrohttpd reads a body about 128 KiB at a
     time.  Uploads of 128 KiB to 768 KiB on one kept connection, over TCP
     and the Unix socket, get the reference's answers; a header block that
     the default 32 KiB refuses fits."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="attnd-connmem-")
-        cls.sock = os.path.join(cls.dir, "attnd.sock")
-        cls.server_args = ("--workers", "2", "--conn-memory-kb", "256",
-                           "--unix-socket", cls.sock)
-        super().setUpClass()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            shutil.rmtree(cls.dir, ignore_errors=True)
+    server_args = ("--workers", "2", "--conn-memory-kb", "256")
 
     def test_large_uploads_on_kept_connections_get_the_reference_answers(self):
         from v2client import InferResult, build_request
