@@ -154,8 +154,10 @@ class Attnd:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError("attnd did not exit within %ss" % timeout)
-        for t in self._threads:
+        for t, stream in zip(self._threads, (self.proc.stderr, self.proc.stdout)):
             t.join(5)
+            if not t.is_alive():
+                stream.close()
         if code != 0:
             sys.stderr.write("".join(self.log[-50:]))
         return code
