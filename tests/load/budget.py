@@ -75,6 +75,20 @@ CONN_MEMORY_KB = 256
 # buffer (room for the whole 768 KiB upload) instead of the kernel's
 # default; the kernel caps it at twice net.core.wmem_max.
 UNIX_SNDBUF = 1 << 20
+# What each kind of path is: its name in the table, whether the client
+# uses the Unix socket, the client's SO_SNDBUF (None: the kernel's
+# default) and attnd's extra flags.
+KINDS = {
+    "shm": ("v2, shared memory", False, None, []),
+    "tcp": ("v2 binary, TCP", False, None, []),
+    "tcp256": ("v2 binary, TCP, --conn-memory-kb 256", False, None,
+               ["--conn-memory-kb", str(CONN_MEMORY_KB)]),
+    "unix": ("v2 binary, Unix socket", True, None, []),
+    "unix256": ("v2 binary, Unix socket, --conn-memory-kb 256", True, None,
+                ["--conn-memory-kb", str(CONN_MEMORY_KB)]),
+    "unixbuf": ("v2 binary, Unix socket, client SO_SNDBUF 1 MiB", True,
+                UNIX_SNDBUF, []),
+}
 # the core's sleep before each call in its second timing (small shape)
 SLEEP_US = 200
 
@@ -229,15 +243,12 @@ def run_path(binary, path_name, data):
     kind, size = path_name.split()
     q, k, v = data[size]
     n, warm = COUNTS[size]
-    args = ["--access-log", "0"]
-    if kind.endswith("256"):
-        args += ["--conn-memory-kb", str(CONN_MEMORY_KB)]
-    d = Attnd(binary, args)
+    _, unix, sndbuf, flags = KINDS[kind]
+    d = Attnd(binary, ["--access-log", "0"] + flags)
     shms = []
     try:
-        if kind in ("unix", "unix256", "unixbuf"):
-            conn = UnixHTTPConnection(
-                d.sock, sndbuf=UNIX_SNDBUF if kind == "unixbuf" else None)
+        if unix:
+            conn = UnixHTTPConnection(d.sock, sndbuf=sndbuf)
         else:
             conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=120)
         if kind == "shm":
@@ -326,12 +337,9 @@ def main():
         t = TARGETS[p]
         verdict = ("none" if t is None else
                    f"<= {t:.2f}x: " + ("met" if ratio <= t else "not met"))
-        name = {"shm": "v2, shared memory", "tcp": "v2 binary, TCP",
-                "tcp256": "v2 binary, TCP, --conn-memory-kb 256",
-                "unix": "v2 binary, Unix socket",
-                "unix256": "v2 binary, Unix socket, --conn-memory-kb 256",
-                "unixbuf": "v2 binary, Unix socket, client SO_SNDBUF 1 MiB "
-                           f"(the kernel reports {granted_sndbuf() >> 10} KiB)"}[kind]
+        name = KINDS[kind][0]
+        if KINDS[kind][2]:
+            name += f" (the kernel reports {granted_sndbuf() >> 10} KiB)"
         woken = (f"{min(slept):.0f} µs | {a / min(slept):.2f}x"
                  if size == "small" else "– | –")
         print(f"| {name} | {size} {SHAPES[size]} | {a:.0f} µs | {c:.0f} µs | "
