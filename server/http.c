@@ -665,6 +665,16 @@ static struct MHD_Daemon *http_start_daemon(struct http *h) {
        * keep-alive uploads (docs/decisions.md, "Connection memory: 32
        * KiB unless asked"). */
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, h->cfg.conn_memory,
+      /* MHD grows its read buffer (by an eighth of the pool's free room,
+       * while that is at least 8 KiB) only when fewer than this many
+       * bytes of it are free before a read; its default, 1 KiB, leaves
+       * a body read half the pool at a time.  The whole pool makes
+       * every read try to grow it, so a body is read about three
+       * quarters of the pool at a time: 25 KiB instead of 16 KiB with
+       * 32 KiB, a third fewer reads and polls, at no cost in memory.
+       * Header limits are unchanged: MHD takes room for header fields
+       * back from the unused end of the read buffer. */
+      MHD_OPTION_CONNECTION_MEMORY_INCREMENT, h->cfg.conn_memory,
       MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
       MHD_OPTION_ARRAY, tls,
       MHD_OPTION_END);

@@ -18,11 +18,12 @@ prometheus"
 # python3-wheel and python3-venv for the Python client's offline install
 # (`pip install --no-index --no-build-isolation deploy/clients/python` into
 # a venv in test_client.py: setuptools is its build backend and needs wheel);
-# mypy, which checks that the installed client's signatures type-check.
+# mypy, which checks that the installed client's signatures type-check;
+# strace, with which test_v2 sees how much libmicrohttpd reads at a time.
 # (The Makefile's gnutls, for the HTTPS probe, is libgnutls28-dev, which
 # libmicrohttpd-dev brings.)
 TEST_PKGS="clang libclang-rt-14-dev openssl python3-pip python3-setuptools
-python3-wheel python3-venv mypy"
+python3-wheel python3-venv mypy strace"
 
 missing=""
 for p in $PKGS $TEST_PKGS; do

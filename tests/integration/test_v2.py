@@ -13,9 +13,12 @@ import gzip
 import json
 import os
 import random
+import re
 import struct
 import subprocess
+import tempfile
 import time
+import unittest
 import zlib
 
 import harness
@@ -487,6 +490,60 @@ class ConnMemoryTest(harness.UnixSocketServer, V2Case):
         with harness.Attnd(["--workers", "1"]) as small:
             self.assertEqual(small.request("GET", "/v2/health/ready", headers=big)[0], 431)
             self.assertEqual(small.stop(), 0)
+
+
+class ReadSizeTest(V2Case):
+    """At the default --conn-memory-kb (32), libmicrohttpd grows its read
+    buffer past half its memory while a body arrives (http.c,
+    MHD_OPTION_CONNECTION_MEMORY_INCREMENT): seen with strace, a 768 KiB
+    upload is read more than 16 KiB at a time, and answered right."""
+
+    @staticmethod
+    def traced(pid, tracer):
+        """Whether every thread of pid is traced by tracer."""
+        task = "/proc/%d/task" % pid
+        for tid in os.listdir(task):
+            try:
+                with open("%s/%s/status" % (task, tid)) as f:
+                    if "\nTracerPid:\t%d\n" % tracer not in f.read():
+                        return False
+            except FileNotFoundError:
+                pass
+        return True
+
+    @unittest.skipIf(harness.VALGRIND, "strace cannot trace valgrind's guest")
+    def test_a_body_is_read_more_than_half_the_memory_at_a_time(self):
+        from v2client import InferResult, build_request
+        q, k, v = rand_inputs(61, B=1, H=1, Lq=2, Lk=3000, D=32, Dv=32)
+        body, jl = build_request([tensor_input("query", q), tensor_input("key", k),
+                                  tensor_input("value", v)],
+                                 outputs=[InferRequestedOutput("output")])
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "reads")
+            tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=recvfrom",
+                                       "-o", log, "-p", str(self.srv.proc.pid)],
+                                      stderr=subprocess.DEVNULL)
+            try:
+                self.assertTrue(harness.wait_for(
+                    lambda: self.traced(self.srv.proc.pid, tracer.pid), 20))
+                conn = self.srv.connection()
+                try:
+                    status, hdrs, data = harness.exchange(
+                        conn, "POST", "/v2/models/attention/infer", body,
+                        {"Inference-Header-Content-Length": str(jl)})
+                finally:
+                    conn.close()
+            finally:
+                tracer.terminate()
+                tracer.wait(30)
+            with open(log) as f:
+                reads = [int(n) for n in re.findall(r"^\d+ +recvfrom\(.*\) = (\d+)$",
+                                                     f.read(), re.M)]
+        self.assertEqual(status, 200, data[:300])
+        self.check_result(InferResult(data, int(hdrs["inference-header-content-length"])),
+                          {"query": q, "key": k, "value": v}, outputs=("output",))
+        self.assertGreater(sum(reads), len(body))
+        self.assertGreater(max(reads), 20 << 10, "read sizes: %s" % reads)
 
 
 class ErrorTest(V2Case):
