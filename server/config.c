@@ -71,8 +71,8 @@ static const struct config_opt config_opts[] = {
    * connections, and a fresh mapping (faulted in, unmapped at the
    * close) for every connection (docs/decisions.md). */
   {"conn-memory-kb", "ATTND_CONN_MEMORY_KB", KIND_INT, OFF(conn_memory_kb),
-   32, 4096, "32", "memory per connection, KiB: reads of about half of "
-   "it; 256 suits clients that keep their connections"},
+   32, 4096, "32", "memory per connection, KiB: reads of up to three "
+   "quarters of it; 256 suits clients that keep their connections"},
   {"conn-timeout-s", "ATTND_CONN_TIMEOUT_S", KIND_INT, OFF(conn_timeout_s), 0,
    86400, "60", "close idle connections after this many seconds (0 = never)"},
   /* JSON decoding runs on these threads, so they scale with the cores

@@ -454,7 +454,7 @@ class InferBinaryTest(V2Case):
 
 
 class ConnMemoryTest(harness.UnixSocketServer, V2Case):
-    """--conn-memory-kb 256: libmicrohttpd reads a body about 128 KiB at a
+    """--conn-memory-kb 256: libmicrohttpd reads a body 128 KiB or more at a
     time.  Uploads of 128 KiB to 768 KiB on one kept connection, over TCP
     and the Unix socket, get the reference's answers; a header block that
     the default 32 KiB refuses fits."""

@@ -68,8 +68,8 @@ TARGETS = {"shm small": 1.5, "tcp small": 2.0, "tcp256 small": 2.0,
 PATHS = ["shm small", "tcp small", "tcp256 small", "unix small",
          "unix256 small", "unixbuf small", "tcp large"]
 # "tcp256", "unix256": attnd configured for clients that keep their
-# connections, libmicrohttpd reading a body about 128 KiB at a time
-# instead of 16 KiB (docs/operations.md, "Connection memory").
+# connections, libmicrohttpd reading a body up to about 200 KiB at a time
+# instead of 25 KiB (docs/operations.md, "Connection memory").
 CONN_MEMORY_KB = 256
 # "unixbuf": the Unix socket again, the client asking for a 1 MiB send
 # buffer (room for the whole 768 KiB upload) instead of the kernel's
