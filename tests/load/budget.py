@@ -20,6 +20,9 @@ Paths (no weights; v2 FP32 inputs, output FP32):
   unix small v2 binary tensors over a Unix domain socket
   unix256 small  the same, attnd run with --conn-memory-kb 256
   unixbuf small  the Unix socket, the client asking for a 1 MiB SO_SNDBUF
+  sidecar small  the Unix socket set up as a sidecar: attnd with
+                 --conn-memory-kb 256 (deploy/k8s/sidecar.yaml), the client
+                 asking for the 4 MiB SO_SNDBUF attnd_client asks for
   tcp large  v2 binary tensors over loopback TCP
 
 small = (B, H, Lq, Lk, D) = (1, 8, 128, 128, 64), large = (1, 16, 2048,
@@ -64,9 +67,10 @@ SHAPES = {"small": (1, 8, 128, 128, 64), "large": (1, 16, 2048, 2048, 64)}
 COUNTS = {"small": (1000, 50), "large": (10, 2)}
 TARGETS = {"shm small": 1.5, "tcp small": 2.0, "tcp256 small": 2.0,
            "unix small": 1.8, "unix256 small": 1.8, "unixbuf small": None,
+           "sidecar small": 1.8,
            "tcp large": 1.10}
 PATHS = ["shm small", "tcp small", "tcp256 small", "unix small",
-         "unix256 small", "unixbuf small", "tcp large"]
+         "unix256 small", "unixbuf small", "sidecar small", "tcp large"]
 # "tcp256", "unix256": attnd configured for clients that keep their
 # connections, libmicrohttpd reading a body up to about 200 KiB at a time
 # instead of 25 KiB (docs/operations.md, "Connection memory").
@@ -75,6 +79,8 @@ CONN_MEMORY_KB = 256
 # buffer (room for the whole 768 KiB upload) instead of the kernel's
 # default; the kernel caps it at twice net.core.wmem_max.
 UNIX_SNDBUF = 1 << 20
+# "sidecar": what attnd_client asks for (its _transport.UNIX_SNDBUF).
+SIDECAR_SNDBUF = 4 << 20
 # What each kind of path is: its name in the table, whether the client
 # uses the Unix socket, the client's SO_SNDBUF (None: the kernel's
 # default) and attnd's extra flags.
@@ -88,15 +94,18 @@ KINDS = {
                 ["--conn-memory-kb", str(CONN_MEMORY_KB)]),
     "unixbuf": ("v2 binary, Unix socket, client SO_SNDBUF 1 MiB", True,
                 UNIX_SNDBUF, []),
+    "sidecar": ("v2 binary, Unix socket, --conn-memory-kb 256, client "
+                "SO_SNDBUF 4 MiB", True, SIDECAR_SNDBUF,
+                ["--conn-memory-kb", str(CONN_MEMORY_KB)]),
 }
 # the core's sleep before each call in its second timing (small shape)
 SLEEP_US = 200
 
 
-def granted_sndbuf():
-    """The send buffer a Unix socket gets for UNIX_SNDBUF, in bytes."""
+def granted_sndbuf(size):
+    """The send buffer a Unix socket gets when it asks for size bytes."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SNDBUF)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
         return s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
 
 
@@ -339,7 +348,8 @@ def main():
                    f"<= {t:.2f}x: " + ("met" if ratio <= t else "not met"))
         name = KINDS[kind][0]
         if KINDS[kind][2]:
-            name += f" (the kernel reports {granted_sndbuf() >> 10} KiB)"
+            name += (" (the kernel reports "
+                     f"{granted_sndbuf(KINDS[kind][2]) >> 10} KiB)")
         woken = (f"{min(slept):.0f} µs | {a / min(slept):.2f}x"
                  if size == "small" else "– | –")
         print(f"| {name} | {size} {SHAPES[size]} | {a:.0f} µs | {c:.0f} µs | "
