@@ -93,6 +93,24 @@ class V2Case(harness.ServerTestCase):
     def raw(self, path, body, headers=None, method="POST"):
         return self.srv.request(method, path, body, headers or {})
 
+    def upload_checked(self, conn, seed, lk, what=""):
+        """Posts on conn a v2 binary request of query (1, 1, 2, 32) and key
+        and value (1, 1, lk, 32), about 256 bytes per lk, and checks its
+        output against the reference.  Returns (answer headers, body
+        bytes)."""
+        from v2client import InferResult, build_request
+        q, k, v = rand_inputs(seed, B=1, H=1, Lq=2, Lk=lk, D=32, Dv=32)
+        body, jl = build_request([tensor_input("query", q), tensor_input("key", k),
+                                  tensor_input("value", v)],
+                                 outputs=[InferRequestedOutput("output")])
+        status, hdrs, data = harness.exchange(
+            conn, "POST", "/v2/models/attention/infer", body,
+            {"Inference-Header-Content-Length": str(jl)})
+        self.assertEqual(status, 200, "%s Lk=%d: %r" % (what, lk, data[:300]))
+        res = InferResult(data, int(hdrs["inference-header-content-length"]))
+        self.check_result(res, {"query": q, "key": k, "value": v}, outputs=("output",))
+        return hdrs, len(body)
+
     def assert_error(self, status, hdrs, body, want, *phrases):
         self.assertEqual(status, want, body[:300])
         self.assertTrue(hdrs.get("content-type", "").startswith("application/json"))
@@ -461,26 +479,14 @@ class ConnMemoryTest(harness.UnixSocketServer, V2Case):
     server_args = ("--workers", "2", "--conn-memory-kb", "256")
 
     def test_large_uploads_on_kept_connections_get_the_reference_answers(self):
-        from v2client import InferResult, build_request
         for name, conn in (("tcp", self.srv.connection()),
                            ("unix", harness.UnixHTTPConnection(self.sock))):
             try:
-                # K and V of Lk x 32 FP32 each: bodies of about 125, 250,
-                # 500 and 750 KiB, around multiples of the read size.
+                # Bodies of about 125, 250, 500 and 750 KiB, around
+                # multiples of the read size.
                 for n, lk in enumerate((500, 1000, 2000, 3000)):
-                    q, k, v = rand_inputs(40 + n, B=1, H=1, Lq=2, Lk=lk, D=32, Dv=32)
-                    body, jl = build_request([tensor_input("query", q),
-                                              tensor_input("key", k),
-                                              tensor_input("value", v)],
-                                             outputs=[InferRequestedOutput("output")])
-                    status, hdrs, data = harness.exchange(
-                        conn, "POST", "/v2/models/attention/infer", body,
-                        {"Inference-Header-Content-Length": str(jl)})
-                    self.assertEqual(status, 200, "%s Lk=%d: %r" % (name, lk, data[:300]))
+                    hdrs, _ = self.upload_checked(conn, 40 + n, lk, name)
                     self.assertNotEqual(hdrs.get("connection"), "close")
-                    res = InferResult(data, int(hdrs["inference-header-content-length"]))
-                    self.check_result(res, {"query": q, "key": k, "value": v},
-                                      outputs=("output",))
             finally:
                 conn.close()
 
@@ -513,11 +519,6 @@ class ReadSizeTest(V2Case):
 
     @unittest.skipIf(harness.VALGRIND, "strace cannot trace valgrind's guest")
     def test_a_body_is_read_more_than_half_the_memory_at_a_time(self):
-        from v2client import InferResult, build_request
-        q, k, v = rand_inputs(61, B=1, H=1, Lq=2, Lk=3000, D=32, Dv=32)
-        body, jl = build_request([tensor_input("query", q), tensor_input("key", k),
-                                  tensor_input("value", v)],
-                                 outputs=[InferRequestedOutput("output")])
         with tempfile.TemporaryDirectory() as tmp:
             log = os.path.join(tmp, "reads")
             tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=recvfrom",
@@ -533,9 +534,7 @@ class ReadSizeTest(V2Case):
                 self.assertTrue(attached, "strace did not attach within 20 s")
                 conn = self.srv.connection()
                 try:
-                    status, hdrs, data = harness.exchange(
-                        conn, "POST", "/v2/models/attention/infer", body,
-                        {"Inference-Header-Content-Length": str(jl)})
+                    _, sent = self.upload_checked(conn, 61, 3000)  # 750 KiB
                 finally:
                     conn.close()
             finally:
@@ -545,10 +544,7 @@ class ReadSizeTest(V2Case):
             with open(log) as f:
                 reads = [int(n) for n in re.findall(r"^\d+ +recvfrom\(.*\) = (\d+)$",
                                                      f.read(), re.M)]
-        self.assertEqual(status, 200, data[:300])
-        self.check_result(InferResult(data, int(hdrs["inference-header-content-length"])),
-                          {"query": q, "key": k, "value": v}, outputs=("output",))
-        self.assertGreater(sum(reads), len(body))
+        self.assertGreater(sum(reads), sent)
         self.assertGreater(max(reads), 20 << 10, "read sizes: %s" % reads)
 
 
