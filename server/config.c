@@ -66,10 +66,10 @@ static const struct config_opt config_opts[] = {
   {"max-conns-per-ip", "ATTND_MAX_CONNS_PER_IP", KIND_INT,
    OFF(max_conns_per_ip), 0, 1000000, "0",
    "simultaneous connections from one client address (0 = no limit)"},
-  /* libmicrohttpd's memory per connection, half of it the read buffer:
-   * more means fewer, larger reads for clients that keep their
-   * connections, and a fresh mapping (faulted in, unmapped at the
-   * close) for every connection (docs/decisions.md). */
+  /* libmicrohttpd's memory per connection, up to three quarters of it
+   * the read buffer (http.c): more means fewer, larger reads for clients
+   * that keep their connections, and a fresh mapping (faulted in,
+   * unmapped at the close) for every connection (docs/decisions.md). */
   {"conn-memory-kb", "ATTND_CONN_MEMORY_KB", KIND_INT, OFF(conn_memory_kb),
    32, 4096, "32", "memory per connection, KiB: reads of up to three "
    "quarters of it; 256 suits clients that keep their connections"},
