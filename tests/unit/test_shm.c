@@ -4,21 +4,25 @@
  * Triton's checks and messages, the limits, status in name order, holds
  * that defer an unregister and the mapping's lifetime, reads and writes
  * through the mapping, objects truncated or removed after registration
- * (a caught SIGBUS, an error), a SIGBUS outside a guarded copy that still
+ * (a caught SIGBUS, an error), a page its file system cannot back (the
+ * same, with its own message), a SIGBUS outside a guarded copy that still
  * kills or reaches a handler installed before attnd's, the v2 decoder
  * reading inputs out of regions and listing outputs for them, and many
  * threads at once, faulting and not. */
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -342,6 +346,81 @@ START_TEST(truncated_or_removed_objects_fail_cleanly) {
   shm_unregister(reg, "r");
   shm_free(reg);
   n_keys = 0;
+}
+END_TEST
+
+/* ---- a file system that cannot back a page ---------------------------- */
+
+/* The child's side of a_full_file_system_is_named, in a mount namespace
+ * of its own with a 64 KiB tmpfs on /dev/shm: a sparse 1 MiB object is
+ * registered whole, the file system is then filled, and a write to one
+ * of the object's holes and a read of another fault though the object
+ * still holds them.  0 when both fail with the message that names the
+ * file system; 77 when a mount namespace is not allowed here; any other
+ * code is a failure, its message on stderr.  No check asserts: this runs
+ * in a process of its own. */
+static int full_file_system_child(void) {
+  static const char key[] = "/attnd-test-full";
+  static const char filler[] = "/attnd-test-filler";
+  char err[PROTO_ERR_MAX] = "", page[4096] = {0};
+  if (unshare(CLONE_NEWNS) != 0 ||
+      mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("attnd-test", "/dev/shm", "tmpfs", 0, "size=64k") != 0)
+    return 77;
+  int fd = shm_open(key, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 || ftruncate(fd, 1 << 20) != 0)
+    return 2;
+  close(fd);
+  struct shm_registry *reg = shm_new(8, 1 << 21);
+  if (fault_init() != 0 || reg_rc(reg, "r", key, 0, 1 << 20, err) != 0) {
+    fprintf(stderr, "register: %s\n", err);
+    return 3;
+  }
+  fd = shm_open(filler, O_RDWR | O_CREAT | O_EXCL, 0600);
+  while (fd >= 0 && write(fd, page, sizeof page) > 0)
+    ;
+  if (fd < 0 || errno != ENOSPC)
+    return 4;
+  close(fd);
+  struct shm_region *r = shm_acquire(reg, "r");
+  int rc = 0;
+  if (shm_region_write(r, 8192, page, 64, err) != ATTND_EINVAL ||
+      !strstr(err, "writing '/attnd-test-full' failed") ||
+      !strstr(err, "file system full?"))
+    rc = 5;
+  else if (shm_region_read(r, 65536, page, 64, err) != ATTND_EINVAL ||
+           !strstr(err, "reading '/attnd-test-full' failed") ||
+           !strstr(err, "file system full?"))
+    rc = 6;
+  if (rc)
+    fprintf(stderr, "%s\n", err[0] ? err : "the copy did not fail");
+  shm_release(r);
+  shm_unregister(reg, "r");
+  shm_free(reg);
+  return rc;
+}
+
+/* A page the kernel cannot back faults like a truncated one, but the
+ * object still holds it: the message says the file system may be full,
+ * not that the object was truncated. */
+START_TEST(a_full_file_system_is_named) {
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0)
+    _exit(full_file_system_child());
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st), "the child was killed by signal %d",
+                WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  if (WEXITSTATUS(st) == 77) {
+    fprintf(stderr, "a_full_file_system_is_named: skipped, no mount "
+                    "namespace with a tmpfs here (%s)\n",
+            geteuid() == 0 ? "not allowed" : "not root");
+    return;
+  }
+  ck_assert_msg(WEXITSTATUS(st) == 0, "the child failed with code %d",
+                WEXITSTATUS(st));
 }
 END_TEST
 
@@ -787,6 +866,7 @@ static Suite *shm_suite(void) {
   tcase_add_test(tc, unregister_waits_for_the_last_hold);
   tcase_add_test(tc, reads_and_writes_go_through_the_region_offset);
   tcase_add_test(tc, truncated_or_removed_objects_fail_cleanly);
+  tcase_add_test(tc, a_full_file_system_is_named);
   tcase_add_test(tc, sigbus_outside_a_guard_still_kills);
   tcase_add_test(tc, an_earlier_sigbus_handler_still_hears_the_rest);
   tcase_add_test(tc, decoder_reads_inputs_and_lists_outputs);
