@@ -75,6 +75,7 @@ PATHS = ["shm small", "tcp small", "tcp256 small", "unix small",
 # connections, libmicrohttpd reading a body up to about 200 KiB at a time
 # instead of 25 KiB (docs/operations.md, "Connection memory").
 CONN_MEMORY_KB = 256
+MEMORY_FLAGS = ["--conn-memory-kb", str(CONN_MEMORY_KB)]
 # "unixbuf": the Unix socket again, the client asking for a 1 MiB send
 # buffer (room for the whole 768 KiB upload) instead of the kernel's
 # default; the kernel caps it at twice net.core.wmem_max.
@@ -88,15 +89,14 @@ KINDS = {
     "shm": ("v2, shared memory", False, None, []),
     "tcp": ("v2 binary, TCP", False, None, []),
     "tcp256": ("v2 binary, TCP, --conn-memory-kb 256", False, None,
-               ["--conn-memory-kb", str(CONN_MEMORY_KB)]),
+               MEMORY_FLAGS),
     "unix": ("v2 binary, Unix socket", True, None, []),
     "unix256": ("v2 binary, Unix socket, --conn-memory-kb 256", True, None,
-                ["--conn-memory-kb", str(CONN_MEMORY_KB)]),
+                MEMORY_FLAGS),
     "unixbuf": ("v2 binary, Unix socket, client SO_SNDBUF 1 MiB", True,
                 UNIX_SNDBUF, []),
     "sidecar": ("v2 binary, Unix socket, --conn-memory-kb 256, client "
-                "SO_SNDBUF 4 MiB", True, SIDECAR_SNDBUF,
-                ["--conn-memory-kb", str(CONN_MEMORY_KB)]),
+                "SO_SNDBUF 4 MiB", True, SIDECAR_SNDBUF, MEMORY_FLAGS),
 }
 # the core's sleep before each call in its second timing (small shape)
 SLEEP_US = 200
