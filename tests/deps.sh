@@ -1,5 +1,6 @@
 #!/bin/sh
-# Installs the Debian 12 packages attnd needs to build, run and test.
+# Installs the Debian packages attnd needs to build, run and test, on
+# Debian 13 (trixie) or Debian 12 (bookworm).
 #   sh tests/deps.sh          install what is missing (as root), else print
 #                             the apt-get line to run
 #   sh tests/deps.sh --check  exit 1 with the apt-get line if any is missing
@@ -13,7 +14,9 @@ libfast-float-dev libdragonbox-dev libopenblas-dev libuv1-dev zlib1g-dev check p
 python3-yaml python3-numpy curl valgrind groff-base man-db systemd
 prometheus"
 # Test-only tools, kept apart from PKGS (the list the image build mirrors):
-# clang with its compiler-rt for the libFuzzer harnesses (tests/fuzz);
+# clang with its compiler-rt for the libFuzzer harnesses (tests/fuzz):
+# libclang-rt-dev is the compiler-rt of the release's default clang (14 on
+# Debian 12, 19 on Debian 13), so one name serves both;
 # openssl for the TLS tests' certificate; python3-pip, python3-setuptools,
 # python3-wheel and python3-venv for the Python client's offline install
 # (`pip install --no-index --no-build-isolation deploy/clients/python` into
@@ -22,7 +25,7 @@ prometheus"
 # strace, with which test_v2 sees how much libmicrohttpd reads at a time.
 # (The Makefile's gnutls, for the HTTPS probe, is libgnutls28-dev, which
 # libmicrohttpd-dev brings.)
-TEST_PKGS="clang libclang-rt-14-dev openssl python3-pip python3-setuptools
+TEST_PKGS="clang libclang-rt-dev openssl python3-pip python3-setuptools
 python3-wheel python3-venv mypy strace"
 
 missing=""
