@@ -22,7 +22,7 @@ COPY Makefile ./
 COPY core/ core/
 COPY proto/ proto/
 COPY server/ server/
-# served as GET /openapi.json, embedded like server/static/
+# served as GET /openapi.json, embedded like server/http/static/
 COPY deploy/openapi.json deploy/openapi.json
 ARG OPTIMIZATION=-O2
 RUN make -j"$(nproc)" OPTIMIZATION="${OPTIMIZATION}" \

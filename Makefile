@@ -63,7 +63,7 @@ endif
 CORE_SRC := $(wildcard core/*.c)
 PROTO_SRC := $(wildcard proto/*.c)
 PROTO_CXX_SRC := $(wildcard proto/*.cc)
-SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC)) \
            $(patsubst %.cc,$(BUILD)/obj/%.o,$(PROTO_CXX_SRC))
 MAIN_OBJ := $(BUILD)/obj/server/main.o
@@ -89,9 +89,9 @@ $(BUILD)/obj/%.o: %.cc
 	@[ "$(V)" = 1 ] || echo "  CXX   $<"
 	$(Q)$(CXX) $(FINAL_CXXFLAGS) -c $< -o $@
 
-# assets.o embeds server/static/ and deploy/openapi.json with .incbin,
+# assets.o embeds server/http/static/ and deploy/openapi.json with .incbin,
 # which -MMD cannot see.
-$(BUILD)/obj/server/assets.o: $(wildcard server/static/*) deploy/openapi.json
+$(BUILD)/obj/server/http/assets.o: $(wildcard server/http/static/*) deploy/openapi.json
 
 $(BUILD)/libattnd.a: $(LIB_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -251,7 +251,7 @@ FUZZ_CFLAGS = $(STD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
               $(PKG_CFLAGS) -I. -MMD -MP
 FUZZ_CXX ?= clang++
 # The shared memory registry too: fuzz_v2 decodes through real regions.
-FUZZ_SERVER_SRC := server/shm.c server/shm_http.c server/fault.c
+FUZZ_SERVER_SRC := server/shm/shm.c server/shm/shm_http.c server/shm/fault.c
 FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) \
                   $(FUZZ_SERVER_SRC)) \
                 $(patsubst %.cc,$(FUZZ_DIR)/obj/%.o,$(PROTO_CXX_SRC))

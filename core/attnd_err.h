@@ -4,7 +4,7 @@
  * the negative ATTND_E* codes below on failure.  The list is an X-macro so
  * that the enum and the message table cannot drift apart (the libuv
  * UV_ERRNO_MAP idea).  The mapping from a code to an HTTP status lives in
- * exactly one place, server/status.c, because HTTP is the server's business
+ * exactly one place, server/http/status.c, because HTTP is the server's business
  * and not the core's.
  *
  * This header is self-contained: no globals, no I/O, safe from any thread.

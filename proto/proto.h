@@ -195,7 +195,7 @@ int proto_v2_decode(const char *body, size_t len, const char *header_len,
  * inference request then names a region in an input's or an output's
  * parameters (shared_memory_region, shared_memory_byte_size,
  * shared_memory_offset) instead of carrying the tensor.  The regions are
- * the server's (server/shm.h): proto reaches them only through a
+ * the server's (server/shm/shm.h): proto reaches them only through a
  * proto_shm.  It reads each input out of its region once, into the buffer
  * the core reads (or a bounce buffer it converts from), and validates
  * that copy like a binary tensor, never the region: the client may write

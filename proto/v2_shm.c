@@ -3,7 +3,7 @@
  * v2 inference request (reading inputs out of their regions, listing the
  * outputs to write into theirs).
  *
- * The regions themselves are the server's (server/shm.h); proto sees a
+ * The regions themselves are the server's (server/shm/shm.h); proto sees a
  * region only as an opaque handle and a proto_shm to find and read it.
  * Every rule and message follows Triton's HTTP server and shared memory
  * manager (protocol.md, "System shared memory extension"), except that a

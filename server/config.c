@@ -2,7 +2,7 @@
  *
  * One table describes every option; defaults, the environment, argv and
  * --help are all driven from it, so they cannot drift apart. */
-#include "config.h"
+#include "server/config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/attnd_err.h"
+#include "core/attnd_err.h"
 
 enum config_kind { KIND_INT, KIND_LONG, KIND_HOST, KIND_LOG, KIND_STR,
                    KIND_MODE };

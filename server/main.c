@@ -28,17 +28,17 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "../proto/mem.h"
-#include "batcher.h"
-#include "clock.h"
-#include "config.h"
-#include "http.h"
-#include "log.h"
-#include "metrics.h"
-#include "probe.h"
-#include "reqid.h"
-#include "shm.h"
-#include "tls.h"
+#include "proto/mem.h"
+#include "server/sched/batcher.h"
+#include "server/clock.h"
+#include "server/config.h"
+#include "server/http/http.h"
+#include "server/obs/log.h"
+#include "server/obs/metrics.h"
+#include "server/conn/probe.h"
+#include "server/obs/reqid.h"
+#include "server/shm/shm.h"
+#include "server/conn/tls.h"
 
 /* The self-pipe: written by the signal handler, read by main.  These two
  * are the only file-scope state, because a signal handler has no other

@@ -223,7 +223,7 @@ async function newPage(opts) {
 }
 
 try {
-  await test('GET /, /app.js, /style.css serve the files of server/static byte for byte', async () => {
+  await test('GET /, /app.js, /style.css serve the files of server/http/static byte for byte', async () => {
     const files = { '/': 'index.html', '/index.html': 'index.html', '/app.js': 'app.js', '/style.css': 'style.css' };
     const types = { 'index.html': 'text/html', 'app.js': 'javascript', 'style.css': 'text/css' };
     for (const [url, file] of Object.entries(files)) {
@@ -232,8 +232,8 @@ try {
       const ct = res.headers.get('content-type') || '';
       assert(ct.includes(types[file]), `GET ${url}: content-type "${ct}"`);
       const got = Buffer.from(await res.arrayBuffer());
-      const want = fs.readFileSync(path.join(ROOT, 'server', 'static', file));
-      assert(got.equals(want), `GET ${url}: ${got.length} bytes differ from server/static/${file} (${want.length} bytes); rebuild attnd`);
+      const want = fs.readFileSync(path.join(ROOT, 'server', 'http', 'static', file));
+      assert(got.equals(want), `GET ${url}: ${got.length} bytes differ from server/http/static/${file} (${want.length} bytes); rebuild attnd`);
     }
     const res = await fetch(BASE + '/no-such-asset.js');
     assert(res.status === 404, `GET /no-such-asset.js: status ${res.status}, want 404`);

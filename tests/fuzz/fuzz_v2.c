@@ -4,7 +4,7 @@
  *
  * Tensors may name shared memory regions.  Without the harness's regions
  * (the plain decoder) every region is unknown; with them, the decoder
- * reads inputs out of real regions of the real registry (server/shm.c)
+ * reads inputs out of real regions of the real registry (server/shm/shm.c)
  * and lists the outputs to write there, which must lie within their
  * regions.  The regions, made once and never written afterwards, over one
  * 8 KiB POSIX object that is unlinked at once (the registry keeps its
@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "fuzz.h"
-#include "server/shm.h"
-#include "server/shm_http.h"
+#include "server/shm/shm.h"
+#include "server/shm/shm_http.h"
 
 static struct shm_registry *regions(void) {
   static struct shm_registry *reg;

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "server/net.h"
+#include "server/conn/net.h"
 
 void support_drop_acks(int l) {
   int e;

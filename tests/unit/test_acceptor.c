@@ -25,9 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/acceptor.h"
-#include "server/handshake.h"
-#include "server/net.h"
+#include "server/conn/acceptor.h"
+#include "server/conn/handshake.h"
+#include "server/conn/net.h"
 #include "support_filter.h"
 
 #define MAX_HANDED 128

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/batcher.h"
+#include "server/sched/batcher.h"
 #include "server/clock.h"
-#include "server/metrics.h"
+#include "server/obs/metrics.h"
 #include "support_jobs.h"
 
 #define MAXJ 16

@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "server/clock.h"
-#include "server/exec.h"
-#include "server/metrics.h"
+#include "server/sched/exec.h"
+#include "server/obs/metrics.h"
 #include "support_jobs.h"
 
 static const char *SHAPE_A = SUPPORT_SHAPE_A;

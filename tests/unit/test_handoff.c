@@ -25,9 +25,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "server/acceptor.h"
-#include "server/handoff.h"
-#include "server/net.h"
+#include "server/conn/acceptor.h"
+#include "server/conn/handoff.h"
+#include "server/conn/net.h"
 
 #define MAX_CLIENTS 64
 #define MAX_THREADS 8

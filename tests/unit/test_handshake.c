@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server/handshake.h"
+#include "server/conn/handshake.h"
 #include "support_filter.h"
 
 /* A listen socket on 127.0.0.1 (any port); its address in *a. */

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/linger.h"
+#include "server/conn/linger.h"
 
 #define BODY (64u << 20) /* beyond any loopback socket buffers */
 

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/log.h"
-#include "server/reqid.h"
+#include "server/obs/log.h"
+#include "server/obs/reqid.h"
 
 /* 2026-12-02T21:49:57.123Z */
 static const struct timespec when = {1796248197, 123456789};

@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server/net.h"
+#include "server/conn/net.h"
 
 static int is_open(int fd) { return fcntl(fd, F_GETFD) >= 0; }
 

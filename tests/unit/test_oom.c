@@ -26,8 +26,8 @@
 
 #include "proto/mem.h"
 #include "proto/proto.h"
-#include "server/shm.h"
-#include "server/shm_http.h"
+#include "server/shm/shm.h"
+#include "server/shm/shm_http.h"
 
 /* ---- requests ------------------------------------------------------------ */
 

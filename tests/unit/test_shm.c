@@ -1,6 +1,6 @@
-/* test_shm.c - the shared memory registry (server/shm.c), a request's
- * view of it (server/shm_http.c) and the guarded copies under both
- * (server/fault.c), on real POSIX shared memory objects: registering with
+/* test_shm.c - the shared memory registry (server/shm/shm.c), a request's
+ * view of it (server/shm/shm_http.c) and the guarded copies under both
+ * (server/shm/fault.c), on real POSIX shared memory objects: registering with
  * Triton's checks and messages, the limits, status in name order, holds
  * that defer an unregister and the mapping's lifetime, reads and writes
  * through the mapping, objects truncated or removed after registration
@@ -30,9 +30,9 @@
 
 #include "proto/mem.h"
 #include "proto/proto.h"
-#include "server/fault.h"
-#include "server/shm.h"
-#include "server/shm_http.h"
+#include "server/shm/fault.h"
+#include "server/shm/shm.h"
+#include "server/shm/shm_http.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 

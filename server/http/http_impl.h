@@ -1,0 +1,202 @@
+/* http_impl.h - internals shared by the server/http*.c files; not a
+ * public API (that is http.h), and included by nothing else.
+ *
+ * The HTTP front end is four files, one job each:
+ *   http.c         the daemon and its lifecycle; MHD's callbacks (a
+ *                  request's first call and its states, completion, the
+ *                  access log, connection notices); routing and the route
+ *                  table; the token check; framing;
+ *   http_answer.c  queueing a request's one answer: its headers, its
+ *                  status and what it counts in the metrics;
+ *   http_post.c    the POST routes: the body, its decode, admission, the
+ *                  choice between running the job here and queueing it to
+ *                  the batcher, and the answer the job produced;
+ *   http_v2meta.c  the KServe v2 metadata, health, model configuration
+ *                  and statistics GETs.
+ *
+ * Threads: a request's life, and which thread touches what, is the DESIGN
+ * comment of http.c.  In short: a struct http_req belongs to the MHD
+ * thread serving its connection, and every function declared here runs on
+ * that thread; a batcher job reaches back to it only through http_post.c's
+ * completion callback.  struct http is shared by every thread and, once
+ * http_start has returned, only its atomics change.
+ *
+ * Names keep the module's http_ prefix.  The handlers return MHD_YES, or
+ * MHD_NO when MHD must drop the connection (an answer could not be
+ * queued); a client's error is an answer like any other (http_fail).
+ */
+#ifndef ATTND_HTTP_IMPL_H
+#define ATTND_HTTP_IMPL_H
+
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/sched/batcher.h"
+#include "server/http/http.h"
+#include "server/obs/metrics.h"
+#include "server/obs/reqid.h"
+#include "server/shm/shm_http.h"
+#include "proto/proto.h"
+
+struct acceptor;
+struct linger_set;
+
+/* ---- the server and a request ------------------------------------------ */
+
+enum http_req_state {
+  REQ_HEADERS,              /* GET/HEAD: routed on the next call */
+  REQ_RECEIVING, REQ_QUEUED, REQ_JOB_DONE, REQ_ANSWERED
+};
+
+/* What the Authorization header says, for a route that needs the token. */
+enum http_auth { AUTH_OK = 0, AUTH_MISSING = 1, AUTH_INVALID = 2 };
+
+struct http {
+  struct http_config cfg;
+  struct batcher *b;
+  struct metrics *m;
+  struct MHD_Daemon *d;
+  struct acceptor *acc;     /* the listen sockets and accept thread */
+  struct linger_set *lg;    /* NULL: early answers close at once */
+  _Atomic int state;        /* enum http_state */
+  _Atomic int quiesced;
+  _Atomic size_t active;
+};
+
+struct http_route;
+
+struct http_req {
+  struct http *h;
+  struct MHD_Connection *conn;
+  const char *method, *url; /* MHD keeps them valid until completion */
+  const struct http_route *rt;  /* NULL: no route */
+  enum metrics_route route;
+  int model;                /* /v2/models/{m}: enum proto_model */
+  enum http_req_state state;
+  proto_body body;          /* accumulated request body */
+  size_t bytes_in;          /* every body byte received, kept or not */
+  int too_big;
+  int unauth;               /* enum http_auth: 401 at the end if not OK */
+  int close;                /* answer with Connection: close */
+  int linger_fd;            /* answered before its body: a duplicate of
+                               the socket for linger_add, else -1 */
+  uint64_t start_ns;
+  unsigned int status;      /* what we queued; 0 if nothing was */
+  size_t bytes_out;
+  const char *rid;          /* X-Request-ID: the client's or rid_buf */
+  char rid_buf[REQID_LEN + 1];
+  char reason[PROTO_ERR_MAX];  /* a 4xx/5xx's message, for the log */
+  struct batcher_job job;
+  struct shm_http_req shm;  /* the shared memory regions it holds */
+};
+
+/* ---- routes (the table itself is in http.c) ---------------------------- */
+
+enum http_body { BODY_NONE, BODY_V1, BODY_V2, BODY_SHM };
+
+struct http_route {
+  const char *path;
+  enum metrics_route metric;
+  const char *allow;        /* the Allow header for a 405 */
+  enum MHD_Result (*get)(struct http_req *r);  /* NULL for POST routes */
+  enum http_body body;      /* POST routes: how to decode the body */
+  int auth;                 /* when a configured token is required:
+                               1 AUTH_ALWAYS, 2 AUTH_IF_METRICS, 0 never */
+};
+
+/* http_route.auth (the table spells the numbers: docs tests read it). */
+enum { AUTH_ALWAYS = 1, AUTH_IF_METRICS = 2 };
+
+/* A refused body (past the limit, or without the token) is read and
+ * dropped so that its answer reaches a client that sends all before it
+ * reads, however far over the limit a real upload goes; but not forever:
+ * past 64 times the limit, a chunked upload that does not end is cut off
+ * (libmicrohttpd 0.9.75 cannot answer mid-body, so the connection is
+ * closed). */
+#define HTTP_DRAIN_FACTOR 64
+
+/* The Content-Type of every JSON answer. */
+extern const char http_json[];
+
+/* ---- answers (http_answer.c) --------------------------------------------
+ *
+ * Each queues r's one answer, adding Content-Type, X-Request-ID and the
+ * headers its status calls for, records it in the metrics and leaves r
+ * REQ_ANSWERED.  hdrs: name/value pairs, NULL-terminated; NULL for none.
+ * Each returns what MHD_queue_response did (MHD_NO also when out of
+ * memory). */
+
+/* body (len bytes) with status.  own != 0 hands body to MHD, which frees
+ * it (freed here if MHD cannot take it); own == 0: body is static. */
+enum MHD_Result http_answer(struct http_req *r, unsigned int status,
+                            char *body, size_t len, int own,
+                            const char *ctype, const char *const *hdrs);
+
+/* A 200 of parts (v2 binary outputs), sent as one iovec.  *parts is
+ * taken over and zeroed, or left as it was when memory runs out. */
+enum MHD_Result http_answer_parts(struct http_req *r, proto_parts *parts,
+                                  const char *const *hdrs);
+
+/* {"error": msg} (msg NULL: attnd_strerror(err)) with the HTTP status for
+ * err (503 if the body cannot be made) and, if allow is not NULL, an
+ * Allow header; the message is kept in r->reason for the access log. */
+enum MHD_Result http_fail(struct http_req *r, int err, const char *msg,
+                          const char *allow);
+
+/* The malloc'd JSON body of a proto_v2_* call that returned rc: status
+ * with body when rc is 0, else http_fail(rc) (body is not read). */
+enum MHD_Result http_send(struct http_req *r, unsigned int status, int rc,
+                          char *body, size_t len);
+
+/* ---- the token (http.c) ------------------------------------------------- */
+
+/* r's verdict for route rt: AUTH_OK when rt is open or no token is
+ * configured, else the Authorization header's (enum http_auth).  A NULL
+ * rt is an unknown /v2/models/ path, which needs the token. */
+int http_auth(struct http_req *r, const struct http_route *rt);
+
+/* ---- POST routes (http_post.c) -------------------------------------------
+ *
+ * A POST route's request, called by http.c's access handler in order:
+ * http_post_begin once (from dispatch), http_post_chunk for each piece of
+ * body, http_post_end once the body is complete, and, if that left r
+ * REQ_QUEUED, http_post_answer once the job is done and MHD has resumed
+ * the connection (r->state REQ_JOB_DONE). */
+
+/* First call: an early refusal (413 by Content-Length), else r becomes
+ * REQ_RECEIVING with its body buffer reserved and its auth verdict kept
+ * for the end. */
+enum MHD_Result http_post_begin(struct http_req *r);
+
+/* Appends n bytes of body (counted and dropped once refused). */
+void http_post_chunk(struct http_req *r, const char *data, size_t n);
+
+/* 1 when a refused body has run on past HTTP_DRAIN_FACTOR times the limit:
+ * the caller drops the connection. */
+int http_refused_too_long(const struct http_req *r);
+
+/* The body is complete: answers a refusal or a shared memory POST, or
+ * decodes and admits the job, then runs it here and answers, or suspends
+ * the connection (REQ_QUEUED) and submits it to the batcher. */
+enum MHD_Result http_post_end(struct http_req *r);
+
+/* Queues the answer of r's finished job. */
+enum MHD_Result http_post_answer(struct http_req *r);
+
+/* ---- KServe v2 metadata, health and statistics GETs (http_v2meta.c) ----
+ *
+ * struct http_route.get handlers: r->model is the model of a
+ * /v2/models/{m} route (http_get_v2_stats: -1 for every model). */
+
+enum MHD_Result http_get_v2_server(struct http_req *r);
+enum MHD_Result http_get_v2_live(struct http_req *r);
+enum MHD_Result http_get_v2_ready(struct http_req *r);
+enum MHD_Result http_get_v2_model(struct http_req *r);
+enum MHD_Result http_get_v2_model_config(struct http_req *r);
+enum MHD_Result http_get_v2_stats(struct http_req *r);
+enum MHD_Result http_get_v2_stats_all(struct http_req *r);
+enum MHD_Result http_get_v2_model_ready(struct http_req *r);
+
+#endif /* ATTND_HTTP_IMPL_H */

@@ -1,0 +1,275 @@
+/* http_post.c - the POST routes: /v1/attention, /v2/models/{m}/infer and
+ * /v2/systemsharedmemory/... (http_impl.h).  A request's body is
+ * accumulated, decoded and admitted here; then its job runs right here or
+ * is queued to the batcher (http_post_end), and the answer it produced is
+ * queued (http_post_answer).
+ *
+ * DESIGN
+ *
+ * Everything here runs on the MHD thread that owns the request's
+ * connection except http_on_job_done, which a worker or the batcher's
+ * loop thread calls: it sets r->state to REQ_JOB_DONE and resumes the
+ * connection, and from then on only the MHD thread touches r.  The
+ * suspend comes before the submit, and a suspended request cannot
+ * complete, so r outlives its job (the states and why: the DESIGN
+ * comment of http.c).  h->quiesced is an atomic the controlling thread
+ * sets; the batcher does its own locking (batcher.h).  No locks here.
+ */
+#include "server/http/http_impl.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "server/clock.h"
+#include "proto/mem.h"
+
+/* First call of a POST: refuse early what we already know we will refuse,
+ * otherwise get ready to receive the body. */
+enum MHD_Result http_post_begin(struct http_req *r) {
+  const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                               MHD_HTTP_HEADER_CONTENT_LENGTH);
+  unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+  char msg[96];
+
+  /* Answered at the end of the body: an answer sent mid-upload tends to
+   * reach the client as a connection reset. */
+  r->unauth = http_auth(r, r->rt);
+  if (n > r->h->cfg.max_body) {
+    snprintf(msg, sizeof msg, "request body of %llu bytes exceeds the "
+             "limit of %zu bytes", n, r->h->cfg.max_body);
+    return http_fail(r, ATTND_ETOOBIG, msg, NULL);
+  }
+  /* Reserve once; a wrong Content-Length only costs a realloc, and a
+   * failed reservation is answered when an append fails too. */
+  if (!r->unauth)
+    (void)proto_body_init(
+        &r->body, (size_t)n,
+        r->rt->body == BODY_V2
+            ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                          "Inference-Header-Content-Length")
+            : NULL);
+  r->state = REQ_RECEIVING;
+  return MHD_YES;
+}
+
+/* Copies one body chunk; beyond max_body the rest is counted and dropped
+ * (MHD cannot answer until the final call). */
+void http_post_chunk(struct http_req *r, const char *data, size_t n) {
+  r->bytes_in += n;
+  if (r->too_big || r->unauth)
+    return;
+  if (n > r->h->cfg.max_body - r->body.len) {
+    r->too_big = 1;
+    proto_body_free(&r->body);
+    return;
+  }
+  if (proto_body_append(&r->body, data, n))
+    r->too_big = -1;  /* out of memory: answered on the final call */
+}
+
+/* A refused body's drain is bounded: HTTP_DRAIN_FACTOR (http_impl.h). */
+int http_refused_too_long(const struct http_req *r) {
+  return (r->too_big > 0 || r->unauth) &&
+         r->bytes_in / HTTP_DRAIN_FACTOR > r->h->cfg.max_body;
+}
+
+/* Runs on a worker or the loop thread: store the outcome, then resume.
+ * After MHD_resume_connection this thread must not touch r. */
+static void http_on_job_done(struct batcher_job *job) {
+  struct http_req *r = job->arg;
+  r->state = REQ_JOB_DONE;
+  MHD_resume_connection(r->conn);
+}
+
+/* The body as sent, or inflated per Content-Encoding into *plain (which
+ * the caller frees).  0 or ATTND_E* with a message in err. */
+static int http_post_plain(struct http_req *r, char **plain, const char **b,
+                           size_t *n, char err[PROTO_ERR_MAX]) {
+  const char *coding = MHD_lookup_connection_value(
+      r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+  int rc;
+  *plain = NULL;
+  *b = r->body.p ? r->body.p : "";
+  *n = r->body.len;
+  if (!coding)
+    return 0;
+  rc = proto_inflate(coding, *b, *n, r->h->cfg.max_body, plain, n, err);
+  if (rc == 0 && *plain)
+    *b = *plain;
+  else if (rc == 0)
+    *n = r->body.len;  /* identity */
+  return rc;
+}
+
+/* Decodes the body with the route's codec into r->job.req. */
+static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
+  struct http *h = r->h;
+  const char *b;
+  char *plain;
+  size_t n;
+  int rc = http_post_plain(r, &plain, &b, &n, err);
+  proto_shm shm;
+  if (rc == 0 && r->rt->body == BODY_V2) {
+    const char *hlen = MHD_lookup_connection_value(
+        r->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    shm_http_req_begin(&r->shm, h->cfg.shm, &shm);
+    /* As received, the body may lend the decoder its FP32 tensors. */
+    rc = plain ? proto_v2_decode_shm(b, n, hlen, r->model, &shm, &r->job.req,
+                                     h->cfg.max_elems, err)
+               : proto_v2_decode_body_shm(&r->body, hlen, r->model, &shm,
+                                          &r->job.req, h->cfg.max_elems,
+                                          err);
+  } else if (rc == 0) {
+    rc = proto_v1_decode(b, n, &r->job.req, h->cfg.max_elems, err);
+  }
+  mem_free(plain);
+  proto_body_free(&r->body);
+  return rc;
+}
+
+/* The earlier of the server's --timeout-ms and the request's own
+ * timeout (v2 parameter, microseconds), from its arrival; 0 = none. */
+static uint64_t http_deadline(struct http_req *r) {
+  uint64_t d = 0, own = r->job.req.timeout_us;
+  if (r->h->cfg.timeout_ms)
+    d = r->start_ns + (uint64_t)r->h->cfg.timeout_ms * 1000000u;
+  if (own && (d == 0 || r->start_ns + own * 1000u < d))
+    d = r->start_ns + own * 1000u;
+  return d;
+}
+
+/* The batcher's job->finish: outputs into their regions, once the answer
+ * is encoded (a failed request writes nothing there). */
+static int http_job_finish(struct batcher_job *job) {
+  struct http_req *r = job->arg;
+  return shm_http_write_outputs(&r->shm, &job->req);
+}
+
+/* Final call of a POST to /v2/systemsharedmemory/...: register or
+ * unregister; 200 with an empty body, as Triton. */
+static enum MHD_Result http_post_shm(struct http_req *r) {
+  static char empty[] = "";
+  char err[PROTO_ERR_MAX] = "", *plain;
+  const char *b;
+  size_t n;
+  int rc = http_post_plain(r, &plain, &b, &n, err);
+  if (rc == 0)
+    rc = shm_http_post(r->h->cfg.shm, r->h->cfg.allow_client_shm, r->url, b,
+                       n, err);
+  mem_free(plain);
+  proto_body_free(&r->body);
+  if (rc != 0)
+    return http_fail(r, rc, err[0] ? err : NULL, NULL);
+  return http_answer(r, 200, empty, 0, 0, http_json, NULL);
+}
+
+/* Sets r->job.cost, what the request holds until it is answered: its
+ * tensors and its encoded answer (twice when compressed, the plain text
+ * and the compressed copy living together).  ATTND_ETOOBIG, with a
+ * message in msg, when that alone exceeds the in-flight budget: it could
+ * never be admitted, so 413 rather than a 503 to retry. */
+static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
+  const proto_request *q = &r->job.req;
+  size_t answer = proto_answer_bytes(q);
+  r->job.cost = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
+  if (r->job.cost <= r->h->cfg.max_inflight)
+    return 0;
+  snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
+           "answer, more than the server's in-flight limit of %zu MiB; "
+           "weights as JSON text take up to 4 times their float32 size "
+           "(v2 binary outputs do not); see --max-inflight-mb",
+           (r->job.cost >> 20) + 1,
+           r->h->cfg.max_inflight >> 20);
+  return ATTND_ETOOBIG;
+}
+
+/* Final call: decode, admit, then run here or suspend and submit. */
+enum MHD_Result http_post_end(struct http_req *r) {
+  struct http *h = r->h;
+  char err[PROTO_ERR_MAX], msg[256];
+  uint64_t t0;
+  int rc;
+
+  if (r->unauth)
+    return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
+  if (r->too_big > 0) {
+    snprintf(msg, sizeof msg, "request body exceeds the limit of %zu bytes",
+             h->cfg.max_body);
+    return http_fail(r, ATTND_ETOOBIG, msg, NULL);
+  }
+  if (r->too_big < 0)
+    return http_fail(r, ATTND_ENOMEM, NULL, NULL);
+  /* Served while draining too: a client may still clean its regions up. */
+  if (r->rt->body == BODY_SHM)
+    return http_post_shm(r);
+  /* Refused only now, after reading the body: an answer sent while the
+   * client is still uploading tends to reach it as a connection reset. */
+  if (atomic_load(&h->quiesced))
+    return http_fail(r, ATTND_EDRAINING, NULL, NULL);
+  err[0] = '\0';
+  t0 = clock_now_ns();
+  rc = http_post_decode(r, err);
+  if (rc != 0)
+    return http_fail(r, rc, err[0] ? err : NULL, NULL);
+  if (r->rt->body == BODY_V2)
+    metrics_record_model(h->m, r->model, METRICS_PHASE_INPUT,
+                         clock_now_ns() - t0);
+  r->job.coding = proto_accept_coding(MHD_lookup_connection_value(
+      r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
+  rc = http_post_cost(r, msg, sizeof msg);
+  if (rc == 0)
+    rc = batcher_reserve(h->b, r->job.cost);
+  if (rc != 0) {
+    proto_request_free(&r->job.req);
+    return http_fail(r, rc, rc == ATTND_ETOOBIG ? msg : NULL, NULL);
+  }
+  r->job.deadline_ns = http_deadline(r);
+  r->job.done = http_on_job_done;
+  r->job.arg = r;
+  if (r->shm.n)
+    r->job.finish = http_job_finish;
+  /* h->active counts this request and every other one from its first
+   * byte to its completion: 1 means none is being received, queued or
+   * computing besides it. */
+  if (batcher_run_here(h->b, &r->job, atomic_load(&h->active) == 1)) {
+    r->state = REQ_JOB_DONE;
+    return http_post_answer(r);
+  }
+  r->state = REQ_QUEUED;
+  MHD_suspend_connection(r->conn);
+  batcher_submit(h->b, &r->job);
+  return MHD_YES;
+}
+
+/* Called again after the resume: queue what the worker produced, with
+ * the headers its form needs (v2 binary outputs, content coding). */
+enum MHD_Result http_post_answer(struct http_req *r) {
+  struct batcher_job *job = &r->job;
+  const char *hdrs[7];
+  char hlen[32];
+  int n = 0, binary = job->json_len < job->plain_len;
+  char *body = job->body;
+
+  if (job->err != 0)
+    return http_fail(r, job->err, r->shm.msg[0] ? r->shm.msg : NULL, NULL);
+  if (binary) {
+    snprintf(hlen, sizeof hlen, "%zu", job->json_len);
+    hdrs[n++] = "Inference-Header-Content-Length";
+    hdrs[n++] = hlen;
+  }
+  if (job->compressed) {
+    hdrs[n++] = MHD_HTTP_HEADER_CONTENT_ENCODING;
+    hdrs[n++] = job->coding;
+  }
+  if (job->coding) {
+    hdrs[n++] = MHD_HTTP_HEADER_VARY;
+    hdrs[n++] = MHD_HTTP_HEADER_ACCEPT_ENCODING;
+  }
+  hdrs[n] = NULL;
+  if (job->parts.n)
+    return http_answer_parts(r, &job->parts, hdrs);
+  job->body = NULL;
+  return http_answer(r, 200, body, job->body_len, 1,
+                     binary ? "application/octet-stream" : http_json, hdrs);
+}

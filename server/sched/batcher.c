@@ -1,0 +1,666 @@
+/* batcher.c - shape-keyed queues on a libuv loop thread (see batcher.h).
+ *
+ * DESIGN
+ *
+ * This file decides where and when a job runs: admission, the queues,
+ * dispatch to the pool, completion.  Running one (the core, encoding,
+ * compression, statistics, splitting a large request) is exec.c's.
+ *
+ * Threads and what they own:
+ * - Producers (MHD threads) call batcher_reserve/batcher_submit.  They
+ *   touch only the fields under b->mu, then call uv_async_send.  A
+ *   producer may instead run a reserved job itself (batcher_run_here,
+ *   the inline path): a cheap one always, a costlier one only when it
+ *   is the one request in flight, in a vacant worker place it holds.  It
+ *   calls exec_job as a worker does, on its own thread and scratch,
+ *   touching only b->mu's fields and metrics.
+ * - The loop thread (uv_run on b->loop) owns the per-key queues, the
+ *   round-robin cursor and the batch slots.  It is the only thread that
+ *   calls libuv functions other than uv_async_send.
+ * - Workers (pool.c) run one batch at a time (batcher_run): exec_job and
+ *   complete each job (calling job->done), then hand the batch slot back
+ *   on b->done_batches under b->mu and uv_async_send.
+ *
+ * Queues:
+ * - b->in_head/in_tail: submitted jobs not yet seen by the loop (b->mu).
+ * - b->done_batches: batch slots workers have finished (b->mu).
+ * - b->queues[]: one FIFO per shape key (loop thread only).  An empty
+ *   queue is removed, so the array holds only keys with waiting work.
+ *
+ * The async callback drains both b->mu lists in one step (uv_async_send
+ * coalesces), re-queues, then dispatches while a worker place is vacant:
+ * there are exactly `workers` places (b->vacant, under b->mu), taken by
+ * a batch on a worker or by a job run on its HTTP thread, so no more
+ * than `workers` jobs compute at once, a batch leaves as soon as a place
+ * frees, and batches grow while all are taken.  Whoever frees a place
+ * with jobs queued wakes the loop.
+ *
+ * Splitting (exec.c): a worker holding one large request may lend it to
+ * idle workers through helper items on the same pool; b->ex.idle_hint is
+ * a relaxed copy of b->vacant for that.
+ *
+ * Locks: b->mu is a leaf lock; nothing is called with it held (no
+ * uv_async_send, no done()).  pool.c's lock and a split's lock (exec.c)
+ * are leaves too; no two of these are ever held together.
+ *
+ * Accounting (b->mu): `queued` counts reserved jobs that no worker has
+ * taken (admission against max_queue), `outstanding` counts reserved jobs
+ * whose done() has not returned, `bytes` sums their costs.
+ */
+#include "server/sched/batcher.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "proto/mem.h"
+#include "server/clock.h"
+#include "server/sched/exec.h"
+#include "server/obs/log.h"
+#include "server/sched/pool.h"
+
+/* One in-flight batch; exactly cfg.workers of them exist. */
+struct batcher_batch {
+  struct exec_item base;    /* first; kind EXEC_ITEM_BATCH */
+  struct batcher *b;
+  struct batcher_job *jobs; /* linked through job->next */
+  int n;
+  struct batcher_batch *next;
+};
+
+struct batcher_queue {
+  struct batcher_key key;
+  struct batcher_job *head, *tail;
+  int n;
+};
+
+struct batcher {
+  struct batcher_config cfg;
+  struct exec_ctx ex;       /* the metrics and the pool (the batcher's, lent
+                               to exec_job) and idle_hint */
+
+  uv_loop_t loop;
+  uv_async_t async;
+  uv_timer_t timer;
+  uv_thread_t thread;
+
+  pthread_mutex_t mu;       /* guards the fields up to the next comment */
+  struct batcher_job *in_head, *in_tail;
+  struct batcher_batch *done_batches;
+  size_t queued, outstanding, bytes;
+  int vacant;               /* worker places free: batch slots neither
+                               running nor lent to an HTTP thread */
+  int closed, aborting, stopping;
+
+  /* Loop thread only. */
+  struct batcher_queue *queues;
+  size_t nq, capq, rr;
+  struct batcher_batch *slots, *free_slots;
+};
+
+/* ---- keys and queues (loop thread) ---------------------------------- */
+
+static void batcher_key_of(const proto_request *r, struct batcher_key *k) {
+  const attn_problem *p = &r->prob;
+  int i = 0, j;
+  memset(k, 0, sizeof *k);
+  k->dims[i++] = p->scoring;
+  k->dims[i++] = p->B;
+  k->dims[i++] = p->H;
+  k->dims[i++] = p->Hkv;
+  k->dims[i++] = p->Lq;
+  k->dims[i++] = p->Lk;
+  k->dims[i++] = p->D;
+  k->dims[i++] = p->Dk;
+  k->dims[i++] = p->Dv;
+  k->dims[i++] = p->Hd;
+  k->dims[i++] = p->causal;
+  k->dims[i++] = p->valid_lens ? 1 + p->valid_lens_per_query : 0;
+  k->dims[i++] = p->has_window;
+  k->dims[i++] = p->mask != NULL;
+  k->dims[i++] = p->bias != NULL;
+  k->dims[i++] = r->return_weights;
+  k->dims[i++] = r->diagnostics;
+  k->dims[i++] = p->dropout_p > 0;
+  for (j = 0; j < 4; j++) {
+    k->strides[j] = p->mask ? p->mask_stride[j] : 0;
+    k->strides[4 + j] = p->bias ? p->bias_stride[j] : 0;
+  }
+}
+
+/* Returns the queue for key, creating it; NULL when out of memory. */
+static struct batcher_queue *batcher_queue_for(struct batcher *b,
+                                               const struct batcher_key *k) {
+  size_t i;
+  for (i = 0; i < b->nq; i++)
+    if (memcmp(&b->queues[i].key, k, sizeof *k) == 0)
+      return &b->queues[i];
+  if (b->nq == b->capq) {
+    size_t cap = b->capq ? b->capq * 2 : 8;
+    struct batcher_queue *nqs = mem_realloc(b->queues, cap * sizeof *nqs);
+    if (!nqs)
+      return NULL;
+    b->queues = nqs;
+    b->capq = cap;
+  }
+  memset(&b->queues[b->nq], 0, sizeof b->queues[0]);
+  b->queues[b->nq].key = *k;
+  return &b->queues[b->nq++];
+}
+
+static void batcher_queue_remove(struct batcher *b, size_t i) {
+  b->queues[i] = b->queues[--b->nq];
+  if (b->rr > b->nq)
+    b->rr = 0;
+}
+
+/* ---- completion (any thread) ------------------------------------------ */
+
+/* Gives back what batcher_reserve took for a job of this cost. */
+static void batcher_release(struct batcher *b, size_t cost) {
+  pthread_mutex_lock(&b->mu);
+  b->outstanding--;
+  b->bytes -= cost;
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* Records a job's outcome and releases its request. */
+static void batcher_settle(struct batcher_job *job, int err) {
+  job->err = err;
+  job->finished_ns = clock_now_ns();
+  proto_request_free(&job->req);
+}
+
+/* Completes a job: the last time the batcher touches it. */
+static void batcher_finish(struct batcher *b, struct batcher_job *job,
+                           int err) {
+  size_t cost = job->cost;
+  batcher_settle(job, err);
+  job->done(job);
+  batcher_release(b, cost);
+}
+
+/* Completes every job of a queue list that never reached a worker. */
+static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
+                              int err) {
+  size_t n = 0;
+  while (job) {
+    struct batcher_job *next = job->next;
+    batcher_finish(b, job, err);
+    job = next;
+    n++;
+  }
+  if (n) {
+    pthread_mutex_lock(&b->mu);
+    b->queued -= n;
+    pthread_mutex_unlock(&b->mu);
+    metrics_add_queue_depth(b->ex.m, -(int)n);
+  }
+}
+
+/* ---- worker places (b->mu held) ---------------------------------------- */
+
+/* A worker place is taken: by a batch the loop launches, or by a request
+ * that runs on its HTTP thread while a worker would have been idle. */
+static int batcher_occupy(struct batcher *b) {
+  if (b->vacant == 0)
+    return 0;
+  b->vacant--;
+  atomic_store_explicit(&b->ex.idle_hint, b->vacant, memory_order_relaxed);
+  return 1;
+}
+
+static void batcher_vacate(struct batcher *b) {
+  b->vacant++;
+  atomic_store_explicit(&b->ex.idle_hint, b->vacant, memory_order_relaxed);
+}
+
+/* ---- workers ---------------------------------------------------------- */
+
+/* The pool's run function: a batch's jobs, executed (exec.c) and completed
+ * one by one, then the slot handed back to the loop thread; or a split
+ * helper, which is exec.c's business. */
+static void batcher_run(struct pool_item *item, struct pool_worker *w,
+                        void *arg) {
+  struct batcher_batch *batch = (struct batcher_batch *)item;
+  struct batcher *b = arg;
+  struct batcher_job *job, *next;
+  int n;
+
+  if (((struct exec_item *)item)->kind == EXEC_ITEM_HELPER) {
+    exec_help(item, w);
+    return;
+  }
+  job = batch->jobs;
+  n = batch->n;
+  for (; job; job = next) {
+    next = job->next;
+    batcher_finish(b, job, exec_job(&b->ex, job, w, n));
+  }
+  pthread_mutex_lock(&b->mu);
+  batch->next = b->done_batches;
+  b->done_batches = batch;
+  batcher_vacate(b);
+  pthread_mutex_unlock(&b->mu);
+  uv_async_send(&b->async);
+}
+
+/* ---- dispatch (loop thread) ------------------------------------------ */
+
+/* Lowers *due to at, where 0 means "nothing due". */
+static void batcher_due(uint64_t *due, uint64_t at) {
+  if (*due == 0 || at < *due)
+    *due = at;
+}
+
+/* Completes queued jobs whose deadline has passed with ATTND_ETIMEDOUT,
+ * and lowers *due to the next deadline still ahead, so that a job stuck
+ * behind busy workers hears 504 on time rather than when one frees up. */
+static void batcher_expire(struct batcher *b, uint64_t now, uint64_t *due) {
+  size_t i;
+  for (i = 0; i < b->nq; i++) {
+    struct batcher_queue *q = &b->queues[i];
+    struct batcher_job **pp = &q->head, *expired = NULL, **ep = &expired;
+    q->tail = NULL;
+    while (*pp) {
+      struct batcher_job *job = *pp;
+      if (job->deadline_ns && now > job->deadline_ns) {
+        *pp = job->next;
+        job->next = NULL;
+        *ep = job;
+        ep = &job->next;
+        q->n--;
+      } else {
+        if (job->deadline_ns)
+          batcher_due(due, job->deadline_ns + 1);
+        q->tail = job;
+        pp = &job->next;
+      }
+    }
+    batcher_fail_list(b, expired, ATTND_ETIMEDOUT);
+  }
+}
+
+/* May queue q leave now?  If not, lowers *due to when it may. */
+static int batcher_ready(struct batcher *b, struct batcher_queue *q,
+                         uint64_t now, int closed, uint64_t *due) {
+  uint64_t at;
+  if (q->n == 0)
+    return 0;
+  if (b->cfg.max_delay_us == 0 || q->n >= b->cfg.max_batch || closed)
+    return 1;
+  at = q->head->enqueued_ns + (uint64_t)b->cfg.max_delay_us * 1000u;
+  if (now >= at)
+    return 1;
+  batcher_due(due, at);
+  return 0;
+}
+
+/* Takes up to max_batch jobs from queue i into a free slot and submits.
+ * 0 when every worker place is taken (an HTTP thread may hold one). */
+static int batcher_launch(struct batcher *b, size_t i) {
+  struct batcher_queue *q = &b->queues[i];
+  struct batcher_batch *batch = b->free_slots;
+  struct batcher_job **tail = &batch->jobs;
+  int n = q->n < b->cfg.max_batch ? q->n : b->cfg.max_batch, placed, k;
+
+  pthread_mutex_lock(&b->mu);
+  placed = batcher_occupy(b);
+  if (placed)
+    b->queued -= (size_t)n;
+  pthread_mutex_unlock(&b->mu);
+  if (!placed)
+    return 0;
+  b->free_slots = batch->next;
+  for (k = 0; k < n; k++) {
+    *tail = q->head;
+    q->head = q->head->next;
+    tail = &(*tail)->next;
+  }
+  *tail = NULL;
+  q->n -= n;
+  if (!q->head)
+    q->tail = NULL;
+  batch->n = n;
+  metrics_add_queue_depth(b->ex.m, -n);
+  metrics_record_batch(b->ex.m, n);
+  pool_submit(b->ex.pool, &batch->base.item);
+  return 1;
+}
+
+static void batcher_on_timer(uv_timer_t *t);
+
+/* Hands batches to idle workers, round-robin over keys with work. */
+static void batcher_dispatch(struct batcher *b, int closed) {
+  uint64_t now = clock_now_ns(), due = 0, expiry = 0;
+  size_t scanned, i;
+
+  batcher_expire(b, now, &expiry);
+  for (scanned = 0; b->free_slots && scanned < b->nq;) {
+    i = (b->rr + scanned) % b->nq;
+    if (!batcher_ready(b, &b->queues[i], now, closed, &due)) {
+      scanned++;
+      continue;
+    }
+    if (!batcher_launch(b, i))
+      break;
+    b->rr = i + 1;
+    scanned = 0;
+    if (b->queues[i].n == 0)
+      batcher_queue_remove(b, i);
+    if (b->nq)
+      b->rr %= b->nq;
+  }
+  for (i = 0; i < b->nq;)  /* drop keys left empty by expiry */
+    if (b->queues[i].n == 0)
+      batcher_queue_remove(b, i);
+    else
+      i++;
+  if (expiry)
+    batcher_due(&due, expiry);
+  if (due) {
+    uint64_t ms = due > now ? (due - now + 999999u) / 1000000u : 0;
+    uv_timer_start(&b->timer, batcher_on_timer, ms ? ms : 1, 0);
+  }
+}
+
+static void batcher_on_timer(uv_timer_t *t) {
+  struct batcher *b = t->data;
+  int closed;
+  pthread_mutex_lock(&b->mu);
+  closed = b->closed;
+  pthread_mutex_unlock(&b->mu);
+  batcher_dispatch(b, closed);
+}
+
+/* Appends a newly submitted job to its key's queue. */
+static void batcher_enqueue(struct batcher *b, struct batcher_job *job) {
+  struct batcher_queue *q;
+  job->next = NULL;
+  batcher_key_of(&job->req, &job->key);
+  q = batcher_queue_for(b, &job->key);
+  if (!q) {
+    batcher_fail_list(b, job, ATTND_ENOMEM);
+    return;
+  }
+  if (q->tail)
+    q->tail->next = job;
+  else
+    q->head = job;
+  q->tail = job;
+  q->n++;
+}
+
+/* Completes every queued job with err and empties the queues. */
+static void batcher_fail_queued(struct batcher *b, int err) {
+  size_t i;
+  for (i = 0; i < b->nq; i++)
+    batcher_fail_list(b, b->queues[i].head, err);
+  b->nq = 0;
+  b->rr = 0;
+}
+
+static void batcher_shutdown(struct batcher *b) {
+  batcher_fail_queued(b, ATTND_EDRAINING);
+  /* Join the workers here, on the loop thread, so that their final
+   * uv_async_send calls land on a handle that is still open. */
+  pool_stop(b->ex.pool);
+  b->ex.pool = NULL;
+  uv_timer_stop(&b->timer);
+  uv_close((uv_handle_t *)&b->timer, NULL);
+  uv_close((uv_handle_t *)&b->async, NULL);
+}
+
+static void batcher_on_async(uv_async_t *a) {
+  struct batcher *b = a->data;
+  struct batcher_job *in;
+  struct batcher_batch *done;
+  int closed, aborting, stopping;
+
+  pthread_mutex_lock(&b->mu);
+  in = b->in_head;
+  b->in_head = b->in_tail = NULL;
+  done = b->done_batches;
+  b->done_batches = NULL;
+  closed = b->closed;
+  aborting = b->aborting;
+  stopping = b->stopping;
+  pthread_mutex_unlock(&b->mu);
+
+  while (done) {
+    struct batcher_batch *next = done->next;
+    done->next = b->free_slots;
+    b->free_slots = done;
+    done = next;
+  }
+  while (in) {
+    struct batcher_job *next = in->next;
+    batcher_enqueue(b, in);
+    in = next;
+  }
+  if (stopping) {
+    if (b->ex.pool)
+      batcher_shutdown(b);
+    return;
+  }
+  if (aborting)
+    batcher_fail_queued(b, ATTND_EDRAINING);
+  batcher_dispatch(b, closed);
+}
+
+/* ---- public API ----------------------------------------------------- */
+
+static void batcher_loop_main(void *arg) {
+  struct batcher *b = arg;
+  uv_run(&b->loop, UV_RUN_DEFAULT);
+}
+
+/* The libuv half of batcher_start; 0 or a libuv error. */
+static int batcher_start_loop(struct batcher *b) {
+  int rc = uv_loop_init(&b->loop);
+  if (rc)
+    return rc;
+  b->async.data = b;
+  b->timer.data = b;
+  if ((rc = uv_async_init(&b->loop, &b->async, batcher_on_async)) != 0)
+    goto err_loop;
+  uv_timer_init(&b->loop, &b->timer);
+  /* Handles are initialised before the thread exists, so the loop thread
+   * sees them fully formed (thread creation orders memory). */
+  if ((rc = uv_thread_create(&b->thread, batcher_loop_main, b)) != 0)
+    goto err_handles;
+  return 0;
+err_handles:
+  uv_close((uv_handle_t *)&b->async, NULL);
+  uv_close((uv_handle_t *)&b->timer, NULL);
+  uv_run(&b->loop, UV_RUN_DEFAULT);
+err_loop:
+  uv_loop_close(&b->loop);
+  return rc;
+}
+
+struct batcher *batcher_start(const struct batcher_config *cfg,
+                              struct metrics *m) {
+  struct batcher *b = calloc(1, sizeof *b);
+  int i;
+  if (!b)
+    return NULL;
+  b->cfg = *cfg;
+  b->ex.m = m;
+  pthread_mutex_init(&b->mu, NULL);
+  b->slots = calloc((size_t)cfg->workers, sizeof *b->slots);
+  if (!b->slots)
+    goto err;
+  for (i = 0; i < cfg->workers; i++) {
+    b->slots[i].base.kind = EXEC_ITEM_BATCH;
+    b->slots[i].b = b;
+    b->slots[i].next = i + 1 < cfg->workers ? &b->slots[i + 1] : NULL;
+  }
+  b->free_slots = &b->slots[0];
+  b->vacant = cfg->workers;
+  b->ex.idle_hint = cfg->workers;
+  b->ex.pool = pool_start(cfg->workers, batcher_run, b);
+  if (!b->ex.pool)
+    goto err;
+  if (batcher_start_loop(b) != 0)
+    goto err_pool;
+  return b;
+err_pool:
+  pool_stop(b->ex.pool);
+err:
+  pthread_mutex_destroy(&b->mu);
+  free(b->slots);
+  free(b);
+  return NULL;
+}
+
+int batcher_reserve(struct batcher *b, size_t cost) {
+  int rc = 0;
+  pthread_mutex_lock(&b->mu);
+  if (b->closed)
+    rc = ATTND_EDRAINING;
+  else if (b->queued >= b->cfg.max_queue ||
+           cost > b->cfg.max_bytes - b->bytes)
+    rc = ATTND_EBUSY;
+  else {
+    b->queued++;
+    b->outstanding++;
+    b->bytes += cost;
+  }
+  pthread_mutex_unlock(&b->mu);
+  if (rc == 0)
+    metrics_add_queue_depth(b->ex.m, 1);
+  return rc;
+}
+
+/* The batcher's fields of a job as it enters. */
+static void batcher_job_reset(struct batcher_job *job) {
+  job->next = NULL;
+  job->err = 0;
+  job->body = NULL;
+  job->body_len = job->plain_len = job->json_len = 0;
+  job->compressed = 0;
+  memset(&job->parts, 0, sizeof job->parts);
+  job->batch_size = 0;
+  job->enqueued_ns = clock_now_ns();
+  job->started_ns = job->finished_ns = job->computed_ns = 0;
+}
+
+/* What a request is expected to cost on one core, in nanoseconds: its two
+ * products at a conservative 20 GFLOP/s, printing every number of a JSON
+ * output at about 60 ns, and copying binary outputs at 4 GB/s.  Only
+ * compared with the inline bounds, so rough is fine. */
+static double batcher_cost_ns(const proto_request *r) {
+  const attn_problem *p = &r->prob;
+  double macs = (double)p->B * p->H * p->Lq * p->Lk *
+                (p->scoring == ATTN_SCORING_ADDITIVE ? p->Hd + 1.0
+                                                     : (double)(p->D + p->Dv));
+  size_t text, binary;
+  proto_answer_work(r, &text, &binary);
+  return macs * 2.0 / 20.0 + (double)text * 60.0 + (double)binary * 0.25;
+}
+
+/* May a job of this estimated cost run on the caller's thread?  1 when
+ * it is cheap; 2 when it took an idle worker's place, to be given back
+ * with batcher_give_back; 0 when it must be queued.  On 1 and 2 the job
+ * is no longer queued.  A place is borrowed only while this is the one
+ * request in flight (alone, and no other job reserved): with others being
+ * received, queued or computing, batching them together on the workers
+ * serves many connections better than holding an HTTP thread, whose
+ * other connections would wait. */
+static int batcher_take_here(struct batcher *b, double cost, int alone) {
+  int took = 0;
+  pthread_mutex_lock(&b->mu);
+  if (cost <= (double)b->cfg.inline_ns)
+    took = 1;
+  else if (alone && cost <= (double)b->cfg.inline_idle_ns &&
+           b->outstanding == 1 && batcher_occupy(b))
+    took = 2;
+  if (took)
+    b->queued--;
+  pthread_mutex_unlock(&b->mu);
+  return took;
+}
+
+/* Returns the worker place a job run here took; wakes the loop thread if
+ * jobs queued meanwhile, which may be waiting for this place. */
+static void batcher_give_back(struct batcher *b) {
+  int waiting;
+  pthread_mutex_lock(&b->mu);
+  batcher_vacate(b);
+  waiting = b->queued > 0;
+  pthread_mutex_unlock(&b->mu);
+  if (waiting)
+    uv_async_send(&b->async);
+}
+
+/* The inline path: the inline-or-queue decision is its first test; the
+ * rest is what a worker does for a batch of one, around the same exec_job,
+ * without the hand-offs. */
+int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone) {
+  int took;
+  /* With a batching delay the operator asked for batches, and with
+   * inline_ns 0 for every request queued. */
+  if (b->cfg.max_delay_us > 0 || b->cfg.inline_ns == 0)
+    return 0;
+  took = batcher_take_here(b, batcher_cost_ns(&job->req), alone);
+  if (!took)
+    return 0;
+  batcher_job_reset(job);
+  metrics_add_queue_depth(b->ex.m, -1);
+  metrics_record_batch(b->ex.m, 1);
+  metrics_record_inline(b->ex.m, took == 2 ? METRICS_INLINE_IDLE
+                                           : METRICS_INLINE_CHEAP);
+  batcher_settle(job, exec_job(&b->ex, job, NULL, 1));
+  if (took == 2)
+    batcher_give_back(b);
+  batcher_release(b, job->cost);
+  return 1;
+}
+
+void batcher_submit(struct batcher *b, struct batcher_job *job) {
+  batcher_job_reset(job);
+  pthread_mutex_lock(&b->mu);
+  if (b->in_tail)
+    b->in_tail->next = job;
+  else
+    b->in_head = job;
+  b->in_tail = job;
+  pthread_mutex_unlock(&b->mu);
+  uv_async_send(&b->async);
+}
+
+/* Sets one of the flags under b->mu and wakes the loop thread. */
+static void batcher_flag(struct batcher *b, int *flag) {
+  pthread_mutex_lock(&b->mu);
+  *flag = 1;
+  pthread_mutex_unlock(&b->mu);
+  uv_async_send(&b->async);
+}
+
+void batcher_close(struct batcher *b) { batcher_flag(b, &b->closed); }
+
+void batcher_abort_queued(struct batcher *b) { batcher_flag(b, &b->aborting); }
+
+size_t batcher_outstanding(struct batcher *b) {
+  size_t n;
+  pthread_mutex_lock(&b->mu);
+  n = b->outstanding;
+  pthread_mutex_unlock(&b->mu);
+  return n;
+}
+
+void batcher_stop(struct batcher *b) {
+  int rc;
+  batcher_flag(b, &b->stopping);
+  uv_thread_join(&b->thread);
+  rc = uv_loop_close(&b->loop);
+  if (rc != 0)
+    log_error("batcher: uv_loop_close: %s", uv_strerror(rc));
+  pthread_mutex_destroy(&b->mu);
+  mem_free(b->queues);
+  free(b->slots);
+  free(b);
+}

@@ -1,0 +1,137 @@
+/* batcher.h - groups decoded requests by shape and feeds them to workers.
+ *
+ * A submitter (an MHD thread) owns a struct batcher_job, usually embedded
+ * in its per-request context, and:
+ *   1. batcher_reserve(b, cost): admission control.  0, or ATTND_EBUSY
+ *      (queue full or tensor budget spent), or ATTND_EDRAINING (closed).
+ *   2. fills job->req, job->deadline_ns, job->cost, job->done, job->arg;
+ *   3. batcher_submit(b, job): cannot fail.
+ * Exactly once per submitted job, done(job) is called on a worker or on
+ * the batcher's loop thread with job->err set (0: job->body, or for v2
+ * binary outputs job->parts, holds the encoded response, which the
+ * submitter then owns and frees with free() or proto_parts_free).
+ * After done() returns the batcher never touches the job again, and
+ * job->req has been released (proto_request_free).
+ *
+ * Jobs are queued by shape key; a batch is up to max_batch jobs of one key
+ * and is handed to a worker without copying tensors.  Keys are served
+ * round-robin.  With max_delay_us 0 a batch leaves as soon as a worker is
+ * free; otherwise it waits until it is full or its oldest job has waited
+ * max_delay_us (millisecond timer granularity).  A job whose deadline has
+ * passed before it runs is completed with ATTND_ETIMEDOUT, uncomputed.
+ *
+ * Threads: batcher_start/batcher_stop from the controlling thread;
+ * everything else from any thread.
+ */
+#ifndef ATTND_BATCHER_H
+#define ATTND_BATCHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/proto.h"
+#include "server/obs/metrics.h"
+
+struct batcher_config {
+  int workers;              /* compute threads, >= 1 */
+  int max_batch;            /* >= 1 */
+  long max_delay_us;        /* 0 = greedy */
+  size_t max_queue;         /* jobs reserved but not yet running */
+  size_t max_bytes;         /* budget of reserved job costs */
+  uint64_t inline_ns;       /* batcher_run_here's bounds, 0 = never: */
+  uint64_t inline_idle_ns;  /* always, and while nothing else is in flight */
+};
+
+/* Private to the batcher: the shape a job is grouped by. */
+struct batcher_key {
+  int dims[24];
+  int64_t strides[8];
+};
+
+struct batcher_job {
+  /* Set by the submitter before batcher_submit. */
+  proto_request req;        /* decoded request; released by the batcher */
+  uint64_t deadline_ns;     /* clock_now_ns() deadline, 0 = none */
+  size_t cost;              /* exactly what was passed to batcher_reserve */
+  void (*done)(struct batcher_job *job);
+  void *arg;                /* for the submitter; the batcher ignores it */
+  const char *coding;       /* "gzip"/"deflate" to compress the response
+                               (proto_accept_coding), NULL = identity */
+  int (*finish)(struct batcher_job *job); /* NULL, or called on the thread
+                               that ran the job once its answer is
+                               encoded, with job->req intact: 0, or an
+                               ATTND_E* that fails the job instead (its
+                               answer dropped).  What writes v2 outputs
+                               into shared memory regions. */
+
+  /* Set by the batcher before done(). */
+  int err;                  /* 0 or ATTND_E* */
+  char *body;               /* on success: the encoded response (malloc),
+                               compressed with `coding` when that is set */
+  size_t body_len;
+  size_t plain_len;         /* body length before compression */
+  size_t json_len;          /* length of its JSON part: less than
+                               plain_len when v2 binary outputs follow */
+  int compressed;           /* 1: body is compressed with `coding` */
+  proto_parts parts;        /* parts.n > 0: the response is parts (JSON
+                               and binary outputs, uncopied) and body is
+                               NULL; the submitter frees it with
+                               proto_parts_free */
+  int batch_size;           /* jobs in its batch, 0 if it never ran */
+  uint64_t enqueued_ns, started_ns, finished_ns;
+  uint64_t computed_ns;      /* the core done, encoding starts; 0 if not */
+
+  /* Private to the batcher. */
+  struct batcher_job *next;
+  struct batcher_key key;
+};
+
+struct batcher;
+
+/* Starts the loop thread and cfg->workers compute threads.  m must outlive
+ * the batcher.  Returns NULL on failure (nothing left running). */
+struct batcher *batcher_start(const struct batcher_config *cfg,
+                              struct metrics *m);
+
+/* Admission control; see the top of this file.  A successful reserve must
+ * be followed by exactly one batcher_submit of a job with job->cost ==
+ * cost. */
+int batcher_reserve(struct batcher *b, size_t cost);
+
+/* Queues a reserved job; see the top of this file. */
+void batcher_submit(struct batcher *b, struct batcher_job *job);
+
+/* Instead of batcher_submit, for a reserved job: runs it on the calling
+ * thread, now, when that is cheaper than the hand-offs to the loop thread,
+ * a worker and back (four wake-ups).  It does when its estimated cost is
+ * below cfg.inline_ns; or below cfg.inline_idle_ns when `alone` (the
+ * caller knows of no other request in progress: none being received,
+ * queued or computing), no other reserved job is outstanding and a worker
+ * place is vacant, which it holds while it runs (so that no more than
+ * `workers` jobs compute at once).  Returns 0, doing nothing, otherwise
+ * (and always when inline_ns is 0 or max_delay_us > 0): then
+ * batcher_submit it.  Returns 1 when it ran: job->err and the response
+ * fields are set as done() would see them, job->req is released and the
+ * reservation given back; done() is NOT called.  It counts as a batch of
+ * one in the metrics. */
+int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone);
+
+/* Refuses every later reservation with ATTND_EDRAINING and flushes
+ * waiting batches without their delay.  Queued jobs still run. */
+void batcher_close(struct batcher *b);
+
+/* Completes every job that has not started yet with ATTND_EDRAINING
+ * (running jobs finish normally).  For the end of a drain that ran out of
+ * time. */
+void batcher_abort_queued(struct batcher *b);
+
+/* Jobs reserved and not yet completed (done() not yet returned). */
+size_t batcher_outstanding(struct batcher *b);
+
+/* Stops the workers and the loop thread and frees everything.  Queued jobs
+ * are completed with ATTND_EDRAINING first; running ones finish.  Nobody
+ * may call into b concurrently or afterwards, and every done() must be
+ * safe to run until batcher_stop returns. */
+void batcher_stop(struct batcher *b);
+
+#endif /* ATTND_BATCHER_H */

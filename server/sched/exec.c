@@ -1,0 +1,272 @@
+/* exec.c - runs one job: core, encode, compress, statistics (see exec.h).
+ *
+ * DESIGN
+ *
+ * Threads: exec_job runs on a pool worker (a job of a batch) or on an HTTP
+ * thread (batcher_run_here's inline job); it touches only its own job, the
+ * worker's scratch or scratch of its own, and the metrics (lock-free).
+ * Nothing here touches the batcher's queues or b->mu.
+ *
+ * Splitting lives here, not in batcher.c: it is how one request is
+ * computed, not which work runs next.  A worker holding one large request
+ * while others are idle (x->idle_hint, a relaxed copy of the batcher's
+ * vacant worker places) submits helper items straight to the pool, past
+ * the loop thread and its batch slots; helpers and the owner claim task
+ * ranges from an atomic counter, so the owner alone can finish if no
+ * helper shows up.
+ * The owner withdraws helpers nobody took (pool_cancel) and waits for the
+ * ones running (split.mu/cv) before it touches the result.  The split
+ * lives on the owner's stack.  A helper takes no batch slot: a batch the
+ * loop thread dispatches meanwhile waits in the pool's FIFO for a worker.
+ *
+ * Locks: a split's mu is a leaf lock, never held with pool.c's or b->mu.
+ */
+#include "server/sched/exec.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "proto/mem.h"
+#include "server/clock.h"
+#include "server/obs/log.h"
+
+/* ---- splitting one request across idle workers ---------------------- */
+
+/* One large request split across workers by task ranges (b, h, query
+ * block).  Lives on the stack of the worker that owns the request, which
+ * returns only after every helper a worker took has finished with it. */
+#define EXEC_MAX_HELPERS 63
+
+struct exec_split;
+
+struct exec_helper {
+  struct exec_item base;    /* first */
+  struct exec_split *split;
+};
+
+struct exec_split {
+  const attn_problem *p;
+  float *out, *weights;
+  size_t ntasks, chunk, scratch_bytes;
+  _Atomic size_t next;      /* first task nobody has claimed */
+  _Atomic int err;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int pending;              /* helpers submitted and not finished (mu) */
+  struct exec_helper helpers[EXEC_MAX_HELPERS];
+};
+
+/* Claims chunks of tasks until none are left; any thread of the split. */
+static void exec_claim(struct exec_split *s, void *scratch) {
+  for (;;) {
+    size_t t0 = atomic_fetch_add(&s->next, s->chunk), t1;
+    if (t0 >= s->ntasks)
+      return;
+    t1 = t0 + s->chunk < s->ntasks ? t0 + s->chunk : s->ntasks;
+    if (attn_run_tasks(s->p, t0, t1, s->out, s->weights, scratch) != 0)
+      atomic_store(&s->err, ATTND_EINTERNAL);
+  }
+}
+
+/* A helper's side of a split: help with its own scratch, then report.
+ * After the unlock the split may be gone. */
+void exec_help(struct pool_item *item, struct pool_worker *w) {
+  struct exec_split *s = ((struct exec_helper *)item)->split;
+  void *scratch = pool_scratch(w, s->scratch_bytes);
+  if (scratch)  /* without scratch, leave the work to the others */
+    exec_claim(s, scratch);
+  pthread_mutex_lock(&s->mu);
+  s->pending--;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* How many idle workers should help with this request: none unless it is
+ * big enough (about a millisecond of work) to repay the hand-off. */
+static int exec_helpers_wanted(struct exec_ctx *x, const attn_problem *p,
+                               size_t tasks) {
+  double macs = (double)p->B * p->H * p->Lq * p->Lk * (p->D + p->Dv);
+  int idle = atomic_load_explicit(&x->idle_hint, memory_order_relaxed);
+  size_t n = (size_t)(idle > 0 ? idle : 0);
+  if (macs < (double)(1 << 21) || tasks < 2)
+    return 0;
+  if (n > tasks - 1)
+    n = tasks - 1;
+  return (int)(n < EXEC_MAX_HELPERS ? n : EXEC_MAX_HELPERS);
+}
+
+/* Runs every task of p on this worker and nh helpers.  0 or ATTND_E*. */
+static int exec_split_run(struct exec_ctx *x, const attn_problem *p,
+                          float *out, float *weights, size_t tasks,
+                          size_t bytes, void *scratch, int nh) {
+  struct exec_split s;
+  int i, err;
+  memset(&s, 0, sizeof s);
+  s.p = p;
+  s.out = out;
+  s.weights = weights;
+  s.ntasks = tasks;
+  s.scratch_bytes = bytes;
+  /* Several chunks per thread, so that a slow helper does not hold the
+   * whole request back. */
+  s.chunk = tasks / ((size_t)(nh + 1) * 4);
+  if (s.chunk == 0)
+    s.chunk = 1;
+  pthread_mutex_init(&s.mu, NULL);
+  pthread_cond_init(&s.cv, NULL);
+  s.pending = nh;
+  for (i = 0; i < nh; i++) {
+    s.helpers[i].base.kind = EXEC_ITEM_HELPER;
+    s.helpers[i].split = &s;
+    pool_submit(x->pool, &s.helpers[i].base.item);
+  }
+  exec_claim(&s, scratch);
+  /* Helpers no worker has picked up yet would find nothing left to do:
+   * withdraw them rather than wait for a worker to free up. */
+  for (i = 0; i < nh; i++)
+    if (pool_cancel(x->pool, &s.helpers[i].base.item)) {
+      pthread_mutex_lock(&s.mu);
+      s.pending--;
+      pthread_mutex_unlock(&s.mu);
+    }
+  pthread_mutex_lock(&s.mu);
+  while (s.pending > 0)
+    pthread_cond_wait(&s.cv, &s.mu);
+  pthread_mutex_unlock(&s.mu);
+  pthread_cond_destroy(&s.cv);
+  pthread_mutex_destroy(&s.mu);
+  err = atomic_load(&s.err);
+  return err;
+}
+
+/* ---- one job: compute, encode, compress, statistics ------------------ */
+
+/* Compresses the encoded response on the worker, where the CPU time is
+ * parallel.  Whenever the client asked, so that what it gets is
+ * predictable.  A compression failure is not the client's problem: the
+ * body then goes out uncompressed. */
+static int exec_compress(struct batcher_job *job) {
+  char *z;
+  size_t zlen;
+  if (!job->coding)
+    return 0;
+  if (proto_deflate(job->coding, job->body, job->body_len, &z, &zlen) != 0)
+    return 0;
+  mem_free(job->body);
+  job->body = z;
+  job->body_len = zlen;
+  job->compressed = 1;
+  return 0;
+}
+
+/* The response of a computed job.  v2 binary outputs leave from the
+ * buffers the core wrote (job->parts), unless the response is to be
+ * compressed, which needs it in one piece. */
+static int exec_encode(struct batcher_job *job) {
+  int rc = 1;
+  if (!job->coding && job->req.codec == PROTO_CODEC_V2)
+    rc = proto_v2_encode_parts(&job->req, &job->parts);
+  if (rc < 0)
+    return ATTND_ENOMEM;
+  if (rc == 0) {
+    job->json_len = job->plain_len = job->parts.json_len;
+    for (int i = 0; i < job->parts.n; i++)
+      job->plain_len += job->parts.len[i];
+    job->body_len = job->plain_len;
+    return 0;
+  }
+  if (proto_encode(&job->req, &job->body, &job->body_len, &job->json_len))
+    return ATTND_ENOMEM;
+  job->plain_len = job->body_len;
+  return exec_compress(job);
+}
+
+/* Runs one request on this worker (and idle helpers): core, then encode.
+ * w NULL: on the submitter's thread (batcher_run_here), alone, with
+ * scratch of its own.  0 or ATTND_E*. */
+static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
+                        struct pool_worker *w) {
+  const attn_problem *p = &job->req.prob;
+  /* proto/ allocated weights when they are returned or the diagnostics
+   * need them; NULL selects the core's online path */
+  float *weights = job->req.weights;
+  size_t tasks, bytes;
+  void *scratch;
+  int nh, rc;
+
+  /* proto/ validated the request; a failure here is our bug, not the
+   * client's, hence 500 rather than 400. */
+  if (attn_check(p) != 0) {
+    log_error("batcher: decoded request failed attn_check");
+    return ATTND_EINTERNAL;
+  }
+  tasks = attn_task_count(p, weights != NULL);
+  bytes = attn_scratch_bytes(p, weights != NULL);
+  if (bytes == 0)
+    bytes = 64;
+  scratch = w ? pool_scratch(w, bytes)
+              : mem_aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!scratch)
+    return ATTND_ENOMEM;
+  nh = w ? exec_helpers_wanted(x, p, tasks) : 0;
+  if (nh > 0)
+    rc = exec_split_run(x, p, job->req.out, weights, tasks, bytes, scratch,
+                        nh);
+  else
+    rc = attn_run_tasks(p, 0, tasks, job->req.out, weights, scratch) != 0
+             ? ATTND_EINTERNAL
+             : 0;
+  if (!w)
+    mem_free(scratch);
+  if (rc != 0)
+    return rc;
+  if (job->req.diagnostics &&
+      attn_diagnostics(p, weights, job->req.allowed_keys, job->req.entropy,
+                       job->req.max_weight, job->req.jacobian_norm) != 0)
+    return ATTND_EINTERNAL;
+  job->computed_ns = clock_now_ns();
+  rc = exec_encode(job);
+  if (rc == 0 && job->finish && (rc = job->finish(job)) != 0) {
+    mem_free(job->body);
+    job->body = NULL;
+    proto_parts_free(&job->parts);
+  }
+  return rc;
+}
+
+/* A v2 job's phases, for its model's statistics (proto_model_stats). */
+static void exec_record_model(struct exec_ctx *x,
+                              const struct batcher_job *job,
+                              uint64_t end_ns) {
+  int model = job->req.model;
+  if (job->req.codec != PROTO_CODEC_V2)
+    return;
+  metrics_record_model(x->m, model, METRICS_PHASE_QUEUE,
+                       job->started_ns - job->enqueued_ns);
+  metrics_record_model(x->m, model, METRICS_PHASE_INFER,
+                       job->computed_ns - job->started_ns);
+  metrics_record_model(x->m, model, METRICS_PHASE_OUTPUT,
+                       end_ns - job->computed_ns);
+}
+
+/* Runs a job taken from its queue by worker w, or by its submitter (w
+ * NULL): 504 past its deadline, else compute and encode.  Returns its
+ * error. */
+int exec_job(struct exec_ctx *x, struct batcher_job *job,
+             struct pool_worker *w, int batch_size) {
+  uint64_t end;
+  int err;
+  job->batch_size = batch_size;
+  job->started_ns = clock_now_ns();
+  if (job->deadline_ns && job->started_ns > job->deadline_ns)
+    err = ATTND_ETIMEDOUT;
+  else
+    err = exec_compute(x, job, w);
+  end = clock_now_ns();
+  metrics_record_job(x->m, job->started_ns - job->enqueued_ns,
+                     end - job->started_ns);
+  if (err == 0)
+    exec_record_model(x, job, end);
+  return err;
+}
