@@ -55,11 +55,51 @@ inline bool json_token(const char *p, const char *q) {
   return p == q || *p != '.' || (p + 1 < q && is_digit(p[1]));
 }
 
+/* Whether the JSON number [p, q), which is not zero, lies below 1 in
+ * magnitude: its decimal exponent (the first non-zero digit's place plus
+ * the 'e' part, the latter clamped far beyond any float) is negative.
+ * That is all it takes to tell a number that underflows a float or a
+ * double from one that overflows it. */
+inline bool below_one(const char *p, const char *q) {
+  long place = -1, e = 0;
+  bool seen = false, frac = false, neg = false;
+  for (; p < q && *p != 'e' && *p != 'E'; p++) {
+    if (*p == '.') {
+      frac = true;
+    } else if (is_digit(*p)) {
+      if (!seen && *p != '0')
+        seen = true;
+      if (!frac && seen)
+        place++;
+      else if (frac && !seen)
+        place--;
+    }
+  }
+  if (p < q) { /* the exponent */
+    p++;
+    if (p < q && (*p == '+' || *p == '-'))
+      neg = *p++ == '-';
+    for (; p < q && is_digit(*p); p++)
+      if (e < 100000)
+        e = e * 10 + (*p - '0');
+  }
+  return place + (neg ? -e : e) < 0;
+}
+
 /* Reads one JSON number at p into *out (float or double): the token's
- * end, or nullptr. */
+ * end, or nullptr.  A number beyond the type's range reads as it rounds:
+ * +-0 below the smallest subnormal's half, +-infinity (which the callers
+ * refuse) past the largest finite value.  Some fast_float releases report
+ * both as errc::result_out_of_range and others as success, so the value
+ * is set here from the text, the same on every release. */
 template <typename T>
 inline const char *read_json(const char *p, const char *end, T *out) {
   auto r = fast_float::from_chars(p, end, *out);
+  if (r.ec == std::errc::result_out_of_range && json_token(p, r.ptr)) {
+    T mag = below_one(p, r.ptr) ? T(0) : T(INFINITY);
+    *out = *p == '-' ? -mag : mag;
+    return r.ptr;
+  }
   if (r.ec != std::errc() || !json_token(p, r.ptr))
     return nullptr;
   return r.ptr;
