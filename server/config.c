@@ -12,6 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <uv.h>
+
 #include "core/attnd_err.h"
 
 enum config_kind { KIND_INT, KIND_LONG, KIND_HOST, KIND_LOG, KIND_STR,
@@ -317,7 +322,16 @@ void config_usage(FILE *out) {
                     "GET /healthz of the attnd at --host/--port (https "
                     "with --tls-cert); exit 0 if healthy");
   config_usage_item(out, "--help", "print this and exit");
-  config_usage_item(out, "--version", "print the version and exit");
+  config_usage_item(out, "--version", "print the versions (attnd, its libraries) and exit");
+}
+
+/* --version: attnd's own, then the libraries it runs with, as each
+ * reports itself at run time (Debian 12 and 13 ship different ones). */
+static void config_print_version(FILE *out) {
+  fprintf(out, "attnd %s\n", ATTND_VERSION);
+  fprintf(out, "libmicrohttpd %s, libuv %s, cJSON %s\n", MHD_get_version(),
+          uv_version_string(), cJSON_Version());
+  fprintf(out, "%s\n", openblas_get_config());
 }
 
 int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
@@ -346,7 +360,7 @@ int config_parse(struct config *cfg, int argc, char **argv, FILE *out,
       return CONFIG_EXIT;
     }
     if (c == 'V') {
-      fprintf(out, "attnd %s\n", ATTND_VERSION);
+      config_print_version(out);
       return CONFIG_EXIT;
     }
     if (c == 'P') {

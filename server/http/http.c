@@ -281,12 +281,16 @@ static int http_check_token(struct http *h, struct MHD_Connection *c) {
                                     MHD_HTTP_HEADER_AUTHORIZATION);
   if (!got || strncasecmp(got, "Bearer ", 7) != 0)
     return AUTH_MISSING;
-  for (got += 7; *got == ' '; got++) {
+  for (got += 7; *got == ' ' || *got == '\t'; got++) {
   }
-  if (!*got)
+  /* Whitespace around a field value is not part of it (RFC 9112, 5.1):
+   * libmicrohttpd 1.0 trims it, 0.9.75 keeps what follows the value. */
+  for (m = strlen(got); m > 0 && (got[m - 1] == ' ' || got[m - 1] == '\t');
+       m--) {
+  }
+  if (!m)
     return AUTH_MISSING;
   n = strlen(want);
-  m = strlen(got);
   diff = n != m;
   for (i = 0; i < n; i++)
     diff |= (unsigned char)(want[i] ^ got[i < m ? i : 0]);
@@ -637,6 +641,27 @@ static void http_tls_options(const struct http_config *cfg,
   o[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 }
 
+/* MHD_OPTION_CONNECTION_MEMORY_INCREMENT for a connection memory of
+ * mem bytes.  libmicrohttpd 0.9.75 grows its read buffer (by an eighth
+ * of the pool's free room, while that is at least 8 KiB) only when fewer
+ * than this many bytes of it are free before a read; its default, 1 KiB,
+ * leaves a body read half the pool at a time.  The whole pool makes
+ * every read try to grow it, so a body is read about three quarters of
+ * the pool at a time: 25 KiB instead of 16 KiB with 32 KiB, a third fewer
+ * reads and polls, at no cost in memory.  Header limits are unchanged:
+ * MHD takes room for header fields back from the unused end of the read
+ * buffer.  libmicrohttpd 1.0 takes at most a quarter of the pool, warns
+ * at every start about anything larger, and reads a body half the pool
+ * at a time whatever the value (docs/decisions.md, "Read sizes"): it
+ * gets that quarter. */
+static size_t http_memory_increment(size_t mem) {
+#if MHD_VERSION >= 0x01000000
+  return mem / 4;
+#else
+  return mem;
+#endif
+}
+
 static struct MHD_Daemon *http_start_daemon(struct http *h) {
   unsigned int flags = HANDOFF_MHD_FLAGS;
   struct MHD_OptionItem tls[4], pool[3];
@@ -665,16 +690,8 @@ static struct MHD_Daemon *http_start_daemon(struct http *h) {
        * keep-alive uploads (docs/decisions.md, "Connection memory: 32
        * KiB unless asked"). */
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, h->cfg.conn_memory,
-      /* MHD grows its read buffer (by an eighth of the pool's free room,
-       * while that is at least 8 KiB) only when fewer than this many
-       * bytes of it are free before a read; its default, 1 KiB, leaves
-       * a body read half the pool at a time.  The whole pool makes
-       * every read try to grow it, so a body is read about three
-       * quarters of the pool at a time: 25 KiB instead of 16 KiB with
-       * 32 KiB, a third fewer reads and polls, at no cost in memory.
-       * Header limits are unchanged: MHD takes room for header fields
-       * back from the unused end of the read buffer. */
-      MHD_OPTION_CONNECTION_MEMORY_INCREMENT, h->cfg.conn_memory,
+      MHD_OPTION_CONNECTION_MEMORY_INCREMENT,
+      http_memory_increment(h->cfg.conn_memory),
       MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
       MHD_OPTION_ARRAY, tls,
       MHD_OPTION_END);

@@ -254,6 +254,17 @@ OIP_SPEC_MISSING = ("no copy of the Open Inference Protocol's open_inference_res
                     "set ATTND_OIP_SPEC to its path to check against it")
 
 
+def library_versions():
+    """The versions `attnd --version` reports, as {"libmicrohttpd": (0, 9,
+    75), ...}: where a library's releases differ (docs/decisions.md), a
+    test asks which one attnd runs with."""
+    out = subprocess.run([BINARY, "--version"], capture_output=True, text=True,
+                         check=True).stdout
+    return {name: tuple(int(x) for x in ver.split("."))
+            for name, ver in re.findall(r"(libmicrohttpd|libuv|cJSON|OpenBLAS) (\d+(?:\.\d+)*)",
+                                        out)}
+
+
 def wait_for(pred, timeout, interval=0.02):
     """Polls pred until it holds; False if it never did within timeout."""
     end = time.time() + timeout

@@ -116,7 +116,8 @@ class TokenTest(Checks, harness.ServerTestCase):
 
     def test_a_wrong_token_is_401_invalid_token(self):
         wrong = [TOKEN[:-1], TOKEN + "x", TOKEN.upper(), "x" * len(TOKEN), "",
-                 TOKEN[:-1] + chr(ord(TOKEN[-1]) ^ 1), " " + TOKEN + " "]
+                 TOKEN[:-1] + chr(ord(TOKEN[-1]) ^ 1), " " + TOKEN + "x ",
+                 "\t" + TOKEN[:-1] + "\t"]
         for method, path, kind in GUARDED[:4]:
             _, body = self.body_for(kind)
             for tok in wrong:
@@ -124,6 +125,16 @@ class TokenTest(Checks, harness.ServerTestCase):
                     method, path, body, {"Authorization": "Bearer " + tok})
                 www = REALM if tok == "" else INVALID
                 self.assert_401(status, hdrs, data, www, "%s %s %r" % (method, path, tok))
+
+    def test_whitespace_around_the_token_is_not_part_of_it(self):
+        # RFC 9112, 5.1: a field value excludes the whitespace around it
+        # (libmicrohttpd 1.0 trims it, 0.9.75 does not; attnd does on both).
+        for tok in [" " + TOKEN + " ", TOKEN + "\t", "\t " + TOKEN + "  \t"]:
+            for method, path, kind in GUARDED[:4]:
+                _, body = self.body_for(kind)
+                status, _, data = self.srv.request(
+                    method, path, body, {"Authorization": "Bearer " + tok})
+                self.assertLess(status, 400, "%s %s %r: %r" % (method, path, tok, data[:200]))
 
     def test_an_unauthorised_upload_that_never_ends_is_cut_off(self):
         # Without the token the body is dropped until its end, for the 401;

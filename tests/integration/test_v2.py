@@ -518,7 +518,7 @@ class ReadSizeTest(V2Case):
         return True
 
     @unittest.skipIf(harness.VALGRIND, "strace cannot trace valgrind's guest")
-    def test_a_body_is_read_more_than_half_the_memory_at_a_time(self):
+    def test_a_body_is_read_half_the_memory_or_more_at_a_time(self):
         with tempfile.TemporaryDirectory() as tmp:
             log = os.path.join(tmp, "reads")
             tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=recvfrom",
@@ -545,7 +545,13 @@ class ReadSizeTest(V2Case):
                 reads = [int(n) for n in re.findall(r"^\d+ +recvfrom\(.*\) = (\d+)$",
                                                      f.read(), re.M)]
         self.assertGreater(sum(reads), sent)
-        self.assertGreater(max(reads), 20 << 10, "read sizes: %s" % reads)
+        # libmicrohttpd 0.9.75 reads about three quarters of the 32 KiB
+        # pool at a time with the increment attnd gives it; 1.0 half of it
+        # whatever the increment (docs/decisions.md, "Read sizes").
+        if harness.library_versions()["libmicrohttpd"] >= (1, 0):
+            self.assertGreater(max(reads), 15 << 10, "read sizes: %s" % reads)
+        else:
+            self.assertGreater(max(reads), 20 << 10, "read sizes: %s" % reads)
 
 
 class ErrorTest(V2Case):
