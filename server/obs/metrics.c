@@ -68,6 +68,7 @@ struct metrics {
   _Atomic uint64_t bytes_in, bytes_out;
   _Atomic int64_t inflight, queue_depth;
   _Atomic uint64_t inline_runs[METRICS_INLINE_COUNT];
+  _Atomic uint64_t splits, split_helped;
   struct metrics_hist request_time[N_HIST_ROUTES];
   _Atomic uint64_t route_ns[METRICS_ROUTE_COUNT];
   _Atomic uint64_t route_count[METRICS_ROUTE_COUNT];
@@ -135,6 +136,11 @@ void metrics_record_job(struct metrics *m, uint64_t queue_ns,
 void metrics_record_batch(struct metrics *m, int size) {
   metrics_observe(&m->batch_size, metrics_batch_bounds, N_BATCH, size,
                   (uint64_t)size);
+}
+
+void metrics_record_split(struct metrics *m, size_t helped) {
+  atomic_fetch_add_explicit(&m->splits, 1, RELAXED);
+  atomic_fetch_add_explicit(&m->split_helped, helped, RELAXED);
 }
 
 void metrics_record_inline(struct metrics *m, enum metrics_inline why) {
@@ -322,6 +328,17 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
                      &m->inline_runs[METRICS_INLINE_CHEAP], RELAXED),
                  (unsigned long long)atomic_load_explicit(
                      &m->inline_runs[METRICS_INLINE_IDLE], RELAXED));
+  metrics_head(b, "attnd_split_requests_total", "counter",
+               "Requests split across idle workers.");
+  metrics_printf(b, "attnd_split_requests_total %llu\n",
+                 (unsigned long long)atomic_load_explicit(&m->splits,
+                                                          RELAXED));
+  metrics_head(b, "attnd_split_helper_tasks_total", "counter",
+               "Tasks (batch item, head, query block) of split requests "
+               "that a helping worker ran.");
+  metrics_printf(b, "attnd_split_helper_tasks_total %llu\n",
+                 (unsigned long long)atomic_load_explicit(&m->split_helped,
+                                                          RELAXED));
   metrics_head(b, "attnd_request_bytes_total", "counter",
                "Request body bytes received.");
   metrics_printf(b, "attnd_request_bytes_total %llu\n",

@@ -62,6 +62,10 @@ enum metrics_inline { METRICS_INLINE_CHEAP = 0, METRICS_INLINE_IDLE,
                       METRICS_INLINE_COUNT };
 void metrics_record_inline(struct metrics *m, enum metrics_inline why);
 
+/* One request split across workers (exec.c), of whose tasks the helping
+ * workers ran helped (0: the owner ran them all). */
+void metrics_record_split(struct metrics *m, size_t helped);
+
 /* Triton's statistics extension (GET /v2/models[/{m}]/stats), per v2
  * model (enum proto_model; anything else is ignored): the phases of its
  * inference requests, each a count and a sum of nanoseconds.  SUCCESS

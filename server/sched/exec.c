@@ -50,6 +50,7 @@ struct exec_split {
   float *out, *weights;
   size_t ntasks, chunk, scratch_bytes;
   _Atomic size_t next;      /* first task nobody has claimed */
+  _Atomic size_t helped;    /* tasks the helpers ran */
   _Atomic int err;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -57,8 +58,9 @@ struct exec_split {
   struct exec_helper helpers[EXEC_MAX_HELPERS];
 };
 
-/* Claims chunks of tasks until none are left; any thread of the split. */
-static void exec_claim(struct exec_split *s, void *scratch) {
+/* Claims chunks of tasks until none are left; any thread of the split
+ * (helper != 0: not the owner). */
+static void exec_claim(struct exec_split *s, void *scratch, int helper) {
   for (;;) {
     size_t t0 = atomic_fetch_add(&s->next, s->chunk), t1;
     if (t0 >= s->ntasks)
@@ -66,6 +68,8 @@ static void exec_claim(struct exec_split *s, void *scratch) {
     t1 = t0 + s->chunk < s->ntasks ? t0 + s->chunk : s->ntasks;
     if (attn_run_tasks(s->p, t0, t1, s->out, s->weights, scratch) != 0)
       atomic_store(&s->err, ATTND_EINTERNAL);
+    if (helper)
+      atomic_fetch_add(&s->helped, t1 - t0);
   }
 }
 
@@ -75,7 +79,7 @@ void exec_help(struct pool_item *item, struct pool_worker *w) {
   struct exec_split *s = ((struct exec_helper *)item)->split;
   void *scratch = pool_scratch(w, s->scratch_bytes);
   if (scratch)  /* without scratch, leave the work to the others */
-    exec_claim(s, scratch);
+    exec_claim(s, scratch, 1);
   pthread_mutex_lock(&s->mu);
   s->pending--;
   pthread_cond_signal(&s->cv);
@@ -121,7 +125,7 @@ static int exec_split_run(struct exec_ctx *x, const attn_problem *p,
     s.helpers[i].split = &s;
     pool_submit(x->pool, &s.helpers[i].base.item);
   }
-  exec_claim(&s, scratch);
+  exec_claim(&s, scratch, 0);
   /* Helpers no worker has picked up yet would find nothing left to do:
    * withdraw them rather than wait for a worker to free up. */
   for (i = 0; i < nh; i++)
@@ -136,6 +140,7 @@ static int exec_split_run(struct exec_ctx *x, const attn_problem *p,
   pthread_mutex_unlock(&s.mu);
   pthread_cond_destroy(&s.cv);
   pthread_mutex_destroy(&s.mu);
+  metrics_record_split(x->m, atomic_load(&s.helped));
   err = atomic_load(&s.err);
   return err;
 }

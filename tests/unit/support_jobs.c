@@ -8,6 +8,7 @@
 
 #include "core/attn.h"
 #include "proto/proto.h"
+#include "server/obs/metrics.h"
 
 char *support_expected_body(const char *json, size_t *len) {
   proto_request r;
@@ -48,4 +49,17 @@ char *support_large_request(int weights) {
   put_tensor(&at, 256, 16, 3);
   sprintf(at, "}");
   return json;
+}
+
+unsigned long long support_counter(struct metrics *m, const char *name) {
+  char *body, *at, key[128];
+  size_t len;
+  unsigned long long v;
+  ck_assert_int_eq(metrics_render(m, &body, &len), 0);
+  snprintf(key, sizeof key, "\n%s ", name);
+  at = strstr(body, key);
+  ck_assert_msg(at != NULL, "no %s in the metrics", name);
+  v = strtoull(at + strlen(key), NULL, 10);
+  free(body);
+  return v;
 }

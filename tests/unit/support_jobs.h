@@ -7,7 +7,9 @@
  * job of that request should answer.  support_large_request(weights)
  * builds a (1, 256, 16) /v1 request (256 x 256 x 32 multiply-adds, large
  * enough to be split across workers), with or without weights.  Both
- * return malloc'd strings the caller frees; a failure aborts the test. */
+ * return malloc'd strings the caller frees; a failure aborts the test.
+ * support_counter(m, name) reads an unlabelled counter off m's text
+ * exposition (metrics_render), as a scrape would. */
 #ifndef ATTND_TESTS_SUPPORT_JOBS_H
 #define ATTND_TESTS_SUPPORT_JOBS_H
 
@@ -20,5 +22,8 @@
 
 char *support_expected_body(const char *json, size_t *len);
 char *support_large_request(int weights);
+
+struct metrics;
+unsigned long long support_counter(struct metrics *m, const char *name);
 
 #endif
