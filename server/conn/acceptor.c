@@ -15,7 +15,8 @@
  * Shared state, under a.mu (the only lock; the callbacks are never
  * called with it held): the counts of connections handed over, started,
  * closed and not yet served, each lane's count of open ones and whether
- * it is full, and the stopping flag.
+ * it is full, the connections each client address holds (a.peers), and
+ * the stopping flag.
  * closed <= started <= handed always, so handed - closed is the number
  * open.  A connection handed over that
  * never starts (the server dropped it, out of memory, without a word)
@@ -43,6 +44,7 @@
 #include "server/conn/handshake.h"
 #include "server/obs/log.h"
 #include "server/conn/net.h"
+#include "server/conn/peers.h"
 #include "server/conn/unixsock.h"
 #include "proto/mem.h"
 
@@ -86,6 +88,8 @@ struct acceptor {
   size_t unserved;                 /* handed, not yet served nor closed;
                                       under mu */
   int stopping;                    /* under mu */
+  struct peers *peers;             /* per-address counts, or NULL; under
+                                      mu */
   unsigned lanes;
   struct acceptor_lane {
     size_t open;                   /* connections on it */
@@ -297,20 +301,37 @@ static unsigned acceptor_lane(struct acceptor *a, unsigned i) {
   return a->lane[i].full ? least : i;
 }
 
+/* Gives fd to the refuse callback for reason why, or closes it. */
+static void acceptor_refuse(struct acceptor *a, int fd, int why) {
+  if (a->refuse)
+    a->refuse(a->arg, fd, why);
+  else
+    close(fd);
+}
+
 /* Hands fd, from listen socket i (or ACCEPTOR_ANY_LANE), over, counting
- * it first: it may start and close before the callback returns. */
+ * it first: it may start and close before the callback returns.  A
+ * connection whose address holds the per-address limit is refused. */
 static void acceptor_hand(struct acceptor *a, unsigned i, int fd,
                           const struct sockaddr_storage *ss, socklen_t len) {
+  const struct sockaddr *sa = (const struct sockaddr *)ss;
   unsigned lane;
   pthread_mutex_lock(&a->mu);
+  if (a->peers && peers_take(a->peers, sa) != 0) {
+    pthread_mutex_unlock(&a->mu);
+    acceptor_refuse(a, fd, ACCEPTOR_PER_ADDRESS);
+    return;
+  }
   a->handed++;
   a->unserved++;
   lane = acceptor_lane(a, i);
   a->lane[lane].open++;
   pthread_mutex_unlock(&a->mu);
-  if (a->fn(a->arg, fd, (const struct sockaddr *)ss, len, lane) == 0)
+  if (a->fn(a->arg, fd, sa, len, lane) == 0)
     return;
   pthread_mutex_lock(&a->mu);
+  if (a->peers)
+    peers_release(a->peers, sa);
   if (a->handed > a->started)
     a->handed--;
   if (a->unserved > 0)
@@ -407,6 +428,12 @@ static void *acceptor_main(void *arg) {
   return NULL;
 }
 
+int acceptor_limit_per_address(struct acceptor *a, size_t n) {
+  if (n && !a->peers && !(a->peers = peers_new(n)))
+    return -1;
+  return 0;
+}
+
 int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
                  acceptor_refuse_fn *refuse, void *arg) {
   a->fn = fn;
@@ -435,8 +462,11 @@ void acceptor_served(struct acceptor *a) {
   pthread_mutex_unlock(&a->mu);
 }
 
-void acceptor_closed(struct acceptor *a, unsigned lane, int served) {
+void acceptor_closed(struct acceptor *a, unsigned lane, int served,
+                     const struct sockaddr *peer) {
   pthread_mutex_lock(&a->mu);
+  if (a->peers && peer)
+    peers_release(a->peers, peer);
   if (a->closed < a->started)
     a->closed++;
   if (!served && a->unserved > 0)
@@ -480,18 +510,19 @@ size_t acceptor_lane_open(struct acceptor *a, unsigned lane) {
  * refuse a socket filter on a TCP socket to a process without
  * CAP_NET_ADMIN (EPERM); the log line says so. */
 static void acceptor_stop_new(struct acceptor *a) {
+  int warned = 0;
   for (unsigned i = 0; i < a->nfd; i++) {
     int e;
     if (net_drop_tcp_flags(a->fd[i], NET_TCP_SYN | NET_TCP_ACK,
-                           NET_TCP_SYN) == 0)
+                           NET_TCP_SYN) == 0 || warned++)
       continue;
     e = errno;
-    log_error("drain: cannot hold new connections off (%s%s); clients "
-              "connecting while the listen sockets close may be reset",
-              strerror(e),
-              e == EPERM ? ": this kernel attaches a socket filter to a TCP "
-                           "socket only with CAP_NET_ADMIN"
-                         : "");
+    log_warn("drain: cannot hold new connections off (%s%s); clients "
+             "connecting while the listen sockets close may be reset",
+             strerror(e),
+             e == EPERM ? ": this kernel attaches a socket filter to a TCP "
+                          "socket only with CAP_NET_ADMIN"
+                        : "");
   }
   if (a->ufd >= 0 && shutdown(a->ufd, SHUT_RD) != 0)
     log_error("drain: cannot refuse new connections on the unix socket "
@@ -526,7 +557,7 @@ static int acceptor_take_backlog(struct acceptor *a, int lfd, unsigned home,
       acceptor_hand(a, home, fd, &ss, len);
     } else {
       ++*refused;
-      a->refuse(a->arg, fd);
+      acceptor_refuse(a, fd, ACCEPTOR_NO_ROOM);
     }
   }
 }
@@ -610,6 +641,7 @@ void acceptor_stop(struct acceptor *a) {
   acceptor_quiesce(a);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
+  peers_free(a->peers);
   mem_free(a->lane);
   mem_free(a);
 }

@@ -69,9 +69,15 @@ struct acceptor;
 typedef int acceptor_fn(void *arg, int fd, const struct sockaddr *sa,
                         socklen_t len, unsigned lane);
 
-/* Takes ownership of fd, a connection the server has no room for while
- * it quiesces: answers it (503) and closes it. */
-typedef void acceptor_refuse_fn(void *arg, int fd);
+/* Why a connection is refused (acceptor_refuse_fn). */
+enum acceptor_refusal {
+  ACCEPTOR_NO_ROOM = 0,     /* quiescing, and max_open are open */
+  ACCEPTOR_PER_ADDRESS = 1  /* its address holds the per-address limit */
+};
+
+/* Takes ownership of fd, a connection the server will not serve, for
+ * reason why (enum acceptor_refusal): answers it and closes it. */
+typedef void acceptor_refuse_fn(void *arg, int fd, int why);
 
 /* Binds and listens on sa (an IPv6 address listens for IPv6 only) with
  * one socket per lane, up to 64, for lanes (>= 1) lanes; lanes beyond
@@ -91,10 +97,17 @@ int acceptor_port(const struct acceptor *a);
 int acceptor_listen_unix(struct acceptor *a, const char *path,
                          unsigned mode);
 
+/* Limits the connections one client IP address may hold open at once
+ * to n (0: no limit; peers.h says what an address is).  A connection
+ * beyond it goes to the refuse callback (ACCEPTOR_PER_ADDRESS) at once,
+ * or is closed when there is none.  Before acceptor_run.  0, or -1 out
+ * of memory. */
+int acceptor_limit_per_address(struct acceptor *a, size_t n);
+
 /* Starts the accept thread: each connection goes to fn(arg, ...), at
  * most max_open (>= 1) at a time; refuse answers those that find no
- * room while quiescing (NULL: they go to fn all the same).  0, or -1
- * when the thread cannot be started. */
+ * room while quiescing (NULL: they go to fn all the same) and those over
+ * the per-address limit.  0, or -1 when the thread cannot be started. */
 int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
                  acceptor_refuse_fn *refuse, void *arg);
 
@@ -107,8 +120,11 @@ void acceptor_started(struct acceptor *a);
 void acceptor_served(struct acceptor *a);
 
 /* A connection that started on lane has closed: there is room for
- * another.  served: acceptor_served was reported for it. */
-void acceptor_closed(struct acceptor *a, unsigned lane, int served);
+ * another.  served: acceptor_served was reported for it.  peer: the
+ * address fn was given for it (NULL when not known, which leaves its
+ * per-address count as it was). */
+void acceptor_closed(struct acceptor *a, unsigned lane, int served,
+                     const struct sockaddr *peer);
 
 /* Connections handed over and not yet closed: all of them, and those
  * of one lane. */

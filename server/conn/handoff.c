@@ -1,4 +1,4 @@
-/* handoff.c - placing a connection on a libmicrohttpd thread (see
+/* handoff.c - placing a connection on a lane's libmicrohttpd daemon (see
  * handoff.h). */
 #include "server/conn/handoff.h"
 
@@ -7,33 +7,19 @@
 #include <string.h>
 #include <sys/un.h>
 
-#include "server/conn/net.h"
 #include "core/attnd_err.h"
 
-void handoff_pool_options(unsigned threads, size_t max_conns,
-                          struct MHD_OptionItem o[3]) {
-  size_t limit = max_conns * (threads > 1 ? threads : 1);
-  int n = 0;
-  if (threads > 1)
-    o[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE,
-                                     (intptr_t)threads, NULL};
-  o[n++] = (struct MHD_OptionItem){
+void handoff_daemon_options(size_t max_conns, struct MHD_OptionItem o[2]) {
+  o[0] = (struct MHD_OptionItem){
       MHD_OPTION_CONNECTION_LIMIT,
-      (intptr_t)(limit < UINT_MAX ? limit : UINT_MAX), NULL};
-  o[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+      (intptr_t)(max_conns < UINT_MAX ? max_conns : UINT_MAX), NULL};
+  o[1] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 }
 
-unsigned handoff_lane(int fd, unsigned threads) {
-  return threads > 1 && fd >= 0 ? (unsigned)fd % threads : 0;
-}
-
-int handoff_add(struct MHD_Daemon *d, unsigned threads, int fd,
-                const struct sockaddr *sa, socklen_t len, unsigned lane) {
+int handoff_add(struct MHD_Daemon *d, int fd, const struct sockaddr *sa,
+                socklen_t len) {
   /* An unnamed Unix socket's address: the family alone. */
   static const struct sockaddr_un unnamed = {.sun_family = AF_UNIX};
-  int moved = net_fd_with_remainder(fd, lane, threads > 1 ? threads : 1);
-  if (moved >= 0)
-    fd = moved;
   if (sa->sa_family == AF_UNIX) {
     sa = (const struct sockaddr *)&unnamed;
     len = sizeof unnamed.sun_family;
@@ -41,20 +27,35 @@ int handoff_add(struct MHD_Daemon *d, unsigned threads, int fd,
   return MHD_add_connection(d, fd, sa, len) == MHD_YES ? 0 : -1;
 }
 
-size_t handoff_refuse(int fd) {
-  char answer[512];
-  const char *msg = attnd_strerror(ATTND_EDRAINING);
+/* Writes a whole answer of status (with its reason phrase) and the JSON
+ * {"error": msg} at once, without reading the request; the body's
+ * length, or 0 when the socket would not take it all. */
+static size_t handoff_answer(int fd, const char *status, const char *msg) {
+  char answer[640];
   int body = (int)strlen(msg) + 13; /* {"error": "", msg} */
   int n = snprintf(answer, sizeof answer,
-                   "HTTP/1.1 503 Service Unavailable\r\n"
+                   "HTTP/1.1 %s\r\n"
                    "Connection: close\r\n"
                    "Content-Type: application/json\r\n"
                    "Retry-After: 1\r\n"
                    "Content-Length: %d\r\n\r\n"
                    "{\"error\": \"%s\"}",
-                   body, msg);
+                   status, body, msg);
   if (n <= 0 || (size_t)n >= sizeof answer ||
       send(fd, answer, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n)
     return 0;
   return (size_t)body;
+}
+
+size_t handoff_refuse(int fd) {
+  return handoff_answer(fd, "503 Service Unavailable",
+                        attnd_strerror(ATTND_EDRAINING));
+}
+
+size_t handoff_refuse_per_address(int fd, size_t limit) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "too many connections from this address: "
+           "--max-conns-per-ip is %zu; reuse a connection, or close one",
+           limit);
+  return handoff_answer(fd, "429 Too Many Requests", msg);
 }

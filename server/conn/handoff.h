@@ -1,22 +1,20 @@
 /* handoff.h - placing an accepted connection on a libmicrohttpd thread.
  *
- * attnd's accept thread (acceptor.h) picks a lane for each connection,
- * and lane i is pool thread i of the libmicrohttpd daemon.  libmicrohttpd
- * 0.9.75's MHD_add_connection looks for a pool thread with room starting
- * at the one numbered (descriptor % pool size) (daemon.c), so when no
- * thread is ever full the descriptor's number picks the thread:
- * handoff_add first moves the descriptor to a number with the lane's
- * remainder (net_fd_with_remainder), and the daemon is started with a
- * connection limit that leaves every thread room (handoff_connection_limit).
- * tests/unit/test_handoff.c pins this against the real library.
+ * attnd's accept thread (acceptor.h) picks a lane for each connection.
+ * Each lane is a libmicrohttpd daemon of its own with one internal
+ * thread, no listen socket and no thread pool, and handoff_add gives the
+ * connection to the lane's daemon with MHD_add_connection, which
+ * documents that the daemon serves it: which thread serves which
+ * connection is then a matter of the library's contract, not of how it
+ * picks a pool thread.  Every lane's daemon may hold all of --max-conns
+ * (handoff_daemon_options); the acceptor holds the whole server to it,
+ * and to --max-conns-per-ip.
  *
- * Unix socket clients: libmicrohttpd reads a client address as IPv4 or
- * IPv6 from its length alone (MHD_ip_addr_to_key), and a bound Unix
- * client's address can have either length, so handoff_add gives it the
- * address of an unnamed Unix socket instead (family only), which the
- * per-address limit lets through: --max-conns-per-ip does not apply to
- * them.  libmicrohttpd's TCP_NODELAY and TCP_CORK calls fail on such a
- * connection, harmlessly (see mhdlog.h).
+ * Unix socket clients: MHD_add_connection takes the client's address for
+ * libmicrohttpd's own use (the access handler may ask for it); a Unix
+ * client's is given as the address of an unnamed Unix socket (its
+ * family alone).  libmicrohttpd's TCP_NODELAY and TCP_CORK calls fail on
+ * such a connection, harmlessly (see mhdlog.h).
  *
  * No state; safe from any thread (the daemon's own locking covers
  * MHD_add_connection).
@@ -29,7 +27,7 @@
 
 #include <microhttpd.h>
 
-/* The daemon attnd hands connections to: an epoll thread pool without a
+/* A lane's daemon: an epoll loop on one internal thread, without a
  * listen socket of its own.  TURBO (opportunistic reads and writes)
  * measured about 5-10% more small requests per second on a 2-core
  * machine. */
@@ -37,28 +35,17 @@
   (MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME | \
    MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET)
 
-/* Fills o (an MHD_OPTION_ARRAY) with the pool options for threads (>= 1)
- * HTTP threads: MHD_OPTION_THREAD_POOL_SIZE, and a connection limit that
- * makes each thread's share (libmicrohttpd divides the limit evenly
- * among the pool) the whole of max_conns, so no thread is ever full; the
- * acceptor holds the server to max_conns.  One thread is the daemon's
- * own internal thread, without a pool: libmicrohttpd warns that a pool
- * of 1 is ignored. */
-void handoff_pool_options(unsigned threads, size_t max_conns,
-                          struct MHD_OptionItem o[3]);
+/* Fills o (an MHD_OPTION_ARRAY) with a lane daemon's connection limit:
+ * the whole of max_conns, so that a lane is never full before the
+ * server is (the acceptor counts them all). */
+void handoff_daemon_options(size_t max_conns, struct MHD_OptionItem o[2]);
 
-/* Moves fd (a new non-blocking connection from sa, len) to a descriptor
- * of lane lane's thread and adds it to d, a daemon of threads threads
- * started with HANDOFF_MHD_FLAGS and handoff_pool_options.  When no
- * descriptor of that lane is free (out of descriptors) another thread
- * serves it.  0 once d owns the connection; -1 when d refused it (the
- * per-address limit, out of memory): libmicrohttpd has then closed it and
- * reports nothing. */
-int handoff_add(struct MHD_Daemon *d, unsigned threads, int fd,
-                const struct sockaddr *sa, socklen_t len, unsigned lane);
-
-/* The lane, the pool thread, of a connection's descriptor. */
-unsigned handoff_lane(int fd, unsigned threads);
+/* Adds fd (a new non-blocking connection from sa, len) to d, a lane's
+ * daemon started with HANDOFF_MHD_FLAGS and handoff_daemon_options.  0
+ * once d owns the connection; -1 when d refused it (out of memory):
+ * libmicrohttpd has then closed it and reports nothing. */
+int handoff_add(struct MHD_Daemon *d, int fd, const struct sockaddr *sa,
+                socklen_t len);
 
 /* Answers a connection the server will not serve (draining, and no room
  * for it) with a 503: {"error": ...}, Retry-After and Connection: close,
@@ -66,5 +53,10 @@ unsigned handoff_lane(int fd, unsigned threads);
  * it, best with a lingering close (linger.h).  Returns the body bytes
  * written, or 0 when the socket would not take the whole answer. */
 size_t handoff_refuse(int fd);
+
+/* Answers a connection over --max-conns-per-ip (limit) with a 429 the
+ * same way, naming the flag.  The caller then closes it: a client that
+ * already holds the limit gets no lingering close. */
+size_t handoff_refuse_per_address(int fd, size_t limit);
 
 #endif /* ATTND_HANDOFF_H */

@@ -3,8 +3,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <linux/filter.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -45,37 +43,6 @@ void net_set_port(struct sockaddr_storage *ss, int port) {
     ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
   else
     ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-}
-
-int net_fd_with_remainder(int fd, unsigned rem, unsigned mod) {
-  unsigned want = rem;
-  if (mod <= 1 || (unsigned)fd % mod == rem)
-    return fd;
-  for (;;) {
-    /* The lowest free number from want on; when it is not the right one,
-     * every number from want to it is in use. */
-    int d = fcntl(fd, F_DUPFD_CLOEXEC, (int)want);
-    if (d < 0)
-      return -1;
-    if ((unsigned)d % mod == rem) {
-      close(fd);
-      return d;
-    }
-    close(d);
-    want = (unsigned)d - (unsigned)d % mod + rem;
-    if (want <= (unsigned)d)
-      want += mod;
-    /* Skip the candidates in use with one cheap call each: a lane that
-     * holds many more connections than the others fills a long run of
-     * its numbers while the numbers between them are free.  Past the
-     * descriptor limit the numbers read as free, and the copy fails. */
-    while (want <= INT_MAX && fcntl((int)want, F_GETFD) >= 0)
-      want += mod;
-    if (want > INT_MAX) {
-      errno = EMFILE;
-      return -1;
-    }
-  }
 }
 
 int net_attach_filter(int fd, int opt, const struct sock_filter *code,

@@ -17,15 +17,6 @@ socklen_t net_sockaddr(const char *host, int port,
 int net_port(const struct sockaddr *sa);
 void net_set_port(struct sockaddr_storage *ss, int port);
 
-/* Moves descriptor fd to the lowest free number n at or above rem with
- * n % mod == rem (mod >= 1, rem < mod), closing fd; so the caller can
- * pick the libmicrohttpd pool thread a connection goes to (see
- * http_on_accept).  Returns the descriptor that now names fd's file: fd
- * itself when it already has the remainder (or mod is 1).  -1 with errno
- * set when no copy could be made (out of descriptors, say); fd is then
- * left open and unchanged. */
-int net_fd_with_remainder(int fd, unsigned rem, unsigned mod);
-
 struct sock_filter;
 
 /* Attaches the classic BPF program code[0..n) to socket fd with

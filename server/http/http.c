@@ -7,13 +7,14 @@
  *
  * DESIGN
  *
- * Threads: MHD runs an epoll thread pool (MHD_USE_EPOLL_INTERNAL_THREAD +
- * MHD_OPTION_THREAD_POOL_SIZE) without a listen socket of its own: the
- * accept thread (acceptor.h) picks a pool thread for each connection and
- * hands it over (http_on_accept, MHD_add_connection); MHD's connection
- * notifications tell the acceptor when one starts and closes.  A
- * connection belongs to one MHD thread; its access handler calls and its
- * completion callback all run there.
+ * Threads: one MHD daemon per lane, each an epoll loop on one internal
+ * thread (MHD_USE_EPOLL_INTERNAL_THREAD) without a listen socket of its
+ * own: the accept thread (acceptor.h) picks a lane for each connection
+ * and hands it to that lane's daemon (http_on_accept, MHD_add_connection);
+ * MHD's connection notifications tell the acceptor when one starts and
+ * closes.  A connection belongs to one lane thread; its access handler
+ * calls, its notifications and its completion callback all run there,
+ * and so does every touch of its struct http_conn.
  * Workers (and the batcher loop thread) touch a request only through
  * http_on_job_done (http_post.c), which stores the outcome and resumes
  * the connection.
@@ -430,14 +431,15 @@ static enum MHD_Result http_linger_if_early(struct http_req *r,
 }
 
 /* The connection's first request has begun: tells the acceptor, which
- * waits for that while it quiesces.  The connection's socket context
- * (NULL from its start) records it. */
+ * waits for that while it quiesces.  The connection's struct http_conn
+ * records it (none: the acceptor was told when the connection started). */
 static void http_mark_served(struct http *h, struct MHD_Connection *c) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  if (!ci || ci->socket_context)
+  struct http_conn *hc = ci ? ci->socket_context : NULL;
+  if (!hc || hc->served)
     return;
-  *(void **)&ci->socket_context = h;
+  hc->served = 1;
   acceptor_served(h->acc);
 }
 
@@ -576,40 +578,54 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   atomic_fetch_sub(&h->active, 1);
 }
 
-/* MHD's word that a connection handed over has started or closed.  Its
- * lane is the pool thread serving it, which its descriptor's number
- * names (handoff.h); MHD keeps the number until after this call.  Its
- * socket context says whether it had a request (http_mark_served). */
+/* MHD's word that a connection handed over has started or closed, on
+ * its lane's thread (cls is the lane).  Its struct http_conn lives
+ * between the two; without memory for one, the acceptor is told at once
+ * that it was served, so that the drain never waits for it. */
 static void http_on_connection(void *cls, struct MHD_Connection *c,
                                void **socket_context,
                                enum MHD_ConnectionNotificationCode toe) {
-  struct http *h = cls;
+  struct http_lane *lane = cls;
+  struct http *h = lane->h;
+  struct http_conn *hc;
   const union MHD_ConnectionInfo *i;
   if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
     acceptor_started(h->acc);
+    if (!(*socket_context = mem_calloc(1, sizeof(struct http_conn))))
+      acceptor_served(h->acc);
   } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
-    i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    acceptor_closed(h->acc,
-                    handoff_lane(i ? i->connect_fd : -1,
-                                 (unsigned)h->cfg.threads),
-                    *socket_context != NULL);
+    hc = *socket_context;
+    i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    acceptor_closed(h->acc, lane->idx, hc ? hc->served : 1,
+                    i ? i->client_addr : NULL);
+    mem_free(hc);
+    *socket_context = NULL;
   }
 }
 
-/* The accept thread's hand-off to the lane's MHD thread (handoff.h).
- * MHD closes fd when it refuses it (the per-address limit, out of
- * memory) and then reports nothing. */
+/* The accept thread's hand-off to the lane's daemon (handoff.h).  MHD
+ * closes fd when it refuses it (out of memory) and then reports
+ * nothing. */
 static int http_on_accept(void *arg, int fd, const struct sockaddr *sa,
                           socklen_t len, unsigned lane) {
   struct http *h = arg;
-  return handoff_add(h->d, (unsigned)h->cfg.threads, fd, sa, len, lane);
+  return handoff_add(h->lanes[lane].d, fd, sa, len);
 }
 
-/* A connection from the backlog that finds no room while draining: 503
- * at once, then a lingering close, which reads its request away. */
-static void http_on_refuse(void *arg, int fd) {
+/* A connection attnd will not serve: from the backlog while draining,
+ * with no room, a 503 at once and then a lingering close, which reads
+ * its request away; over --max-conns-per-ip, a 429 and a close (that
+ * client holds the limit already: no lingering for it). */
+static void http_on_refuse(void *arg, int fd, int why) {
   struct http *h = arg;
-  size_t n = handoff_refuse(fd);
+  size_t n;
+  if (why == ACCEPTOR_PER_ADDRESS) {
+    n = handoff_refuse_per_address(fd, (size_t)h->cfg.max_conns_per_ip);
+    metrics_record_request(h->m, METRICS_ROUTE_OTHER, 429, 0, n, 0);
+    close(fd);
+    return;
+  }
+  n = handoff_refuse(fd);
   metrics_record_request(h->m, METRICS_ROUTE_OTHER, 503, 0, n, 0);
   linger_add(h->lg, fd);
 }
@@ -662,26 +678,23 @@ static size_t http_memory_increment(size_t mem) {
 #endif
 }
 
-static struct MHD_Daemon *http_start_daemon(struct http *h) {
+/* Lane lane's daemon (handoff.h): one thread; a connection limit of the
+ * whole --max-conns, which the acceptor enforces over all lanes, as it
+ * does --max-conns-per-ip. */
+static struct MHD_Daemon *http_start_daemon(struct http *h,
+                                            struct http_lane *lane) {
   unsigned int flags = HANDOFF_MHD_FLAGS;
-  struct MHD_OptionItem tls[4], pool[3];
-  /* The thread pool, and a connection limit that leaves each of its
-   * threads room (handoff.h): the acceptor holds the whole server to
-   * --max-conns. */
-  handoff_pool_options((unsigned)h->cfg.threads, (size_t)h->cfg.max_conns,
-                       pool);
+  struct MHD_OptionItem tls[4], limit[2];
+  handoff_daemon_options((size_t)h->cfg.max_conns, limit);
   if (h->cfg.tls_cert && h->cfg.tls_key)
     flags |= MHD_USE_TLS;
   http_tls_options(&h->cfg, tls);
-  /* The per-address count is one table shared by the pool's threads. */
   return MHD_start_daemon(
       flags, 0, NULL, NULL, http_on_request, h,
       /* First, so that MHD reports even option errors through it. */
       MHD_OPTION_EXTERNAL_LOGGER, http_on_mhd_log, h,
-      MHD_OPTION_ARRAY, pool,
-      MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, h,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-      (unsigned int)h->cfg.max_conns_per_ip,
+      MHD_OPTION_ARRAY, limit,
+      MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, lane,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)h->cfg.conn_timeout_s,
       /* --conn-memory-kb, 32 KiB (MHD's default) unless the operator
        * asks for more: MHD zeroes the pool after every request and maps
@@ -695,6 +708,33 @@ static struct MHD_Daemon *http_start_daemon(struct http *h) {
       MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
       MHD_OPTION_ARRAY, tls,
       MHD_OPTION_END);
+}
+
+/* Starts every lane's daemon; 0, or -1 after logging why. */
+static int http_start_lanes(struct http *h) {
+  unsigned n = (unsigned)h->cfg.threads;
+  if (!(h->lanes = calloc(n, sizeof *h->lanes))) {
+    log_error("http: out of memory");
+    return -1;
+  }
+  for (unsigned i = 0; i < n; i++) {
+    h->lanes[i] = (struct http_lane){h, NULL, i};
+    if (!(h->lanes[i].d = http_start_daemon(h, &h->lanes[i]))) {
+      log_error("http: cannot listen on %s:%d: libmicrohttpd did not "
+                "start (see above)", h->cfg.host, h->cfg.port);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Stops the lanes' daemons started so far, and frees the lanes. */
+static void http_stop_lanes(struct http *h) {
+  for (unsigned i = 0; h->lanes && i < (unsigned)h->cfg.threads; i++)
+    if (h->lanes[i].d)
+      MHD_stop_daemon(h->lanes[i].d);
+  free(h->lanes);
+  h->lanes = NULL;
 }
 
 struct http *http_start(const struct http_config *cfg, struct batcher *b,
@@ -724,23 +764,24 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
   if (cfg->unix_path && cfg->unix_path[0] &&
       acceptor_listen_unix(h->acc, cfg->unix_path, cfg->unix_mode) != 0)
     goto err;
-  if (!(h->d = http_start_daemon(h))) {
-    log_error("http: cannot listen on %s:%d: libmicrohttpd did not start "
-              "(see above)", cfg->host, cfg->port);
+  if (acceptor_limit_per_address(h->acc, (size_t)cfg->max_conns_per_ip)) {
+    log_error("http: out of memory");
     goto err;
   }
+  if (http_start_lanes(h) != 0)
+    goto err;
   /* Without it (logged) early answers close as libmicrohttpd does. */
   h->lg = linger_start((size_t)cfg->max_conns,
                        (unsigned long long)cfg->max_body * HTTP_DRAIN_FACTOR);
   if (acceptor_run(h->acc, (size_t)cfg->max_conns, http_on_accept,
                    http_on_refuse, h) != 0) {
     log_error("http: cannot start the accept thread");
-    MHD_stop_daemon(h->d);
     linger_stop(h->lg);
     goto err;
   }
   return h;
 err:
+  http_stop_lanes(h);
   acceptor_stop(h->acc);
   free(h);
   return NULL;
@@ -769,7 +810,7 @@ void http_stop(struct http *h) {
    * would be refused.  MHD reports each close to the acceptor, which
    * therefore outlives MHD_stop_daemon. */
   acceptor_quiesce(h->acc);
-  MHD_stop_daemon(h->d);
+  http_stop_lanes(h);
   acceptor_stop(h->acc);
   linger_stop(h->lg);
   free(h);

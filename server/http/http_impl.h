@@ -53,11 +53,26 @@ enum http_req_state {
 /* What the Authorization header says, for a route that needs the token. */
 enum http_auth { AUTH_OK = 0, AUTH_MISSING = 1, AUTH_INVALID = 2 };
 
+/* One lane: a libmicrohttpd daemon with one thread (handoff.h). */
+struct http_lane {
+  struct http *h;
+  struct MHD_Daemon *d;     /* NULL until started */
+  unsigned idx;
+};
+
+/* What attnd keeps of a connection, from libmicrohttpd's connection-
+ * started notification to its closed one, through the notification's
+ * writable socket context: its contents change, never the pointer.  Only
+ * the connection's lane thread touches it. */
+struct http_conn {
+  int served;               /* acceptor_served was reported */
+};
+
 struct http {
   struct http_config cfg;
   struct batcher *b;
   struct metrics *m;
-  struct MHD_Daemon *d;
+  struct http_lane *lanes;  /* [cfg.threads] */
   struct acceptor *acc;     /* the listen sockets and accept thread */
   struct linger_set *lg;    /* NULL: early answers close at once */
   _Atomic int state;        /* enum http_state */

@@ -370,6 +370,8 @@ static void log_vmsg(const char *level, const char *fmt, va_list ap) {
     log_puts(&b, "attnd: ");
     if (level[0] == 'e')
       log_puts(&b, "error: ");
+    else if (level[0] == 'w')
+      log_puts(&b, "warning: ");
     log_puts(&b, msg);
   }
   line[b.len++] = '\n';
@@ -387,6 +389,13 @@ void log_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   log_vmsg("error", fmt, ap);
+  va_end(ap);
+}
+
+void log_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_vmsg("warning", fmt, ap);
   va_end(ap);
 }
 

@@ -82,6 +82,10 @@ void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A printf-style error message. */
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A message about something degraded but working ("attnd: warning: ...";
+ * level "warning" in JSON). */
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* A message already formatted by someone else's va_list (the MHD logger). */
 void log_verror(const char *fmt, va_list ap);
 

@@ -46,7 +46,8 @@ LISTEN_RE = re.compile(r"listening on ([0-9.]+|\[[0-9a-f:]+\]):(\d+)")
 class Attnd:
     """One running attnd process; the caller stops it (or uses `with`)."""
 
-    def __init__(self, args=(), env=None):
+    def __init__(self, args=(), env=None, wrap=()):
+        """wrap: a command that runs attnd (setpriv, say), before it."""
         cmd = [BINARY, "--host", "127.0.0.1", "--port", "0"] + list(args)
         if VALGRIND:
             # --fair-sched=yes: valgrind runs one thread at a time, and its
@@ -58,6 +59,7 @@ class Attnd:
                    "--leak-check=full",
                    "--show-leak-kinds=definite,indirect",
                    "--errors-for-leak-kinds=definite,indirect"] + cmd
+        cmd = list(wrap) + cmd
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,

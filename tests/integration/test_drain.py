@@ -11,9 +11,18 @@ stops accepting.  A round is one attnd started, loaded, signalled and
 exited; the race is narrow, so each test runs several rounds (10, fewer
 when a round takes long on a busy machine), over TCP and over a Unix
 socket.
+
+Holding new TCP clients off takes a socket filter, which some kernels
+allow only with CAP_NET_ADMIN (a default container, a Kubernetes pod).
+Without it the TCP test is skipped, saying why, and DegradedDrainTest
+checks what attnd promises there instead (docs/operations.md): a warning,
+not an error, in the log; every client answered, refused or, in the
+moment the listen sockets close, reset; never a hang; exit status 0.
 """
 
 import collections
+import ctypes
+import errno
 import http.client
 import json
 import os
@@ -43,6 +52,29 @@ LOST = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected,
         http.client.IncompleteRead, http.client.BadStatusLine)
 
 
+def tcp_filter_refused():
+    """Why this process may not attach a socket filter to a TCP socket
+    (the drain's hold on new clients), or None when it may."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    accept_all = ctypes.create_string_buffer(bytes([6, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]))
+    prog = ctypes.c_ushort(1).value.to_bytes(2, "little") + b"\0" * 6 + \
+        ctypes.addressof(accept_all).to_bytes(8, "little")
+    try:
+        s.setsockopt(socket.SOL_SOCKET, 26, prog)  # SO_ATTACH_FILTER
+        return None
+    except OSError as e:
+        if e.errno != errno.EPERM:
+            raise
+        return ("this kernel attaches a socket filter to a TCP socket only with "
+                "CAP_NET_ADMIN, which this process lacks: DegradedDrainTest checks "
+                "the drain without it")
+    finally:
+        s.close()
+
+
+NO_FILTER = tcp_filter_refused()
+
+
 def one_request(connect):
     """POSTs BODY on a new connection; the outcome's name."""
     conn = connect()
@@ -62,10 +94,10 @@ def one_request(connect):
         conn.close()
 
 
-def drain_round(args, connect):
+def drain_round(args, connect, wrap=()):
     """One attnd under new-connection-per-request load through SIGTERM;
     (Counter of outcomes, exit code, log)."""
-    srv = harness.Attnd(["--drain-delay-ms", "1000", "--access-log", "0"] + args)
+    srv = harness.Attnd(["--drain-delay-ms", "1000", "--access-log", "0"] + args, wrap=wrap)
     outcomes = collections.Counter()
     lock = threading.Lock()
     stop = threading.Event()
@@ -101,6 +133,8 @@ def drain_round(args, connect):
 
 
 class DrainResetTest(unittest.TestCase):
+    allowed = (200, 503, "refused")
+
     def rounds(self, args, connect):
         start = time.time()
         total = collections.Counter()
@@ -110,13 +144,14 @@ class DrainResetTest(unittest.TestCase):
             done += 1
             total.update(outcomes)
             self.assertEqual(code, 0, log[-2000:])
-            bad = {k: n for k, n in outcomes.items() if k not in (200, 503, "refused")}
+            bad = {k: n for k, n in outcomes.items() if k not in self.allowed}
             self.assertEqual(bad, {}, "round %d: %s\n%s" % (done, dict(outcomes), log[-2000:]))
             self.assertGreaterEqual(outcomes[200], 300, dict(outcomes))
             self.assertGreater(outcomes["refused"], 0, dict(outcomes))
         print("\n%s: %d rounds in %.1f s: %s" % (self.id().split(".")[-1], done,
                                                 time.time() - start, dict(total)))
 
+    @unittest.skipIf(NO_FILTER, NO_FILTER)
     def test_tcp_clients_are_answered_or_refused_never_reset(self):
         def connect(srv):
             return lambda: http.client.HTTPConnection(srv.host, srv.port, timeout=30 * SLOW)
@@ -132,6 +167,34 @@ class DrainResetTest(unittest.TestCase):
             self.assertFalse(os.path.lexists(path))
         finally:
             shutil.rmtree(d, ignore_errors=True)
+
+
+# How to start attnd without CAP_NET_ADMIN where this process has it.
+DROP_NET_ADMIN = ["setpriv", "--bounding-set", "-net_admin", "--inh-caps", "-net_admin"]
+
+
+class DegradedDrainTest(unittest.TestCase):
+    """Without the filter (where this process has CAP_NET_ADMIN, attnd is
+    started without it): a client connecting in the moment the listen
+    sockets close may be reset; nothing else may go wrong."""
+    allowed = (200, 503, "refused", "lost: ConnectionResetError", "lost: BrokenPipeError")
+
+    def test_tcp_drain_without_the_filter_warns_and_loses_no_answer(self):
+        wrap = ()
+        if not NO_FILTER:
+            if not shutil.which("setpriv") or os.geteuid() != 0:
+                self.skipTest("this process may attach socket filters and cannot start "
+                              "attnd without CAP_NET_ADMIN (no setpriv, or not root)")
+            wrap = DROP_NET_ADMIN
+        outcomes, code, log = drain_round([], lambda srv: lambda: http.client.HTTPConnection(
+            srv.host, srv.port, timeout=30 * SLOW), wrap)
+        self.assertEqual(code, 0, log[-2000:])
+        self.assertIn("warning: drain: cannot hold new connections off", log)
+        self.assertNotIn("error:", log)
+        bad = {k: n for k, n in outcomes.items() if k not in self.allowed}
+        self.assertEqual(bad, {}, "%s\n%s" % (dict(outcomes), log[-2000:]))
+        self.assertGreaterEqual(outcomes[200], 300, dict(outcomes))
+        print("\n%s: %s" % (self.id().split(".")[-1], dict(outcomes)))
 
 
 if __name__ == "__main__":

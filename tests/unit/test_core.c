@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "support_skip.h"
 #include "core/attn.h"
 #include "core/attn_impl.h"
 
@@ -1527,8 +1528,8 @@ END_TEST
 
 static int native_gemm_or_skip(const char *test) {
   if (attn__use_avx512()) return 1;
-  fprintf(stderr, "%s: skipped, this CPU (or valgrind) has no AVX-512F + "
-                  "FMA for the native kernels\n", test);
+  support_skip(test, "this CPU (or valgrind) has no AVX-512F + FMA for the "
+               "native kernels");
   return 0;
 }
 
@@ -1774,8 +1775,8 @@ END_TEST
 START_TEST(test_avx512_row_helpers_match_the_others) {
 #if ATTN__HAVE_AVX2_FMA
   if (!attn__use_avx512()) {
-    fprintf(stderr, "test_avx512_row_helpers_match_the_others: skipped, "
-                    "no AVX-512F\n");
+    support_skip("test_avx512_row_helpers_match_the_others",
+                 "this CPU (or valgrind) has no AVX-512F");
     return;
   }
   enum { N = 90 };
@@ -1823,6 +1824,9 @@ START_TEST(test_avx512_row_helpers_match_the_others) {
              "scale_sanitize %g * %g = %g, want %g", s[c], g, u[c], want);
     }
   }
+#else
+  support_skip("test_avx512_row_helpers_match_the_others",
+               "built without the AVX2 and AVX-512 row helpers");
 #endif
 }
 END_TEST

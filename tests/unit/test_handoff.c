@@ -1,16 +1,15 @@
 /* test_handoff.c - which libmicrohttpd thread serves a connection, with
  * the real library.
  *
- * attnd's accept thread picks a lane for each connection and counts on
- * lane i being served by pool thread i (handoff.h: libmicrohttpd 0.9.75
- * places a connection added from outside on the thread its descriptor's
- * number names).  Here a real daemon, started as attnd starts it
- * (HANDOFF_MHD_FLAGS, handoff_pool_options), and a real acceptor serve
- * real loopback clients; the request handler answers with the number of
- * the thread it runs on (in the order threads were first seen), and the
- * hand-off records the lane it gave each client (by its port).  Every
- * connection of a lane must be served by one thread, for all its
- * requests, and different lanes by different threads.
+ * attnd's accept thread picks a lane for each connection and gives it to
+ * that lane's daemon, one daemon of one thread per lane (handoff.h).
+ * Here real daemons, started as attnd starts them (HANDOFF_MHD_FLAGS,
+ * handoff_daemon_options), and a real acceptor serve real loopback
+ * clients; the request handler answers with the number of the thread it
+ * runs on (in the order threads were first seen), and the hand-off
+ * records the lane it gave each client (by its port).  Every connection
+ * of a lane must be served by one thread, for all its requests, and
+ * different lanes by different threads.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -33,7 +32,11 @@
 #define MAX_THREADS 8
 
 struct rig {
-  struct MHD_Daemon *d;
+  struct MHD_Daemon *d[MAX_THREADS];  /* one per lane */
+  struct lane_ref {
+    struct rig *r;
+    unsigned lane;
+  } ref[MAX_THREADS];
   struct acceptor *a;
   unsigned threads;
   pthread_mutex_t mu;
@@ -84,19 +87,19 @@ static enum MHD_Result serve(void *cls, struct MHD_Connection *c,
   return ret;
 }
 
-/* As attnd's HTTP layer reports to the acceptor (http.c). */
+/* As attnd's HTTP layer reports to the acceptor (http.c): cls names the
+ * lane. */
 static void notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
                    enum MHD_ConnectionNotificationCode toe) {
-  struct rig *r = cls;
+  struct lane_ref *l = cls;
   const union MHD_ConnectionInfo *i;
   (void)socket_ctx;
   if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-    acceptor_started(r->a);
-    acceptor_served(r->a);
+    acceptor_started(l->r->a);
+    acceptor_served(l->r->a);
   } else {
-    i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    acceptor_closed(r->a, handoff_lane(i ? i->connect_fd : -1, r->threads),
-                    1);
+    i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    acceptor_closed(l->r->a, l->lane, 1, i ? i->client_addr : NULL);
   }
 }
 
@@ -117,40 +120,46 @@ static int hand(void *arg, int fd, const struct sockaddr *sa, socklen_t len,
   else
     r->unix_lanes++;
   pthread_mutex_unlock(&r->mu);
-  return handoff_add(r->d, r->threads, fd, sa, len, lane);
+  return handoff_add(r->d[lane], fd, sa, len);
 }
 
-/* A daemon of threads threads, started as attnd starts its own, and an
- * acceptor of as many lanes handing connections to it. */
+/* A daemon for each of threads lanes, started as attnd starts its own,
+ * and an acceptor of as many lanes handing connections to them, at most
+ * per_ip (0: any number) from one address. */
 static struct rig *rig_start(unsigned threads, unsigned per_ip,
                              const char *unix_path) {
   struct rig *r = calloc(1, sizeof *r);
-  struct MHD_OptionItem pool[3];
+  struct MHD_OptionItem limit[2];
   struct sockaddr_storage ss;
   socklen_t len = net_sockaddr("127.0.0.1", 0, &ss, NULL);
   ck_assert_ptr_nonnull(r);
+  ck_assert_uint_le(threads, MAX_THREADS);
   r->threads = threads;
   pthread_mutex_init(&r->mu, NULL);
   memset(r->port_lane, -1, sizeof r->port_lane);
-  handoff_pool_options(threads, 100, pool);
+  handoff_daemon_options(100, limit);
   r->a = acceptor_listen((struct sockaddr *)&ss, len, threads);
   ck_assert_ptr_nonnull(r->a);
   if (unix_path)
     ck_assert_int_eq(acceptor_listen_unix(r->a, unix_path, 0600), 0);
-  r->d = MHD_start_daemon(HANDOFF_MHD_FLAGS, 0, NULL, NULL, serve, r,
-                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, r,
-                          MHD_OPTION_ARRAY, pool,
-                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
-                          MHD_OPTION_NOTIFY_CONNECTION, notify, r,
-                          MHD_OPTION_END);
-  ck_assert_ptr_nonnull(r->d);
+  ck_assert_int_eq(acceptor_limit_per_address(r->a, per_ip), 0);
+  for (unsigned i = 0; i < threads; i++) {
+    r->ref[i] = (struct lane_ref){r, i};
+    r->d[i] = MHD_start_daemon(HANDOFF_MHD_FLAGS, 0, NULL, NULL, serve, r,
+                               MHD_OPTION_EXTERNAL_LOGGER, mhd_log, r,
+                               MHD_OPTION_ARRAY, limit,
+                               MHD_OPTION_NOTIFY_CONNECTION, notify,
+                               &r->ref[i], MHD_OPTION_END);
+    ck_assert_ptr_nonnull(r->d[i]);
+  }
   ck_assert_int_eq(acceptor_run(r->a, 100, hand, NULL, r), 0);
   return r;
 }
 
 static void rig_stop(struct rig *r) {
   acceptor_quiesce(r->a);
-  MHD_stop_daemon(r->d);
+  for (unsigned i = 0; i < r->threads; i++)
+    MHD_stop_daemon(r->d[i]);
   acceptor_stop(r->a);
   pthread_mutex_destroy(&r->mu);
   free(r);
@@ -235,14 +244,14 @@ static void lanes_are_threads(unsigned threads, int n) {
   rig_stop(r);
 }
 
-START_TEST(each_lane_is_served_by_its_own_thread_of_a_pool_of_4) {
+START_TEST(each_lane_is_served_by_its_own_thread_of_4) {
   /* 64 / 4 = 16 stay on the lane of the clients' CPU, then the others
    * take turns: 40 reach all four lanes */
   lanes_are_threads(4, 40);
 }
 END_TEST
 
-START_TEST(each_lane_is_served_by_its_own_thread_of_a_pool_of_2) {
+START_TEST(each_lane_is_served_by_its_own_thread_of_2) {
   /* 64 / 2 = 32 on the first lane, the rest on the other */
   lanes_are_threads(2, 40);
 }
@@ -256,7 +265,7 @@ START_TEST(one_http_thread_serves_all_without_a_warning) {
   for (int i = 0; i < 3; i++)
     ck_assert_int_eq(ask(c[i]), 0);
   ck_assert_int_eq(r->nseen, 1);
-  /* a pool of 1 would make libmicrohttpd warn that it ignores it */
+  /* started as attnd starts it, libmicrohttpd has nothing to say */
   ck_assert_msg(r->logged == 0, "libmicrohttpd said: %s", r->last_log);
   for (int i = 0; i < 3; i++)
     close(c[i]);
@@ -313,8 +322,8 @@ static Suite *handoff_suite(void) {
   Suite *s = suite_create("handoff");
   TCase *tc = tcase_create("libmicrohttpd");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, each_lane_is_served_by_its_own_thread_of_a_pool_of_4);
-  tcase_add_test(tc, each_lane_is_served_by_its_own_thread_of_a_pool_of_2);
+  tcase_add_test(tc, each_lane_is_served_by_its_own_thread_of_4);
+  tcase_add_test(tc, each_lane_is_served_by_its_own_thread_of_2);
   tcase_add_test(tc, one_http_thread_serves_all_without_a_warning);
   tcase_add_test(tc, unix_clients_are_not_taken_for_ip_addresses);
   suite_add_tcase(s, tc);

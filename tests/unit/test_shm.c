@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "support_skip.h"
 #include "proto/mem.h"
 #include "proto/proto.h"
 #include "server/shm/fault.h"
@@ -414,9 +415,8 @@ START_TEST(a_full_file_system_is_named) {
   ck_assert_msg(WIFEXITED(st), "the child was killed by signal %d",
                 WIFSIGNALED(st) ? WTERMSIG(st) : 0);
   if (WEXITSTATUS(st) == 77) {
-    fprintf(stderr, "a_full_file_system_is_named: skipped, no mount "
-                    "namespace with a tmpfs here (%s)\n",
-            geteuid() == 0 ? "not allowed" : "not root");
+    support_skip("a_full_file_system_is_named", "no mount namespace with a "
+                 "tmpfs here (%s)", geteuid() == 0 ? "not allowed" : "not root");
     return;
   }
   ck_assert_msg(WEXITSTATUS(st) == 0, "the child failed with code %d",
