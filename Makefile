@@ -43,7 +43,7 @@ OPTIMIZATION := -O1
 endif
 
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
-               $(PKG_CFLAGS) -I. $(CFLAGS) -MMD -MP
+               $(PKG_CFLAGS) -I. $(HOOKS) $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
 # proto/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
 # (both header only).  Debian installs dragonbox.h under a versioned
@@ -67,6 +67,14 @@ SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC)) \
            $(patsubst %.cc,$(BUILD)/obj/%.o,$(PROTO_CXX_SRC))
 MAIN_OBJ := $(BUILD)/obj/server/main.o
+# Test hooks (failure injection, ATTND_FAIL_ALLOC_AT, counters only tests
+# read) exist in the test build alone: the unit tests and build/attnd-test
+# link these files compiled with -DATTND_TEST_HOOKS (in build/obj-test);
+# build/attnd has none of them.
+HOOKED_SRC := proto/mem.c server/shm/fault.c
+HOOKED_OBJ := $(patsubst %.c,$(BUILD)/obj-test/%.o,$(HOOKED_SRC))
+TEST_LIB_OBJ := $(filter-out $(patsubst %.c,$(BUILD)/obj/%.o,$(HOOKED_SRC)),\
+                  $(LIB_OBJ)) $(HOOKED_OBJ)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 TEST_SUPPORT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/unit/support_*.c))
@@ -100,12 +108,28 @@ $(BUILD)/attnd: $(MAIN_OBJ) $(BUILD)/libattnd.a
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libattnd.a
+# The test build: the hooked files, the tests' own objects (which see the
+# hooks' declarations), a library and an attnd with the hooks.
+$(BUILD)/obj-test/%.o: HOOKS := -DATTND_TEST_HOOKS
+$(BUILD)/obj/tests/%.o: HOOKS := -DATTND_TEST_HOOKS
+$(BUILD)/obj-test/%.o: %.c
+	@mkdir -p $(dir $@)
+	@[ "$(V)" = 1 ] || echo "  CC    $< (test hooks)"
+	$(Q)$(CC) $(FINAL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libattnd-test.a: $(TEST_LIB_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/attnd-test: $(BUILD)/obj-test/server/main.o $(BUILD)/libattnd-test.a
+	@[ "$(V)" = 1 ] || echo "  LINK  $@"
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libattnd-test.a
 	@mkdir -p $(dir $@)
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS) $(CHECK_LIBS)
 
-unit: $(UNIT_BIN)
+unit: $(UNIT_BIN) $(BUILD)/attnd-test
 
 # Installs the Debian packages attnd needs to build, run and test when we are
 # root; otherwise prints the apt-get line to run.
@@ -293,4 +317,5 @@ clean:
 
 .PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
 
--include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))
+-include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(HOOKED_OBJ:.o=.d) \
+         $(BUILD)/obj-test/server/main.d $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

@@ -8,6 +8,9 @@
 
 #include <cjson/cJSON.h>
 
+static _Thread_local unsigned long mem_thread_failed;
+
+#ifdef ATTND_TEST_HOOKS
 /* Set by mem_fail_at(n > 0), cleared by mem_fail_at(0, 0).  Only then
  * is anything shared written: counters bumped by every thread on every
  * allocation would bounce their cache line between the cores. */
@@ -19,7 +22,10 @@ static _Atomic int mem_sticky;      /* persistent failure has started */
 static _Atomic unsigned long mem_injected_n;
 static _Atomic unsigned long mem_calls;
 static _Thread_local long mem_live_n;
-static _Thread_local unsigned long mem_thread_failed;
+#define MEM_LIVE(delta) (mem_live_n += (delta))
+#else
+#define MEM_LIVE(delta) ((void)0)
+#endif
 
 /* The calling thread's parse arena (mem.h).  Static thread-local storage,
  * so no thread ever allocates or frees it. */
@@ -30,6 +36,7 @@ typedef struct mem_arena {
 } mem_arena;
 static _Thread_local mem_arena mem_json_arena;
 
+#ifdef ATTND_TEST_HOOKS
 /* 1 when this allocation is to fail. */
 static int mem_should_fail(void) {
   long v;
@@ -49,11 +56,15 @@ fail:
   atomic_fetch_add(&mem_injected_n, 1);
   return 1;
 }
+#else
+/* The release build injects nothing. */
+static inline int mem_should_fail(void) { return 0; }
+#endif
 
 /* Counts p as a new live block, or a failure when it is NULL. */
 static void *mem_track(void *p) {
   if (p)
-    mem_live_n++;
+    MEM_LIVE(1);
   else
     mem_thread_failed++;
   return p;
@@ -103,7 +114,7 @@ char *mem_strdup(const char *s) {
 void mem_free(void *p) {
   if (!p)
     return;
-  mem_live_n--;
+  MEM_LIVE(-1);
   free(p);
 }
 
@@ -157,6 +168,9 @@ void mem_init(void) {
   cJSON_InitHooks(&hooks);
 }
 
+unsigned long mem_thread_failures(void) { return mem_thread_failed; }
+
+#ifdef ATTND_TEST_HOOKS
 void mem_fail_at(long n, int persistent) {
   atomic_store(&mem_armed, 0);
   atomic_store(&mem_countdown, 0);
@@ -179,10 +193,9 @@ long mem_fail_from_env(void) {
   return n;
 }
 
-unsigned long mem_thread_failures(void) { return mem_thread_failed; }
-
 unsigned long mem_injected(void) { return atomic_load(&mem_injected_n); }
 
 unsigned long mem_allocations(void) { return atomic_load(&mem_calls); }
 
 long mem_live(void) { return mem_live_n; }
+#endif /* ATTND_TEST_HOOKS */

@@ -10,23 +10,22 @@
  * library that frees with free() (MHD's MHD_RESPMEM_MUST_FREE) may be
  * handed one.  What they add:
  *
- * - Failure injection, the way SQLite tests out-of-memory paths
- *   (test/malloc*.test, "cause the N-th malloc to fail"):
- *   mem_fail_at(n, persistent) makes the n-th wrapped allocation from
- *   now on fail (return NULL) - and, when persistent, every one after
- *   it - until mem_fail_at(0, 0).  attnd arms it from the environment
- *   variable ATTND_FAIL_ALLOC_AT=N once it is ready (main.c), for the
- *   integration test; unit tests call mem_fail_at directly.  Off, it
- *   costs one relaxed atomic load per allocation, and nothing shared is
- *   written.
- * - Counters: allocation calls while failure injection is armed;
- *   allocations that failed on the calling thread (injected or real), so
- *   that a caller whose library reports an allocation failure no
- *   differently from bad input (cJSON_Parse returns NULL for both) can
- *   tell them apart; injected failures in the process; live blocks of the
- *   calling thread (mem_live, exact while every block it allocates is
- *   released on it with mem_free or mem_realloc, which single-threaded
- *   unit tests use to check that an error path freed everything).
+ * - Allocations that failed on the calling thread, so that a caller
+ *   whose library reports an allocation failure no differently from bad
+ *   input (cJSON_Parse returns NULL for both) can tell them apart.
+ * - In the test build only (ATTND_TEST_HOOKS: the unit tests and
+ *   build/attnd-test; build/attnd has none of it), failure injection,
+ *   the way SQLite tests out-of-memory paths (test/malloc*.test, "cause
+ *   the N-th malloc to fail"): mem_fail_at(n, persistent) makes the n-th
+ *   wrapped allocation from now on fail (return NULL) - and, when
+ *   persistent, every one after it - until mem_fail_at(0, 0).
+ *   attnd-test arms it from the environment variable ATTND_FAIL_ALLOC_AT=N
+ *   once it is ready (main.c), for the integration test; unit tests call
+ *   mem_fail_at directly.  With it come counters: allocation calls while
+ *   injection is armed, injected failures, and live blocks of the calling
+ *   thread (mem_live, exact while every block it allocates is released on
+ *   it with mem_free or mem_realloc, which single-threaded unit tests use
+ *   to check that an error path freed everything).
  *
  * This module's counters are the only mutable state of
  * proto/: atomics and thread-locals, safe from any thread.
@@ -73,6 +72,10 @@ void mem_free(void *p);
 void *mem_zalloc(void *opaque, unsigned items, unsigned size);
 void mem_zfree(void *opaque, void *p);
 
+/* Failed allocations on the calling thread so far (injected or real). */
+unsigned long mem_thread_failures(void);
+
+#ifdef ATTND_TEST_HOOKS
 /* Arms failure injection: the n-th wrapped allocation from now fails;
  * persistent != 0 makes every later one fail too.  n = 0 disarms. */
 void mem_fail_at(long n, int persistent);
@@ -81,9 +84,6 @@ void mem_fail_at(long n, int persistent);
  * mem_fail_at accordingly.  Returns N, 0 when the variable is unset, or
  * -1 when it is not a positive integer. */
 long mem_fail_from_env(void);
-
-/* Failed allocations on the calling thread so far (injected or real). */
-unsigned long mem_thread_failures(void);
 
 /* Injected failures so far, in the whole process. */
 unsigned long mem_injected(void);
@@ -95,5 +95,6 @@ unsigned long mem_allocations(void);
 /* Blocks allocated on the calling thread through this wrapper, less those
  * released on it. */
 long mem_live(void);
+#endif /* ATTND_TEST_HOOKS */
 
 #endif /* ATTND_MEM_H */

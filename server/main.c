@@ -215,6 +215,32 @@ static int main_load_tls(const struct config *cfg, struct tls_pem *tls) {
   return tls_load(cfg->tls_cert, cfg->tls_key, tls, stderr) == 0 ? 0 : -1;
 }
 
+#ifdef ATTND_TEST_HOOKS
+/* build/attnd-test only (proto/mem.h): fail the N-th allocation from
+ * here on when ATTND_FAIL_ALLOC_AT says so, and say at the end how many
+ * failed. */
+static long main_fail_at;
+static unsigned long main_allocs;
+
+static void main_fail_from_env(void) {
+  if ((main_fail_at = mem_fail_from_env()) > 0)
+    log_info("ATTND_FAIL_ALLOC_AT: allocation %ld from now will fail",
+             main_fail_at);
+  else if (main_fail_at < 0)
+    log_error("ATTND_FAIL_ALLOC_AT: not a positive integer; ignored");
+  main_allocs = mem_allocations();
+}
+
+static void main_fail_report(void) {
+  if (main_fail_at > 0)
+    log_info("failure injection: %lu of %lu allocations failed",
+             mem_injected(), mem_allocations() - main_allocs);
+}
+#else
+static void main_fail_from_env(void) {}
+static void main_fail_report(void) {}
+#endif
+
 int main(int argc, char **argv) {
   struct config cfg;
   struct batcher_config bc;
@@ -223,8 +249,6 @@ int main(int argc, char **argv) {
   struct batcher *b = NULL;
   struct http *h = NULL;
   struct shm_registry *shm = NULL;
-  long fail_at = 0;         /* ATTND_FAIL_ALLOC_AT (proto/mem.h) */
-  unsigned long allocs = 0;
   struct tls_pem tls = {NULL, NULL};
   int rc = config_parse(&cfg, argc, argv, stdout, stderr);
 
@@ -258,13 +282,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   http_set_state(h, HTTP_READY);
-  /* A test setting: fail the N-th allocation from here on. */
-  if ((fail_at = mem_fail_from_env()) > 0)
-    log_info("ATTND_FAIL_ALLOC_AT: allocation %ld from now will fail",
-             fail_at);
-  else if (fail_at < 0)
-    log_error("ATTND_FAIL_ALLOC_AT: not a positive integer; ignored");
-  allocs = mem_allocations();
+  main_fail_from_env();
   if (tls.cert)
     log_info(cfg.unix_socket[0] ? "TLS: this port and the unix socket speak "
                                   "HTTPS only"
@@ -281,9 +299,7 @@ int main(int argc, char **argv) {
     log_error("drain: jobs still running; exiting without cleanup");
     _exit(1);
   }
-  if (fail_at > 0)
-    log_info("failure injection: %lu of %lu allocations failed",
-             mem_injected(), mem_allocations() - allocs);
+  main_fail_report();
   log_info("stopped");
   rc = 0;
 out:

@@ -21,7 +21,6 @@ struct peer {
 
 struct peers {
   size_t limit;
-  size_t count;             /* entries */
   struct peer *bucket[PEERS_BUCKETS];
 };
 
@@ -72,7 +71,6 @@ int peers_take(struct peers *p, const struct sockaddr *sa) {
     if (!(*e = mem_calloc(1, sizeof **e)))
       return -1;
     memcpy((*e)->addr, key, 16);
-    p->count++;
   }
   if ((*e)->n >= p->limit)
     return -1;
@@ -94,11 +92,8 @@ void peers_release(struct peers *p, const struct sockaddr *sa) {
     gone = *e;
     *e = gone->next;
     mem_free(gone);
-    p->count--;
   }
 }
-
-size_t peers_count(const struct peers *p) { return p->count; }
 
 void peers_free(struct peers *p) {
   if (!p)

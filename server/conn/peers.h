@@ -30,9 +30,6 @@ int peers_take(struct peers *p, const struct sockaddr *sa);
 /* Uncounts a connection peers_take admitted from sa. */
 void peers_release(struct peers *p, const struct sockaddr *sa);
 
-/* Addresses holding at least one connection (for tests). */
-size_t peers_count(const struct peers *p);
-
 /* NULL is a no-op. */
 void peers_free(struct peers *p);
 

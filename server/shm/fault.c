@@ -148,4 +148,6 @@ int fault_copy_to(void *dst, const void *src, size_t n) {
   return fault_copy(dst, src, n, dst);
 }
 
+#ifdef ATTND_TEST_HOOKS
 unsigned long fault_caught(void) { return fault_guard.caught; }
+#endif

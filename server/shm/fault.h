@@ -53,9 +53,11 @@ int fault_copy_from(void *dst, const void *src, size_t n);
  * 0, or ATTND_EINVAL when a page of [dst, dst + n) faulted. */
 int fault_copy_to(void *dst, const void *src, size_t n);
 
+#ifdef ATTND_TEST_HOOKS
 /* How many faults the calling thread's guarded copies have caught since
- * it started: for tests, which check that a refusal came from the guard
- * and not from some check before it. */
+ * it started: for tests (the test build only), which check that a
+ * refusal came from the guard and not from some check before it. */
 unsigned long fault_caught(void);
+#endif
 
 #endif /* ATTND_FAULT_H */

@@ -30,6 +30,8 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINARY = os.path.join(ROOT, "build", "attnd")
+# The test build's attnd, with failure injection (ATTND_FAIL_ALLOC_AT).
+TEST_BINARY = os.path.join(ROOT, "build", "attnd-test")
 VALGRIND = os.environ.get("ATTND_VALGRIND") == "1"
 START_TIMEOUT = 120 if VALGRIND else 20
 
@@ -46,9 +48,10 @@ LISTEN_RE = re.compile(r"listening on ([0-9.]+|\[[0-9a-f:]+\]):(\d+)")
 class Attnd:
     """One running attnd process; the caller stops it (or uses `with`)."""
 
-    def __init__(self, args=(), env=None, wrap=()):
-        """wrap: a command that runs attnd (setpriv, say), before it."""
-        cmd = [BINARY, "--host", "127.0.0.1", "--port", "0"] + list(args)
+    def __init__(self, args=(), env=None, wrap=(), binary=BINARY):
+        """wrap: a command that runs attnd (setpriv, say), before it;
+        binary: TEST_BINARY for the test hooks."""
+        cmd = [binary, "--host", "127.0.0.1", "--port", "0"] + list(args)
         if VALGRIND:
             # --fair-sched=yes: valgrind runs one thread at a time, and its
             # default lock lets a busy thread (a worker computing) take it

@@ -233,6 +233,22 @@ class InstallTest(unittest.TestCase):
             self.assertEqual(run([exe, "--probe", "--port", str(srv.port)]).returncode, 0)
             self.assertEqual(srv.stop(), 0)
 
+    def test_the_release_binary_has_no_test_hooks(self):
+        # Failure injection is built into build/attnd-test alone: the
+        # release binary neither knows the variable nor fails a request.
+        with open(os.path.join(ROOT, "build", "attnd"), "rb") as f:
+            self.assertNotIn(b"ATTND_FAIL_ALLOC_AT", f.read())
+        with open(harness.TEST_BINARY, "rb") as f:
+            self.assertIn(b"ATTND_FAIL_ALLOC_AT", f.read())
+        with harness.Attnd(["--workers", "1"], env={"ATTND_FAIL_ALLOC_AT": "1+"}) as srv:
+            for _ in range(3):
+                status, _, body = srv.request("POST", "/v1/attention",
+                                              b'{"query": [[[1]]], "key": [[[1]]], '
+                                              b'"value": [[[2]]]}')
+                self.assertEqual((status, body), (200, b'{"output":[[[2]]],"weights":[[[1]]]}'))
+            self.assertNotIn("ATTND_FAIL_ALLOC_AT", "".join(srv.log))
+            self.assertEqual(srv.stop(), 0)
+
     def test_man_page_documents_the_exit_statuses(self):
         """EXIT STATUS lists 0, 1 and 2: the statuses test_exit_statuses sees."""
         statuses = self.render().split("\nEXIT STATUS\n")[1].split("\nFILES\n")[0]

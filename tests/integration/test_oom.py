@@ -1,7 +1,7 @@
 """Out-of-memory paths of the real attnd, the SQLite way: for every N, a
 fresh attnd whose N-th allocation after start-up fails
-(ATTND_FAIL_ALLOC_AT=N, proto/mem.h) gets one request, then the same
-request again.  Through decoding, batching, computing and encoding:
+(ATTND_FAIL_ALLOC_AT=N, proto/mem.h, in build/attnd-test, the test build)
+gets one request, then the same request again.  Through decoding, batching, computing and encoding:
 
   * the first answer is a 500 or 503 with a JSON {"error": "..."} body, or,
     where the failure is benign (a response that could not be compressed
@@ -76,7 +76,8 @@ class FailEveryAllocation(unittest.TestCase):
         """Starts attnd failing allocation n, sends the request (twice when
         asked), stops it; returns (answers, injected, allocations)."""
         srv = harness.Attnd(["--workers", "1"],
-                            env={"ATTND_FAIL_ALLOC_AT": str(n)})
+                            env={"ATTND_FAIL_ALLOC_AT": str(n)},
+                            binary=harness.TEST_BINARY)
         try:
             answers = [srv.request(method, path, body, headers)
                        for _ in range(2 if twice else 1)]
@@ -178,7 +179,8 @@ class FailEveryAllocation(unittest.TestCase):
 
         def run(n, rounds):
             srv = harness.Attnd(["--workers", "1", "--allow-client-shm", "1"],
-                                env={"ATTND_FAIL_ALLOC_AT": str(n)})
+                                env={"ATTND_FAIL_ALLOC_AT": str(n)},
+                                binary=harness.TEST_BINARY)
             try:
                 answers = []
                 for r in range(rounds):
