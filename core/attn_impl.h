@@ -228,6 +228,10 @@ static inline int attn__dropout_keep(uint64_t seed, uint64_t n, float p) {
 typedef struct attn__task {
   int b, h, kvh;      /* batch item, query head, key/value head */
   int i0, rows;       /* first query row of the block, rows in it */
+  /* The packed sequence the rows belong to: its first query and key and
+   * its lengths (0, 0, Lq, Lk without packing).  A task's rows never
+   * cross a sequence boundary. */
+  int qoff, koff, lq, lk;
 } attn__task;
 
 /* Scratch layout (byte offsets from the 64-byte aligned base). */
@@ -247,7 +251,7 @@ typedef struct attn__scratch {
   int stream;         /* weights path: write weights with streaming stores */
   int gemm;           /* ATTN_GEMM_BLAS or _NATIVE (attn__gemm_pick) */
   int qrows;          /* query rows per task (attn__query_block) */
-  size_t nqb;         /* query blocks per (b, h) */
+  size_t nqb;         /* query blocks per (b, h), over every sequence */
 } attn__scratch;
 
 void attn__scratch_layout(const attn_problem *p, int with_weights,
@@ -293,8 +297,8 @@ int attn__row_count(const attn_problem *p, const attn__task *t, int i,
                     int lo, int hi);
 
 /* The row kernel (rowops.c).  s holds the raw scores of row i for keys
- * [j0, j0 + n) and the span sp has at least one allowed key.  It adds the
- * bias, sanitizes, takes the maximum over the span's allowed keys and
+ * [j0, j0 + n) and the span sp has at least one allowed key.  It
+ * soft-caps, adds the bias and ALiBi, sanitizes, takes the maximum over the span's allowed keys and
  * m = max(that, floor) (floor -FLT_MAX for a plain softmax, the running
  * maximum for the online one), then replaces s by exp(s - m) over the
  * span (exactly 0 where the mask forbids a key, by flag and not by
@@ -388,11 +392,23 @@ float attn__value_scale(const attn_problem *p, const attn__task *t, int j0,
                         int j1);
 void attn__scale_floats(float *x, size_t n, float g);
 
-/* The two paths, one task each. */
+/* The sink logit of head h clamped to finite floats, or -FLT_MAX without
+ * sinks (then it never raises a row maximum: the caller adds its term
+ * only when p->sinks). */
+static inline float attn__sink(const attn_problem *p, int h) {
+  return p->sinks ? attn__clampf(p->sinks[h], -FLT_MAX, FLT_MAX) : -FLT_MAX;
+}
+
+/* A row's lse from its maximum m and den = sum exp(s - m) (sink term
+ * included): m + ln(den), -inf when den is 0. */
+float attn__lse(float m, float den);
+
+/* The two paths, one task each; lse (B, H, Lq) may be NULL. */
 void attn__task_weights(const attn_problem *p, const attn__task *t,
-                        float *out, float *weights, char *scratch,
-                        const attn__scratch *lay);
+                        float *out, float *weights, float *lse,
+                        char *scratch, const attn__scratch *lay);
 void attn__task_online(const attn_problem *p, const attn__task *t,
-                       float *out, char *scratch, const attn__scratch *lay);
+                       float *out, float *lse, char *scratch,
+                       const attn__scratch *lay);
 
 #endif /* ATTN_IMPL_H */
