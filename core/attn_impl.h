@@ -50,6 +50,27 @@ static inline int attn__use_avx2_fma(void) { return 0; }
 static inline int attn__use_avx512(void) { return 0; }
 #endif
 
+/* Flush-to-zero around the products P V.  A probability near FLT_MIN
+ * (a score some 80 below its row's maximum: ALiBi's distant keys, a
+ * sharp softmax) times a value is a subnormal, and on x86 every
+ * subnormal result costs a microcode assist, which made a whole
+ * request a third slower.  With the MXCSR's FTZ bit such a product or
+ * sum is 0 instead: an absolute error below FLT_MIN (1.2e-38) per term,
+ * far below every tolerance.  The bit is the calling thread's, so it is
+ * set for the product only and put back at once. */
+#if defined(__SSE__)
+#include <xmmintrin.h>
+static inline unsigned attn__ftz_on(void) {
+  unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8000u);
+  return csr;
+}
+static inline void attn__ftz_off(unsigned csr) { _mm_setcsr(csr); }
+#else
+static inline unsigned attn__ftz_on(void) { return 0; }
+static inline void attn__ftz_off(unsigned csr) { (void)csr; }
+#endif
+
 /* The mask of lanes [0, k) of 16 (k >= 1; 16 and more is all of them),
  * for the masked tails of the AVX-512 loops. */
 static inline unsigned attn__lanes16(int k) {
@@ -336,6 +357,10 @@ int attn__scale_sanitize_avx512(float *dst, const float *src, int n,
                                 float g);
 int attn__softmax_span_avx512(float *s, int n, int a, int z, float floor,
                               float *m_out, float *sum);
+/* Soft-capping and ALiBi of rowops.c over s[a, z) in sixteen lanes (FMA
+ * rounding: they may differ from the portable loops in the last bit). */
+void attn__softcap_avx512(float *s, int a, int z, float cap);
+void attn__alibi_avx512(float *s, int a, int z, float slope, int base);
 void attn__sfence_avx2(void);
 #endif
 

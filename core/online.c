@@ -98,8 +98,10 @@ static void block_accumulate(const attn_problem *p, const attn__task *t,
     if (a != 1.0f)
       for (int c = 0; c < dv; c++) acc[c] *= a;
   }
+  unsigned csr = attn__ftz_on();
   attn__gemm_nn(lay->gemm, t->rows, dv, n, st->s, n, v, dv,
                 first ? 0.0f : 1.0f, st->acc, dv);
+  attn__ftz_off(csr);
 }
 
 /* Returns 1 when the block was computed, 0 when it was skipped. */

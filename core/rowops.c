@@ -45,7 +45,23 @@ static void row_alibi(const attn_problem *p, const attn__task *t, int i,
   size_t at = (p->alibi_per_item ? (size_t)t->b * p->H : 0) + (size_t)t->h;
   /* i + Lk - Lq - j within the sequence, for key j = j0 + c: base - c */
   int64_t base = (int64_t)(i - t->qoff) + t->lk - t->lq - (j0 - t->koff);
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx512()) {
+    attn__alibi_avx512(s, a, z, p->alibi_slopes[at], (int)base);
+    return;
+  }
+#endif
   alibi_span(s, a, z, p->alibi_slopes[at], (int)base);
+}
+
+static void row_softcap_any(float *s, int a, int z, float cap) {
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx512()) {
+    attn__softcap_avx512(s, a, z, cap);
+    return;
+  }
+#endif
+  row_softcap(s, a, z, cap);
 }
 
 /* s = sanitize(s) over [a, z); returns the maximum. */
@@ -155,7 +171,7 @@ float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
                         int j0, const attn__span *sp, float *s, int n,
                         float floor, float *m_out) {
   if (p->softcap > 0.0f && sp->a < sp->z)
-    row_softcap(s, sp->a, sp->z, p->softcap);
+    row_softcap_any(s, sp->a, sp->z, p->softcap);
   if (p->bias && sp->a < sp->z) row_bias(p, t, i, j0, sp->a, sp->z, s);
   if (p->alibi_slopes && sp->a < sp->z)
     row_alibi(p, t, i, j0, sp->a, sp->z, s);

@@ -73,8 +73,10 @@ static void p_times_v(const attn_problem *p, const attn__task *t,
                       float *o, const attn__scratch *lay) {
   size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
   const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+  unsigned csr = attn__ftz_on();
   attn__gemm_nn(lay->gemm, t->rows, p->Dv, n, s, lds, v, p->Dv, beta, o,
                 p->Dv);
+  attn__ftz_off(csr);
 }
 
 /* o = dropout(P) V, a key block at a time so the dropped copy needs only
