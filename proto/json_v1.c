@@ -294,9 +294,12 @@ static int opt_softcap(v1_ctx *c) {
     proto__describe(j, what, sizeof what);
     return ERR("softcap: expected a number > 0, got %s", what);
   }
-  if (proto__json_f32(j, &x) || !(x > 0.0f))
-    return ERR("softcap: %.17g is not a finite number > 0 within float32 "
-               "range", proto__json_num(j));
+  if (proto__json_f32(j, &x) || !(x > 0.0f)) {
+    char num[40];
+    proto__fmt_f64(num, sizeof num, proto__json_num(j));
+    return ERR("softcap: %s is not a finite number > 0 within float32 "
+               "range", num);
+  }
   c->p->softcap = x;
   return 0;
 }
