@@ -312,8 +312,8 @@ def write(harness, name, data):
 
 def structured_seeds():
     """fuzz_core form 2: option bytes (see build() in fuzz_core.c), then
-    tensor bytes.  The last option byte, c12, picks the variants of issue
-    38 (sinks, softcap, ALiBi, packing, the lower-right window, lse)."""
+    tensor bytes.  The last option byte, c12, picks the attention
+    variants (sinks, softcap, ALiBi, packing, the lower-right window, lse)."""
     seeds = {}
     tensor = pack([((i * 1.75) % 5.0) - 2.5 for i in range(64)], "FP32")
     extreme = pack([3.4e38, -3.4e38, 1e-45, -1e-45, 1.1754943e-38, 0.0, -0.0,

@@ -7,7 +7,7 @@ POST /v1/attention body and returns (output, weights) as nested lists of
 floats with the query's rank; lse() the rows' log-sum-exp, (B, [H,] Lq),
 -inf for a row with nothing allowed and no sink.
 
-The fields of issue 38 follow core/attn.h: sinks (H,), softcap,
+The attention variants follow core/attn.h: sinks (H,), softcap,
 alibi_slopes (H,) or (B, H), packed sequences (cu_seqlens_q/_k, with i,
 j, Lq, Lk counted within the query's own sequence for causal, the window
 and ALiBi) and window_align.

@@ -21,6 +21,7 @@ import math
 import os
 import random
 import struct
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,6 +32,7 @@ from v2client import (InferenceServerClient, InferenceServerException, InferInpu
                       InferRequestedOutput)
 
 NEG_INF = float("-inf")
+OPENAPI = os.path.join(harness.ROOT, "deploy", "openapi.json")
 
 
 def mask_for(rng, shape, p=0.7):
@@ -52,7 +54,8 @@ def slopes_for(H):
 
 
 def new_kinds(rng, req, H, B, kinds):
-    """Adds the issue-38 fields named in kinds to a request."""
+    """Adds the variants named in kinds (sinks, softcap, ALiBi, the
+    lower-right window) to a request."""
     Hn = H or 1
     if "sinks" in kinds:
         req["sinks"] = [rng.choice([-1.5, 0.25, 1.0, 3.0]) for _ in range(Hn)]
@@ -285,6 +288,30 @@ class V1Variants(harness.ServerTestCase, Checks):
                 first = resp
             self.assertEqual(resp, first, "the same bits every time")
 
+    def test_requests_and_answers_validate_against_openapi(self):
+        """deploy/openapi.json documents the new fields and the lse (null
+        for -inf), and the check can fail."""
+        from test_diagnostics import SCHEMA_CHECK, SYSTEM_PYTHON
+        req = rand_request(15, B=1, H=2, Lq=3, Lk=4)
+        req.update(sinks=[0.5, 1.0], softcap=2.0, alibi_slopes=[0.5, 0.25],
+                   cu_seqlens_q=[0, 1, 3], cu_seqlens_k=[0, 0, 4], window=[1, 0],
+                   window_align="lower_right", return_lse=True)
+        items = []
+        for body in (req, dict(req, sinks=None, return_weights=False)):
+            resp = self.post(body)
+            items += [[OPENAPI, "AttentionRequest", body], [OPENAPI, "AttentionResponse", resp]]
+        self.assertIsNone(resp["lse"][0][0][0])  # a null was validated
+        feed = "".join(json.dumps(x) + "\n" for x in items)
+        proc = subprocess.run([SYSTEM_PYTHON, "-c", SCHEMA_CHECK], input=feed,
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        bad = [[OPENAPI, "AttentionRequest", dict(req, window_align="middle")],
+               [OPENAPI, "AttentionResponse", dict(resp, lse=[[["x"]]])]]
+        for b in bad:
+            proc = subprocess.run([SYSTEM_PYTHON, "-c", SCHEMA_CHECK],
+                                  input=json.dumps(b) + "\n", capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 1, b)
+
     def test_bad_values_are_refused_naming_them(self):
         base = rand_request(13, B=1, H=2, Lq=4, Lk=5)
         two = rand_request(14, B=2, H=2, Lq=4, Lk=5)
@@ -449,6 +476,24 @@ class V2Variants(harness.ServerTestCase, Checks):
         self.assertTrue(inputs["sinks"]["optional"])
         self.assertEqual(inputs["cu_seqlens_q"]["data_type"], "TYPE_INT32")
         self.assertIn("lse", [o["name"] for o in cfg["output"]])
+
+    def test_v2_json_validates_against_openapi(self):
+        """The v2 inputs, parameters and the lse output (null for -inf in
+        JSON data) as deploy/openapi.json documents them."""
+        from test_diagnostics import SCHEMA_CHECK, SYSTEM_PYTHON
+        req = self.request(6)
+        del req["sinks"]
+        body = {"inputs": [i._get_tensor() for i in v2_inputs(req, False)],
+                "parameters": v2_params(req),
+                "outputs": [{"name": "output"}, {"name": "lse"}]}
+        st, resp = self.srv.post_json("/v2/models/attention/infer", body)
+        self.assertEqual(st, 200, resp)
+        self.assertIn(None, resp["outputs"][1]["data"])
+        feed = "".join(json.dumps(x) + "\n" for x in (
+            [OPENAPI, "InferenceRequest", body], [OPENAPI, "InferenceResponse", resp]))
+        proc = subprocess.run([SYSTEM_PYTHON, "-c", SCHEMA_CHECK], input=feed,
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
 
     def test_bad_values_and_names(self):
         req = self.request(4)
