@@ -9,6 +9,7 @@
  * only.  Results do not depend on the split: a task's arithmetic is a
  * function of the problem and the task index alone.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,33 @@ static int check_scoring(const attn_problem *p) {
   return 0;
 }
 
+/* Both or neither cu_seqlens; when packed, B == 1, no valid_lens, and
+ * each array runs from 0 to its length without decreasing. */
+static int check_cu(const int32_t *cu, int n, int len) {
+  if (cu[0] != 0 || cu[n] != len) return 0;
+  for (int s = 0; s < n; s++)
+    if (cu[s + 1] < cu[s]) return 0;
+  return 1;
+}
+
+static int check_packing(const attn_problem *p) {
+  if (!p->cu_seqlens_q && !p->cu_seqlens_k) return 1;
+  if (!p->cu_seqlens_q || !p->cu_seqlens_k) return 0;
+  if (p->n_seqs < 1 || p->B != 1 || p->valid_lens) return 0;
+  return check_cu(p->cu_seqlens_q, p->n_seqs, p->Lq) &&
+         check_cu(p->cu_seqlens_k, p->n_seqs, p->Lk);
+}
+
+static int check_variants(const attn_problem *p) {
+  /* Written so that NaN fails too. */
+  if (!(p->softcap == 0.0f || (p->softcap > 0.0f && p->softcap <= FLT_MAX)))
+    return 0;
+  if (p->window_align != ATTN_WINDOW_UPPER_LEFT &&
+      p->window_align != ATTN_WINDOW_LOWER_RIGHT)
+    return 0;
+  return check_packing(p);
+}
+
 int attn_check(const attn_problem *p) {
   if (!p) return ATTND_EINVAL;
   if (p->B < 1 || p->H < 1 || p->Hkv < 1 || p->Lq < 1 || p->Lk < 1 ||
@@ -80,6 +108,7 @@ int attn_check(const attn_problem *p) {
       p->gemm != ATTN_GEMM_NATIVE)
     return ATTND_EINVAL;
   if (!check_sizes(p)) return ATTND_EINVAL;
+  if (!check_variants(p)) return ATTND_EINVAL;
   return 0;
 }
 
@@ -93,9 +122,23 @@ int attn__query_block(const attn_problem *p) {
   return qb;
 }
 
+/* Query blocks of sequence s (qb rows each; the last may be short). */
+static size_t seq_blocks(const attn_problem *p, int s, size_t qb) {
+  size_t len = (size_t)(p->cu_seqlens_q[s + 1] - p->cu_seqlens_q[s]);
+  return (len + qb - 1) / qb;
+}
+
+/* Query blocks per (b, h): over the whole Lq, or sequence by sequence
+ * when packed, so that no block crosses a sequence boundary. */
+static size_t blocks_of(const attn_problem *p, size_t qb) {
+  size_t n = 0;
+  if (!p->cu_seqlens_q) return ((size_t)p->Lq + qb - 1) / qb;
+  for (int s = 0; s < p->n_seqs; s++) n += seq_blocks(p, s, qb);
+  return n;
+}
+
 static size_t query_blocks(const attn_problem *p) {
-  size_t qb = (size_t)attn__query_block(p);
-  return ((size_t)p->Lq + qb - 1) / qb;
+  return blocks_of(p, (size_t)attn__query_block(p));
 }
 
 size_t attn_task_count(const attn_problem *p, int with_weights) {
@@ -138,6 +181,7 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
     s->flags = take(&off, lk * f);
     s->scores = take(&off, (size_t)s->wrows * lk * f);
     s->rowsum = take(&off, qb * f);
+    s->rowmax = take(&off, qb * f);
     if (p->dropout_p > 0.0f) s->drop = take(&off, qb * kb * f);
   } else {
     if (p->mask) s->flags = take(&off, qb * kb * f);
@@ -157,7 +201,7 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
     s->pack = take(&off, attn__gemm_pack_floats(p) * f);
   s->total = off;
   s->qrows = qrows;
-  s->nqb = ((size_t)p->Lq + (size_t)qrows - 1) / (size_t)qrows;
+  s->nqb = blocks_of(p, (size_t)qrows);
 }
 
 size_t attn_scratch_bytes(const attn_problem *p, int with_weights) {
@@ -167,23 +211,63 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights) {
   return s.total;
 }
 
-/* Task t with nqb query blocks of rows rows each. */
+/* Where the walk over packed sequences stands: sequence seq starts at
+ * query block first (counted within one (b, h)).  Tasks taken in order
+ * advance it, so a run of tasks walks cu_seqlens once. */
+typedef struct seq_cursor {
+  int seq;
+  size_t first;
+} seq_cursor;
+
+/* Task t with nqb query blocks of rows rows each per (b, h). */
 static void task_at(const attn_problem *p, size_t nqb, int rows, size_t t,
-                    attn__task *task) {
+                    seq_cursor *cur, attn__task *task) {
   size_t qb = t % nqb, bh = t / nqb;
   task->b = (int)(bh / (size_t)p->H);
   task->h = (int)(bh % (size_t)p->H);
   task->kvh = task->h / (p->H / p->Hkv);
-  task->i0 = (int)qb * rows;
-  task->rows = p->Lq - task->i0 < rows ? p->Lq - task->i0 : rows;
+  task->qoff = task->koff = 0;
+  task->lq = p->Lq;
+  task->lk = p->Lk;
+  if (p->cu_seqlens_q) {
+    const int32_t *cq = p->cu_seqlens_q, *ck = p->cu_seqlens_k;
+    if (qb < cur->first) cur->seq = 0, cur->first = 0;
+    for (;;) {
+      size_t n = seq_blocks(p, cur->seq, (size_t)rows);
+      if (qb < cur->first + n) break;
+      cur->first += n;
+      cur->seq++;
+    }
+    task->qoff = cq[cur->seq];
+    task->koff = ck[cur->seq];
+    task->lq = cq[cur->seq + 1] - cq[cur->seq];
+    task->lk = ck[cur->seq + 1] - ck[cur->seq];
+    qb -= cur->first;
+  }
+  task->i0 = task->qoff + (int)qb * rows;
+  int end = task->qoff + task->lq;
+  task->rows = end - task->i0 < rows ? end - task->i0 : rows;
 }
 
 void attn__task_of(const attn_problem *p, size_t t, attn__task *task) {
-  task_at(p, query_blocks(p), attn__query_block(p), t, task);
+  seq_cursor cur = {0, 0};
+  task_at(p, query_blocks(p), attn__query_block(p), t, &cur, task);
+}
+
+float attn__lse(float m, float den) {
+  if (!(den > 0.0f)) return -INFINITY;
+  return (float)((double)m + log((double)den));
 }
 
 int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1, float *out,
                    float *weights, void *scratch) {
+  return attn_run_tasks_lse(p, t0, t1, out, weights, NULL, scratch);
+}
+
+int attn_run_tasks_lse(const attn_problem *p, size_t t0, size_t t1,
+                       float *out, float *weights, float *lse,
+                       void *scratch) {
+  seq_cursor cur = {0, 0};
   attn__scratch lay;
   int with_weights = weights != NULL;
   if (attn_check(p) != 0 || !out || !scratch) return ATTND_EINVAL;
@@ -195,16 +279,21 @@ int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1, float *out,
     return ATTND_EINVAL;
   for (size_t t = t0; t < t1; t++) {
     attn__task task;
-    task_at(p, lay.nqb, lay.qrows, t, &task);
+    task_at(p, lay.nqb, lay.qrows, t, &cur, &task);
     if (with_weights)
-      attn__task_weights(p, &task, out, weights, scratch, &lay);
+      attn__task_weights(p, &task, out, weights, lse, scratch, &lay);
     else
-      attn__task_online(p, &task, out, scratch, &lay);
+      attn__task_online(p, &task, out, lse, scratch, &lay);
   }
   return 0;
 }
 
 int attn_forward(const attn_problem *p, float *out, float *weights) {
+  return attn_forward_lse(p, out, weights, NULL);
+}
+
+int attn_forward_lse(const attn_problem *p, float *out, float *weights,
+                     float *lse) {
   int with_weights = weights != NULL, rc;
   void *scratch = NULL;
   if (attn_check(p) != 0 || !out) return ATTND_EINVAL;
@@ -212,8 +301,8 @@ int attn_forward(const attn_problem *p, float *out, float *weights) {
   bytes = (bytes + ATTN__ALIGN - 1) / ATTN__ALIGN * ATTN__ALIGN;
   scratch = aligned_alloc(ATTN__ALIGN, bytes ? bytes : ATTN__ALIGN);
   if (!scratch) return ATTND_ENOMEM;
-  rc = attn_run_tasks(p, 0, attn_task_count(p, with_weights), out, weights,
-                      scratch);
+  rc = attn_run_tasks_lse(p, 0, attn_task_count(p, with_weights), out,
+                          weights, lse, scratch);
   free(scratch);
   return rc;
 }

@@ -21,18 +21,37 @@
  *   - valid_lens:  j < valid_lens[b]            (per-item lengths, shape (B,))
  *                  j < valid_lens[b * Lq + i]   (per-query lengths, (B, Lq))
  *   - causal:      UPPER_LEFT  j <= i;  LOWER_RIGHT  j <= i + Lk - Lq
- *   - window:      i - left <= j <= i + right   (a side < 0 is unbounded)
+ *   - window:      UPPER_LEFT  i - left <= j <= i + right
+ *                  LOWER_RIGHT i + Lk - Lq - left <= j <= i + Lk - Lq + right
+ *                  (a side < 0 is unbounded; window_align picks)
+ *   - packing:     j lies in the query's own sequence (below)
  *   - mask:        mask[b*ms[0] + h*ms[1] + i*ms[2] + j*ms[3]] != 0
  * hold.  The mask and bias are addressed through element strides so that a
  * broadcast axis simply has stride 0 (proto/ turns the client's trailing-axis
  * broadcast into these strides).
  *
- * Scores: dot       s = (q . k) * scale + bias
- *         additive  s = w_v . tanh(W_q q + W_k k) + bias     (no scale)
+ * Packed sequences (cu_seqlens_q/_k, FlashAttention's varlen convention):
+ * sequence n holds queries [cu_q[n], cu_q[n+1]) and keys [cu_k[n],
+ * cu_k[n+1]); a query sees only its own sequence's keys, and causal, the
+ * window and ALiBi count i, j, Lq and Lk within that sequence (i minus
+ * cu_q[n], j minus cu_k[n], the sequence's lengths).  The mask, the bias
+ * and dropout's index keep the coordinates of the whole (Lq, Lk).
+ *
+ * Scores: dot       s = (q . k) * scale
+ *         additive  s = w_v . tanh(W_q q + W_k k)              (no scale)
+ * then  s = softcap * tanh(s / softcap)                   (softcap > 0)
+ *       s = s + bias - alibi_slopes[h] * |i + Lk - Lq - j|    (each if given)
  * A disallowed score is the most negative finite float, so its weight is
- * exactly 0.  A row with no allowed key has all-zero weights and an all-zero
- * output row.  Softmax subtracts the row maximum: no finite input yields
- * NaN or Inf.  Nor does the output overflow on the way: it is the
+ * exactly 0.  The softmax of a row over its allowed keys A, with the
+ * learned sink logit sk = sinks[h] when sinks are given:
+ *   m   = max(max_{j in A} s_j, sk)          (sk left out without sinks)
+ *   den = sum_{j in A} exp(s_j - m) + exp(sk - m)
+ *   w_j = exp(s_j - m) / den,  out = sum_j w_j v_j,  lse = m + ln(den)
+ * The sink takes probability mass but has no value row, so with sinks a
+ * row's weights sum to less than 1.  A row with no allowed key has
+ * all-zero weights and an all-zero output row; its lse is sinks[h], or
+ * -inf without sinks.  Softmax subtracts the row maximum: no finite input
+ * yields NaN or Inf.  Nor does the output overflow on the way: it is the
  * weighted mean of value rows even when Lk max|v| is beyond FLT_MAX (only
  * dropout's 1/(1-p) can take a true output past FLT_MAX, and then it is
  * clamped to +-FLT_MAX).
@@ -55,6 +74,11 @@
  * scratch per task, skips disallowed key blocks instead of filling them, and
  * returns 0 for a row whose running sum stays 0.
  *
+ * Packed sequences cost what the sequences cost: a task's query block
+ * never crosses a sequence boundary, and its keys lie in its sequence,
+ * so neither path computes a score across sequences (the weights path
+ * writes zeros there).
+ *
  * Work is split into tasks, one per (b, h, query block), so that callers can
  * run disjoint task ranges on different threads into the same out/weights
  * buffers (each task writes only its own rows).  Each thread needs its own
@@ -65,6 +89,9 @@
  * kernels where the CPU has AVX-512F (see attn_problem.gemm).  Both meet
  * the same tolerances; they may differ in the last bits, so a problem's
  * answer is bit-for-bit reproducible on one machine and one choice.
+ * The products P V run with the calling thread's flush-to-zero bit set
+ * (and restored after): a term below FLT_MIN counts as 0, which spares
+ * subnormal arithmetic and costs less than 1.2e-38 per term.
  */
 #ifndef ATTN_H
 #define ATTN_H
@@ -78,6 +105,13 @@ enum attn_causal {
   ATTN_CAUSAL_NONE = 0,
   ATTN_CAUSAL_UPPER_LEFT = 1,  /* query i sees keys j <= i */
   ATTN_CAUSAL_LOWER_RIGHT = 2  /* query i sees keys j <= i + Lk - Lq */
+};
+
+/* Which corner a sliding window is anchored at (attn_problem.window_align);
+ * FlashAttention's window_size is LOWER_RIGHT. */
+enum attn_window_align {
+  ATTN_WINDOW_UPPER_LEFT = 0,  /* query i: keys i - left .. i + right */
+  ATTN_WINDOW_LOWER_RIGHT = 1  /* shifted by Lk - Lq */
 };
 
 enum attn_scoring {
@@ -114,9 +148,10 @@ typedef struct attn_problem {
   int valid_lens_per_query;
 
   /* Sliding window: has_window != 0 turns it on; a negative side is
-   * unbounded on that side. */
+   * unbounded on that side; window_align is an enum attn_window_align. */
   int has_window;
   int window_left, window_right;
+  int window_align;
 
   /* Boolean mask and additive float bias, NULL when absent.  Element
    * strides over (b, h, i, j); 0 broadcasts that axis. */
@@ -128,6 +163,20 @@ typedef struct attn_problem {
   /* Additive scoring: W_q (Hd, D), W_k (Hd, Dk), w_v (Hd). */
   int Hd;
   const float *w_q, *w_k, *w_v;
+
+  /* Learned attention sinks: NULL, or (H,) logits, one per query head,
+   * finite.  Soft-capping: 0 is off, else finite and > 0.  ALiBi: NULL,
+   * or slopes (H,) when alibi_per_item == 0, else (B, H); finite. */
+  const float *sinks;
+  float softcap;
+  const float *alibi_slopes;
+  int alibi_per_item;
+
+  /* Packed sequences: both NULL, or both (n_seqs + 1,) with n_seqs >= 1,
+   * each starting at 0, non-decreasing, ending at Lq and Lk.  Packing
+   * needs B == 1 and no valid_lens. */
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;
+  int n_seqs;
 
   /* Dropout on the weights: 0 <= dropout_p < 1; 0 turns it off. */
   float dropout_p;
@@ -144,8 +193,11 @@ void attn_problem_init(attn_problem *p);
 
 /* Checks a problem for programmer errors (inconsistent shapes, missing
  * tensors, scale 0 or not finite, H not a multiple of Hkv, dropout_p out of
- * [0, 1), gemm not an enum attn_gemm).  Returns 0 or ATTND_EINVAL.  Never
- * reads tensor contents. */
+ * [0, 1), gemm not an enum attn_gemm, softcap < 0 or not finite, packing
+ * with B > 1, with valid_lens, with one cu_seqlens only, or cu_seqlens
+ * that do not start at 0, decrease or do not end at the lengths).
+ * Returns 0 or ATTND_EINVAL.  Reads no tensor contents but cu_seqlens
+ * (the task split depends on them). */
 int attn_check(const attn_problem *p);
 
 /* Number of independent tasks (b, h, query block) the problem splits into.
@@ -165,10 +217,23 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights);
 int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1,
                    float *out, float *weights, void *scratch);
 
+/* attn_run_tasks that also writes each row's log-sum-exp (attn.h's lse,
+ * natural log, -inf for a row with no allowed key and no sink) into lse
+ * (B, H, Lq) when lse is not NULL.  lse is that of the pre-dropout
+ * weights, so w = exp(s - lse) holds for every allowed key. */
+int attn_run_tasks_lse(const attn_problem *p, size_t t0, size_t t1,
+                       float *out, float *weights, float *lse,
+                       void *scratch);
+
 /* Convenience: checks the problem, allocates scratch, runs every task on
  * the calling thread, frees the scratch.  Returns 0, ATTND_EINVAL or
  * ATTND_ENOMEM; on error out and weights are unspecified. */
 int attn_forward(const attn_problem *p, float *out, float *weights);
+
+/* attn_forward with the row log-sum-exp (B, H, Lq) into lse (may be
+ * NULL), as attn_run_tasks_lse. */
+int attn_forward_lse(const attn_problem *p, float *out, float *weights,
+                     float *lse);
 
 /* Per-row diagnostics (design.md), each shaped (B, H, Lq) and each
  * optional (NULL skips it), for query row (b, h, i):
@@ -179,7 +244,12 @@ int attn_forward(const attn_problem *p, float *out, float *weights);
  *                  sqrt(sum a^2 - 2 sum a^3 + (sum a^2)^2);
  * where a is the row of weights (B, H, Lq, Lk) that attn_forward or
  * attn_run_tasks returned for p (pre-dropout).  A row with no allowed key
- * gets 0 everywhere.  Reads weights and the mask tensors, allocates
+ * gets 0 everywhere.  With sinks the weights sum to 1 - (the sink's share)
+ * and each figure describes them as returned: allowed_keys counts keys
+ * (never the sink), entropy and max_weight are over the keys' weights
+ * alone, and diag(a) - a a^T stays the exact Jacobian of the returned
+ * weights with respect to the key scores (the sink is a constant in the
+ * denominator).  Reads weights and the mask tensors, allocates
  * nothing.  Returns 0 or ATTND_EINVAL (attn_check fails, weights NULL). */
 int attn_diagnostics(const attn_problem *p, const float *weights,
                      int32_t *allowed_keys, float *entropy,

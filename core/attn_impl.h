@@ -50,6 +50,27 @@ static inline int attn__use_avx2_fma(void) { return 0; }
 static inline int attn__use_avx512(void) { return 0; }
 #endif
 
+/* Flush-to-zero around the products P V.  A probability near FLT_MIN
+ * (a score some 80 below its row's maximum: ALiBi's distant keys, a
+ * sharp softmax) times a value is a subnormal, and on x86 every
+ * subnormal result costs a microcode assist, which made a whole
+ * request a third slower.  With the MXCSR's FTZ bit such a product or
+ * sum is 0 instead: an absolute error below FLT_MIN (1.2e-38) per term,
+ * far below every tolerance.  The bit is the calling thread's, so it is
+ * set for the product only and put back at once. */
+#if defined(__SSE__)
+#include <xmmintrin.h>
+static inline unsigned attn__ftz_on(void) {
+  unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8000u);
+  return csr;
+}
+static inline void attn__ftz_off(unsigned csr) { _mm_setcsr(csr); }
+#else
+static inline unsigned attn__ftz_on(void) { return 0; }
+static inline void attn__ftz_off(unsigned csr) { (void)csr; }
+#endif
+
 /* The mask of lanes [0, k) of 16 (k >= 1; 16 and more is all of them),
  * for the masked tails of the AVX-512 loops. */
 static inline unsigned attn__lanes16(int k) {
@@ -228,6 +249,10 @@ static inline int attn__dropout_keep(uint64_t seed, uint64_t n, float p) {
 typedef struct attn__task {
   int b, h, kvh;      /* batch item, query head, key/value head */
   int i0, rows;       /* first query row of the block, rows in it */
+  /* The packed sequence the rows belong to: its first query and key and
+   * its lengths (0, 0, Lq, Lk without packing).  A task's rows never
+   * cross a sequence boundary. */
+  int qoff, koff, lq, lk;
 } attn__task;
 
 /* Scratch layout (byte offsets from the 64-byte aligned base). */
@@ -247,7 +272,7 @@ typedef struct attn__scratch {
   int stream;         /* weights path: write weights with streaming stores */
   int gemm;           /* ATTN_GEMM_BLAS or _NATIVE (attn__gemm_pick) */
   int qrows;          /* query rows per task (attn__query_block) */
-  size_t nqb;         /* query blocks per (b, h) */
+  size_t nqb;         /* query blocks per (b, h), over every sequence */
 } attn__scratch;
 
 void attn__scratch_layout(const attn_problem *p, int with_weights,
@@ -293,8 +318,8 @@ int attn__row_count(const attn_problem *p, const attn__task *t, int i,
                     int lo, int hi);
 
 /* The row kernel (rowops.c).  s holds the raw scores of row i for keys
- * [j0, j0 + n) and the span sp has at least one allowed key.  It adds the
- * bias, sanitizes, takes the maximum over the span's allowed keys and
+ * [j0, j0 + n) and the span sp has at least one allowed key.  It
+ * soft-caps, adds the bias and ALiBi, sanitizes, takes the maximum over the span's allowed keys and
  * m = max(that, floor) (floor -FLT_MAX for a plain softmax, the running
  * maximum for the online one), then replaces s by exp(s - m) over the
  * span (exactly 0 where the mask forbids a key, by flag and not by
@@ -332,6 +357,10 @@ int attn__scale_sanitize_avx512(float *dst, const float *src, int n,
                                 float g);
 int attn__softmax_span_avx512(float *s, int n, int a, int z, float floor,
                               float *m_out, float *sum);
+/* Soft-capping and ALiBi of rowops.c over s[a, z) in sixteen lanes (FMA
+ * rounding: they may differ from the portable loops in the last bit). */
+void attn__softcap_avx512(float *s, int a, int z, float cap);
+void attn__alibi_avx512(float *s, int a, int z, float slope, int base);
 void attn__sfence_avx2(void);
 #endif
 
@@ -388,11 +417,23 @@ float attn__value_scale(const attn_problem *p, const attn__task *t, int j0,
                         int j1);
 void attn__scale_floats(float *x, size_t n, float g);
 
-/* The two paths, one task each. */
+/* The sink logit of head h clamped to finite floats, or -FLT_MAX without
+ * sinks (then it never raises a row maximum: the caller adds its term
+ * only when p->sinks). */
+static inline float attn__sink(const attn_problem *p, int h) {
+  return p->sinks ? attn__clampf(p->sinks[h], -FLT_MAX, FLT_MAX) : -FLT_MAX;
+}
+
+/* A row's lse from its maximum m and den = sum exp(s - m) (sink term
+ * included): m + ln(den), -inf when den is 0. */
+float attn__lse(float m, float den);
+
+/* The two paths, one task each; lse (B, H, Lq) may be NULL. */
 void attn__task_weights(const attn_problem *p, const attn__task *t,
-                        float *out, float *weights, char *scratch,
-                        const attn__scratch *lay);
+                        float *out, float *weights, float *lse,
+                        char *scratch, const attn__scratch *lay);
 void attn__task_online(const attn_problem *p, const attn__task *t,
-                       float *out, char *scratch, const attn__scratch *lay);
+                       float *out, float *lse, char *scratch,
+                       const attn__scratch *lay);
 
 #endif /* ATTN_IMPL_H */

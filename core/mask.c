@@ -11,33 +11,38 @@
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* [lo, hi) for query row i before the element-wise mask. */
-static void row_interval(const attn_problem *p, int b, int i, int *lo,
-                         int *hi) {
-  int64_t l = 0, h = p->Lk;
+/* [lo, hi) for query row i before the element-wise mask.  Causal and
+ * the window count within the row's sequence (t's offsets and lengths:
+ * the whole problem unless packed); the interval never leaves it. */
+static void row_interval(const attn_problem *p, const attn__task *t, int i,
+                         int *lo, int *hi) {
+  int64_t il = (int64_t)i - t->qoff, shift = (int64_t)t->lk - t->lq;
+  int64_t l = 0, h = t->lk;
   if (p->valid_lens) {
-    int64_t idx = p->valid_lens_per_query ? (int64_t)b * p->Lq + i : b;
+    int64_t idx = p->valid_lens_per_query ? (int64_t)t->b * p->Lq + i : t->b;
     /* proto/ guarantees [0, Lk]; clamping keeps a bad caller in bounds. */
     h = min64(h, max64(0, p->valid_lens[idx]));
   }
   if (p->causal == ATTN_CAUSAL_UPPER_LEFT)
-    h = min64(h, (int64_t)i + 1);
+    h = min64(h, il + 1);
   else if (p->causal == ATTN_CAUSAL_LOWER_RIGHT)
-    h = min64(h, (int64_t)i + p->Lk - p->Lq + 1);
+    h = min64(h, il + shift + 1);
   if (p->has_window) {
-    if (p->window_left >= 0) l = max64(l, (int64_t)i - p->window_left);
-    if (p->window_right >= 0) h = min64(h, (int64_t)i + p->window_right + 1);
+    int64_t c = p->window_align == ATTN_WINDOW_LOWER_RIGHT ? il + shift : il;
+    if (p->window_left >= 0) l = max64(l, c - p->window_left);
+    if (p->window_right >= 0) h = min64(h, c + p->window_right + 1);
   }
+  if (l > t->lk) l = t->lk; /* an empty row; keeps koff + l within Lk */
   if (h < l) h = l;
-  *lo = (int)l;
-  *hi = (int)h;
+  *lo = (int)(t->koff + l);
+  *hi = (int)(t->koff + h);
 }
 
 void attn__row_intervals(const attn_problem *p, const attn__task *t, int *lo,
                          int *hi, int *klo, int *khi) {
   int ulo = p->Lk, uhi = 0;
   for (int r = 0; r < t->rows; r++) {
-    row_interval(p, t->b, t->i0 + r, &lo[r], &hi[r]);
+    row_interval(p, t, t->i0 + r, &lo[r], &hi[r]);
     if (lo[r] >= hi[r]) continue;
     if (lo[r] < ulo) ulo = lo[r];
     if (hi[r] > uhi) uhi = hi[r];

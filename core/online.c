@@ -7,6 +7,9 @@
  * overflowed (huge values: see rescale.c) runs once more with every block's
  * probabilities scaled by a power of two.
  *
+ * With sinks a row starts as if it had seen its sink: m = sink, l = 1 and
+ * nothing in acc (a sink has no value).  The row lse is m + ln(l).
+ *
  * Key blocks are skipped without computing scores when no row of the task
  * may see any key in them (outside every row's interval from valid_lens,
  * causal and window, or masked out entirely).
@@ -95,8 +98,10 @@ static void block_accumulate(const attn_problem *p, const attn__task *t,
     if (a != 1.0f)
       for (int c = 0; c < dv; c++) acc[c] *= a;
   }
+  unsigned csr = attn__ftz_on();
   attn__gemm_nn(lay->gemm, t->rows, dv, n, st->s, n, v, dv,
                 first ? 0.0f : 1.0f, st->acc, dv);
+  attn__ftz_off(csr);
 }
 
 /* Returns 1 when the block was computed, 0 when it was skipped. */
@@ -114,15 +119,16 @@ static int run_block(const attn_problem *p, const attn__task *t,
 }
 
 /* Output rows acc / (l g); returns 0 when a row had to be clamped, which
- * with g = 1 means acc overflowed (rescale.c). */
+ * with g = 1 means acc overflowed (rescale.c).  computed 0: no block ran,
+ * acc was never written and every row is 0 (l may be a sink's 1). */
 static int write_out(const attn_problem *p, const attn__task *t,
-                     const online_state *st, float *o) {
+                     const online_state *st, int computed, float *o) {
   int dv = p->Dv, finite = 1;
   float back = 1.0f / st->g; /* exact: g is a power of two */
   for (int r = 0; r < t->rows; r++) {
     float *orow = o + (size_t)r * dv;
     const float *acc = st->acc + (size_t)r * dv;
-    if (st->l[r] > 0.0f) {
+    if (computed && st->l[r] > 0.0f) {
       finite &= attn__scale_sanitize(orow, acc, dv, 1.0f / st->l[r] * back);
     } else {
       memset(orow, 0, (size_t)dv * sizeof *orow);
@@ -131,13 +137,17 @@ static int write_out(const attn_problem *p, const attn__task *t,
   return finite;
 }
 
-/* Every key block of [klo, khi) with probabilities times g. */
-static void run_pass(const attn_problem *p, const attn__task *t,
-                     online_state *st, int klo, int khi, float g,
-                     char *scratch, const attn__scratch *lay) {
+/* Every key block of [klo, khi) with probabilities times g; returns 1
+ * when some block was computed (acc was written).  With sinks each row
+ * starts as if it had seen the sink: m = sink, l = exp(0) = 1, and no
+ * value. */
+static int run_pass(const attn_problem *p, const attn__task *t,
+                    online_state *st, int klo, int khi, float g,
+                    char *scratch, const attn__scratch *lay) {
+  float m0 = attn__sink(p, t->h), l0 = p->sinks ? 1.0f : 0.0f;
   for (int r = 0; r < t->rows; r++) {
-    st->m[r] = -FLT_MAX;
-    st->l[r] = 0.0f;
+    st->m[r] = m0;
+    st->l[r] = l0;
   }
   st->g = g;
   /* acc is written by the first computed block; write_out reads it only
@@ -147,20 +157,25 @@ static void run_pass(const attn_problem *p, const attn__task *t,
     int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
     if (run_block(p, t, st, j0, n, first, scratch, lay)) first = 0;
   }
+  return !first;
 }
 
 void attn__task_online(const attn_problem *p, const attn__task *t,
-                       float *out, char *scratch, const attn__scratch *lay) {
+                       float *out, float *lse, char *scratch,
+                       const attn__scratch *lay) {
   size_t row0 = ((size_t)t->b * p->H + t->h) * p->Lq + t->i0;
   online_state st;
-  int klo, khi;
+  int klo, khi, computed;
   state_of(scratch, lay, &st);
   attn__row_intervals(p, t, st.lo, st.hi, &klo, &khi);
-  run_pass(p, t, &st, klo, khi, 1.0f, scratch, lay);
-  if (write_out(p, t, &st, out + row0 * p->Dv)) return;
+  computed = run_pass(p, t, &st, klo, khi, 1.0f, scratch, lay);
+  /* l holds the undropped, unscaled sum in units of exp(m) */
+  for (int r = 0; r < t->rows && lse; r++)
+    lse[row0 + r] = attn__lse(st.m[r], st.l[r]);
+  if (write_out(p, t, &st, computed, out + row0 * p->Dv)) return;
   /* acc overflowed: the whole task again with scaled probabilities; a
    * clamp now is a true output beyond float range (dropout) */
-  run_pass(p, t, &st, klo, khi, attn__value_scale(p, t, klo, khi), scratch,
-           lay);
-  (void)write_out(p, t, &st, out + row0 * p->Dv);
+  computed = run_pass(p, t, &st, klo, khi, attn__value_scale(p, t, klo, khi),
+                      scratch, lay);
+  (void)write_out(p, t, &st, computed, out + row0 * p->Dv);
 }

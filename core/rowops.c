@@ -20,6 +20,50 @@ static void row_bias(const attn_problem *p, const attn__task *t, int i,
   }
 }
 
+/* Soft-capping: s = cap * tanh(s / cap) over [a, z).  The score is
+ * sanitized first so that a NaN from an overflowed product becomes 0, as
+ * it would without the cap; the result lies in [-cap, cap]. */
+ATTN__VEC_CLONES
+static void row_softcap(float *s, int a, int z, float cap) {
+  float inv = 1.0f / cap;
+  for (int c = a; c < z; c++)
+    s[c] = cap * attn__tanhf(attn__sanitize(s[c]) * inv);
+}
+
+/* ALiBi: s -= slope * |i + Lk - Lq - j| over [a, z), with i, j, Lq, Lk
+ * counted within the row's sequence; key c of the block is j0 + c. */
+ATTN__VEC_CLONES
+static void alibi_span(float *s, int a, int z, float slope, int base) {
+  for (int c = a; c < z; c++) {
+    float d = (float)(base - c);
+    s[c] -= slope * __builtin_fabsf(d);
+  }
+}
+
+static void row_alibi(const attn_problem *p, const attn__task *t, int i,
+                      int j0, int a, int z, float *s) {
+  size_t at = (p->alibi_per_item ? (size_t)t->b * p->H : 0) + (size_t)t->h;
+  /* i + Lk - Lq - j within the sequence, for key j = j0 + c: base - c */
+  int64_t base = (int64_t)(i - t->qoff) + t->lk - t->lq - (j0 - t->koff);
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx512()) {
+    attn__alibi_avx512(s, a, z, p->alibi_slopes[at], (int)base);
+    return;
+  }
+#endif
+  alibi_span(s, a, z, p->alibi_slopes[at], (int)base);
+}
+
+static void row_softcap_any(float *s, int a, int z, float cap) {
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx512()) {
+    attn__softcap_avx512(s, a, z, cap);
+    return;
+  }
+#endif
+  row_softcap(s, a, z, cap);
+}
+
 /* s = sanitize(s) over [a, z); returns the maximum. */
 ATTN__VEC_CLONES
 static float clean_max(float *s, int a, int z) {
@@ -126,7 +170,11 @@ static float row_exp(float *s, int n, const attn__span *sp, float m) {
 float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
                         int j0, const attn__span *sp, float *s, int n,
                         float floor, float *m_out) {
+  if (p->softcap > 0.0f && sp->a < sp->z)
+    row_softcap_any(s, sp->a, sp->z, p->softcap);
   if (p->bias && sp->a < sp->z) row_bias(p, t, i, j0, sp->a, sp->z, s);
+  if (p->alibi_slopes && sp->a < sp->z)
+    row_alibi(p, t, i, j0, sp->a, sp->z, s);
 #if ATTN__HAVE_AVX2_FMA
   float sum;
   if (!sp->flags && attn__use_avx512() &&

@@ -16,24 +16,35 @@
  * and get weight 0 by their flag, not by exp underflow, so a row whose
  * allowed scores are themselves -FLT_MAX still gives them exactly 0.
  */
+#include <math.h>
+
 #include "attn_impl.h"
 
 static void zero(float *s, size_t n) { memset(s, 0, n * sizeof *s); }
 
-/* exp(s - max) over row r's span in place; returns the sum (0 when the
- * row has no allowed key, and then the row is all 0). */
+/* exp(s - m) over row r's span in place, m = max(row maximum, sink);
+ * returns den, the sum with the sink's term exp(sink - m) (0 when the row
+ * has no allowed key and no sink, and then the row is all 0), and m. */
 static float softmax_row(const attn_problem *p, const attn__task *t, int r,
                          int lo, int hi, int klo, float *s, int n,
-                         float *flags) {
+                         float *flags, float *m) {
   int i = t->i0 + r;
+  float sink = attn__sink(p, t->h), sum;
   attn__span sp;
   attn__row_span(p, t, i, lo, hi, klo, n, flags, &sp);
   if (sp.allowed == 0) {
     zero(s, (size_t)n);
-    return 0.0f;
+    *m = sink;
+    return p->sinks ? 1.0f : 0.0f;
   }
-  float m;
-  return attn__row_softmax(p, t, i, klo, &sp, s, n, -FLT_MAX, &m);
+  sum = attn__row_softmax(p, t, i, klo, &sp, s, n, sink, m);
+  return p->sinks ? sum + attn__expf(sink - *m) : sum;
+}
+
+/* lse of a chunk's rows from their maxima and sums (rowmax, inv as den). */
+static void write_lse(const attn__task *t, const float *m, const float *den,
+                      float *lse) {
+  for (int r = 0; r < t->rows && lse; r++) lse[r] = attn__lse(m[r], den[r]);
 }
 
 /* dst (rows, n) = P columns [c0, c0 + n) of s (leading dimension lds)
@@ -62,8 +73,10 @@ static void p_times_v(const attn_problem *p, const attn__task *t,
                       float *o, const attn__scratch *lay) {
   size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
   const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+  unsigned csr = attn__ftz_on();
   attn__gemm_nn(lay->gemm, t->rows, p->Dv, n, s, lds, v, p->Dv, beta, o,
                 p->Dv);
+  attn__ftz_off(csr);
 }
 
 /* o = dropout(P) V, a key block at a time so the dropped copy needs only
@@ -150,17 +163,21 @@ static void write_weights(const attn_problem *p, const attn__task *t,
 
 /* One chunk of a task's rows (t describes the chunk). */
 static void chunk_weights(const attn_problem *p, const attn__task *t,
-                          float *o, float *w, char *scratch,
+                          float *o, float *w, float *lse, char *scratch,
                           const attn__scratch *lay) {
   int *lo = (int *)(scratch + lay->lo), *hi = (int *)(scratch + lay->hi);
   float *flags = (float *)(scratch + lay->flags);
   float *s = (float *)(scratch + lay->scores);
   float *inv = (float *)(scratch + lay->rowsum);
+  float *rm = (float *)(scratch + lay->rowmax);
   int klo, khi, any = 0;
 
   attn__row_intervals(p, t, lo, hi, &klo, &khi);
   if (klo >= khi) {
-    for (int r = 0; r < t->rows; r++) inv[r] = 0.0f;
+    for (int r = 0; r < t->rows; r++) {
+      inv[r] = 0.0f;
+      if (lse) lse[r] = p->sinks ? attn__sink(p, t->h) : -INFINITY;
+    }
     write_weights(p, t, s, 0, 0, inv, w, lay);
     zero(o, (size_t)t->rows * p->Dv);
     return;
@@ -168,12 +185,16 @@ static void chunk_weights(const attn_problem *p, const attn__task *t,
   int n = khi - klo;
   chunk_scores(p, t, s, klo, khi, scratch, lay);
   for (int r = 0; r < t->rows; r++) {
-    float sum = softmax_row(p, t, r, lo[r], hi[r], klo, s + (size_t)r * n,
-                            n, flags);
-    /* sum >= 1 when the row has a key: its maximum contributes 1 */
-    inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
-    any |= sum > 0.0f;
+    float den = softmax_row(p, t, r, lo[r], hi[r], klo, s + (size_t)r * n,
+                            n, flags, &rm[r]);
+    /* den >= 1 when the row has a key or a sink: the larger of its
+     * maximum and the sink contributes 1 */
+    inv[r] = den;
+    any |= den > 0.0f;
   }
+  write_lse(t, rm, inv, lse);
+  for (int r = 0; r < t->rows; r++)
+    inv[r] = inv[r] > 0.0f ? 1.0f / inv[r] : 0.0f;
   int finite = 1;
   if (!any)
     zero(o, (size_t)t->rows * p->Dv);
@@ -186,8 +207,8 @@ static void chunk_weights(const attn_problem *p, const attn__task *t,
 }
 
 void attn__task_weights(const attn_problem *p, const attn__task *t,
-                        float *out, float *weights, char *scratch,
-                        const attn__scratch *lay) {
+                        float *out, float *weights, float *lse,
+                        char *scratch, const attn__scratch *lay) {
   size_t row0 = ((size_t)t->b * p->H + t->h) * p->Lq + t->i0;
   float *w = weights + row0 * p->Lk, *o = out + row0 * p->Dv;
   for (int r0 = 0; r0 < t->rows; r0 += lay->wrows) {
@@ -195,6 +216,6 @@ void attn__task_weights(const attn_problem *p, const attn__task *t,
     c.i0 = t->i0 + r0;
     c.rows = t->rows - r0 < lay->wrows ? t->rows - r0 : lay->wrows;
     chunk_weights(p, &c, o + (size_t)r0 * p->Dv, w + (size_t)r0 * p->Lk,
-                  scratch, lay);
+                  lse ? lse + row0 + r0 : NULL, scratch, lay);
   }
 }

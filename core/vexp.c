@@ -188,6 +188,78 @@ AVX512 int attn__softmax_span_avx512(float *s, int n, int a, int z,
   return 1;
 }
 
+/* Soft-capping in sixteen lanes: s = cap * tanh(s / cap), NaN as 0 and
+ * +-inf as +-cap (as attn__sanitize first would give).  tanh as
+ * attn__tanhf: the Cephes odd polynomial below |y| = 0.625, and
+ * (1 - e) / (1 + e) with e = exp(-2|y|) <= 1 above (exp16 wants a
+ * non-positive argument), the sign of y put back.  A vector whose lanes
+ * all lie below 0.625 (scores under 0.625 cap: the usual case, the cap
+ * being there for outliers) takes the polynomial alone; each lane's
+ * value is the same either way. */
+AVX512 static inline __m512 tanh_small16(__m512 y) {
+  __m512 z = _mm512_mul_ps(y, y);
+  __m512 p = _mm512_set1_ps(-5.70498872745e-3f);
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
+  return _mm512_fmadd_ps(_mm512_mul_ps(p, z), y, y);
+}
+
+/* Lanes lo take the polynomial, the others (1 - e) / (1 + e). */
+AVX512 static inline __m512 tanh16(__m512 y, __mmask16 lo) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 ay = _mm512_abs_ps(y);
+  __m512 small = tanh_small16(_mm512_maskz_mov_ps(lo, y));
+  __m512 e = exp16(_mm512_mul_ps(ay, _mm512_set1_ps(-2.0f)));
+  /* 1 / (1 + e) by rcp14 and one Newton step (about 1 ulp; a divide
+   * would cost more than the rest of the loop) */
+  __m512 d = _mm512_add_ps(one, e), r = _mm512_rcp14_ps(d);
+  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
+  __m512 large = _mm512_mul_ps(_mm512_sub_ps(one, e), r);
+  /* copysign(large, y) */
+  large = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+      _mm512_castps_si512(large), _mm512_castps_si512(y),
+      _mm512_set1_epi32(0x7fffffff), 0xe4));
+  return _mm512_mask_mov_ps(large, lo, small);
+}
+
+AVX512 void attn__softcap_avx512(float *s, int a, int z, float cap) {
+  const __m512 lim = _mm512_set1_ps(0.625f);
+  __m512 vc = _mm512_set1_ps(cap), vi = _mm512_set1_ps(1.0f / cap);
+  for (int c = a; c < z; c += 16) {
+    __mmask16 live = live16(z - c);
+    __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, s + c), vi);
+    /* NaN compares false: it takes the full path, and becomes 0 */
+    __mmask16 lo = _mm512_cmp_ps_mask(_mm512_abs_ps(y), lim, _CMP_LT_OQ);
+    __m512 t;
+    if ((lo & live) == live) {
+      t = tanh_small16(y);
+    } else {
+      t = tanh16(y, lo);
+      t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, y, _CMP_ORD_Q), t);
+    }
+    _mm512_mask_storeu_ps(s + c, live, _mm512_mul_ps(vc, t));
+  }
+}
+
+/* ALiBi in sixteen lanes: s -= slope * |base - c|; the distances are
+ * whole floats counted down sixteen at a time (exact below 2^24). */
+AVX512 void attn__alibi_avx512(float *s, int a, int z, float slope,
+                               int base) {
+  const __m512 lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                     12, 13, 14, 15);
+  __m512 vs = _mm512_set1_ps(slope), step = _mm512_set1_ps(16.0f);
+  __m512 d = _mm512_sub_ps(_mm512_set1_ps((float)(base - a)), lane);
+  for (int c = a; c < z; c += 16) {
+    __mmask16 live = live16(z - c);
+    __m512 x = _mm512_maskz_loadu_ps(live, s + c);
+    x = _mm512_fnmadd_ps(vs, _mm512_abs_ps(d), x);
+    _mm512_mask_storeu_ps(s + c, live, x);
+    d = _mm512_sub_ps(d, step);
+  }
+}
+
 /* w[c0, c1) = src * g, or 0 when src is NULL; masked tail. */
 AVX512 static void put_span16(float *w, int c0, int c1, const float *src,
                               float g) {

@@ -13,7 +13,31 @@
 #define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 
 const char *const proto__input_names[PROTO__IN_COUNT] = {
-  "query", "key", "value", "valid_lens", "mask", "bias", "w_q", "w_k", "w_v"};
+  "query", "key", "value", "valid_lens", "mask", "bias", "sinks",
+  "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "w_q", "w_k", "w_v"};
+
+int proto__input_kind(int in) {
+  if (in == PROTO__IN_VALID_LENS || in == PROTO__IN_CU_SEQLENS_Q ||
+      in == PROTO__IN_CU_SEQLENS_K)
+    return PROTO__KIND_LEN;
+  return in == PROTO__IN_MASK ? PROTO__KIND_BOOL : PROTO__KIND_F32;
+}
+
+long long proto__input_hi(const attn_problem *p, int in, const char **what) {
+  if (in == PROTO__IN_CU_SEQLENS_Q) {
+    *what = "query length";
+    return p->Lq;
+  }
+  *what = "key length";
+  return p->Lk;
+}
+
+int proto__window_side(const attn_problem *p, double x) {
+  int lim = p->Lq > p->Lk ? p->Lq : p->Lk;
+  if (x < 0)
+    return -1;
+  return x > lim ? lim : (int)x;
+}
 
 /* (B, [H,] L, W) of a rank-3 or rank-4 tensor. */
 static void bhlw(const proto__tensor *t, int *b, int *h, int *l, int *w) {
@@ -157,6 +181,97 @@ int proto__check_additive(proto__check *c) {
   return 0;
 }
 
+/* One of the (H,) per-head inputs: sinks, and alibi_slopes also (B, H). */
+static int per_head(proto__check *c, int in, int per_item_ok, int *per_item) {
+  const proto__tensor *t = &c->t[in];
+  const char *name = proto__input_names[in];
+  const attn_problem *p = c->p;
+  char got[64] = "of rank > 4";
+  if (!t->json)
+    return 0;
+  if (t->rank == 1 && t->shape[0] == p->H)
+    return 0;
+  if (per_item_ok && t->rank == 2 && t->shape[0] == p->B &&
+      t->shape[1] == p->H) {
+    *per_item = 1;
+    return 0;
+  }
+  if (t->rank <= PROTO__MAX_RANK)
+    proto__shape_str(t->shape, t->rank, got, sizeof got);
+  if (per_item_ok)
+    return ERR("%s: shape %s is neither (H,) = [%d] nor (B, H) = [%d,%d] "
+               "(one slope per query head%s)", name, got, p->H, p->B, p->H,
+               c->t[PROTO__IN_QUERY].rank == 3 ? "; H = 1 for a rank-3 query"
+                                               : "");
+  return ERR("%s: shape %s is not (H,) = [%d] (one logit per query head%s)",
+             name, got, p->H,
+             c->t[PROTO__IN_QUERY].rank == 3 ? "; H = 1 for a rank-3 query"
+                                             : "");
+}
+
+static int packing(proto__check *c) {
+  const proto__tensor *tq = &c->t[PROTO__IN_CU_SEQLENS_Q];
+  const proto__tensor *tk = &c->t[PROTO__IN_CU_SEQLENS_K];
+  attn_problem *p = c->p;
+  if (!tq->json && !tk->json)
+    return 0;
+  if (!tq->json || !tk->json)
+    return ERR("%s: given without %s (packed sequences need both)",
+               tq->json ? "cu_seqlens_q" : "cu_seqlens_k",
+               tq->json ? "cu_seqlens_k" : "cu_seqlens_q");
+  for (int i = 0; i < 2; i++) {
+    const proto__tensor *t = i ? tk : tq;
+    if (t->rank != 1 || t->shape[0] < 2)
+      return ERR("%s: expected shape (N + 1,) with N >= 1 sequences, got "
+                 "rank %d%s", proto__input_names[PROTO__IN_CU_SEQLENS_Q + i],
+                 t->rank, t->rank == 1 ? " of length 1" : "");
+  }
+  if (tq->shape[0] != tk->shape[0])
+    return ERR("cu_seqlens_k: %d entries do not match cu_seqlens_q's %d "
+               "(both are (N + 1,))", tk->shape[0], tq->shape[0]);
+  if (p->B != 1)
+    return ERR("cu_seqlens_q: packed sequences need batch 1, got %d (pack "
+               "the batch along the length axis)", p->B);
+  if (c->t[PROTO__IN_VALID_LENS].json)
+    return ERR("valid_lens: not allowed with cu_seqlens_q/cu_seqlens_k "
+               "(the sequences' lengths are the packing)");
+  p->n_seqs = tq->shape[0] - 1;
+  return 0;
+}
+
+int proto__check_variants(proto__check *c) {
+  int rc, per_item = 0;
+  if ((rc = per_head(c, PROTO__IN_SINKS, 0, &per_item)) ||
+      (rc = per_head(c, PROTO__IN_ALIBI_SLOPES, 1, &per_item)))
+    return rc;
+  c->p->alibi_per_item = per_item;
+  return packing(c);
+}
+
+int proto__check_cu_seqlens(proto__check *c) {
+  const attn_problem *p = c->p;
+  for (int i = 0; i < 2; i++) {
+    const int32_t *cu = i ? p->cu_seqlens_k : p->cu_seqlens_q;
+    const char *name = i ? "cu_seqlens_k" : "cu_seqlens_q";
+    int len = i ? p->Lk : p->Lq;
+    if (!cu)
+      continue;
+    if (cu[0] != 0)
+      return ERR("%s[0]=%d: must be 0 (the first sequence starts at 0)",
+                 name, (int)cu[0]);
+    for (int n = 0; n < p->n_seqs; n++)
+      if (cu[n + 1] < cu[n])
+        return ERR("%s[%d]=%d is less than %s[%d]=%d (the offsets must not "
+                   "decrease)", name, n + 1, (int)cu[n + 1], name, n,
+                   (int)cu[n]);
+    if (cu[p->n_seqs] != len)
+      return ERR("%s[%d]=%d: the last offset must be the %s length %d",
+                 name, p->n_seqs, (int)cu[p->n_seqs], i ? "key" : "query",
+                 len);
+  }
+  return 0;
+}
+
 static int add_elems(size_t *total, size_t n) {
   return __builtin_add_overflow(*total, n, total) ? -1 : 0;
 }
@@ -173,8 +288,11 @@ int proto__check_budget(proto__check *c) {
   /* diagnostics need the weights (returned or not) and 4 values a row */
   if (c->req->return_weights || c->req->diagnostics)
     bad |= __builtin_mul_overflow(rows, (size_t)p->Lk, &w);
+  /* the four diagnostics, and the lse, are a value a row each */
   if (c->req->diagnostics)
     bad |= __builtin_mul_overflow(rows, (size_t)4, &diag);
+  if (c->req->return_lse)
+    bad |= add_elems(&diag, rows);
   bad |= add_elems(&total, out) | add_elems(&total, w) |
          add_elems(&total, diag);
   bad |= out > SIZE_MAX / 8 || w > SIZE_MAX / 8 || diag > SIZE_MAX / 8;
@@ -218,6 +336,12 @@ int proto__alloc_outputs(proto__check *c) {
     req->entropy = (float *)(void *)(d + rows * sizeof(float));
     req->max_weight = (float *)(void *)(d + 2 * rows * sizeof(float));
     req->jacobian_norm = (float *)(void *)(d + 3 * rows * sizeof(float));
+  }
+  if (req->return_lse) {
+    /* a block of its own, so that a binary answer can send it as is */
+    req->lse = proto__own(req, rows * sizeof(float));
+    if (!req->lse)
+      return ATTND_ENOMEM;
   }
   return 0;
 }

@@ -1,11 +1,13 @@
 /* encode.c - computed request -> {"id": .., "output": .., "weights": ..,
- * "diagnostics": {..}}.
+ * "lse": .., "diagnostics": {..}}.
  *
  * The response mirrors the query's form: nested arrays of the query's rank
  * when the query came nested, {"shape": [..], "data": [..]} when it came
  * flat.  A rank-3 query (B, Lq, D) has H = 1, so its output is printed as
  * (B, Lq, Dv) and its weights as (B, Lq, Lk); each diagnostic is shaped
- * like the output without its last axis, (B, [H,] Lq). */
+ * like the output without its last axis, (B, [H,] Lq), and so is the lse,
+ * whose -inf (a row with nothing allowed and no sink) prints as null. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +33,12 @@ static int out_shape(const proto_request *req, int w, int *dims) {
 }
 
 /* A tensor to print: float32 values, or int32 ones (allowed_keys) when
- * ix is set. */
+ * ix is set.  inf_null: a non-finite float prints as null (the lse's
+ * -inf: JSON has no infinity). */
 typedef struct vals {
   const float *x;
   const int32_t *ix;
+  int inf_null;
 } vals;
 
 /* Writes element i of v at s; returns the length written (at most
@@ -42,13 +46,15 @@ typedef struct vals {
 static int fmt_val(char *s, vals v, size_t i) {
   if (v.ix)
     return snprintf(s, PROTO__F32_MAX, "%d", (int)v.ix[i]);
+  if (v.inf_null && !isfinite(v.x[i]))
+    return (int)(memcpy(s, "null", 5), 4);
   return proto__fmt_f32(s, v.x[i]);
 }
 
 /* v[0, n) comma-separated at s, which holds n * (PROTO__F32_MAX + 1) + 1
  * bytes, then a NUL; returns the length. */
 static size_t put_vals(char *s, vals v, size_t n) {
-  if (!v.ix)
+  if (!v.ix && !v.inf_null)
     return proto__num_fmt_f32_list(s, v.x, n);
   char *o = s;
   for (size_t i = 0; i < n; i++) {
@@ -138,7 +144,7 @@ static void put_flat(proto__buf *b, vals x, const int *dims, int r) {
 static void put_tensor(proto__buf *b, const proto_request *req,
                        const float *x, int w) {
   int dims[4], r = out_shape(req, w, dims);
-  vals v = {x, NULL};
+  vals v = {x, NULL, 0};
   if (req->flat)
     put_flat(b, v, dims, r);
   else
@@ -160,13 +166,13 @@ static void put_diag(proto__buf *b, const proto_request *req, const char *name,
 
 static void put_diagnostics(proto__buf *b, const proto_request *req) {
   proto__buf_puts(b, ",\"diagnostics\":{");
-  put_diag(b, req, "allowed_keys", (vals){NULL, req->allowed_keys});
+  put_diag(b, req, "allowed_keys", (vals){NULL, req->allowed_keys, 0});
   proto__buf_putc(b, ',');
-  put_diag(b, req, "entropy", (vals){req->entropy, NULL});
+  put_diag(b, req, "entropy", (vals){req->entropy, NULL, 0});
   proto__buf_putc(b, ',');
-  put_diag(b, req, "max_weight", (vals){req->max_weight, NULL});
+  put_diag(b, req, "max_weight", (vals){req->max_weight, NULL, 0});
   proto__buf_putc(b, ',');
-  put_diag(b, req, "jacobian_norm", (vals){req->jacobian_norm, NULL});
+  put_diag(b, req, "jacobian_norm", (vals){req->jacobian_norm, NULL, 0});
   proto__buf_putc(b, '}');
 }
 
@@ -178,6 +184,8 @@ int proto_v1_encode(const proto_request *req, char **body, size_t *len) {
     n += (size_t)p->B * p->H * p->Lq * (size_t)p->Lk;
   if (req->diagnostics)
     n += (size_t)p->B * p->H * p->Lq * 4;
+  if (req->return_lse)
+    n += (size_t)p->B * p->H * p->Lq;
   proto__buf_reserve(&b, n * BYTES_PER_FLOAT + 64);
   proto__buf_putc(&b, '{');
   if (req->id_json) {
@@ -190,6 +198,10 @@ int proto_v1_encode(const proto_request *req, char **body, size_t *len) {
   if (req->return_weights && req->weights) {
     proto__buf_puts(&b, ",\"weights\":");
     put_tensor(&b, req, req->weights, p->Lk);
+  }
+  if (req->return_lse && req->lse) {
+    proto__buf_putc(&b, ',');
+    put_diag(&b, req, "lse", (vals){req->lse, NULL, 1});
   }
   if (req->diagnostics && req->allowed_keys)
     put_diagnostics(&b, req);

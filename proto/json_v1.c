@@ -26,13 +26,15 @@
 enum field {
   F_QUERY, F_KEY, F_VALUE, F_VALID_LENS, F_MASK, F_BIAS, F_CAUSAL, F_SCALE,
   F_RETURN_WEIGHTS, F_ID, F_SCORING, F_W_Q, F_W_K, F_W_V, F_DROPOUT,
-  F_WINDOW, F_DIAGNOSTICS, F_COUNT
+  F_WINDOW, F_DIAGNOSTICS, F_SINKS, F_SOFTCAP, F_ALIBI_SLOPES,
+  F_CU_SEQLENS_Q, F_CU_SEQLENS_K, F_RETURN_LSE, F_WINDOW_ALIGN, F_COUNT
 };
 
 static const char *const field_names[F_COUNT] = {
   "query", "key", "value", "valid_lens", "mask", "bias", "causal", "scale",
   "return_weights", "id", "scoring", "w_q", "w_k", "w_v", "dropout",
-  "window", "diagnostics"
+  "window", "diagnostics", "sinks", "softcap", "alibi_slopes",
+  "cu_seqlens_q", "cu_seqlens_k", "return_lse", "window_align"
 };
 
 typedef struct v1_ctx {
@@ -168,6 +170,20 @@ static int mask_bias_shapes(v1_ctx *c) {
   return proto__check_mask_bias(&c->ck);
 }
 
+/* sinks, alibi_slopes, cu_seqlens_q and cu_seqlens_k, each optional. */
+static int variant_shapes(v1_ctx *c) {
+  static const int flds[4] = {F_SINKS, F_ALIBI_SLOPES, F_CU_SEQLENS_Q,
+                              F_CU_SEQLENS_K};
+  static const int ins[4] = {PROTO__IN_SINKS, PROTO__IN_ALIBI_SLOPES,
+                             PROTO__IN_CU_SEQLENS_Q, PROTO__IN_CU_SEQLENS_K};
+  int rc;
+  for (int i = 0; i < 4; i++)
+    if (c->f[flds[i]] &&
+        (rc = tensor_shape(c, flds[i], &c->ck.t[ins[i]])))
+      return rc;
+  return proto__check_variants(&c->ck);
+}
+
 static int additive_shapes(v1_ctx *c) {
   static const int flds[3] = {F_W_Q, F_W_K, F_W_V};
   int rc;
@@ -234,6 +250,57 @@ static int opt_causal(v1_ctx *c) {
   else
     return bad_choice(c, j, "causal",
                       "false, true, \"upper_left\", \"lower_right\"");
+  return 0;
+}
+
+/* "window_align": where the window is anchored, named as causal's
+ * alignments are. */
+static int opt_window_align(v1_ctx *c) {
+  const cJSON *j = c->f[F_WINDOW_ALIGN];
+  if (!j)
+    return 0;
+  if (cJSON_IsString(j) && !strcmp(j->valuestring, "upper_left"))
+    c->p->window_align = ATTN_WINDOW_UPPER_LEFT;
+  else if (cJSON_IsString(j) && !strcmp(j->valuestring, "lower_right"))
+    c->p->window_align = ATTN_WINDOW_LOWER_RIGHT;
+  else
+    return bad_choice(c, j, "window_align",
+                      "\"upper_left\", \"lower_right\"");
+  return 0;
+}
+
+/* "return_lse": true adds the rows' log-sum-exp to the answer. */
+static int opt_return_lse(v1_ctx *c) {
+  const cJSON *j = c->f[F_RETURN_LSE];
+  if (!j)
+    return 0;
+  if (!cJSON_IsBool(j)) {
+    char what[48];
+    proto__describe(j, what, sizeof what);
+    return ERR("return_lse: expected true or false, got %s", what);
+  }
+  c->req->return_lse = cJSON_IsTrue(j);
+  return 0;
+}
+
+/* "softcap": a finite number > 0 that float32 holds. */
+static int opt_softcap(v1_ctx *c) {
+  const cJSON *j = c->f[F_SOFTCAP];
+  float x;
+  if (!j)
+    return 0;
+  if (!cJSON_IsNumber(j)) {
+    char what[48];
+    proto__describe(j, what, sizeof what);
+    return ERR("softcap: expected a number > 0, got %s", what);
+  }
+  if (proto__json_f32(j, &x) || !(x > 0.0f)) {
+    char num[40];
+    proto__fmt_f64(num, sizeof num, proto__json_num(j));
+    return ERR("softcap: %s is not a finite number > 0 within float32 "
+               "range", num);
+  }
+  c->p->softcap = x;
   return 0;
 }
 
@@ -361,10 +428,9 @@ static int opt_scale(v1_ctx *c) {
 }
 
 /* One side of the window: null is unbounded (-1); a side wider than the
- * problem is the same window as an unbounded one but clamped, so that the
- * core's i - left and i + right cannot overflow. */
-static int window_side(v1_ctx *c, const cJSON *j, int which, int limit,
-                       int *out) {
+ * problem is the same window as an unbounded one but clamped
+ * (proto__window_side), so that the core's sums cannot overflow. */
+static int window_side(v1_ctx *c, const cJSON *j, int which, int *out) {
   double x;
   if (cJSON_IsNull(j)) {
     *out = -1;
@@ -373,7 +439,7 @@ static int window_side(v1_ctx *c, const cJSON *j, int which, int limit,
   if (get_count(j, &x))
     return ERR("window[%d]: expected an integer in [0, 2^53] or null",
                which);
-  *out = x > limit ? limit : (int)x;
+  *out = proto__window_side(c->p, x);
   return 0;
 }
 
@@ -384,9 +450,8 @@ static int opt_window(v1_ctx *c) {
     return 0;
   if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2)
     return ERR("window: expected [left, right] (integers or null)");
-  if ((rc = window_side(c, j->child, 0, c->p->Lq, &c->p->window_left)) ||
-      (rc = window_side(c, j->child->next, 1, c->p->Lk,
-                        &c->p->window_right)))
+  if ((rc = window_side(c, j->child, 0, &c->p->window_left)) ||
+      (rc = window_side(c, j->child->next, 1, &c->p->window_right)))
     return rc;
   c->p->has_window = 1;
   return 0;
@@ -394,10 +459,13 @@ static int opt_window(v1_ctx *c) {
 
 /* ---- phase 6: elements -------------------------------------------------- */
 
-static int fill(v1_ctx *c, int in, int kind, const void **dst) {
+static int fill(v1_ctx *c, int in, const void **dst) {
   const proto__tensor *t = &c->ck.t[in];
   static const size_t size[3] = {sizeof(float), sizeof(int32_t),
                                  sizeof(uint8_t)};
+  int kind = proto__input_kind(in);
+  const char *what;
+  long long hi = proto__input_hi(c->p, in, &what);
   if (!t->json)
     return 0;
   void *buf = proto__own_filled(c->req, t->n * size[kind]);
@@ -405,31 +473,31 @@ static int fill(v1_ctx *c, int in, int kind, const void **dst) {
     return ATTND_ENOMEM;
   c->req->in_bytes += t->n * size[kind];
   *dst = buf;
-  return proto__tensor_fill(t, kind, c->p->Lk, "key length", buf, c->err);
+  return proto__tensor_fill(t, kind, hi, what, buf, c->err);
 }
 
 static int fill_all(v1_ctx *c) {
   attn_problem *p = c->p;
-  const void *vl = NULL, *mask = NULL;
+  const void *slot[PROTO__IN_COUNT] = {NULL};
   int rc;
-  if ((rc = fill(c, PROTO__IN_QUERY, PROTO__KIND_F32,
-                 (const void **)&p->q)) ||
-      (rc = fill(c, PROTO__IN_KEY, PROTO__KIND_F32, (const void **)&p->k)) ||
-      (rc = fill(c, PROTO__IN_VALUE, PROTO__KIND_F32,
-                 (const void **)&p->v)) ||
-      (rc = fill(c, PROTO__IN_VALID_LENS, PROTO__KIND_LEN, &vl)) ||
-      (rc = fill(c, PROTO__IN_MASK, PROTO__KIND_BOOL, &mask)) ||
-      (rc = fill(c, PROTO__IN_BIAS, PROTO__KIND_F32,
-                 (const void **)&p->bias)) ||
-      (rc = fill(c, PROTO__IN_W_Q, PROTO__KIND_F32,
-                 (const void **)&p->w_q)) ||
-      (rc = fill(c, PROTO__IN_W_K, PROTO__KIND_F32,
-                 (const void **)&p->w_k)) ||
-      (rc = fill(c, PROTO__IN_W_V, PROTO__KIND_F32,
-                 (const void **)&p->w_v)))
+  for (int in = 0; in < PROTO__IN_COUNT; in++)
+    if ((rc = fill(c, in, &slot[in])))
+      return rc;
+  p->q = slot[PROTO__IN_QUERY];
+  p->k = slot[PROTO__IN_KEY];
+  p->v = slot[PROTO__IN_VALUE];
+  p->valid_lens = slot[PROTO__IN_VALID_LENS];
+  p->mask = slot[PROTO__IN_MASK];
+  p->bias = slot[PROTO__IN_BIAS];
+  p->sinks = slot[PROTO__IN_SINKS];
+  p->alibi_slopes = slot[PROTO__IN_ALIBI_SLOPES];
+  p->cu_seqlens_q = slot[PROTO__IN_CU_SEQLENS_Q];
+  p->cu_seqlens_k = slot[PROTO__IN_CU_SEQLENS_K];
+  p->w_q = slot[PROTO__IN_W_Q];
+  p->w_k = slot[PROTO__IN_W_K];
+  p->w_v = slot[PROTO__IN_W_V];
+  if ((rc = proto__check_cu_seqlens(&c->ck)))
     return rc;
-  p->valid_lens = vl;
-  p->mask = mask;
   return proto__alloc_outputs(&c->ck);
 }
 
@@ -439,9 +507,11 @@ static int decode_root(v1_ctx *c, const cJSON *root) {
   int rc;
   if ((rc = collect_fields(c, root)) || (rc = opt_scoring(c)) ||
       (rc = opt_causal(c)) || (rc = opt_return_weights(c)) ||
-      (rc = opt_diagnostics(c)) || (rc = opt_dropout(c)) ||
-      (rc = qkv_shapes(c)) || (rc = valid_lens_shape(c)) ||
-      (rc = mask_bias_shapes(c)) || (rc = weight_shapes(c)) ||
+      (rc = opt_diagnostics(c)) || (rc = opt_return_lse(c)) ||
+      (rc = opt_dropout(c)) || (rc = opt_softcap(c)) ||
+      (rc = opt_window_align(c)) || (rc = qkv_shapes(c)) ||
+      (rc = valid_lens_shape(c)) || (rc = mask_bias_shapes(c)) ||
+      (rc = weight_shapes(c)) || (rc = variant_shapes(c)) ||
       (rc = proto__check_budget(&c->ck)) || (rc = opt_scale(c)) ||
       (rc = opt_window(c)) || (rc = opt_id(c)) || (rc = fill_all(c)))
     return rc;

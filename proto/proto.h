@@ -18,7 +18,7 @@
 #include "../core/attn.h"
 
 /* Longest error message a decoder writes (including the NUL). */
-#define PROTO_ERR_MAX 256
+#define PROTO_ERR_MAX 384
 
 /* Which codec decoded a request, and so which one encodes its answer. */
 enum proto_codec {
@@ -42,8 +42,17 @@ enum proto_output {
   PROTO_OUT_ENTROPY,        /* "entropy"       (B, [H,] Lq) FP32, nats */
   PROTO_OUT_MAX_WEIGHT,     /* "max_weight"    (B, [H,] Lq) FP32 */
   PROTO_OUT_JACOBIAN_NORM,  /* "jacobian_norm" (B, [H,] Lq) FP32 */
+  PROTO_OUT_LSE,            /* "lse" (B, [H,] Lq) FP32: the row's
+                               log-sum-exp (core/attn.h), -inf for a row
+                               with nothing allowed and no sink; JSON
+                               prints -inf as null */
   PROTO_OUT_COUNT
 };
+
+/* 1 for the four diagnostics (computed together, from the weights). */
+static inline int proto_out_is_diagnostic(int k) {
+  return k >= PROTO_OUT_ALLOWED_KEYS && k <= PROTO_OUT_JACOBIAN_NORM;
+}
 
 /* Where a v2 output goes when the request names a shared memory region
  * for it (Triton's system shared memory extension, below). */
@@ -79,10 +88,15 @@ typedef struct proto_request {
   int32_t *allowed_keys;
   float *entropy, *max_weight, *jacobian_norm;
 
+  /* The row log-sum-exp (B, H, Lq), allocated when return_lse; the worker
+   * has the core write it (attn_run_tasks_lse). */
+  int return_lse;
+  float *lse;
+
   size_t in_bytes;          /* bytes of decoded input tensors */
   size_t out_bytes;         /* bytes of out, weights and diagnostics */
 
-  void *owned[16];          /* every allocation of this request */
+  void *owned[24];          /* every allocation of this request */
   int n_owned;
   size_t out_room;          /* bytes of out's block before out (the
                                room a binary answer's JSON part can take,
@@ -335,7 +349,7 @@ typedef struct proto_parts {
   const void *data[PROTO_OUT_COUNT];  /* the binary outputs, in order */
   size_t len[PROTO_OUT_COUNT];
   int n;                    /* binary outputs; 0: nothing here */
-  void *blocks[3];          /* the buffers data points into, each freed */
+  void *blocks[4];          /* the buffers data points into, each freed */
   int n_blocks;             /* with free() by proto_parts_free */
   int joined;               /* 1: the one binary output follows the JSON
                                part in memory (json + json_len == data[0],

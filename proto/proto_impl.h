@@ -149,9 +149,18 @@ int proto__count_any(const cJSON *data, const char *name, size_t *n,
  * returns 0 or an ATTND_E* code with a message in err naming the input. */
 enum proto__input {
   PROTO__IN_QUERY, PROTO__IN_KEY, PROTO__IN_VALUE, PROTO__IN_VALID_LENS,
-  PROTO__IN_MASK, PROTO__IN_BIAS, PROTO__IN_W_Q, PROTO__IN_W_K,
-  PROTO__IN_W_V, PROTO__IN_COUNT
+  PROTO__IN_MASK, PROTO__IN_BIAS, PROTO__IN_SINKS, PROTO__IN_ALIBI_SLOPES,
+  PROTO__IN_CU_SEQLENS_Q, PROTO__IN_CU_SEQLENS_K,
+  /* the additive model's alone, last */
+  PROTO__IN_W_Q, PROTO__IN_W_K, PROTO__IN_W_V, PROTO__IN_COUNT
 };
+
+/* How an input's elements are read (enum proto__kind: PROTO__KIND_LEN
+ * for valid_lens and cu_seqlens_q/_k, PROTO__KIND_BOOL for the mask,
+ * PROTO__KIND_F32 for the rest), and for the integer ones the largest
+ * value allowed with the words naming it ("key length"). */
+int proto__input_kind(int in);
+long long proto__input_hi(const attn_problem *p, int in, const char **what);
 
 /* "query", "key", ... in enum order. */
 extern const char *const proto__input_names[PROTO__IN_COUNT];
@@ -174,6 +183,17 @@ int proto__check_valid_lens(proto__check *c);
 int proto__check_mask_bias(proto__check *c);
 /* w_q (Hd, D), w_k (Hd, Dk), w_v (Hd), all present; fills Hd. */
 int proto__check_additive(proto__check *c);
+/* sinks (H,), alibi_slopes (H,) or (B, H), cu_seqlens_q and _k both
+ * (N + 1,) with N >= 1, B == 1 and no valid_lens, when present; sets
+ * the problem's n_seqs and alibi_per_item.  Before the budget. */
+int proto__check_variants(proto__check *c);
+/* Once the elements are read: each cu_seqlens starts at 0, does not
+ * decrease and ends at its length (each value already lies in [0, L]). */
+int proto__check_cu_seqlens(proto__check *c);
+/* A window side for the problem: negative (unbounded) stays -1; a side
+ * wider than max(Lq, Lk), which is unbounded under either alignment,
+ * is clamped to it so that the core's sums cannot overflow. */
+int proto__window_side(const attn_problem *p, double x);
 /* Inputs plus outputs (weights when req->return_weights or
  * req->diagnostics, and the four diagnostics when requested) within
  * max_elems; ATTND_ETOOBIG otherwise.  Sets req->out_bytes. */
@@ -368,7 +388,7 @@ size_t proto__names_join(char *s, size_t cap, const char *const *names,
 
 /* Room for a hint: what proto__hint writes for any list attnd has, with
  * room left in a PROTO_ERR_MAX message for the place and the name. */
-#define PROTO__HINT_MAX 180
+#define PROTO__HINT_MAX 300
 
 /* Writes "did you mean 'x'? <label>: a, b, c" into s, the suggestion
  * taken from cand[0..ncand) (left out when none is near) and the list from

@@ -36,12 +36,23 @@ static const char *const model_names[PROTO_MODEL_COUNT] = {
   "attention", "additive_attention"};
 static const char *const output_names[PROTO_OUT_COUNT] = {
   "output", "weights", "allowed_keys", "entropy", "max_weight",
-  "jacobian_norm"};
+  "jacobian_norm", "lse"};
 
 /* Outputs returned when a request names none: the diagnostics cost a
  * weights pass even when the weights are not wanted, so they are returned
  * only when named. */
 #define DEFAULT_OUTPUTS 2
+
+/* msg into c->err, cut at PROTO_ERR_MAX: for messages whose list of
+ * names may be long. */
+static int err_cut(v2_ctx *c, const char *msg) {
+  size_t n = strlen(msg);
+  if (n > PROTO_ERR_MAX - 1)
+    n = PROTO_ERR_MAX - 1;
+  memcpy(c->err, msg, n);
+  c->err[n] = '\0';
+  return ATTND_EINVAL;
+}
 
 static void describe(const cJSON *j, char *s, size_t cap) {
   if (cJSON_IsString(j)) {
@@ -219,7 +230,7 @@ static int unsupported_param(v2_ctx *c, const cJSON *params,
 
 static const char *const param_names[] = {
   "causal", "scale", "binary_data_output", "dropout_p", "seed",
-  "window_left", "window_right", "timeout"};
+  "window_left", "window_right", "timeout", "softcap", "window_align"};
 static const char *const input_fields[] = {"name", "shape", "datatype",
                                            "data", "parameters"};
 static const char *const output_fields[] = {"name", "parameters"};
@@ -306,6 +317,23 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
       return ERR("parameters.%s: must be an integer in [0, 2^53] (or null: "
                  "unbounded)", n);
     c->window[n[7] == 'r'] = j;
+  } else if (!strcmp(n, "softcap")) {
+    float cap;
+    if (!cJSON_IsNumber(j) || proto__json_f32(j, &cap) || !(cap > 0.0f))
+      return ERR("parameters.softcap: must be a finite number > 0 within "
+                 "float32 range");
+    c->p->softcap = cap;
+  } else if (!strcmp(n, "window_align")) {
+    char what[48];
+    if (cJSON_IsString(j) && !strcmp(j->valuestring, "upper_left"))
+      c->p->window_align = ATTN_WINDOW_UPPER_LEFT;
+    else if (cJSON_IsString(j) && !strcmp(j->valuestring, "lower_right"))
+      c->p->window_align = ATTN_WINDOW_LOWER_RIGHT;
+    else {
+      describe(j, what, sizeof what);
+      return ERR("parameters.window_align: unknown value %s (allowed: "
+                 "\"upper_left\", \"lower_right\")", what);
+    }
   } else if (!strcmp(n, "timeout")) {
     if (get_count(j, &x))
       return ERR("parameters.timeout: must be a whole number of "
@@ -326,7 +354,7 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
   int k, rc;
   if (!cJSON_IsObject(o) || !cJSON_IsString(name))
     return ERR("outputs[%d]: expected {\"name\": \"output\", \"weights\", "
-               "\"allowed_keys\", \"entropy\", \"max_weight\" or "
+               "\"lse\", \"allowed_keys\", \"entropy\", \"max_weight\" or "
                "\"jacobian_norm\"}", i);
   snprintf(at, sizeof at, "outputs[%d]", i);
   if ((rc = proto__v2_check_fields(o, PROTO__V2_OUTPUT, at, c->err)))
@@ -341,10 +369,14 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
     if (!strcmp(name->valuestring, output_names[k]))
       break;
   proto__quote_name(name->valuestring, got, sizeof got);
-  if (k == PROTO_OUT_COUNT)
-    return ERR("outputs[%d]: unknown output '%s' (model %s has output, "
-               "weights, allowed_keys, entropy, max_weight, jacobian_norm)",
-               i, got, model_names[c->model]);
+  if (k == PROTO_OUT_COUNT) {
+    char hint[PROTO__HINT_MAX], msg[2 * PROTO_ERR_MAX];
+    proto__hint(hint, sizeof hint, name->valuestring, output_names,
+                PROTO_OUT_COUNT, "outputs", output_names, PROTO_OUT_COUNT);
+    snprintf(msg, sizeof msg, "outputs[%d]: unknown output '%s' of model "
+             "%s (%s)", i, got, model_names[c->model], hint);
+    return err_cut(c, msg);
+  }
   for (int m = 0; m < c->req->n_outputs; m++)
     if (c->req->outputs[m] == k)
       return ERR("outputs[%d]: output '%s' requested twice", i, got);
@@ -397,10 +429,13 @@ static int params_outputs(v2_ctx *c) {
   }
   c->req->return_weights = 0;
   c->req->diagnostics = 0;
+  c->req->return_lse = 0;
   for (int m = 0; m < c->req->n_outputs; m++) {
     if (c->req->outputs[m] == PROTO_OUT_WEIGHTS)
       c->req->return_weights = 1;
-    if (c->req->outputs[m] >= PROTO_OUT_ALLOWED_KEYS)
+    if (c->req->outputs[m] == PROTO_OUT_LSE)
+      c->req->return_lse = 1;
+    if (proto_out_is_diagnostic(c->req->outputs[m]))
       c->req->diagnostics = 1;
   }
   return 0;
@@ -413,7 +448,7 @@ static int dtype_names(int in, const char *const **names) {
   static const char *const floats[] = {"FP32", "FP64", "FP16", "BF16"};
   static const char *const lens[] = {"INT32", "INT64"};
   static const char *const bools[] = {"BOOL"};
-  if (in == PROTO__IN_VALID_LENS)
+  if (proto__input_kind(in) == PROTO__KIND_LEN)
     return *names = lens, COUNT(lens);
   if (in == PROTO__IN_MASK)
     return *names = bools, COUNT(bools);
@@ -422,7 +457,7 @@ static int dtype_names(int in, const char *const **names) {
 
 /* The datatypes an input accepts, as a message fragment; 1 if dt is one. */
 static int dtype_ok(int in, int dt, const char **allowed) {
-  if (in == PROTO__IN_VALID_LENS) {
+  if (proto__input_kind(in) == PROTO__KIND_LEN) {
     *allowed = "INT32 or INT64";
     return dt == PROTO__DT_INT32 || dt == PROTO__DT_INT64;
   }
@@ -439,16 +474,18 @@ static int dtype_ok(int in, int dt, const char **allowed) {
 static int input_index(v2_ctx *c, const cJSON *name, int pos, int *out) {
   int n = c->model == PROTO_MODEL_ADDITIVE ? PROTO__IN_COUNT
                                            : PROTO__IN_W_Q;
-  char got[48];
+  char got[48], hint[PROTO__HINT_MAX], msg[2 * PROTO_ERR_MAX];
   if (!cJSON_IsString(name))
     return ERR("inputs[%d]: \"name\" must be a string", pos);
   for (int i = 0; i < n; i++)
     if (!strcmp(name->valuestring, proto__input_names[i]))
       return *out = i, 0;
   proto__quote_name(name->valuestring, got, sizeof got);
-  return ERR("inputs[%d]: model %s has no input '%s' (inputs: query, key, "
-             "value, valid_lens, mask, bias%s)", pos, model_names[c->model],
-             got, c->model == PROTO_MODEL_ADDITIVE ? ", w_q, w_k, w_v" : "");
+  proto__hint(hint, sizeof hint, name->valuestring, proto__input_names, n,
+              "inputs", proto__input_names, n);
+  snprintf(msg, sizeof msg, "inputs[%d]: model %s has no input '%s' (%s)",
+           pos, model_names[c->model], got, hint);
+  return err_cut(c, msg);
 }
 
 static int input_dtype(v2_ctx *c, int in, const cJSON *dt) {
@@ -579,13 +616,13 @@ static int inputs_all(v2_ctx *c) {
  * than the problem is clamped, as /v1 does, so that the core's i - left
  * and i + right cannot overflow. */
 static void window(v2_ctx *c) {
-  int lim[2] = {c->p->Lq, c->p->Lk}, side[2];
+  int side[2];
   if (!c->window[0] && !c->window[1])
     return;
   for (int s = 0; s < 2; s++) {
     const cJSON *j = c->window[s];
     side[s] = !j || cJSON_IsNull(j) ? -1
-              : j->valuedouble > lim[s] ? lim[s] : (int)j->valuedouble;
+                                    : proto__window_side(c->p, j->valuedouble);
   }
   c->p->has_window = 1;
   c->p->window_left = side[0];
@@ -596,7 +633,8 @@ static int shapes(v2_ctx *c) {
   int rc;
   if ((rc = proto__check_qkv(&c->ck)) ||
       (rc = proto__check_valid_lens(&c->ck)) ||
-      (rc = proto__check_mask_bias(&c->ck)))
+      (rc = proto__check_mask_bias(&c->ck)) ||
+      (rc = proto__check_variants(&c->ck)))
     return rc;
   window(c);
   if (c->model == PROTO_MODEL_ADDITIVE)

@@ -8,6 +8,7 @@
  * (float32, little-endian, row-major) follow the JSON part in the same
  * order, as Triton's binary tensor data extension lays them out.  One
  * written into a shared memory region carries neither (v2_shm.c). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@ static const char *const model_names[PROTO_MODEL_COUNT] = {
   "attention", "additive_attention"};
 static const char *const output_names[PROTO_OUT_COUNT] = {
   "output", "weights", "allowed_keys", "entropy", "max_weight",
-  "jacobian_norm"};
+  "jacobian_norm", "lse"};
 
 /* The only version of every model. */
 #define MODEL_VERSION "1"
@@ -78,24 +79,30 @@ int proto_v2_server_metadata(const char *version, char **body,
 /* The tensors of every model, as metadata and config list them.  Shapes
  * are given at rank 4, (B, H, L, D); rank 3 (B, L, D) is also accepted.
  * Float inputs take FP32, FP64, FP16 or BF16: FP32 is listed as the one
- * clients should use.  The additive model takes all nine inputs, the
- * dot-product one the first six. */
+ * clients should use (the lengths INT32 of INT32 or INT64).  The
+ * additive model takes all thirteen inputs, the dot-product one the
+ * first ten.  alibi_slopes is listed at its (H,) rank; (B, H) is also
+ * accepted. */
 static const struct model_tensor {
   const char *name, *dtype;
   int rank, optional;
 } model_inputs[] = {
   {"query", "FP32", 4, 0}, {"key", "FP32", 4, 0},   {"value", "FP32", 4, 0},
   {"valid_lens", "INT32", 1, 1}, {"mask", "BOOL", 4, 1},
-  {"bias", "FP32", 4, 1},  {"w_q", "FP32", 2, 0},   {"w_k", "FP32", 2, 0},
-  {"w_v", "FP32", 1, 0}};
-/* The diagnostics, (B, H, Lq), are computed only when named. */
+  {"bias", "FP32", 4, 1},  {"sinks", "FP32", 1, 1},
+  {"alibi_slopes", "FP32", 1, 1}, {"cu_seqlens_q", "INT32", 1, 1},
+  {"cu_seqlens_k", "INT32", 1, 1}, {"w_q", "FP32", 2, 0},
+  {"w_k", "FP32", 2, 0},   {"w_v", "FP32", 1, 0}};
+/* The diagnostics and the lse, (B, H, Lq), are computed only when
+ * named. */
 static const struct model_tensor model_outputs[PROTO_OUT_COUNT] = {
   {"output", "FP32", 4, 0},        {"weights", "FP32", 4, 0},
   {"allowed_keys", "INT32", 3, 0}, {"entropy", "FP32", 3, 0},
-  {"max_weight", "FP32", 3, 0},    {"jacobian_norm", "FP32", 3, 0}};
+  {"max_weight", "FP32", 3, 0},    {"jacobian_norm", "FP32", 3, 0},
+  {"lse", "FP32", 3, 0}};
 
 static int model_input_count(int model) {
-  return model == PROTO_MODEL_ADDITIVE ? 9 : 6;
+  return model == PROTO_MODEL_ADDITIVE ? PROTO__IN_COUNT : PROTO__IN_W_Q;
 }
 
 /* rank axes of -1 (any size), as [-1,-1,..]. */
@@ -284,8 +291,26 @@ static const void *out_data(const proto_request *req, int which,
   case PROTO_OUT_ALLOWED_KEYS: return req->allowed_keys;
   case PROTO_OUT_ENTROPY: return req->entropy;
   case PROTO_OUT_MAX_WEIGHT: return req->max_weight;
+  case PROTO_OUT_LSE: return req->lse;
   default: return req->jacobian_norm;
   }
+}
+
+/* The lse: -inf (nothing allowed, no sink) as null, JSON having no
+ * infinity; every other value as put_f32s prints it. */
+static void put_f32s_inf_null(proto__buf *b, const float *x, size_t n) {
+  char num[PROTO__F32_MAX + 1];
+  proto__buf_putc(b, '[');
+  for (size_t i = 0; i < n && !b->oom; i++) {
+    if (i)
+      proto__buf_putc(b, ',');
+    if (!isfinite(x[i])) {
+      proto__buf_puts(b, "null");
+      continue;
+    }
+    proto__buf_put(b, num, (size_t)proto__fmt_f32(num, x[i]));
+  }
+  proto__buf_putc(b, ']');
 }
 
 static void put_i32s(proto__buf *b, const int32_t *x, size_t n) {
@@ -342,6 +367,8 @@ static void put_output(proto__buf *b, const proto_request *req, int which) {
   proto__buf_puts(b, ",\"data\":");
   if (i32)
     put_i32s(b, x, n);
+  else if (which == PROTO_OUT_LSE)
+    put_f32s_inf_null(b, x, n);
   else
     put_f32s(b, x, n);
   proto__buf_putc(b, '}');
@@ -395,11 +422,12 @@ int proto_v2_encode(const proto_request *req, char **body, size_t *len,
 }
 
 /* The owned block an output lies in: the diagnostics share one, which
- * starts at allowed_keys (check.c). */
+ * starts at allowed_keys (check.c); the lse has its own. */
 static void *out_block(const proto_request *req, int which) {
   return which == PROTO_OUT_OUTPUT    ? (void *)((char *)req->out -
                                                  req->out_room)
          : which == PROTO_OUT_WEIGHTS ? (void *)req->weights
+         : which == PROTO_OUT_LSE     ? (void *)req->lse
                                       : (void *)req->allowed_keys;
 }
 
@@ -515,8 +543,10 @@ static void answer_outputs(const proto_request *req,
     printed[n++] = PROTO_OUT_OUTPUT;
     if (req->return_weights)
       printed[n++] = PROTO_OUT_WEIGHTS;
+    if (req->return_lse)
+      printed[n++] = PROTO_OUT_LSE;
     for (int o = PROTO_OUT_ALLOWED_KEYS; req->diagnostics &&
-                                         o < PROTO_OUT_COUNT; o++)
+                                         proto_out_is_diagnostic(o); o++)
       printed[n++] = o;
   }
   for (int i = 0; i < n; i++) {

@@ -31,9 +31,13 @@ static int bad_element(v2_ctx *c, int in, size_t i, long long bad,
   const v2_in *v = &c->in[in];
   char at[64];
   index_of(t, i, at, sizeof at);
-  if (in == PROTO__IN_VALID_LENS)
-    return ERR("%s%s=%lld %s", t->name, at, bad,
-               bad < 0 ? "is negative" : "exceeds key length");
+  if (proto__input_kind(in) == PROTO__KIND_LEN) {
+    const char *what;
+    long long hi = proto__input_hi(c->p, in, &what);
+    if (bad < 0)
+      return ERR("%s%s=%lld is negative", t->name, at, bad);
+    return ERR("%s%s=%lld exceeds %s %lld", t->name, at, bad, what, hi);
+  }
   if (in == PROTO__IN_MASK)
     return ERR("%s%s: BOOL byte %u is neither 0 nor 1", t->name, at,
                ((const unsigned char *)dst)[i]);
@@ -49,8 +53,10 @@ static int fill_binary(v2_ctx *c, int in, void *dst) {
   const char *src = c->body + v->bin_off;
   long long bad = 0;
   size_t i;
-  if (in == PROTO__IN_VALID_LENS)
-    i = proto__bin_to_len(v->dtype, src, t->n, c->p->Lk, dst, &bad);
+  const char *what;
+  if (proto__input_kind(in) == PROTO__KIND_LEN)
+    i = proto__bin_to_len(v->dtype, src, t->n,
+                          proto__input_hi(c->p, in, &what), dst, &bad);
   else if (in == PROTO__IN_MASK)
     i = proto__bin_to_bool(src, t->n, dst);
   else
@@ -63,13 +69,13 @@ static int fill_binary(v2_ctx *c, int in, void *dst) {
 static int fill_shm(v2_ctx *c, int in, void *dst) {
   const proto__tensor *t = &c->ck.t[in];
   const v2_in *v = &c->in[in];
-  int kind = in == PROTO__IN_VALID_LENS ? PROTO__KIND_LEN
-             : in == PROTO__IN_MASK     ? PROTO__KIND_BOOL
-                                        : PROTO__KIND_F32;
+  int kind = proto__input_kind(in);
+  const char *what;
   long long bad = 0;
   size_t i;
   int rc = proto__v2_shm_fill(c->shm, &v->shm, kind, v->dtype, t->n,
-                              c->p->Lk, dst, &i, &bad, c->err);
+                              proto__input_hi(c->p, in, &what), dst, &i,
+                              &bad, c->err);
   if (rc)
     return rc;
   return i == t->n ? 0 : bad_element(c, in, i, bad, dst);
@@ -78,12 +84,14 @@ static int fill_shm(v2_ctx *c, int in, void *dst) {
 static int fill_json(v2_ctx *c, int in, void *dst) {
   const proto__tensor *t = &c->ck.t[in];
   int dt = c->in[in].dtype;
-  int kind = in == PROTO__IN_VALID_LENS ? PROTO__KIND_LEN
-             : in == PROTO__IN_MASK     ? PROTO__KIND_BOOL
-             : dt == PROTO__DT_FP16     ? PROTO__KIND_F16
-             : dt == PROTO__DT_BF16     ? PROTO__KIND_BF16
-                                        : PROTO__KIND_F32;
-  return proto__tensor_fill(t, kind, c->p->Lk, "key length", dst, c->err);
+  int kind = proto__input_kind(in);
+  const char *what;
+  long long hi = proto__input_hi(c->p, in, &what);
+  if (kind == PROTO__KIND_F32)
+    kind = dt == PROTO__DT_FP16   ? PROTO__KIND_F16
+           : dt == PROTO__DT_BF16 ? PROTO__KIND_BF16
+                                  : PROTO__KIND_F32;
+  return proto__tensor_fill(t, kind, hi, what, dst, c->err);
 }
 
 /* Where a binary FP32 input can be read as it lies: every one of its
@@ -94,7 +102,7 @@ static const void *in_place(const v2_ctx *c, int in) {
   const v2_in *v = &c->in[in];
   const char *at = c->body + v->bin_off;
   if (!b || !v->binary || v->dtype != PROTO__DT_FP32 ||
-      in == PROTO__IN_VALID_LENS || in == PROTO__IN_MASK ||
+      proto__input_kind(in) != PROTO__KIND_F32 ||
       b->scan_from == SIZE_MAX || v->bin_off < b->scan_from ||
       (v->bin_off - b->scan_from) % 4 || v->bin_off > b->clean_end ||
       v->bin_size > b->clean_end - v->bin_off ||
@@ -105,8 +113,7 @@ static const void *in_place(const v2_ctx *c, int in) {
 
 static int fill_one(v2_ctx *c, int in, const void **slot) {
   const proto__tensor *t = &c->ck.t[in];
-  size_t es = in == PROTO__IN_VALID_LENS ? sizeof(int32_t)
-              : in == PROTO__IN_MASK     ? 1 : sizeof(float);
+  size_t es = proto__input_kind(in) == PROTO__KIND_BOOL ? 1 : 4;
   const void *at;
   if (!t->json)
     return 0;
@@ -131,11 +138,15 @@ int proto__v2_fill_all(v2_ctx *c) {
   const void **slots[PROTO__IN_COUNT] = {
     (const void **)&p->q, (const void **)&p->k, (const void **)&p->v,
     (const void **)&p->valid_lens, (const void **)&p->mask,
-    (const void **)&p->bias, (const void **)&p->w_q,
+    (const void **)&p->bias, (const void **)&p->sinks,
+    (const void **)&p->alibi_slopes, (const void **)&p->cu_seqlens_q,
+    (const void **)&p->cu_seqlens_k, (const void **)&p->w_q,
     (const void **)&p->w_k, (const void **)&p->w_v};
   int rc;
   for (int in = 0; in < PROTO__IN_COUNT; in++)
     if ((rc = fill_one(c, in, slots[in])))
       return rc;
+  if ((rc = proto__check_cu_seqlens(&c->ck)))
+    return rc;
   return proto__alloc_outputs(&c->ck);
 }

@@ -147,7 +147,7 @@ int proto__v2_shm_output_sizes(const proto_request *req,
                                char err[PROTO_ERR_MAX]) {
   static const char *const names[PROTO_OUT_COUNT] = {
     "output", "weights", "allowed_keys", "entropy", "max_weight",
-    "jacobian_norm"};
+    "jacobian_norm", "lse"};
   for (int i = 0; i < req->n_outputs; i++) {
     int k = req->outputs[i];
     const proto_shm_ref *ref = &req->shm_out[k];
@@ -237,6 +237,7 @@ static void *out_buffer(proto_request *req, int which) {
   case PROTO_OUT_ALLOWED_KEYS: return req->allowed_keys;
   case PROTO_OUT_ENTROPY: return req->entropy;
   case PROTO_OUT_MAX_WEIGHT: return req->max_weight;
+  case PROTO_OUT_LSE: return req->lse;
   default: return req->jacobian_norm;
   }
 }

@@ -113,8 +113,9 @@ enum MHD_Result http_answer_parts(struct http_req *r,
     if (!resp)
       http_free_parts(own);
   }
+  /* out of memory for the response: the client still gets its 503 */
   if (!resp)
-    return MHD_NO;
+    return http_fail(r, ATTND_ENOMEM, NULL, NULL);
   return http_queue(r, 200, resp, len, "application/octet-stream", hdrs);
 }
 

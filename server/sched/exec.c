@@ -47,7 +47,7 @@ struct exec_helper {
 
 struct exec_split {
   const attn_problem *p;
-  float *out, *weights;
+  float *out, *weights, *lse;
   size_t ntasks, chunk, scratch_bytes;
   _Atomic size_t next;      /* first task nobody has claimed */
   _Atomic size_t helped;    /* tasks the helpers ran */
@@ -66,7 +66,8 @@ static void exec_claim(struct exec_split *s, void *scratch, int helper) {
     if (t0 >= s->ntasks)
       return;
     t1 = t0 + s->chunk < s->ntasks ? t0 + s->chunk : s->ntasks;
-    if (attn_run_tasks(s->p, t0, t1, s->out, s->weights, scratch) != 0)
+    if (attn_run_tasks_lse(s->p, t0, t1, s->out, s->weights, s->lse,
+                           scratch) != 0)
       atomic_store(&s->err, ATTND_EINTERNAL);
     if (helper)
       atomic_fetch_add(&s->helped, t1 - t0);
@@ -102,14 +103,16 @@ static int exec_helpers_wanted(struct exec_ctx *x, const attn_problem *p,
 
 /* Runs every task of p on this worker and nh helpers.  0 or ATTND_E*. */
 static int exec_split_run(struct exec_ctx *x, const attn_problem *p,
-                          float *out, float *weights, size_t tasks,
-                          size_t bytes, void *scratch, int nh) {
+                          float *out, float *weights, float *lse,
+                          size_t tasks, size_t bytes, void *scratch,
+                          int nh) {
   struct exec_split s;
   int i, err;
   memset(&s, 0, sizeof s);
   s.p = p;
   s.out = out;
   s.weights = weights;
+  s.lse = lse;
   s.ntasks = tasks;
   s.scratch_bytes = bytes;
   /* Several chunks per thread, so that a slow helper does not hold the
@@ -216,10 +219,11 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
     return ATTND_ENOMEM;
   nh = w ? exec_helpers_wanted(x, p, tasks) : 0;
   if (nh > 0)
-    rc = exec_split_run(x, p, job->req.out, weights, tasks, bytes, scratch,
-                        nh);
+    rc = exec_split_run(x, p, job->req.out, weights, job->req.lse, tasks,
+                        bytes, scratch, nh);
   else
-    rc = attn_run_tasks(p, 0, tasks, job->req.out, weights, scratch) != 0
+    rc = attn_run_tasks_lse(p, 0, tasks, job->req.out, weights,
+                            job->req.lse, scratch) != 0
              ? ATTND_EINTERNAL
              : 0;
   if (!w)

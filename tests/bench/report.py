@@ -121,6 +121,47 @@ def xl_lines(core, mem, workers, out):
     return checks
 
 
+TARGET_VARIANT_COST = 1.15
+
+
+def variant_lines(variants, out):
+    """Sinks + softcap + ALiBi against plain, packed against square."""
+    checks = []
+    v = {r["case"].split(" 1x")[0]: r for r in variants}
+    plain = v.get("plain")
+    if not plain:
+        return checks
+    out.append("")
+    out.append("variants, no weights, one thread, best CPU seconds per call:")
+    for name, r in sorted(v.items()):
+        out.append("- %s: %.2f ms" % (r["case"], r["cpu_sec"] * 1e3))
+    extra = v.get("sinks+softcap+alibi")
+    if extra:
+        cost = extra["cpu_sec"] / plain["cpu_sec"]
+        ok = cost <= TARGET_VARIANT_COST
+        checks.append(ok)
+        out.append("- sinks + softcap + ALiBi cost %.2fx plain at (1, 8, "
+                   "1024, 1024, 64) (target <= 1.15x: %s)"
+                   % (cost, mark(ok)))
+    worst = v.get("sinks+softcap+alibi, softcap 0.1 (most scores past it),")
+    if worst:
+        out.append("- with most scores past the cap: %.2fx plain"
+                   % (worst["cpu_sec"] / plain["cpu_sec"]))
+    packed = v.get("packed 8 x 512 in")
+    square, one = v.get("square"), v.get("one sequence")
+    if packed and one:
+        ratio = packed["cpu_sec"] / (8 * one["cpu_sec"])
+        ok = ratio <= 1.25
+        checks.append(ok)
+        out.append("- 8 sequences of 512 packed into 4096 cost %.2fx the 8 "
+                   "run apart (target <= 1.25x: %s)%s" % (
+                       ratio, mark(ok),
+                       "; the 4096 square costs %.1fx the packed batch"
+                       % (square["cpu_sec"] / packed["cpu_sec"])
+                       if square else ""))
+    return checks
+
+
 def main():
     rows = load(sys.argv[1:])
     by_kind = {}
@@ -177,7 +218,9 @@ def main():
         out.append("")
         checks += xl_lines(by_kind.get("core", []), by_kind.get("mem", []),
                            ceiling["workers"], out)
-    known = {"env", "numpy_env", "ceiling", "gemm", "core", "numpy", "mem"}
+    checks += variant_lines(by_kind.get("variant", []), out)
+    known = {"env", "numpy_env", "ceiling", "gemm", "core", "numpy", "mem",
+             "variant"}
     for kind in sorted(set(by_kind) - known):
         out.append("(%d %s lines not tabulated)" % (len(by_kind[kind]), kind))
     out.append("")

@@ -39,6 +39,13 @@ core_memory() {
   build/attnd-bench mem 16384 64 --threads "$workers" > "$dir/mem.jsonl"
 }
 
+# Sinks + softcap + ALiBi against plain, packed against square: one
+# thread, cases alternating so that noise hurts each alike.
+core_variants() {
+  echo "bench: attention variants, one thread..." >&2
+  build/attnd-bench variants > "$dir/variants.jsonl"
+}
+
 numpy_peer() {
   if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
     echo "bench: /usr/bin/python3 has no numpy (apt-get install" \
@@ -58,5 +65,6 @@ numpy_peer() {
 env_line > "$dir/env.jsonl"
 core_bench
 core_memory
+core_variants
 numpy_peer
 python3 tests/bench/report.py "$dir"/*.jsonl | tee "$dir/report.txt"

@@ -65,6 +65,8 @@ static inline void fuzz_check_request(const proto_request *req) {
   FUZZ_CHECK(req->out != NULL, "no output buffer");
   FUZZ_CHECK(!req->return_weights || req->weights != NULL,
              "weights requested but not allocated");
+  FUZZ_CHECK(!req->return_lse || req->lse != NULL,
+             "lse requested but not allocated");
 }
 
 /* Parses len bytes of JSON text; aborts when it is not one JSON object.
@@ -96,6 +98,8 @@ static inline void fuzz_check_encode(const proto_request *req) {
     FUZZ_CHECK(!req->return_weights ==
                    !cJSON_GetObjectItemCaseSensitive(j, "weights"),
                "weights present iff requested");
+    FUZZ_CHECK(!req->return_lse == !cJSON_GetObjectItemCaseSensitive(j, "lse"),
+               "lse present iff requested");
   } else {
     const cJSON *outs = cJSON_GetObjectItemCaseSensitive(j, "outputs"), *o;
     size_t bin = 0;

@@ -16,8 +16,9 @@
  *   1  a v2 binary request as fuzz_v2_binary reads it;
  *   2  a v2 binary request this harness builds from the bytes: a few
  *      bytes of shapes and options (build() below: the model, shapes,
- *      masks, causal, scale, dropout, a sliding window, the diagnostics
- *      outputs), then raw tensor
+ *      masks, causal, scale, dropout, a sliding window and its
+ *      alignment, the diagnostics outputs, sinks, softcap, ALiBi slopes,
+ *      packed sequences, the lse output), then raw tensor
  *      bytes in the chosen datatype (FP32, FP64, FP16 or BF16), so that
  *      the fuzzer controls every bit of every number: huge, tiny,
  *      subnormal, mixed signs. */
@@ -63,23 +64,33 @@ static uint8_t next_byte(fuzz_build *f) {
 }
 
 /* Appends one binary input; kind 0 floats of dtype dt, 1 INT32 lengths
- * (in [0, hi]), 2 BOOL. */
+ * (in [0, hi]), 2 BOOL, 3 INT32 offsets from 0 to hi, non-decreasing
+ * (cu_seqlens), 4 INT32 offsets as the bytes give them (in [0, hi], any
+ * order: mostly refused). */
 static void input(fuzz_build *f, const char *name, const int *shape,
                   int rank, int kind, const char *dt, size_t es, int hi) {
   size_t n = 1;
   for (int i = 0; i < rank; i++)
     n *= (size_t)shape[i];
-  size_t bytes = n * (kind == 0 ? es : kind == 1 ? 4 : 1);
+  size_t bytes = n * (kind == 0 ? es : kind == 2 ? 1 : 4);
   if (bytes > sizeof f->bin - f->blen)
     return;  /* the decoder then reports the missing input */
+  if (kind >= 3)
+    kind = kind == 3 ? -1 : 1;  /* -1: sorted offsets, below */
   jput(f, "%s{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":[", f->comma++
-       ? "," : "", name, kind == 0 ? dt : kind == 1 ? "INT32" : "BOOL");
+       ? "," : "", name, kind == 0 ? dt : kind == 2 ? "BOOL" : "INT32");
   for (int i = 0; i < rank; i++)
     jput(f, "%s%d", i ? "," : "", shape[i]);
   jput(f, "],\"parameters\":{\"binary_data_size\":%zu}}", bytes);
   uint8_t *dst = f->bin + f->blen;
+  int32_t prev = 0;
   for (size_t i = 0; i < n; i++) {
-    if (kind == 1) {
+    if (kind == -1) {  /* 0, then non-decreasing, the last one hi */
+      int32_t v = i == 0 ? 0 : i + 1 == n ? hi
+                  : prev + (int32_t)(next_byte(f) % (hi - prev + 1));
+      memcpy(dst + 4 * i, &v, 4);
+      prev = v;
+    } else if (kind == 1) {
       int32_t v = next_byte(f) % (hi + 1);
       memcpy(dst + 4 * i, &v, 4);
     } else if (kind == 2) {
@@ -100,7 +111,7 @@ static int build(fuzz_build *f, const uint8_t *c, size_t size) {
                                        "null"};
   static const char *const causal[4] = {"false", "true", "\"lower_right\"",
                                         "\"upper_left\""};
-  if (size < 12)
+  if (size < 13)
     return -1;
   int additive = c[0] & 1, dti = (c[0] >> 1) & 3, only_out = (c[0] >> 5) & 1;
   int rank4 = (c[0] >> 6) & 1, dropout = c[0] >> 7;
@@ -111,8 +122,9 @@ static int build(fuzz_build *f, const uint8_t *c, size_t size) {
   int flags = c[4];
   float scale;
   memcpy(&scale, c + 5, 4);
-  f->pool = c + 12;
-  f->npool = size - 12;
+  int more = c[12];
+  f->pool = c + 13;
+  f->npool = size - 13;
   if (!rank4)
     H = Hkv = 1;
 
@@ -154,6 +166,25 @@ static int build(fuzz_build *f, const uint8_t *c, size_t size) {
     bs[br++] = Lk;
     input(f, "bias", bs, br, 0, dts[dti], ess[dti], 0);
   }
+  /* c[12]: 1 sinks, 2 softcap, 4 alibi_slopes (H,), 8 (B, H) instead,
+   * 16 packed sequences (64: offsets as the bytes give them), 32 the
+   * window at the lower right, 128 the lse output */
+  if (more & 1) {
+    int hs[1] = {H};
+    input(f, "sinks", hs, 1, 0, dts[dti], ess[dti], 0);
+  }
+  if (more & 4) {
+    int as[2] = {B, H};
+    if (more & 8)
+      input(f, "alibi_slopes", as, 2, 0, dts[dti], ess[dti], 0);
+    else
+      input(f, "alibi_slopes", as + 1, 1, 0, dts[dti], ess[dti], 0);
+  }
+  if (more & 16) {
+    int n[1] = {2 + next_byte(f) % 3};
+    input(f, "cu_seqlens_q", n, 1, more & 64 ? 4 : 3, NULL, 0, Lq);
+    input(f, "cu_seqlens_k", n, 1, more & 64 ? 4 : 3, NULL, 0, Lk);
+  }
   if (additive) {
     int wq[2] = {Hd, D}, wv[1] = {Hd};
     input(f, "w_q", wq, 2, 0, dts[dti], ess[dti], 0);
@@ -168,7 +199,12 @@ static int build(fuzz_build *f, const uint8_t *c, size_t size) {
     jput(f, ",\"scale\":%.9g", (double)scale);
   if (dropout)
     jput(f, ",\"dropout_p\":%.9g,\"seed\":%u", c[9] / 256.0, c[10]);
-  jput(f, "},\"outputs\":[{\"name\":\"output\"}%s%s]}",
+  if (more & 2)  /* from 1/16 to 16 */
+    jput(f, ",\"softcap\":%.9g", (1 + next_byte(f)) / 16.0);
+  if (more & 32)
+    jput(f, ",\"window_align\":\"lower_right\"");
+  jput(f, "},\"outputs\":[{\"name\":\"output\"}%s%s%s]}",
+       more & 128 ? ",{\"name\":\"lse\"}" : "",
        only_out ? "" : ",{\"name\":\"weights\"}",
        c[11] & 1 ? ",{\"name\":\"allowed_keys\"},{\"name\":\"entropy\"},"
        "{\"name\":\"max_weight\"},{\"name\":\"jacobian_norm\"}" : "");
@@ -188,7 +224,8 @@ static float max_abs(const float *x, size_t n) {
 /* attn_diagnostics on the weights just computed: allowed keys in
  * [0, Lk], and for a row with none every figure 0; otherwise entropy in
  * [0, ln k] for k allowed keys, max weight in (0, 1], Jacobian norm in
- * [0, 1]. */
+ * [0, 1].  With sinks the weights sum to s <= 1 and may all be 0: max
+ * weight in [0, 1], entropy at most s ln(k / s) <= ln k + 1/e. */
 static void check_diagnostics(const proto_request *req) {
   const attn_problem *p = &req->prob;
   size_t rows = (size_t)p->B * p->H * p->Lq;
@@ -210,21 +247,28 @@ static void check_diagnostics(const proto_request *req) {
       FUZZ_CHECK(e == 0 && m == 0 && j == 0, "empty row %zu not 0", r);
       continue;
     }
-    FUZZ_CHECK(e >= -1e-6f && e <= logf((float)k) + 1e-4f,
+    float slack = p->sinks ? 0.37f : 0.0f;
+    FUZZ_CHECK(e >= -1e-6f && e <= logf((float)k) + slack + 1e-4f,
                "entropy[%zu] = %g with %d keys", r, (double)e, (int)k);
-    FUZZ_CHECK(m > 0 && m <= 1, "max_weight[%zu] = %g", r, (double)m);
+    FUZZ_CHECK((m > 0 || (p->sinks && m == 0)) && m <= 1,
+               "max_weight[%zu] = %g", r, (double)m);
     FUZZ_CHECK(j >= 0 && j <= 1, "jacobian_norm[%zu] = %g", r, (double)j);
   }
 }
 
-/* attn_forward of p into out (and w when not NULL): rc 0, finite
- * outputs, weights in [0, 1] with rows summing to 1 or all 0. */
+/* attn_forward_lse of p into out (and w, lse when not NULL): rc 0,
+ * finite outputs, weights in [0, 1] with rows summing to 1 or all 0 (to
+ * at most 1 with sinks), each lse finite or -inf (never -inf with
+ * sinks). */
 static void check_forward(const attn_problem *p, float *out, float *w,
-                          const char *path) {
+                          float *lse, const char *path) {
   size_t nout = (size_t)p->B * p->H * p->Lq * p->Dv;
   size_t rows = (size_t)p->B * p->H * p->Lq;
-  int rc = attn_forward(p, out, w);
+  int rc = attn_forward_lse(p, out, w, lse);
   FUZZ_CHECK(rc == 0, "%s: attn_forward rc %d", path, rc);
+  for (size_t r = 0; lse && r < rows; r++)
+    FUZZ_CHECK(isfinite(lse[r]) || (!p->sinks && lse[r] == -INFINITY),
+               "%s: lse[%zu] = %g", path, r, (double)lse[r]);
   for (size_t i = 0; i < nout; i++)
     FUZZ_CHECK(isfinite(out[i]), "%s: output[%zu] = %g", path, i,
                (double)out[i]);
@@ -236,7 +280,8 @@ static void check_forward(const attn_problem *p, float *out, float *w,
                  "%s: weights[%zu][%d] = %g", path, r, j, (double)x);
       sum += x;
     }
-    FUZZ_CHECK(sum == 0.0 || fabs(sum - 1.0) <= 1e-4 * p->Lk,
+    FUZZ_CHECK(sum == 0.0 || fabs(sum - 1.0) <= 1e-4 * p->Lk ||
+                   (p->sinks && sum <= 1.0 + 1e-4 * p->Lk),
                "%s: weights row %zu sums to %.9g", path, r, sum);
   }
 }
@@ -255,8 +300,8 @@ static void check_blas_path(const attn_problem *p, const float *w) {
   float *w2 = w ? malloc((size_t)p->B * p->H * p->Lq * p->Lk * sizeof *w2)
                 : NULL;
   FUZZ_CHECK(out != NULL && (!w || w2 != NULL), "out of memory");
-  check_forward(&blas, out, w2, "blas");
-  check_forward(&blas, out, NULL, "blas online");
+  check_forward(&blas, out, w2, NULL, "blas");
+  check_forward(&blas, out, NULL, NULL, "blas online");
   free(out);
   free(w2);
 }
@@ -264,13 +309,15 @@ static void check_blas_path(const attn_problem *p, const float *w) {
 static void check_core(proto_request *req) {
   const attn_problem *p = &req->prob;
   size_t nout = (size_t)p->B * p->H * p->Lq * p->Dv;
+  size_t rows = (size_t)p->B * p->H * p->Lq;
   float *online = malloc(nout * sizeof *online);
+  float *lse = malloc(rows * sizeof *lse);
   /* As the worker does: weights when returned or needed by the
-   * diagnostics, else the online path. */
+   * diagnostics, else the online path; the lse where asked for. */
   float *w = req->weights;
-  FUZZ_CHECK(online != NULL, "out of memory");
+  FUZZ_CHECK(online != NULL && lse != NULL, "out of memory");
 
-  check_forward(p, req->out, w, "auto");
+  check_forward(p, req->out, w, req->lse, "auto");
 
   if (req->diagnostics)
     check_diagnostics(req);
@@ -279,7 +326,15 @@ static void check_core(proto_request *req) {
    * Without dropout the output is a convex combination of value rows, so
    * the two differ by rounding relative to the largest value. */
   if (w) {
-    check_forward(p, online, NULL, "online");
+    check_forward(p, online, NULL, lse, "online");
+    /* both paths' lse: the same -inf rows, and the same value within
+     * rounding relative to its size */
+    for (size_t r = 0; req->lse && r < rows; r++)
+      FUZZ_CHECK((isinf(lse[r]) && isinf(req->lse[r])) ||
+                     fabs((double)lse[r] - req->lse[r]) <=
+                         1e-4 * (1.0 + fabs((double)lse[r])),
+                 "lse[%zu]: online %.9g, with weights %.9g", r,
+                 (double)lse[r], (double)req->lse[r]);
     size_t nv = (size_t)p->B * p->Hkv * p->Lk * p->Dv;
     double tol = 1e-5 * p->Lk * (double)max_abs(p->v, nv) + 1e-30;
     if (p->dropout_p > 0)
@@ -291,6 +346,7 @@ static void check_core(proto_request *req) {
   }
   check_blas_path(p, w);
   free(online);
+  free(lse);
   fuzz_check_encode(req);
 }
 

@@ -68,6 +68,19 @@ def v1_requests():
         "diagnostics_window": {"query": q3, "key": k3, "value": v3,
                                "diagnostics": True, "return_weights": False,
                                "window": [0, 2], "valid_lens": [2, 0]},
+        "sinks_softcap_alibi_lse": {"query": flat((1, 4, 3, 2)), "key": flat((1, 2, 5, 2), 1),
+                                    "value": flat((1, 2, 5, 3), 2),
+                                    "sinks": [0.5, -1, 2, 0.25], "softcap": 1.5,
+                                    "alibi_slopes": [[0.5, 0.25, 0.125, 0.0625]],
+                                    "causal": True, "return_lse": True, "diagnostics": True},
+        "packed_lower_right": {"query": nested((1, 5, 3)), "key": nested((1, 6, 3), 1),
+                               "value": nested((1, 6, 2), 2), "cu_seqlens_q": [0, 2, 2, 5],
+                               "cu_seqlens_k": [0, 0, 4, 6], "window": [1, 0],
+                               "window_align": "lower_right", "causal": "lower_right",
+                               "sinks": [0.75], "return_lse": True},
+        "bad_packed": {"query": q3, "key": k3, "value": v3, "cu_seqlens_q": [0, 3, 2],
+                       "cu_seqlens_k": [0, 4], "valid_lens": [1, 1], "softcap": 0,
+                       "sink": [1], "window_align": "lower-right"},
         "bad_ragged": {"query": [[[1, 2], [3]]], "key": [[[1, 2]]], "value": [[[1]]]},
         "bad_lens": {"query": q3, "key": k3, "value": v3, "valid_lens": [9, 1]},
         # names and numbers that get messages of their own
@@ -157,6 +170,21 @@ def v2_requests(binary):
         params={"window_left": 1, "window_right": None},
         outputs=[{"name": n} for n in ("output", "allowed_keys", "entropy",
                                        "max_weight", "jacobian_norm")]))
+    variants = qkv("FP32", rank4=True) + [
+        ("sinks", (2,), "FP16", [0.5, -1.0]),
+        ("alibi_slopes", (1, 2), "BF16", [0.5, 0.25]),
+        ("cu_seqlens_q", (3,), "INT64", [0, 1, 3]),
+        ("cu_seqlens_k", (3,), "INT32", [0, 2, 5])]
+    out.append(("sinks_alibi_packed_lse", 0) + v2_request(
+        0, variants, binary,
+        params={"softcap": 2.0, "window_align": "lower_right", "window_left": 2,
+                "causal": "lower_right"},
+        outputs=[{"name": "lse"}, {"name": "output"}, {"name": "weights"}]))
+    out.append(("bad_variants", 0) + v2_request(
+        0, qkv("FP32") + [("sink", (1,), "FP32", [1.0]),
+                          ("cu_seqlens_q", (2,), "INT32", [0, 3])],
+        binary, params={"softcap": -1, "window_align": "middle"},
+        outputs=[{"name": "lses"}]))
     add = qkv("FP32") + [("w_q", (3, 4), "FP32", values((3, 4))),
                          ("w_k", (3, 4), "FP32", values((3, 4), 1)),
                          ("w_v", (3,), "FP32", [1.0, -0.5, 2.0])]
@@ -284,22 +312,31 @@ def write(harness, name, data):
 
 def structured_seeds():
     """fuzz_core form 2: option bytes (see build() in fuzz_core.c), then
-    tensor bytes."""
+    tensor bytes.  The last option byte, c12, picks the attention
+    variants (sinks, softcap, ALiBi, packing, the lower-right window, lse)."""
     seeds = {}
     tensor = pack([((i * 1.75) % 5.0) - 2.5 for i in range(64)], "FP32")
     extreme = pack([3.4e38, -3.4e38, 1e-45, -1e-45, 1.1754943e-38, 0.0, -0.0,
                     1e30, -1e-30, 65504.0, 2.0 ** -126, 7.0], "FP32")
     scale = struct.pack("<f", 0.5)
-    #           c0    c1    c2    c3    c4     scale  c9   c10  c11
-    seeds["dot_fp32"] = bytes([0x00, 0x00, 0x1b, 0x0b, 0x00]) + scale + bytes([0, 0, 0]) + tensor
-    seeds["gqa_masks"] = bytes([0x48, 0x0b, 0x23, 0x13, 0x7f]) + scale + bytes([0, 0, 0]) + tensor
-    seeds["additive_fp16"] = bytes([0x05, 0x01, 0x1a, 0x6a, 0x15]) + scale + bytes([0, 0, 0]) + tensor
-    seeds["dropout_bf16"] = bytes([0x86, 0x00, 0x12, 0x0a, 0x01]) + scale + bytes([200, 9, 0]) + tensor
-    seeds["extreme_fp32"] = bytes([0x00, 0x00, 0x3f, 0x1f, 0x50]) + struct.pack("<f", 3e38) + bytes([0, 0, 0]) + extreme
-    seeds["diag_window"] = bytes([0x20, 0x00, 0x1b, 0x0b, 0x05]) + scale + bytes([0, 0, 0x2b]) + tensor
-    seeds["diag_extreme"] = bytes([0x00, 0x00, 0x3f, 0x1f, 0x10]) + scale + bytes([0, 0, 0xff]) + extreme
-    seeds["extreme_fp64"] = bytes([0x02, 0x00, 0x3f, 0x1f, 0x00]) + scale + bytes([0, 0, 0]) + pack(
+    #           c0    c1    c2    c3    c4     scale  c9   c10  c11 c12
+    seeds["dot_fp32"] = bytes([0x00, 0x00, 0x1b, 0x0b, 0x00]) + scale + bytes([0, 0, 0, 0]) + tensor
+    seeds["gqa_masks"] = bytes([0x48, 0x0b, 0x23, 0x13, 0x7f]) + scale + bytes([0, 0, 0, 0]) + tensor
+    seeds["additive_fp16"] = bytes([0x05, 0x01, 0x1a, 0x6a, 0x15]) + scale + bytes([0, 0, 0, 0]) + tensor
+    seeds["dropout_bf16"] = bytes([0x86, 0x00, 0x12, 0x0a, 0x01]) + scale + bytes([200, 9, 0, 0]) + tensor
+    seeds["extreme_fp32"] = bytes([0x00, 0x00, 0x3f, 0x1f, 0x50]) + struct.pack("<f", 3e38) + bytes([0, 0, 0, 0]) + extreme
+    seeds["diag_window"] = bytes([0x20, 0x00, 0x1b, 0x0b, 0x05]) + scale + bytes([0, 0, 0x2b, 0]) + tensor
+    seeds["diag_extreme"] = bytes([0x00, 0x00, 0x3f, 0x1f, 0x10]) + scale + bytes([0, 0, 0xff, 0]) + extreme
+    seeds["extreme_fp64"] = bytes([0x02, 0x00, 0x3f, 0x1f, 0x00]) + scale + bytes([0, 0, 0, 0]) + pack(
         [3.4e38, -3.4e38, 1e-300, -4e-45, 1e-38, 0.0, 2.5], "FP64")
+    # sinks + softcap + ALiBi (H,), GQA, causal, window, diagnostics, lse
+    seeds["sinks_softcap_alibi"] = bytes([0x48, 0x0b, 0x3f, 0x13, 0x00]) + scale + bytes([0, 0, 0x2b, 0x87]) + tensor
+    # packed sequences (B = 1), ALiBi (B, H), lower-right window, lse
+    seeds["packed_lower_right"] = bytes([0x50, 0x0a, 0x3f, 0x13, 0x04]) + scale + bytes([0, 0, 0x0b, 0xbd]) + tensor
+    # packed with offsets as the bytes give them: mostly refused
+    seeds["packed_bad_offsets"] = bytes([0x40, 0x0a, 0x3f, 0x13, 0x00]) + scale + bytes([0, 0, 0, 0xd0]) + tensor
+    # the same on huge numbers, sinks and softcap included
+    seeds["variants_extreme"] = bytes([0x40, 0x00, 0x3f, 0x1f, 0x00]) + scale + bytes([0, 0, 0x01, 0x97]) + extreme
     return seeds
 
 

@@ -4,7 +4,13 @@ loops: it is the yardstick, not a second implementation to optimise.
 
 Tensors are nested lists.  attention() takes the same fields as a
 POST /v1/attention body and returns (output, weights) as nested lists of
-floats with the query's rank.
+floats with the query's rank; lse() the rows' log-sum-exp, (B, [H,] Lq),
+-inf for a row with nothing allowed and no sink.
+
+The attention variants follow core/attn.h: sinks (H,), softcap,
+alibi_slopes (H,) or (B, H), packed sequences (cu_seqlens_q/_k, with i,
+j, Lq, Lk counted within the query's own sequence for causal, the window
+and ALiBi) and window_align.
 """
 
 import math
@@ -81,8 +87,24 @@ def attention(req):
     return out, wts
 
 
-def _attention(req):
-    """(output, weights, allowed key count per row) of a request dict."""
+def lse(req):
+    """The row log-sum-exp of a request, (B, [H,] Lq), float('-inf') for a
+    row with nothing allowed and no sink."""
+    return _attention(req, with_lse=True)[3]
+
+
+def _seq_of(cu_q, cu_k, Lq, Lk, i):
+    """(query offset, key offset, Lq, Lk) of query i's packed sequence."""
+    if cu_q is None:
+        return 0, 0, Lq, Lk
+    for n in range(len(cu_q) - 1):
+        if cu_q[n] <= i < cu_q[n + 1]:
+            return cu_q[n], cu_k[n], cu_q[n + 1] - cu_q[n], cu_k[n + 1] - cu_k[n]
+    raise ValueError("query %d in no sequence" % i)
+
+
+def _attention(req, with_lse=False):
+    """(output, weights, allowed key count per row[, lse]) of a request."""
     q, k, v = req["query"], req["key"], req["value"]
     rank = len(shape_of(q))
     Q, K, V = _as4(q, rank), _as4(k, rank), _as4(v, rank)
@@ -104,21 +126,33 @@ def _attention(req):
     drop = req.get("dropout") or {}
     p = drop.get("p", 0.0)
     seed = drop.get("seed", 0)
+    sinks, softcap = req.get("sinks"), req.get("softcap")
+    slopes = req.get("alibi_slopes")
+    cu_q, cu_k = req.get("cu_seqlens_q"), req.get("cu_seqlens_k")
+    lower_right = req.get("window_align") == "lower_right"
+
+    def slope(b, h):
+        return slopes[b][h] if isinstance(slopes[0], list) else slopes[h]
 
     def allowed(b, h, i, j):
+        qo, ko, lq, lk = _seq_of(cu_q, cu_k, Lq, Lk, i)
+        il, jl = i - qo, j - ko
+        if not 0 <= jl < lk:
+            return False
         if vl is not None:
             lim = vl[b][i] if isinstance(vl[b], list) else vl[b]
             if j >= lim:
                 return False
-        if causal == "upper_left" and j > i:
+        if causal == "upper_left" and jl > il:
             return False
-        if causal == "lower_right" and j > i + Lk - Lq:
+        if causal == "lower_right" and jl > il + lk - lq:
             return False
         if window is not None:
             left, right = window
-            if left is not None and j < i - left:
+            c = il + lk - lq if lower_right else il
+            if left is not None and jl < c - left:
                 return False
-            if right is not None and j > i + right:
+            if right is not None and jl > c + right:
                 return False
         if mask is not None:
             idx = [b, h, i, j] if rank == 4 else [b, i, j]
@@ -129,6 +163,7 @@ def _attention(req):
     out = [[[[0.0] * Dv for _ in range(Lq)] for _ in range(H)] for _ in range(B)]
     wts = [[[[0.0] * Lk for _ in range(Lq)] for _ in range(H)] for _ in range(B)]
     counts = [[[0] * Lq for _ in range(H)] for _ in range(B)]
+    lses = [[[float("-inf")] * Lq for _ in range(H)] for _ in range(B)]
     for b in range(B):
         for h in range(H):
             g = h // (H // Hkv)
@@ -146,16 +181,27 @@ def _attention(req):
                             x += wv[c] * math.tanh(pq + pk)
                     else:
                         x = sum(Q[b][h][i][d] * K[b][g][j][d] for d in range(D)) * scale
+                    if softcap is not None:
+                        x = softcap * math.tanh(x / softcap)
                     if bias is not None:
                         idx = [b, h, i, j] if rank == 4 else [b, i, j]
                         x += _bcast_get(bias, bshape, idx)
+                    if slopes is not None:
+                        qo, ko, lq, lk = _seq_of(cu_q, cu_k, Lq, Lk, i)
+                        x -= slope(b, h) * abs((i - qo) + lk - lq - (j - ko))
                     s[j] = x
                 counts[b][h][i] = len(s)
+                sink = sinks[h] if sinks is not None else None
+                if sink is not None:
+                    lses[b][h][i] = sink
                 if not s:
                     continue
                 m = max(s.values())
+                if sink is not None:
+                    m = max(m, sink)
                 e = {j: math.exp(x - m) for j, x in s.items()}
-                z = sum(e.values())
+                z = sum(e.values()) + (math.exp(sink - m) if sink is not None else 0.0)
+                lses[b][h][i] = m + math.log(z)
                 for j, x in e.items():
                     wts[b][h][i][j] = x / z
                 for j in s:
@@ -169,6 +215,9 @@ def _attention(req):
         out = [o[0] for o in out]
         wts = [w[0] for w in wts]
         counts = [c[0] for c in counts]
+        lses = [x[0] for x in lses]
+    if with_lse:
+        return out, wts, counts, lses
     return out, wts, counts
 
 

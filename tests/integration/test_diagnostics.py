@@ -423,7 +423,7 @@ class V2Test(harness.ServerTestCase, Checks):
         for model in ("attention", "additive_attention"):
             md = self.client().get_model_metadata(model)
             outs = {o["name"]: o for o in md["outputs"]}
-            self.assertEqual(list(outs), ["output", "weights"] + list(DIAGNOSTICS))
+            self.assertEqual(list(outs), ["output", "weights"] + list(DIAGNOSTICS) + ["lse"])
             self.assertEqual(outs["allowed_keys"]["datatype"], "INT32")
             for name in DIAGNOSTICS[1:]:
                 self.assertEqual(outs[name]["datatype"], "FP32")

@@ -1,10 +1,12 @@
 """Batch invariance: a request's answer is bit-for-bit the same whatever
 it is batched with, against the real build/attnd.
 
-Each target request (four shapes: a small rank-3 one with lengths and a
+Each target request (five shapes: a small rank-3 one with lengths and a
 causal mask; grouped heads with a mask and a bias; one long enough to span
 several query tasks and two key blocks, large enough that idle workers
-help with it, with per-query lengths and dropout; additive scoring) is
+help with it, with per-query lengths and dropout; additive scoring; packed
+sequences with grouped heads, sinks, soft-capping, ALiBi and a
+lower-right window, answering its lse too) is
 sent with and without its weights (the weights path and the online path),
 over /v1 JSON, v2 binary and v2 JSON, to four daemons:
 
@@ -37,7 +39,7 @@ import unittest
 from decimal import Decimal
 
 import harness
-from reference import attention, flatten, nest, shape_of
+from reference import attention, flatten, lse, nest, shape_of
 
 ROUNDS = 1 if harness.VALGRIND else 3
 
@@ -79,19 +81,30 @@ def make_request(kind, seed):
                 "value": tensor(rng, (1, 2, Lk, 16)),
                 "valid_lens": [[rng.randrange(400, Lk + 1) for _ in range(Lq)]],
                 "causal": "lower_right", "dropout": {"p": 0.1, "seed": 5}}
+    if kind == "variants":
+        Lq, Lk = 160, 150
+        return {"query": tensor(rng, (1, 4, Lq, 16)), "key": tensor(rng, (1, 2, Lk, 16)),
+                "value": tensor(rng, (1, 2, Lk, 8)),
+                "cu_seqlens_q": [0, 70, 70, 160], "cu_seqlens_k": [0, 60, 80, 150],
+                "sinks": [0.5, -1.0, 2.0, 0.25], "softcap": 2.5,
+                "alibi_slopes": [0.25, 0.125, 0.0625, 0.03125], "causal": "lower_right",
+                "window": [64, 4], "window_align": "lower_right"}
     return {"scoring": "additive", "query": tensor(rng, (2, 4, 3)),
             "key": tensor(rng, (2, 6, 5)), "value": tensor(rng, (2, 6, 2)),
             "w_q": tensor(rng, (7, 3)), "w_k": tensor(rng, (7, 5)), "w_v": tensor(rng, (7,)),
             "valid_lens": [6, 3]}
 
 
-KINDS = ("small", "gqa", "long", "additive")
+KINDS = ("small", "gqa", "long", "additive", "variants")
 CODECS = ("v1", "v2-binary", "v2-json")
-V2_INPUTS = ("query", "key", "value", "valid_lens", "mask", "bias", "w_q", "w_k", "w_v")
+V2_INPUTS = ("query", "key", "value", "valid_lens", "mask", "bias", "sinks", "alibi_slopes",
+             "cu_seqlens_q", "cu_seqlens_k", "w_q", "w_k", "w_v")
+INT32_INPUTS = ("valid_lens", "cu_seqlens_q", "cu_seqlens_k")
 
 
 def v1_body(req, weights):
-    return json.dumps(dict(req, return_weights=weights)).encode()
+    """A request with sinks asks for its lse too."""
+    return json.dumps(dict(req, return_weights=weights, return_lse="sinks" in req)).encode()
 
 
 def v2_body(req, weights, binary):
@@ -102,7 +115,7 @@ def v2_body(req, weights, binary):
             continue
         t = req[name]
         flat = flatten(t)
-        dt = {"valid_lens": "INT32", "mask": "BOOL"}.get(name, "FP32")
+        dt = "INT32" if name in INT32_INPUTS else "BOOL" if name == "mask" else "FP32"
         entry = {"name": name, "datatype": dt, "shape": shape_of(t)}
         if binary:
             raw = struct.pack("<%d%s" % (len(flat), {"INT32": "i", "BOOL": "?"}.get(dt, "f")),
@@ -120,7 +133,14 @@ def v2_body(req, weights, binary):
     if "dropout" in req:
         params["dropout_p"] = req["dropout"]["p"]
         params["seed"] = req["dropout"]["seed"]
+    for name in ("softcap", "window_align"):
+        if name in req:
+            params[name] = req[name]
+    if "window" in req:
+        params["window_left"], params["window_right"] = req["window"]
     outs = ["output", "weights"] if weights else ["output"]
+    if "sinks" in req:
+        outs.append("lse")
     body = {"inputs": inputs,
             "outputs": [{"name": o, "parameters": {"binary_data": binary}} for o in outs]}
     if params:
@@ -163,9 +183,9 @@ def json_bits(values):
 
 
 def v1_answer(data):
-    """{"output": bits[, "weights": bits]} of a /v1 answer."""
+    """{"output": bits[, "weights": bits][, "lse": bits]} of a /v1 answer."""
     obj = as_text(data)
-    return {n: json_bits(obj[n]) for n in ("output", "weights") if n in obj}
+    return {n: json_bits(obj[n]) for n in ("output", "weights", "lse") if n in obj}
 
 
 def v2_answer(data, hlen):
@@ -303,11 +323,14 @@ class InvarianceTest(harness.CloseChecks, unittest.TestCase):
                            "no batch of more than one request formed")
 
     def check_reference(self):
+        refs = {}
         for (kind, weights, codec), ans in self.first.items():
             if codec != "v1":
                 continue
             req = self.targets[kind]
-            out, w = attention(req)
+            if kind not in refs:
+                refs[kind] = attention(req) + (lse(req) if "sinks" in req else None,)
+            out, w, ref_lse = refs[kind]
             self.assert_close(list(struct.unpack("<%df" % (len(ans["output"]) // 4),
                                                  ans["output"])), out,
                               "%s %s output" % (kind, weights))
@@ -315,6 +338,10 @@ class InvarianceTest(harness.CloseChecks, unittest.TestCase):
                 self.assert_close(list(struct.unpack("<%df" % (len(ans["weights"]) // 4),
                                                      ans["weights"])), w,
                                   "%s weights" % kind)
+            if "lse" in ans:
+                self.assert_close(list(struct.unpack("<%df" % (len(ans["lse"]) // 4),
+                                                     ans["lse"])), ref_lse,
+                                  "%s %s lse" % (kind, weights))
 
     def test_answers_are_the_same_bits_whatever_runs_beside_them(self):
         for name, args in CONFIGS:

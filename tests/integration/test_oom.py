@@ -40,6 +40,44 @@ V1_BODY = json.dumps({
     "value": [[[1, 0], [0, 1], [1, 1]]], "valid_lens": [3],
     "causal": True, "id": "oom"}).encode()
 
+# sinks, softcap, ALiBi, packed sequences, a lower-right window and the lse
+V1_VARIANTS_BODY = json.dumps({
+    "query": [[[[1, 0], [0, 2], [1, 1]], [[0, 1], [2, 0], [1, 2]]]],
+    "key": [[[[1, 1], [2, 0], [0, 3], [1, 2]]]],
+    "value": [[[[1, 0], [0, 1], [1, 1], [2, 2]]]],
+    "sinks": [0.5, -1.0], "softcap": 2.0, "alibi_slopes": [0.5, 0.25],
+    "cu_seqlens_q": [0, 1, 3], "cu_seqlens_k": [0, 2, 4], "causal": "lower_right",
+    "window": [1, 0], "window_align": "lower_right", "return_lse": True,
+    "id": "oom-variants"}).encode()
+
+
+def v2_variants_body():
+    """A v2 request with binary sinks (FP16), cu_seqlens (INT64) and the
+    lse as a binary output: returns (body, headers)."""
+    header = json.dumps({
+        "inputs": [
+            {"name": "query", "datatype": "FP32", "shape": [1, 3, 2],
+             "parameters": {"binary_data_size": 24}},
+            {"name": "key", "datatype": "FP32", "shape": [1, 4, 2],
+             "parameters": {"binary_data_size": 32}},
+            {"name": "value", "datatype": "FP32", "shape": [1, 4, 2],
+             "parameters": {"binary_data_size": 32}},
+            {"name": "sinks", "datatype": "FP16", "shape": [1],
+             "parameters": {"binary_data_size": 2}},
+            {"name": "alibi_slopes", "datatype": "FP32", "shape": [1], "data": [0.5]},
+            {"name": "cu_seqlens_q", "datatype": "INT64", "shape": [3],
+             "parameters": {"binary_data_size": 24}},
+            {"name": "cu_seqlens_k", "datatype": "INT64", "shape": [3],
+             "parameters": {"binary_data_size": 24}}],
+        "parameters": {"softcap": 3.0, "causal": True},
+        "outputs": [{"name": "output", "parameters": {"binary_data": True}},
+                    {"name": "lse", "parameters": {"binary_data": True}}]}).encode()
+    raw = (header + struct.pack("<6f", 1, 0, 0, 2, 1, 1) +
+           struct.pack("<8f", 1, 1, 2, 0, 0, 3, 1, 2) +
+           struct.pack("<8f", 1, 0, 0, 1, 1, 1, 2, 2) + struct.pack("<e", 0.5) +
+           struct.pack("<3q", 0, 1, 3) + struct.pack("<3q", 0, 2, 4))
+    return raw, {"Inference-Header-Content-Length": str(len(header))}
+
 
 def v2_binary_body():
     """A gzip-compressed v2 request with binary inputs and outputs:
@@ -142,6 +180,16 @@ class FailEveryAllocation(unittest.TestCase):
         self.assertGreater(self.sweep(
             "v2 binary", "POST", "/v2/models/attention/infer", body,
             headers), 30)
+
+    def test_v1_sinks_softcap_alibi_packed_lse(self):
+        self.assertGreater(self.sweep(
+            "v1 variants", "POST", "/v1/attention", V1_VARIANTS_BODY,
+            {"Content-Type": "application/json"}), 30)
+
+    def test_v2_binary_sinks_offsets_and_lse(self):
+        body, headers = v2_variants_body()
+        self.assertGreater(self.sweep(
+            "v2 variants", "POST", "/v2/models/attention/infer", body, headers), 30)
 
     def test_shared_memory_register_infer_status_unregister(self):
         """The system shared memory routes and a request through regions,

@@ -442,6 +442,69 @@ class Inference(ShmCase):
                 self.run_case(dt, lens, seed=10 + i)
         self.run_case("FP32", "INT64", seed=20, rank4=False)
 
+    def test_sinks_slopes_offsets_from_a_region_and_lse_into_one(self):
+        """sinks and alibi_slopes in every float type, cu_seqlens in INT32
+        and INT64, from a region; output and lse (-inf as the float) into
+        another."""
+        rng = np.random.default_rng(5)
+        H, Hkv, Lq, Lk, D, Dv = 4, 2, 6, 8, 4, 3
+        q = rng.standard_normal((1, H, Lq, D))
+        k = rng.standard_normal((1, Hkv, Lk, D))
+        v = rng.standard_normal((1, Hkv, Lk, Dv))
+        for i, (fdt, ldt, sinks) in enumerate((("FP32", "INT32", True), ("FP64", "INT64", False),
+                                               ("FP16", "INT32", True),
+                                               ("BF16", "INT64", False))):
+            with self.subTest(dtype=fdt):
+                inp, out = self.region(16 << 10), self.region(4 << 10)
+                name_in, name_out = "vin-%d" % i, "vout-%d" % i
+                self.registered(name_in, inp)
+                self.registered(name_out, out)
+                fill(out, 0xEE)
+                pk = Packer(inp, name_in)
+                tensors = [("query", q, "FP32"), ("key", k, "FP32"), ("value", v, "FP32"),
+                           ("alibi_slopes", np.array([0.5, 0.25, 0.125, 0.0625]), fdt),
+                           ("cu_seqlens_q", np.array([0, 2, 2, 6]), ldt),
+                           ("cu_seqlens_k", np.array([0, 0, 5, 8]), ldt)]
+                if sinks:
+                    tensors.append(("sinks", np.array([0.5, -1.25, 2.0, 0.375]), fdt))
+                inputs, seen = [], {}
+                for name, arr, dt in tensors:
+                    data, back = encode(arr, dt)
+                    off, size = pk.put(data)
+                    seen[name] = back.reshape(arr.shape)
+                    inputs.append(shm_input(name, dt, arr.shape, name_in, off, size))
+                po = Packer(out, name_out)
+                o_off, o_size = po.reserve(H * Lq * Dv * 4)
+                l_off, l_size = po.reserve(H * Lq * 4)
+                st, _, body = self.infer({
+                    "inputs": inputs,
+                    "parameters": {"softcap": 2.0, "causal": "lower_right"},
+                    "outputs": [shm_output("output", name_out, o_off, o_size),
+                                shm_output("lse", name_out, l_off, l_size)]})
+                self.assertEqual(st, 200, body)
+                self.assertEqual(body["outputs"][1], {"name": "lse", "datatype": "FP32",
+                                                      "shape": [1, H, Lq]})
+                req = {"query": nested(seen["query"]), "key": nested(seen["key"]),
+                       "value": nested(seen["value"]), "softcap": 2.0,
+                       "causal": "lower_right",
+                       "alibi_slopes": seen["alibi_slopes"].tolist(),
+                       "cu_seqlens_q": [0, 2, 2, 6], "cu_seqlens_k": [0, 0, 5, 8]}
+                if sinks:
+                    req["sinks"] = seen["sinks"].tolist()
+                ref_out, _ = reference.attention(req)
+                ref_l = reference.flatten(reference.lse(req))
+                got_o = np.frombuffer(out.read(o_off, o_size), "<f4").reshape(1, H, Lq, Dv)
+                got_l = np.frombuffer(out.read(l_off, l_size), "<f4")
+                self.assert_close(got_o.tolist(), ref_out, "%s output" % fdt)
+                for n, (g, r) in enumerate(zip(got_l.tolist(), ref_l)):
+                    if r == float("-inf"):
+                        self.assertEqual(g, r, "%s lse[%d]" % (fdt, n))
+                    else:
+                        self.assertLessEqual(abs(g - r), 1e-5 + 1e-6 * abs(r),
+                                             "%s lse[%d]: %r vs %r" % (fdt, n, g, r))
+                # rows of the sequence without keys: the sink, or -inf
+                self.assertEqual(got_l[0], 0.5 if sinks else float("-inf"))
+
     def test_additive_model_reads_its_weights_from_a_region(self):
         rng = np.random.default_rng(3)
         q, k, v = (rng.standard_normal(s) for s in ((1, 3, 4), (1, 5, 4), (1, 5, 2)))

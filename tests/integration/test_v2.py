@@ -146,7 +146,8 @@ class EndpointTest(V2Case):
                                      [(t["name"], "TYPE_" + t["datatype"], t["shape"])
                                       for t in meta[key]], path + " " + kind)
                 optional = {t["name"] for t in cfg["input"] if t["optional"]}
-                self.assertEqual(optional, {"valid_lens", "mask", "bias"})
+                self.assertEqual(optional, {"valid_lens", "mask", "bias", "sinks",
+                                            "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k"})
                 self.assertEqual(cfg["instance_group"][0]["kind"], "KIND_CPU")
                 self.assertEqual(cfg["instance_group"][0]["count"], 2)  # --workers 2
                 self.assertFalse(cfg["model_transaction_policy"]["decoupled"])
@@ -158,7 +159,7 @@ class EndpointTest(V2Case):
         self.assertEqual(status, 200, body)
 
     def test_model_metadata_with_and_without_version(self):
-        for model, n_inputs in (("attention", 6), ("additive_attention", 9)):
+        for model, n_inputs in (("attention", 10), ("additive_attention", 13)):
             for version in ("", "1"):
                 meta = self.client.get_model_metadata(model, version)
                 self.assertEqual(meta["name"], model)
@@ -171,7 +172,8 @@ class EndpointTest(V2Case):
                 self.assertEqual(dict((o["name"], o["datatype"]) for o in meta["outputs"]),
                                  {"output": "FP32", "weights": "FP32",
                                   "allowed_keys": "INT32", "entropy": "FP32",
-                                  "max_weight": "FP32", "jacobian_norm": "FP32"})
+                                  "max_weight": "FP32", "jacobian_norm": "FP32",
+                                  "lse": "FP32"})
 
     def test_model_ready(self):
         for path in ("/v2/models/attention/ready", "/v2/models/attention/versions/1/ready",
@@ -633,7 +635,8 @@ class ErrorTest(V2Case):
                                outputs=[InferRequestedOutput("weights")])
         self.assertEqual(msg, "parameters.causl: unknown parameter (did you mean "
                          "'causal'? request parameters: causal, scale, dropout_p, "
-                         "seed, window_left, window_right, timeout, binary_data_output)")
+                         "seed, window_left, window_right, timeout, binary_data_output, "
+                         "softcap, window_align)")
         self.infer_error(self.qkv(), 400, "parameters.temperature: unknown parameter "
                          "(request parameters: causal,", parameters={"temperature": 0.7})
         inputs = self.qkv()

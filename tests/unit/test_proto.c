@@ -491,7 +491,9 @@ START_TEST(unknown_field_suggests_the_nearest_and_lists_the_fields) {
   BAD("{\"querry\":[[[1]]],\"key\":[[[1]]],\"value\":[[[1]]]}",
       "unknown field 'querry' (did you mean 'query'? fields: query, key, "
       "value, valid_lens, mask, bias, causal, scale, return_weights, id, "
-      "scoring, w_q, w_k, w_v, dropout, window, diagnostics)");
+      "scoring, w_q, w_k, w_v, dropout, window, diagnostics, sinks, "
+      "softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, return_lse, "
+      "window_align)");
   BAD("{" QKV3 ",\"vaild_lens\":[1,1]}", "did you mean 'valid_lens'?");
   BAD("{" QKV3 ",\"Query\":1}", "did you mean 'query'?");
   BAD("{" QKV3 ",\"causl\":true}", "unknown field 'causl' (did you mean "
@@ -1084,7 +1086,8 @@ START_TEST(field_names_in_messages_are_sanitised) {
   ck_assert_int_eq(dec(j, &r, err), ATTND_EINVAL);
 #define FIELDS "(fields: query, key, value, valid_lens, mask, bias, causal, " \
                "scale, return_weights, id, scoring, w_q, w_k, w_v, dropout, " \
-               "window, diagnostics)"
+               "window, diagnostics, sinks, softcap, alibi_slopes, " \
+               "cu_seqlens_q, cu_seqlens_k, return_lse, window_align)"
   ck_assert_str_eq(err, "unknown field 'bad?\"name' " FIELDS);
   ck_assert_int_eq(proto_error_body(err, &body, &len), 0);
   ck_assert_str_eq(body,

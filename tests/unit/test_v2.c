@@ -516,7 +516,7 @@ START_TEST(unknown_names_are_refused_with_the_nearest_known_one) {
     {"{\"parameters\":{\"causl\":true}," QKV "}",
      "parameters.causl: unknown parameter (did you mean 'causal'? request "
      "parameters: causal, scale, dropout_p, seed, window_left, "
-     "window_right, timeout, binary_data_output)"},
+     "window_right, timeout, binary_data_output, softcap, window_align)"},
     {"{\"parameters\":{\"windowleft\":1}," QKV "}",
      "parameters.windowleft: unknown parameter (did you mean "
      "'window_left'?"},
@@ -1170,7 +1170,7 @@ START_TEST(models_and_metadata) {
   ck_assert_int_eq(proto_v2_model_metadata(PROTO_MODEL_ADDITIVE, &out, &len),
                    0);
   j = cJSON_Parse(out);
-  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "inputs")), 9);
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "inputs")), 13);
   cJSON_Delete(j);
   free(out);
   ck_assert_int_eq(proto_v2_model_ready(0, 1, &out, &len), 0);
