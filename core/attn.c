@@ -284,6 +284,7 @@ int attn_run_tasks_lse(const attn_problem *p, size_t t0, size_t t1,
       attn__task_weights(p, &task, out, weights, lse, scratch, &lay);
     else
       attn__task_online(p, &task, out, lse, scratch, &lay);
+    if (attn__stopped(p)) return ATTND_ECANCELED;
   }
   return 0;
 }

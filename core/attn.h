@@ -184,6 +184,17 @@ typedef struct attn_problem {
 
   /* enum attn_gemm; 0 (auto) unless a test or benchmark forces a path. */
   int gemm;
+
+  /* Stopping a problem that runs: NULL, or a flag the caller (or any
+   * other thread) may set non-zero at any time.  The core reads it,
+   * relaxed, between key blocks of the online path, between row chunks
+   * of the weights path and between tasks; once it reads non-zero,
+   * attn_run_tasks returns ATTND_ECANCELED and the rows of the task it
+   * stopped in are unspecified.  Between two reads: one key block (512
+   * keys) of a task's rows on the online path, about 4 MFLOP for D = Dv
+   * = 64 and 64 rows; on the weights path one row chunk against all Lk
+   * keys, whose scores are one matrix product. */
+  const _Atomic int *stop;
 } attn_problem;
 
 /* Zero-initialises a problem: no mask, no bias, no dropout, dot scoring,
@@ -213,7 +224,8 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights);
  * aligned, owned by the calling thread for the duration of the call.
  * Every element of the tasks' rows of out and weights is written, masked
  * and empty positions as 0, so neither buffer needs initialising.
- * Returns 0 or ATTND_EINVAL (t1 beyond the task count). */
+ * Returns 0, ATTND_EINVAL (t1 beyond the task count) or ATTND_ECANCELED
+ * (p->stop was set: the rows of the tasks run are unspecified). */
 int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1,
                    float *out, float *weights, void *scratch);
 

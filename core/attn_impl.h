@@ -15,6 +15,13 @@
 
 #include "attn.h"
 
+#include <stdatomic.h>
+
+/* 1 once the problem's stop flag is set (attn.h). */
+static inline int attn__stopped(const attn_problem *p) {
+  return p->stop && atomic_load_explicit(p->stop, memory_order_relaxed);
+}
+
 /* The few loops that carry the softmax and the tanh sum are also built
  * for AVX2 and picked at load time (an ifunc), since the Makefile builds
  * for the baseline x86-64 (SSE2, 4 lanes).  "avx2" without "fma" keeps

@@ -18,14 +18,15 @@
   XX(ENOMEM,     -2, "out of memory")                                       \
   XX(ETOOBIG,    -3, "request body too large")                              \
   XX(EBUSY,      -4, "server busy, queue full")                             \
-  XX(ETIMEDOUT,  -5, "deadline passed before the request ran")              \
+  XX(ETIMEDOUT,  -5, "deadline passed before the request finished")         \
   XX(ENOTFOUND,  -6, "not found")                                           \
   XX(EMETHOD,    -7, "method not allowed")                                  \
   XX(EDRAINING,  -8, "server is shutting down")                             \
   XX(EINTERNAL,  -9, "internal error")                                      \
   XX(EUNAUTH,   -10, "missing or invalid bearer token")                     \
   XX(ENOTREADY, -11, "server is not ready")                                 \
-  XX(EDISABLED, -12, "not enabled on this server")
+  XX(EDISABLED, -12, "not enabled on this server")                          \
+  XX(ECANCELED, -13, "stopped: the client closed the connection")
 
 enum attnd_err {
   ATTND_OK = 0,

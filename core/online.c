@@ -153,7 +153,7 @@ static int run_pass(const attn_problem *p, const attn__task *t,
   /* acc is written by the first computed block; write_out reads it only
    * for rows whose sum l grew, which only a computed block does. */
   int first = 1;
-  for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
+  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += ATTN__KBLOCK) {
     int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
     if (run_block(p, t, st, j0, n, first, scratch, lay)) first = 0;
   }
@@ -172,7 +172,9 @@ void attn__task_online(const attn_problem *p, const attn__task *t,
   /* l holds the undropped, unscaled sum in units of exp(m) */
   for (int r = 0; r < t->rows && lse; r++)
     lse[row0 + r] = attn__lse(st.m[r], st.l[r]);
-  if (write_out(p, t, &st, computed, out + row0 * p->Dv)) return;
+  if (write_out(p, t, &st, computed, out + row0 * p->Dv) ||
+      attn__stopped(p))
+    return;
   /* acc overflowed: the whole task again with scaled probabilities; a
    * clamp now is a true output beyond float range (dropout) */
   computed = run_pass(p, t, &st, klo, khi, attn__value_scale(p, t, klo, khi),

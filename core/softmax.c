@@ -100,7 +100,7 @@ static void chunk_scores(const attn_problem *p, const attn__task *t,
                          const attn__scratch *lay) {
   int lds = khi - klo;
   int step = p->scoring == ATTN_SCORING_ADDITIVE ? ATTN__KBLOCK : lds;
-  for (int j0 = klo; j0 < khi; j0 += step) {
+  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += step) {
     int n = khi - j0 < step ? khi - j0 : step;
     attn__scores(p, t, j0, n, s + (j0 - klo), lds, scratch, lay);
   }
@@ -211,7 +211,7 @@ void attn__task_weights(const attn_problem *p, const attn__task *t,
                         char *scratch, const attn__scratch *lay) {
   size_t row0 = ((size_t)t->b * p->H + t->h) * p->Lq + t->i0;
   float *w = weights + row0 * p->Lk, *o = out + row0 * p->Dv;
-  for (int r0 = 0; r0 < t->rows; r0 += lay->wrows) {
+  for (int r0 = 0; r0 < t->rows && !attn__stopped(p); r0 += lay->wrows) {
     attn__task c = *t;
     c.i0 = t->i0 + r0;
     c.rows = t->rows - r0 < lay->wrows ? t->rows - r0 : lay->wrows;

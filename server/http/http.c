@@ -70,6 +70,7 @@
 #include "server/clock.h"
 #include "server/conn/handoff.h"
 #include "server/conn/linger.h"
+#include "server/conn/watch.h"
 #include "server/obs/log.h"
 #include "server/http/mhdlog.h"
 #include "server/conn/net.h"
@@ -565,6 +566,10 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
     else
       close(r->linger_fd);
   }
+  /* Its client left while it was suspended, and libmicrohttpd noticed
+   * before the answer could be queued: logged as nginx logs it. */
+  if (!r->status && r->job.err == ATTND_ECANCELED)
+    r->status = 499;
   if (log_access_enabled())
     http_log_access(r, c);
   proto_body_free(&r->body);
@@ -770,6 +775,9 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
   }
   if (http_start_lanes(h) != 0)
     goto err;
+  if (!(h->watch = watch_start()))
+    log_warn("http: cannot start the watcher thread (%s): requests whose "
+             "clients leave run to the end", strerror(errno));
   /* Without it (logged) early answers close as libmicrohttpd does. */
   h->lg = linger_start((size_t)cfg->max_conns,
                        (unsigned long long)cfg->max_body * HTTP_DRAIN_FACTOR);
@@ -782,6 +790,7 @@ struct http *http_start(const struct http_config *cfg, struct batcher *b,
   return h;
 err:
   http_stop_lanes(h);
+  watch_stop(h->watch);
   acceptor_stop(h->acc);
   free(h);
   return NULL;
@@ -811,6 +820,7 @@ void http_stop(struct http *h) {
    * therefore outlives MHD_stop_daemon. */
   acceptor_quiesce(h->acc);
   http_stop_lanes(h);
+  watch_stop(h->watch);  /* no connection is suspended any more */
   acceptor_stop(h->acc);
   linger_stop(h->lg);
   free(h);

@@ -74,6 +74,8 @@ struct http {
   struct metrics *m;
   struct http_lane *lanes;  /* [cfg.threads] */
   struct acceptor *acc;     /* the listen sockets and accept thread */
+  struct watch *watch;      /* suspended requests' clients and deadlines;
+                               NULL: unwatched (watch.h) */
   struct linger_set *lg;    /* NULL: early answers close at once */
   _Atomic int state;        /* enum http_state */
   _Atomic int quiesced;
@@ -104,6 +106,7 @@ struct http_req {
   char rid_buf[REQID_LEN + 1];
   char reason[PROTO_ERR_MAX];  /* a 4xx/5xx's message, for the log */
   struct batcher_job job;
+  uint64_t watch;           /* its watch (watch.h) while suspended, or 0 */
   struct shm_http_req shm;  /* the shared memory regions it holds */
 };
 

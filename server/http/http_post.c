@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "server/clock.h"
+#include "server/conn/watch.h"
 #include "proto/mem.h"
 
 /* First call of a POST: refuse early what we already know we will refuse,
@@ -78,8 +79,22 @@ int http_refused_too_long(const struct http_req *r) {
  * After MHD_resume_connection this thread must not touch r. */
 static void http_on_job_done(struct batcher_job *job) {
   struct http_req *r = job->arg;
+  watch_remove(r->h->watch, r->watch);  /* before MHD may close the fd */
+  r->watch = 0;
   r->state = REQ_JOB_DONE;
   MHD_resume_connection(r->conn);
+}
+
+/* Has the watcher (watch.h) look out, while r is suspended, for its
+ * client leaving and its deadline passing: either stops its job, queued
+ * or computing (batcher.h).  A connection the watcher cannot take runs
+ * unwatched. */
+static void http_watch(struct http_req *r) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (r->h->watch && ci)
+    r->watch = watch_add(r->h->watch, ci->connect_fd, &r->job.cancel,
+                         BATCHER_GONE, r->job.deadline_ns, BATCHER_LATE);
 }
 
 /* The body as sent, or inflated per Content-Encoding into *plain (which
@@ -238,6 +253,7 @@ enum MHD_Result http_post_end(struct http_req *r) {
   }
   r->state = REQ_QUEUED;
   MHD_suspend_connection(r->conn);
+  http_watch(r);
   batcher_submit(h->b, &r->job);
   return MHD_YES;
 }
@@ -251,6 +267,10 @@ enum MHD_Result http_post_answer(struct http_req *r) {
   int n = 0, binary = job->json_len < job->plain_len;
   char *body = job->body;
 
+  /* A client that left (ATTND_ECANCELED): 499, as nginx logs it; the
+   * connection closes after it, if it is still there to write to. */
+  if (job->err == ATTND_ECANCELED)
+    r->close = 1;
   if (job->err != 0)
     return http_fail(r, job->err, r->shm.msg[0] ? r->shm.msg : NULL, NULL);
   if (binary) {

@@ -22,6 +22,9 @@ unsigned int status_from_err(int err) {
   case ATTND_EDRAINING: return 503;
   case ATTND_ENOTREADY: return 503;
   case ATTND_ETIMEDOUT: return 504;
+  /* The client left before its answer: nginx's 499, for the access log
+   * and the metrics (nobody reads an answer). */
+  case ATTND_ECANCELED: return 499;
   default:              return 500;
   }
 }

@@ -69,6 +69,7 @@ struct metrics {
   _Atomic int64_t inflight, queue_depth;
   _Atomic uint64_t inline_runs[METRICS_INLINE_COUNT];
   _Atomic uint64_t splits, split_helped;
+  _Atomic uint64_t cancelled[METRICS_CANCEL_COUNT];
   struct metrics_hist request_time[N_HIST_ROUTES];
   _Atomic uint64_t route_ns[METRICS_ROUTE_COUNT];
   _Atomic uint64_t route_count[METRICS_ROUTE_COUNT];
@@ -136,6 +137,11 @@ void metrics_record_job(struct metrics *m, uint64_t queue_ns,
 void metrics_record_batch(struct metrics *m, int size) {
   metrics_observe(&m->batch_size, metrics_batch_bounds, N_BATCH, size,
                   (uint64_t)size);
+}
+
+void metrics_record_cancel(struct metrics *m, enum metrics_cancel why) {
+  if (why < METRICS_CANCEL_COUNT)
+    atomic_fetch_add_explicit(&m->cancelled[why], 1, RELAXED);
 }
 
 void metrics_record_split(struct metrics *m, size_t helped) {
@@ -328,6 +334,15 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
                      &m->inline_runs[METRICS_INLINE_CHEAP], RELAXED),
                  (unsigned long long)atomic_load_explicit(
                      &m->inline_runs[METRICS_INLINE_IDLE], RELAXED));
+  metrics_head(b, "attnd_cancelled_total", "counter",
+               "Requests stopped or dropped before their answer: the "
+               "client closed its connection, or the deadline passed.");
+  metrics_printf(b, "attnd_cancelled_total{reason=\"disconnect\"} %llu\n"
+                 "attnd_cancelled_total{reason=\"deadline\"} %llu\n",
+                 (unsigned long long)atomic_load_explicit(
+                     &m->cancelled[METRICS_CANCEL_DISCONNECT], RELAXED),
+                 (unsigned long long)atomic_load_explicit(
+                     &m->cancelled[METRICS_CANCEL_DEADLINE], RELAXED));
   metrics_head(b, "attnd_split_requests_total", "counter",
                "Requests split across idle workers.");
   metrics_printf(b, "attnd_split_requests_total %llu\n",

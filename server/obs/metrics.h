@@ -62,6 +62,13 @@ enum metrics_inline { METRICS_INLINE_CHEAP = 0, METRICS_INLINE_IDLE,
                       METRICS_INLINE_COUNT };
 void metrics_record_inline(struct metrics *m, enum metrics_inline why);
 
+/* One request stopped or dropped before its answer: its client left
+ * (an ATTND_ECANCELED job), or its deadline passed (ATTND_ETIMEDOUT),
+ * queued or computing. */
+enum metrics_cancel { METRICS_CANCEL_DISCONNECT = 0, METRICS_CANCEL_DEADLINE,
+                      METRICS_CANCEL_COUNT };
+void metrics_record_cancel(struct metrics *m, enum metrics_cancel why);
+
 /* One request split across workers (exec.c), of whose tasks the helping
  * workers ran helped (0: the owner ran them all). */
 void metrics_record_split(struct metrics *m, size_t helped);

@@ -188,6 +188,8 @@ static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
   size_t n = 0;
   while (job) {
     struct batcher_job *next = job->next;
+    if (err == ATTND_ETIMEDOUT)
+      metrics_record_cancel(b->ex.m, METRICS_CANCEL_DEADLINE);
     batcher_finish(b, job, err);
     job = next;
     n++;

@@ -48,6 +48,13 @@ struct batcher_key {
   int64_t strides[8];
 };
 
+/* Why a job is to stop (batcher_job.cancel). */
+enum batcher_cancel {
+  BATCHER_RUN = 0,
+  BATCHER_GONE = 1,         /* its client closed the connection */
+  BATCHER_LATE = 2          /* its deadline passed */
+};
+
 struct batcher_job {
   /* Set by the submitter before batcher_submit. */
   proto_request req;        /* decoded request; released by the batcher */
@@ -63,6 +70,14 @@ struct batcher_job {
                                ATTND_E* that fails the job instead (its
                                answer dropped).  What writes v2 outputs
                                into shared memory regions. */
+
+  /* Set by anyone at any time, once (the HTTP layer's watcher): why the
+   * job is to stop, enum batcher_cancel.  A job found cancelled before
+   * it runs is not computed; one cancelled while it runs stops within a
+   * key block (attn_problem.stop).  err is then ATTND_ECANCELED (the
+   * client left) or ATTND_ETIMEDOUT (its deadline passed), and no other
+   * job of its batch is touched. */
+  _Atomic int cancel;
 
   /* Set by the batcher before done(). */
   int err;                  /* 0 or ATTND_E* */

@@ -66,9 +66,12 @@ static void exec_claim(struct exec_split *s, void *scratch, int helper) {
     if (t0 >= s->ntasks)
       return;
     t1 = t0 + s->chunk < s->ntasks ? t0 + s->chunk : s->ntasks;
-    if (attn_run_tasks_lse(s->p, t0, t1, s->out, s->weights, s->lse,
-                           scratch) != 0)
-      atomic_store(&s->err, ATTND_EINTERNAL);
+    int rc = attn_run_tasks_lse(s->p, t0, t1, s->out, s->weights, s->lse,
+                                scratch);
+    if (rc != 0) {  /* stopped (attn_problem.stop), or our bug */
+      atomic_store(&s->err, rc == ATTND_ECANCELED ? rc : ATTND_EINTERNAL);
+      return;
+    }
     if (helper)
       atomic_fetch_add(&s->helped, t1 - t0);
   }
@@ -223,9 +226,9 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
                         bytes, scratch, nh);
   else
     rc = attn_run_tasks_lse(p, 0, tasks, job->req.out, weights,
-                            job->req.lse, scratch) != 0
-             ? ATTND_EINTERNAL
-             : 0;
+                            job->req.lse, scratch);
+  if (rc != 0 && rc != ATTND_ECANCELED)
+    rc = ATTND_EINTERNAL;
   if (!w)
     mem_free(scratch);
   if (rc != 0)
@@ -259,19 +262,32 @@ static void exec_record_model(struct exec_ctx *x,
                        end_ns - job->computed_ns);
 }
 
+/* The error of a job stopped by its cancel word, counted. */
+static int exec_cancelled(struct exec_ctx *x, struct batcher_job *job) {
+  int late = atomic_load(&job->cancel) == BATCHER_LATE;
+  metrics_record_cancel(x->m, late ? METRICS_CANCEL_DEADLINE
+                                   : METRICS_CANCEL_DISCONNECT);
+  return late ? ATTND_ETIMEDOUT : ATTND_ECANCELED;
+}
+
 /* Runs a job taken from its queue by worker w, or by its submitter (w
- * NULL): 504 past its deadline, else compute and encode.  Returns its
- * error. */
+ * NULL): not at all when its client has left or its deadline passed
+ * (504), else compute, which the cancel word stops (batcher.h), and
+ * encode.  Returns its error. */
 int exec_job(struct exec_ctx *x, struct batcher_job *job,
              struct pool_worker *w, int batch_size) {
   uint64_t end;
   int err;
   job->batch_size = batch_size;
   job->started_ns = clock_now_ns();
-  if (job->deadline_ns && job->started_ns > job->deadline_ns)
+  job->req.prob.stop = &job->cancel;
+  if (atomic_load(&job->cancel))
+    err = exec_cancelled(x, job);
+  else if (job->deadline_ns && job->started_ns > job->deadline_ns) {
+    metrics_record_cancel(x->m, METRICS_CANCEL_DEADLINE);
     err = ATTND_ETIMEDOUT;
-  else
-    err = exec_compute(x, job, w);
+  } else if ((err = exec_compute(x, job, w)) == ATTND_ECANCELED)
+    err = exec_cancelled(x, job);
   end = clock_now_ns();
   metrics_record_job(x->m, job->started_ns - job->enqueued_ns,
                      end - job->started_ns);

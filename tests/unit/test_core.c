@@ -13,11 +13,13 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "support_skip.h"
@@ -1831,6 +1833,81 @@ START_TEST(test_avx512_row_helpers_match_the_others) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Stopping a run (attn_problem.stop). */
+
+/* A flag already set: nothing runs to the end, on either path; a flag
+ * left at 0 changes no bit of the answer. */
+START_TEST(test_a_set_stop_flag_cancels_the_run) {
+  static const shape sh = {1, 2, 1, 70, 600, 8, 4};
+  for (int weights = 0; weights < 2; weights++) {
+    tcase c;
+    _Atomic int stop = 1;
+    size_t no = (size_t)2 * 70 * 4, nw = (size_t)2 * 70 * 600;
+    float *o1 = calloc(no, sizeof *o1), *o2 = calloc(no, sizeof *o2);
+    float *w1 = weights ? calloc(nw, sizeof *w1) : NULL;
+    float *w2 = weights ? calloc(nw, sizeof *w2) : NULL;
+    make_case(&c, &sh, K_UL | K_BIAS, 7);
+    ck_assert_int_eq(attn_forward(&c.p, o1, w1), 0);
+    c.p.stop = &stop;
+    ck_assert_int_eq(attn_forward(&c.p, o2, w2), ATTND_ECANCELED);
+    atomic_store(&stop, 0);
+    ck_assert_int_eq(attn_forward(&c.p, o2, w2), 0);
+    ck_assert_mem_eq(o1, o2, no * sizeof *o1);
+    if (weights)
+      ck_assert_mem_eq(w1, w2, nw * sizeof *w1);
+    free(o1); free(o2); free(w1); free(w2);
+    free_case(&c);
+  }
+}
+END_TEST
+
+struct stopper {
+  _Atomic int flag;
+  int after_ms;
+};
+
+static void *stop_later(void *arg) {
+  struct stopper *s = arg;
+  struct timespec t = {s->after_ms / 1000, (long)(s->after_ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+  atomic_store(&s->flag, 1);
+  return NULL;
+}
+
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A long run on the online path, stopped by another thread 10 ms in:
+ * it ends well before the same run left alone (its CPU time, so a loaded
+ * machine does not matter), one task of one long row of keys. */
+START_TEST(test_stop_set_by_another_thread_ends_one_long_task) {
+  static const shape sh = {1, 1, 1, 64, 1 << 20, 16, 16};
+  tcase c;
+  struct stopper st = {0, 10};
+  pthread_t th;
+  float *o = calloc((size_t)64 * 16, sizeof *o);
+  double t0, whole, stopped;
+  make_case(&c, &sh, 0, 11);
+  t0 = cpu_now();
+  ck_assert_int_eq(attn_forward(&c.p, o, NULL), 0);
+  whole = cpu_now() - t0;
+  c.p.stop = &st.flag;
+  ck_assert_int_eq(pthread_create(&th, NULL, stop_later, &st), 0);
+  t0 = cpu_now();
+  ck_assert_int_eq(attn_forward(&c.p, o, NULL), ATTND_ECANCELED);
+  stopped = cpu_now() - t0;
+  pthread_join(th, NULL);
+  ck_assert_msg(stopped < whole / 2, "stopped after %.3f s of a %.3f s run",
+                stopped, whole);
+  free(o);
+  free_case(&c);
+}
+END_TEST
+
 static Suite *core_suite(void) {
   Suite *s = suite_create("core");
   TCase *ref = tcase_create("reference");
@@ -1899,6 +1976,8 @@ static Suite *core_suite(void) {
   tcase_add_test(api, test_exp_sum_kernels_within_2_ulp);
   tcase_add_test(api, test_avx2_row_max_flags_non_finite);
   tcase_add_test(api, test_weight_rows_are_written_exactly);
+  tcase_add_test(api, test_a_set_stop_flag_cancels_the_run);
+  tcase_add_test(api, test_stop_set_by_another_thread_ends_one_long_task);
   tcase_add_test(edge, test_weights_path_row_chunks_match_reference);
   tcase_add_test(edge, test_streamed_weights_match_reference);
   suite_add_tcase(s, api);
