@@ -59,7 +59,8 @@ static const struct config_opt config_opts[] = {
   {"max-body-mb", "ATTND_MAX_BODY_MB", KIND_LONG, OFF(max_body_mb), 1, 4096,
    "64", "request bodies above this get 413, MiB"},
   {"timeout-ms", "ATTND_TIMEOUT_MS", KIND_LONG, OFF(timeout_ms), 0,
-   86400000, "0", "answer 504 if a request has not run by then (0 = none)"},
+   86400000, "0", "answer 504, and stop its work, if a request has not "
+   "finished by then (0 = none)"},
   {"drain-delay-ms", "ATTND_DRAIN_DELAY_MS", KIND_LONG, OFF(drain_delay_ms),
    0, 3600000, "0", "on SIGTERM, keep accepting this long after /readyz 503"},
   {"drain-s", "ATTND_DRAIN_S", KIND_LONG, OFF(drain_s), 1, 86400, "30",

@@ -8,8 +8,11 @@
  *
  * Everything here runs on the MHD thread that owns the request's
  * connection except http_on_job_done, which a worker or the batcher's
- * loop thread calls: it sets r->state to REQ_JOB_DONE and resumes the
- * connection, and from then on only the MHD thread touches r.  The
+ * loop thread calls: it removes the request's watch (watch.h; from then
+ * on the watch thread touches neither r's cancel word nor its socket),
+ * sets r->state to REQ_JOB_DONE and resumes the connection, and from
+ * then on only the MHD thread touches r.  The watch thread may set the
+ * job's cancel word at any time before that (an atomic).  The
  * suspend comes before the submit, and a suspended request cannot
  * complete, so r outlives its job (the states and why: the DESIGN
  * comment of http.c).  h->quiesced is an atomic the controlling thread

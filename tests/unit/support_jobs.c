@@ -51,15 +51,29 @@ char *support_large_request(int weights) {
   return json;
 }
 
-unsigned long long support_counter(struct metrics *m, const char *name) {
-  char *body, *at, key[128];
+/* The value after "\n<key> " in m's exposition. */
+static unsigned long long support_sample(struct metrics *m, const char *key) {
+  char *body, *at;
   size_t len;
   unsigned long long v;
   ck_assert_int_eq(metrics_render(m, &body, &len), 0);
-  snprintf(key, sizeof key, "\n%s ", name);
   at = strstr(body, key);
-  ck_assert_msg(at != NULL, "no %s in the metrics", name);
+  ck_assert_msg(at != NULL, "no %s in the metrics", key + 1);
   v = strtoull(at + strlen(key), NULL, 10);
   free(body);
   return v;
+}
+
+unsigned long long support_counter(struct metrics *m, const char *name) {
+  char key[128];
+  snprintf(key, sizeof key, "\n%s ", name);
+  return support_sample(m, key);
+}
+
+unsigned long long support_counter_labelled(struct metrics *m,
+                                            const char *name,
+                                            const char *labels) {
+  char key[192];
+  snprintf(key, sizeof key, "\n%s{%s} ", name, labels);
+  return support_sample(m, key);
 }

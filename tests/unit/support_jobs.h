@@ -9,7 +9,8 @@
  * enough to be split across workers), with or without weights.  Both
  * return malloc'd strings the caller frees; a failure aborts the test.
  * support_counter(m, name) reads an unlabelled counter off m's text
- * exposition (metrics_render), as a scrape would. */
+ * exposition (metrics_render), as a scrape would;
+ * support_counter_labelled one sample of a labelled one. */
 #ifndef ATTND_TESTS_SUPPORT_JOBS_H
 #define ATTND_TESTS_SUPPORT_JOBS_H
 
@@ -25,5 +26,9 @@ char *support_large_request(int weights);
 
 struct metrics;
 unsigned long long support_counter(struct metrics *m, const char *name);
+/* The same for the sample name{labels} (labels as rendered: a="b"). */
+unsigned long long support_counter_labelled(struct metrics *m,
+                                            const char *name,
+                                            const char *labels);
 
 #endif

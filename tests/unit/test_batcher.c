@@ -8,6 +8,7 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,6 +331,44 @@ START_TEST(test_queued_jobs_leave_together_up_to_max_batch) {
 }
 END_TEST
 
+/* A job whose client left, and one whose deadline passed, both in the
+ * middle of a batch: neither is computed, and the others of the batch
+ * answer exactly what they would alone. */
+START_TEST(test_cancelled_jobs_leave_their_batch_mates_untouched) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
+  struct tjob t[5];
+  char *want = expected_body(SHAPE_A);
+  int i;
+  for (i = 0; i < 5; i++)
+    decode(&t[i], SHAPE_A);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();
+  for (i = 1; i < 5; i++)
+    ck_assert_int_eq(submit(b, &t[i]), 0);
+  atomic_store(&t[2].job.cancel, BATCHER_GONE);
+  atomic_store(&t[3].job.cancel, BATCHER_LATE);
+  open_gate();
+  wait_done(5);
+  ck_assert_int_eq(t[1].batch_size, 4);
+  ck_assert_int_eq(t[2].err, ATTND_ECANCELED);
+  ck_assert_int_eq(t[3].err, ATTND_ETIMEDOUT);
+  ck_assert_ptr_null(t[2].body);
+  ck_assert_ptr_null(t[3].body);
+  for (i = 1; i < 5; i += 3) {
+    ck_assert_int_eq(t[i].err, 0);
+    ck_assert_str_eq(t[i].body, want);
+  }
+  ck_assert_uint_eq(support_counter_labelled(m, "attnd_cancelled_total",
+                                             "reason=\"disconnect\""), 1);
+  ck_assert_uint_eq(support_counter_labelled(m, "attnd_cancelled_total",
+                                             "reason=\"deadline\""), 1);
+  free(want);
+  finish(b, m, t, 5);
+}
+END_TEST
+
 START_TEST(test_keys_are_served_round_robin) {
   struct metrics *m;
   struct batcher *b = start(&m, 1, 1, 64, 1 << 20);
@@ -438,6 +477,7 @@ static Suite *batcher_suite(void) {
   Suite *s = suite_create("batcher");
   TCase *tc = tcase_create("batcher");
   tcase_add_test(tc, test_jobs_answer_like_the_core);
+  tcase_add_test(tc, test_cancelled_jobs_leave_their_batch_mates_untouched);
   tcase_add_loop_test(tc, test_large_request_split_across_workers_matches_core,
                       0, 2);
   tcase_add_test(tc, test_queue_limit_answers_busy);

@@ -1,0 +1,257 @@
+"""Work stops when no one waits for it.
+
+Runs the real build/attnd.  A v2 binary request of q, k, v shaped
+(1, 1, N, 1), output only, keeps attnd's workers busy for seconds.  Its
+client closes the connection mid-compute, over TCP, TLS and the Unix
+socket, or its deadline (the v2 "timeout" parameter) passes mid-compute:
+attnd's CPU time, read from /proc, must fall to idle within a second, the
+client that waited must get 504 for a deadline, the access log must say
+499 for a client that left, and attnd_cancelled_total must count each.  A
+request queued behind a busy worker whose client leaves is never computed.
+The server keeps answering everyone else throughout.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import struct
+import tempfile
+import time
+import unittest
+
+import harness
+from test_security import make_cert
+
+SLOW = 10 if harness.VALGRIND else 1
+N = 60000 // (4 if harness.VALGRIND else 1)   # seconds of work for 2 workers
+SMALL = (b'{"query": [[[1, 0]]], "key": [[[1, 1], [2, 0]]], '
+         b'"value": [[[1, 0], [0, 1]]]}')
+
+
+def long_request(n=N, params=None):
+    """(headers, body) of the v2 binary request of shape (1, 1, n, 1)."""
+    raw = struct.pack("<%df" % n, *[0.5] * n)
+    header = {"inputs": [{"name": name, "datatype": "FP32", "shape": [1, 1, n, 1],
+                          "parameters": {"binary_data_size": 4 * n}}
+                         for name in ("query", "key", "value")],
+              "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}
+    if params:
+        header["parameters"] = params
+    head = json.dumps(header).encode()
+    body = head + raw * 3
+    return ("POST /v2/models/attention/infer HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/octet-stream\r\n"
+            "Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+            % (len(head), len(body))).encode() + body
+
+
+def cpu_seconds(pid):
+    """attnd's user and system CPU time so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_over(pid, seconds):
+    c0 = cpu_seconds(pid)
+    time.sleep(seconds)
+    return cpu_seconds(pid) - c0
+
+
+def cancelled(srv, reason):
+    status, _, body = srv.get("/metrics")
+    assert status == 200
+    m = re.search(r'^attnd_cancelled_total\{reason="%s"\} (\d+)$' % reason,
+                  body.decode(), re.M)
+    assert m, "no attnd_cancelled_total{reason=%r}" % reason
+    return int(m.group(1))
+
+
+class Cases:
+    """The checks, over whatever connect() opens (a socket to attnd)."""
+
+    def connect(self):
+        raise NotImplementedError
+
+    def assert_small_answered(self):
+        status, _, body = self.srv.request("POST", "/v1/attention", SMALL)
+        self.assertEqual(status, 200, body)
+
+    def assert_busy_then_idle(self, leave):
+        """Sends the long request, checks attnd computes, calls leave(s)
+        and checks attnd's CPU falls to idle."""
+        pid = self.srv.proc.pid
+        s = self.connect()
+        try:
+            s.sendall(long_request())
+            # busy: the workers compute (a loaded machine gives them less)
+            self.assertGreater(cpu_over(pid, 0.8 * SLOW), 0.2 * SLOW, "attnd is not computing")
+            leave(s)
+            time.sleep(0.2 * SLOW)   # within about 100 ms on each worker
+            idle = cpu_over(pid, 1.0 * SLOW)
+            self.assertLess(idle, 0.25 * SLOW,
+                            "attnd still used %.2f CPU-seconds in the second after" % idle)
+        finally:
+            s.close()
+
+    def test_a_client_that_leaves_mid_compute_stops_its_work(self):
+        before = cancelled(self.srv, "disconnect")
+        self.assert_busy_then_idle(lambda s: s.close())
+        self.assertTrue(harness.wait_for(
+            lambda: cancelled(self.srv, "disconnect") == before + 1, 10 * SLOW))
+        self.assertTrue(harness.wait_for(
+            lambda: re.search(r" POST /v2/models/attention/infer 499 ",
+                              "".join(self.srv.log)), 10 * SLOW),
+                        "no access-log line with 499")
+        self.assert_small_answered()
+
+
+class TcpCancelTest(Cases, harness.ServerTestCase):
+    server_args = ("--workers", "2", "--inline-idle-us", "0", "--max-body-mb", "8")
+
+    def connect(self):
+        return socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
+
+    def test_a_deadline_mid_compute_answers_504_and_stops_the_work(self):
+        before = cancelled(self.srv, "deadline")
+        pid = self.srv.proc.pid
+        s = self.connect()
+        try:
+            t0 = time.time()
+            s.sendall(long_request(params={"timeout": 500000}))   # 0.5 s
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = s.recv(4096)
+                self.assertTrue(chunk, "closed without an answer")
+                answer += chunk
+            took = time.time() - t0
+            self.assertTrue(answer.startswith(b"HTTP/1.1 504 "), answer[:200])
+            self.assertLess(took, 3 * SLOW, "the 504 took %.2f s" % took)
+            idle = cpu_over(pid, 1.0 * SLOW)
+            self.assertLess(idle, 0.25 * SLOW, "attnd still used %.2f CPU-seconds" % idle)
+        finally:
+            s.close()
+        self.assertEqual(cancelled(self.srv, "deadline"), before + 1)
+        self.assert_small_answered()
+
+    def test_a_reset_counts_as_leaving(self):
+        def reset(s):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        before = cancelled(self.srv, "disconnect")
+        self.assert_busy_then_idle(reset)
+        self.assertTrue(harness.wait_for(
+            lambda: cancelled(self.srv, "disconnect") == before + 1, 10 * SLOW))
+
+
+class UnixCancelTest(Cases, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="attnd-cancel-")
+        cls.path = os.path.join(cls.dir, "attnd.sock")
+        cls.srv = harness.Attnd(["--workers", "2", "--inline-idle-us", "0",
+                                 "--max-body-mb", "8", "--unix-socket", cls.path])
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.srv.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        if code != 0:
+            raise AssertionError("attnd exited %d" % code)
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(60 * SLOW)
+        s.connect(self.path)
+        return s
+
+
+class TlsCancelTest(Cases, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not shutil.which("openssl"):
+            raise AssertionError("openssl is missing: make deps")
+        cls.dir = tempfile.mkdtemp(prefix="attnd-cancel-tls-")
+        cls.cert, cls.key = make_cert(cls.dir)
+        cls.srv = harness.Attnd(["--workers", "2", "--inline-idle-us", "0",
+                                 "--max-body-mb", "8", "--tls-cert", cls.cert,
+                                 "--tls-key", cls.key])
+        cls.ctx = ssl.create_default_context(cafile=cls.cert)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.srv.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        if code != 0:
+            raise AssertionError("attnd exited %d" % code)
+
+    def connect(self):
+        raw = socket.create_connection(("127.0.0.1", self.srv.port), timeout=60 * SLOW)
+        return self.ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+    def assert_small_answered(self):
+        import http.client
+        conn = http.client.HTTPSConnection("127.0.0.1", self.srv.port, context=self.ctx,
+                                           timeout=60)
+        try:
+            conn.request("POST", "/v1/attention", SMALL)
+            self.assertEqual(conn.getresponse().status, 200)
+        finally:
+            conn.close()
+
+    def test_a_client_that_leaves_mid_compute_stops_its_work(self):
+        # /metrics and the access log as over TCP, through HTTPS
+        before = self.metric()
+        self.assert_busy_then_idle(lambda s: s.close())
+        self.assertTrue(harness.wait_for(lambda: self.metric() == before + 1, 10 * SLOW))
+        self.assert_small_answered()
+
+    def metric(self):
+        import http.client
+        conn = http.client.HTTPSConnection("127.0.0.1", self.srv.port, context=self.ctx,
+                                           timeout=60)
+        try:
+            conn.request("GET", "/metrics")
+            body = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        return int(re.search(r'^attnd_cancelled_total\{reason="disconnect"\} (\d+)$',
+                             body, re.M).group(1))
+
+
+class QueuedCancelTest(harness.ServerTestCase):
+    # One worker: the second long request waits in the queue.
+    server_args = ("--workers", "1", "--inline-idle-us", "0", "--max-body-mb", "8")
+
+    def test_a_queued_request_whose_client_left_is_never_computed(self):
+        pid = self.srv.proc.pid
+        before = cancelled(self.srv, "disconnect")
+        a = socket.create_connection((self.srv.host, self.srv.port), timeout=120 * SLOW)
+        b = socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
+        try:
+            a.sendall(long_request(N // 2))      # about a second on one worker
+            time.sleep(0.2 * SLOW)
+            b.sendall(long_request(N // 2))      # queued behind it
+            time.sleep(0.2 * SLOW)
+            b.close()                            # leaves while queued
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = a.recv(65536)
+                self.assertTrue(chunk, "closed without an answer")
+                answer += chunk
+            self.assertTrue(answer.startswith(b"HTTP/1.1 200 "), answer[:200])
+            idle = cpu_over(pid, 1.0 * SLOW)
+            self.assertLess(idle, 0.25 * SLOW,
+                            "attnd computed %.2f CPU-seconds after the first answer" % idle)
+        finally:
+            a.close()
+            b.close()
+        self.assertTrue(harness.wait_for(
+            lambda: cancelled(self.srv, "disconnect") == before + 1, 10 * SLOW))
+
+
+if __name__ == "__main__":
+    harness.main()
