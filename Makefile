@@ -199,9 +199,10 @@ $(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o \
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
 
-bench: $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json
+bench: $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json all
 	@sh tests/bench/run.sh
 	@./$(BUILD)/attnd-bench-json
+	@python3 tests/bench/cancel_bench.py
 	@$(MAKE) --no-print-directory http-bench
 	@$(MAKE) --no-print-directory budget-bench
 
