@@ -3,7 +3,7 @@
 Runs the real build/attnd.  A v2 binary request of q, k, v shaped
 (1, 1, N, 1), output only, keeps attnd's workers busy for seconds.  Its
 client closes the connection mid-compute, over TCP, TLS and the Unix
-socket, or its deadline (the v2 "timeout" parameter) passes mid-compute:
+socket, and with its tensors in shared memory, or its deadline (the v2 "timeout" parameter) passes mid-compute:
 attnd's CPU time, read from /proc, must fall to idle within a second, the
 client that waited must get 504 for a deadline, the access log must say
 499 for a client that left, and attnd_cancelled_total must count each.  A
@@ -220,6 +220,54 @@ class TlsCancelTest(Cases, unittest.TestCase):
             conn.close()
         return int(re.search(r'^attnd_cancelled_total\{reason="disconnect"\} (\d+)$',
                              body, re.M).group(1))
+
+
+class ShmCancelTest(Cases, harness.ServerTestCase):
+    """q, k and v in a shared memory region the client registered."""
+    server_args = ("--workers", "2", "--inline-idle-us", "0", "--allow-client-shm", "1")
+
+    def setUp(self):
+        from multiprocessing import shared_memory
+        self.shm = shared_memory.SharedMemory(create=True, size=12 * N)
+        self.shm.buf[:12 * N] = struct.pack("<%df" % (3 * N), *[0.5] * (3 * N))
+        body = json.dumps({"key": "/" + self.shm.name, "offset": 0,
+                           "byte_size": 12 * N}).encode()
+        status, _, data = self.srv.request(
+            "POST", "/v2/systemsharedmemory/region/qkv/register", body)
+        self.assertEqual(status, 200, data)
+
+    def tearDown(self):
+        self.srv.request("POST", "/v2/systemsharedmemory/unregister", b"")
+        self.shm.close()
+        self.shm.unlink()
+
+    def connect(self):
+        return socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
+
+    def assert_busy_then_idle(self, leave):
+        """As Cases', with the request's tensors in the region."""
+        header = {"inputs": [{"name": name, "datatype": "FP32", "shape": [1, 1, N, 1],
+                              "parameters": {"shared_memory_region": "qkv",
+                                             "shared_memory_offset": 4 * N * i,
+                                             "shared_memory_byte_size": 4 * N}}
+                             for i, name in enumerate(("query", "key", "value"))],
+                  "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}
+        body = json.dumps(header).encode()
+        request = ("POST /v2/models/attention/infer HTTP/1.1\r\nHost: x\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % len(body)).encode() + body
+        pid = self.srv.proc.pid
+        s = self.connect()
+        try:
+            s.sendall(request)
+            self.assertGreater(cpu_over(pid, 0.8 * SLOW), 0.2 * SLOW, "attnd is not computing")
+            leave(s)
+            time.sleep(0.2 * SLOW)
+            idle = cpu_over(pid, 1.0 * SLOW)
+            self.assertLess(idle, 0.25 * SLOW,
+                            "attnd still used %.2f CPU-seconds in the second after" % idle)
+        finally:
+            s.close()
 
 
 class QueuedCancelTest(harness.ServerTestCase):
