@@ -56,18 +56,26 @@ static uint64_t watch_handle(uint32_t idx, uint32_t gen) {
   return ((uint64_t)gen << 32) | (uint64_t)(idx + 1);
 }
 
-/* Stores the slot's value for the event (late: the deadline) in its
- * flag unless one is there, and forgets the slot.  Under w->mu. */
-static void watch_fire(struct watch *w, uint32_t idx, int late) {
+/* Stops watching slot idx's descriptor and frees the slot (a new
+ * generation: events already taken for the old one are ignored).  Under
+ * w->mu. */
+static void watch_release(struct watch *w, uint32_t idx) {
   struct watch_slot *s = &w->slot[idx];
-  int none = 0;
-  atomic_compare_exchange_strong(s->flag, &none, late ? s->late : s->gone);
   epoll_ctl(w->ep, EPOLL_CTL_DEL, s->fd, NULL);
   s->flag = NULL;
   s->gen++;
   s->next_free = w->free_head;
   w->free_head = idx + 1;
   w->used--;
+}
+
+/* Stores the slot's value for the event (late: the deadline) in its
+ * flag unless one is there, and releases the slot.  Under w->mu. */
+static void watch_fire(struct watch *w, uint32_t idx, int late) {
+  struct watch_slot *s = &w->slot[idx];
+  int none = 0;
+  atomic_compare_exchange_strong(s->flag, &none, late ? s->late : s->gone);
+  watch_release(w, idx);
 }
 
 /* The milliseconds to the earliest deadline (at least 1), or -1 when
@@ -204,15 +212,8 @@ void watch_remove(struct watch *w, uint64_t handle) {
     return;
   pthread_mutex_lock(&w->mu);
   if (idx < w->cap && w->slot[idx].flag &&
-      w->slot[idx].gen == (uint32_t)(handle >> 32)) {
-    struct watch_slot *s = &w->slot[idx];
-    epoll_ctl(w->ep, EPOLL_CTL_DEL, s->fd, NULL);
-    s->flag = NULL;
-    s->gen++;
-    s->next_free = w->free_head;
-    w->free_head = idx + 1;
-    w->used--;
-  }
+      w->slot[idx].gen == (uint32_t)(handle >> 32))
+    watch_release(w, idx);
   pthread_mutex_unlock(&w->mu);
 }
 
