@@ -25,7 +25,8 @@
   XX(EINTERNAL,  -9, "internal error")                                      \
   XX(EUNAUTH,   -10, "missing or invalid bearer token")                     \
   XX(ENOTREADY, -11, "server is not ready")                                 \
-  XX(EDISABLED, -12, "not enabled on this server")
+  XX(EDISABLED, -12, "not enabled on this server")                          \
+  XX(EBODYTIME, -13, "request body did not arrive in time")
 
 enum attnd_err {
   ATTND_OK = 0,

@@ -561,6 +561,7 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   }
   if (log_access_enabled())
     http_log_access(r, c);
+  http_limits_end(r);
   proto_body_free(&r->body);
   mem_free(r->job.body);
   proto_parts_free(&r->job.parts);

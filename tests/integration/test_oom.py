@@ -142,6 +142,17 @@ class FailEveryAllocation(unittest.TestCase):
             "v2 binary", "POST", "/v2/models/attention/infer", body,
             headers), 30)
 
+    def test_v2_binary_body_weighed_before_its_tensors(self):
+        # Uncompressed, so that its JSON part is decoded for its cost as
+        # soon as it has arrived, before the tensors (--max-request-gflop).
+        body, headers = v2_binary_body()
+        raw = gzip.decompress(body)
+        headers = {"Inference-Header-Content-Length":
+                   headers["Inference-Header-Content-Length"]}
+        self.assertGreater(self.sweep(
+            "v2 binary, weighed early", "POST", "/v2/models/attention/infer",
+            raw, headers), 30)
+
     def test_shared_memory_register_infer_status_unregister(self):
         """The system shared memory routes and a request through regions,
         as one sequence: each allocation along it fails in turn.  A
