@@ -335,8 +335,8 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
   metrics_printf(b, "attnd_queue_depth %lld\n",
                  (long long)atomic_load_explicit(&m->queue_depth, RELAXED));
   metrics_head(b, "attnd_inflight_bytes", "gauge",
-               "Bytes of the in-flight memory budget held: bodies being "
-               "received, and admitted requests' tensors and answers.");
+               "Bytes of --max-inflight-mb held: bodies being received, "
+               "admitted requests' tensors and answers.");
   metrics_printf(b, "attnd_inflight_bytes %lld\n",
                  (long long)atomic_load_explicit(&m->inflight_bytes,
                                                  RELAXED));
@@ -421,8 +421,8 @@ int metrics_render(struct metrics *m, char **body, size_t *len) {
   metrics_hist_render(&b, "attnd_batch_size", "", &m->batch_size,
                       metrics_batch_bounds, N_BATCH, 1);
   metrics_head(&b, "attnd_request_cost_gflop", "histogram",
-               "Estimated cost of each decoded inference request, GFLOP "
-               "(what --max-request-gflop is compared with).");
+               "Estimated cost of inference requests, GFLOP (what "
+               "--max-request-gflop is compared with).");
   metrics_hist_render(&b, "attnd_request_cost_gflop", "", &m->cost,
                       metrics_cost_bounds, N_COST, 1e3);
   metrics_render_process(&b);
