@@ -1,7 +1,7 @@
 /* http_impl.h - internals shared by the server/http*.c files; not a
  * public API (that is http.h), and included by nothing else.
  *
- * The HTTP front end is four files, one job each:
+ * The HTTP front end is five files, one job each:
  *   http.c         the daemon and its lifecycle; MHD's callbacks (a
  *                  request's first call and its states, completion, the
  *                  access log, connection notices); routing and the route
@@ -11,6 +11,9 @@
  *   http_post.c    the POST routes: the body, its decode, admission, the
  *                  choice between running the job here and queueing it to
  *                  the batcher, and the answer the job produced;
+ *   http_limits.c  what a POST may take before it runs: its body's hold
+ *                  on the in-flight budget, the body's deadline, the
+ *                  request's estimated cost;
  *   http_v2meta.c  the KServe v2 metadata, health, model configuration
  *                  and statistics GETs.
  *
