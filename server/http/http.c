@@ -24,7 +24,9 @@
  *              MHD holds the whole request (an answer queued from the
  *              first call makes MHD close the connection after it)
  *   RECEIVING  body chunks are appended to r->body (bounded by max_body;
- *              beyond it they are counted and dropped, too_big is set)
+ *              beyond it they are counted and dropped, too_big is set;
+ *              likewise past the in-flight budget, the body's deadline
+ *              or, for binary v2, the cost limit: http_limits.c)
  *   QUEUED     final call (http_post_end, http_post.c): decoded,
  *              admitted (batcher_reserve), the connection suspended,
  *              THEN the job submitted.  Suspending first matters: MHD
