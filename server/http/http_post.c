@@ -320,8 +320,13 @@ enum MHD_Result http_post_answer(struct http_req *r) {
     hdrs[n++] = MHD_HTTP_HEADER_ACCEPT_ENCODING;
   }
   hdrs[n] = NULL;
-  if (job->parts.n)
-    return http_answer_parts(r, &job->parts, hdrs);
+  if (job->parts.n) {
+    enum MHD_Result ret = http_answer_parts(r, &job->parts, hdrs);
+    /* Out of memory before anything was queued: 503, not a close. */
+    if (ret == MHD_NO && r->state != REQ_ANSWERED)
+      return http_fail(r, ATTND_ENOMEM, NULL, NULL);
+    return ret;
+  }
   job->body = NULL;
   return http_answer(r, 200, body, job->body_len, 1,
                      binary ? "application/octet-stream" : http_json, hdrs);
