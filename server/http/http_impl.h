@@ -91,6 +91,7 @@ struct http_req {
   int too_big;
   int refused;              /* enum http_refusal */
   size_t held;              /* bytes of the in-flight budget it holds */
+  size_t declared;          /* its Content-Length, 0 when none */
   unsigned timeout_s;       /* the idle timeout set for its body, 0 none */
   int costed;               /* the early v2 cost check has run */
   double cost;              /* estimated flops, once known */

@@ -45,6 +45,11 @@
  * cost check: the check after the whole body catches it. */
 #define HTTP_EARLY_HEADER_MAX ((size_t)64 << 10)
 
+/* Nor is one whose body is as good as in: with less than this still to
+ * come by its Content-Length, weighing it early would save nothing but
+ * cost a second parse of its JSON part. */
+#define HTTP_EARLY_REST_MIN ((size_t)256 << 10)
+
 static size_t http_mib_up(size_t n) { return (n + (1u << 20) - 1) >> 20; }
 
 /* ---- the body's deadline ------------------------------------------------ */
@@ -118,7 +123,7 @@ int http_limits_begin(struct http_req *r, unsigned long long length,
   }
   if (length && batcher_hold(r->h->b, (size_t)length) != 0)
     return http_budget_full(r, (size_t)length, "request body", msg, cap);
-  r->held = (size_t)length;
+  r->held = r->declared = (size_t)length;
   if (cfg->body_timeout_s)
     http_body_timeout(r, r->start_ns);
   return 0;
@@ -216,6 +221,7 @@ void http_limits_early_cost(struct http_req *r) {
   r->costed = 1;
   /* A compressed body's JSON part is known only once it is inflated. */
   if (r->h->cfg.max_request_flop <= 0 || hlen > HTTP_EARLY_HEADER_MAX ||
+      (r->declared && r->body.len + HTTP_EARLY_REST_MIN > r->declared) ||
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                   MHD_HTTP_HEADER_CONTENT_ENCODING))
     return;
