@@ -100,7 +100,7 @@ class CostTest(harness.ServerTestCase):
         self.assertEqual(status, 200, obj)
 
     def test_a_binary_v2_request_is_weighed_before_its_tensors_arrive(self):
-        header, body = v2_binary(5000)
+        header, body = v2_binary(30000)  # 352 KiB of tensors to follow
         s = connect(self.srv)
         try:
             s.sendall(b"POST /v2/models/attention/infer HTTP/1.1\r\nHost: x\r\n"
