@@ -510,7 +510,8 @@ MALFORMED = [
      b"".join(b"X-%d: v\r\n" % i for i in range(20000)) + b"\r\n", (431, 413, 400, None)),
     ("200 KB URL", b"GET /" + b"a" * 200000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
      (414, 431, 400, None)),
-    ("NUL in the URL", b"GET /heal\x00thz HTTP/1.1\r\nHost: x\r\n\r\n", (400, 404)),
+    # 0.9.75 routes the target up to the NUL; 1.0.1 closes, no answer.
+    ("NUL in the URL", b"GET /heal\x00thz HTTP/1.1\r\nHost: x\r\n\r\n", (400, 404, None)),
     ("lower-case method", b"get /healthz HTTP/1.1\r\nHost: x\r\n\r\n", (405, 400)),
     ("unknown method", b"BREW /v1/attention HTTP/1.1\r\nHost: x\r\n\r\n", (405,)),
 ]
