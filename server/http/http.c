@@ -614,7 +614,11 @@ static void http_on_refuse(void *arg, int fd) {
 }
 
 static void http_on_mhd_log(void *cls, const char *fmt, va_list ap) {
-  (void)cls;
+  struct http *h = cls;
+  unsigned status = mhdlog_answer_status(fmt, ap);
+  /* An answer the library sent itself, never seen by the handler. */
+  if (status)
+    metrics_record_request(h->m, METRICS_ROUTE_OTHER, status, 0, 0, 0);
   mhdlog_message(fmt, ap);
 }
 

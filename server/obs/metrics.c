@@ -29,7 +29,8 @@
 
 /* HTTP statuses attnd can send; anything else is counted as "other". */
 static const unsigned int metrics_codes[] = {200, 400, 401, 404, 405, 408,
-                                             413, 500, 501, 503, 504};
+                                             413, 414, 431, 500, 501, 503,
+                                             504, 505};
 #define N_CODES (sizeof metrics_codes / sizeof metrics_codes[0])
 
 static const char *const metrics_route_names[METRICS_ROUTE_COUNT] = {

@@ -668,6 +668,11 @@ class LibraryAnswersTest(Checks, harness.ServerTestCase):
             self.assertEqual(self.srv.get("/healthz")[0], 200, "after " + name)
         self.assert_settled(idle)
         self.assert_serving()
+        # attnd never sees them, but counts them from the library's log.
+        _, _, text = self.srv.get("/metrics")
+        for code in (400, 413, 505):
+            self.assertRegex(text.decode(), r'attnd_requests_total\{route="other",'
+                             r'code="%d"\} [1-9]' % code)
 
     def test_what_attnd_checks_itself_is_json(self):
         # Framing, the body limits, the budget and the token are attnd's
