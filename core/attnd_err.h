@@ -26,7 +26,8 @@
   XX(EUNAUTH,   -10, "missing or invalid bearer token")                     \
   XX(ENOTREADY, -11, "server is not ready")                                 \
   XX(EDISABLED, -12, "not enabled on this server")                          \
-  XX(ECANCELED, -13, "stopped: the client closed the connection")
+  XX(EBODYTIME, -13, "request body did not arrive in time")                 \
+  XX(ECANCELED, -14, "stopped: the client closed the connection")
 
 enum attnd_err {
   ATTND_OK = 0,

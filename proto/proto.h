@@ -388,6 +388,19 @@ size_t proto_answer_bytes(const proto_request *req);
 void proto_answer_work(const proto_request *req, size_t *text_values,
                        size_t *binary_bytes);
 
+/* The shapes and options of a v2 request from its JSON part alone (len
+ * bytes: what Inference-Header-Content-Length announces), before its
+ * binary data has arrived, so that a server can weigh a request it has
+ * not read yet.  Fills req->prob's shapes and options (causal, window,
+ * dropout, scoring), req->return_weights and req->diagnostics; no tensor
+ * is read or allocated, and req->prob's tensor pointers stay NULL.
+ * Returns 0, or an ATTND_E* code with a message in err (the whole body's
+ * decode reports the same problem later).  The caller calls
+ * proto_request_free either way. */
+int proto_v2_decode_shapes(const char *json, size_t len, int model,
+                           proto_request *req, size_t max_elems,
+                           char err[PROTO_ERR_MAX]);
+
 /* ---- HTTP content coding (compress.c) ---------------------------------- */
 
 /* Decodes a request body sent with Content-Encoding `coding` ("gzip",

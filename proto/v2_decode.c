@@ -740,7 +740,11 @@ static int copy_id(v2_ctx *c) {
 static int decode_root(v2_ctx *c, const cJSON *root) {
   int rc;
   if ((rc = top_fields(c, root)) || (rc = params_outputs(c)) ||
-      (rc = inputs_all(c)) || (rc = shapes(c)) || (rc = layout(c)) ||
+      (rc = inputs_all(c)) || (rc = shapes(c)))
+    return rc;
+  if (c->shapes_only)
+    return 0;
+  if ((rc = layout(c)) ||
       (rc = shm_sizes(c)) ||
       (rc = json_counts(c)) || (rc = proto__check_budget(&c->ck)) ||
       (rc = copy_id(c)) || (rc = proto__v2_fill_all(c)))
@@ -752,9 +756,10 @@ static int decode_root(v2_ctx *c, const cJSON *root) {
 
 static int decode(const char *body, size_t len, const char *hdr, int model,
                   const proto_shm *shm, proto_request *req, size_t max_elems,
-                  char *err, int leaves, proto_body *src) {
+                  char *err, int leaves, proto_body *src, int shapes_only) {
   v2_ctx c = {.body = body, .len = len, .src = src, .shm = shm,
-              .model = model, .req = req, .p = &req->prob, .err = err};
+              .model = model, .req = req, .p = &req->prob, .err = err,
+              .shapes_only = shapes_only};
   cJSON *root = NULL;
   memset(req, 0, sizeof *req);
   attn_problem_init(&req->prob);
@@ -774,7 +779,8 @@ static int decode(const char *body, size_t len, const char *hdr, int model,
     rc = parse_json(&c, max_elems, leaves, &root);
   if (!rc)
     rc = decode_root(&c, root);
-  if (!rc && leaves && !proto__json_leaves_read(root, PROTO_CODEC_V2))
+  if (!rc && leaves && !shapes_only &&
+      !proto__json_leaves_read(root, PROTO_CODEC_V2))
     rc = ATTND_EINVAL;
   cJSON_Delete(root);
   mem_json_arena_end();
@@ -798,9 +804,11 @@ static int decode(const char *body, size_t len, const char *hdr, int model,
 int proto_v2_decode_shm(const char *body, size_t len, const char *hdr,
                         int model, const proto_shm *shm, proto_request *req,
                         size_t max_elems, char err[PROTO_ERR_MAX]) {
-  int rc = decode(body, len, hdr, model, shm, req, max_elems, err, 1, NULL);
+  int rc = decode(body, len, hdr, model, shm, req, max_elems, err, 1, NULL,
+                  0);
   if (rc && rc != ATTND_ENOMEM)
-    rc = decode(body, len, hdr, model, shm, req, max_elems, err, 0, NULL);
+    rc = decode(body, len, hdr, model, shm, req, max_elems, err, 0, NULL,
+                0);
   return rc;
 }
 
@@ -808,9 +816,11 @@ int proto_v2_decode_body_shm(proto_body *b, const char *hdr, int model,
                              const proto_shm *shm, proto_request *req,
                              size_t max_elems, char err[PROTO_ERR_MAX]) {
   const char *body = b->p ? b->p : "";
-  int rc = decode(body, b->len, hdr, model, shm, req, max_elems, err, 1, b);
+  int rc = decode(body, b->len, hdr, model, shm, req, max_elems, err, 1, b,
+                  0);
   if (rc && rc != ATTND_ENOMEM)
-    rc = decode(body, b->len, hdr, model, shm, req, max_elems, err, 0, b);
+    rc = decode(body, b->len, hdr, model, shm, req, max_elems, err, 0, b,
+                0);
   return rc;
 }
 
@@ -825,4 +835,12 @@ int proto_v2_decode_body(proto_body *b, const char *hdr, int model,
                          proto_request *req, size_t max_elems,
                          char err[PROTO_ERR_MAX]) {
   return proto_v2_decode_body_shm(b, hdr, model, NULL, req, max_elems, err);
+}
+
+int proto_v2_decode_shapes(const char *json, size_t len, int model,
+                           proto_request *req, size_t max_elems,
+                           char err[PROTO_ERR_MAX]) {
+  char hdr[24];
+  snprintf(hdr, sizeof hdr, "%zu", len);
+  return decode(json, len, hdr, model, NULL, req, max_elems, err, 1, NULL, 1);
 }

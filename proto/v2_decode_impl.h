@@ -37,6 +37,8 @@ typedef struct v2_ctx {
   const proto_shm *shm;     /* the registered regions, or NULL: none */
   int in_place;             /* some input points into src */
   int has_header;           /* Inference-Header-Content-Length was sent */
+  int shapes_only;          /* stop once the shapes and options are known
+                               (proto_v2_decode_shapes) */
   int model;
   const cJSON *id, *params, *inputs, *outputs;
   const cJSON *window[2];   /* parameters window_left, window_right */

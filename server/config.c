@@ -55,9 +55,22 @@ static const struct config_opt config_opts[] = {
   {"max-queue", "ATTND_MAX_QUEUE", KIND_INT, OFF(max_queue), 1, 1000000,
    "1024", "queued requests beyond which attnd answers 503"},
   {"max-inflight-mb", "ATTND_MAX_INFLIGHT_MB", KIND_LONG, OFF(max_inflight_mb),
-   1, 1048576, "1024", "tensor memory budget of queued requests, MiB"},
+   1, 1048576, "1024", "memory budget of requests, MiB: bodies from their "
+   "headers on, then tensors and answers"},
   {"max-body-mb", "ATTND_MAX_BODY_MB", KIND_LONG, OFF(max_body_mb), 1, 4096,
    "64", "request bodies above this get 413, MiB"},
+  /* 200 GFLOP admits every shape in the docs and benchmarks, the
+   * largest (1,16,2048,2048,64) with weights at 27; it is about a second
+   * of both cores of a two-core machine (docs/api.md, "Cost limit"). */
+  {"max-request-gflop", "ATTND_MAX_REQUEST_GFLOP", KIND_LONG,
+   OFF(max_request_gflop), 0, 1000000000, "200",
+   "requests estimated to cost more than this many GFLOP get 413 "
+   "(0 = no limit)"},
+  /* From the end of the headers: a client that declares a body holds
+   * its share of --max-inflight-mb until the body is in. */
+  {"body-timeout-s", "ATTND_BODY_TIMEOUT_S", KIND_INT, OFF(body_timeout_s),
+   0, 86400, "30", "a request body must arrive within this many seconds "
+   "of its headers (0 = no limit)"},
   {"timeout-ms", "ATTND_TIMEOUT_MS", KIND_LONG, OFF(timeout_ms), 0,
    86400000, "0", "answer 504, and stop its work, if a request has not "
    "finished by then (0 = none)"},

@@ -23,8 +23,10 @@ struct config {
   long inline_us;           /* cheaper requests skip the queue */
   long inline_idle_us;      /* and up to this as the one in flight */
   int max_queue;            /* queued requests beyond which 503 */
-  long max_inflight_mb;     /* budget of queued tensor bytes */
+  long max_inflight_mb;     /* budget of bodies, tensors and answers */
   long max_body_mb;         /* request bodies beyond this get 413 */
+  long max_request_gflop;   /* estimated cost beyond which 413, 0 = none */
+  int body_timeout_s;       /* a body's deadline from its headers, 0 = none */
   long timeout_ms;          /* request deadline, 0 = none */
   long drain_delay_ms;      /* readiness 503 -> stop accepting */
   long drain_s;             /* bound on the whole drain */

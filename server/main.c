@@ -187,6 +187,8 @@ static void main_config_parts(const struct config *cfg,
   hc->conn_timeout_s = cfg->conn_timeout_s;
   hc->max_body = (size_t)cfg->max_body_mb << 20;
   hc->timeout_ms = cfg->timeout_ms;
+  hc->max_request_flop = (double)cfg->max_request_gflop * 1e9;
+  hc->body_timeout_s = cfg->body_timeout_s;
   /* One request may never decode into more floats than the whole
    * in-flight budget could hold. */
   hc->max_elems = budget / sizeof(float);

@@ -25,7 +25,9 @@
  *              MHD holds the whole request (an answer queued from the
  *              first call makes MHD close the connection after it)
  *   RECEIVING  body chunks are appended to r->body (bounded by max_body;
- *              beyond it they are counted and dropped, too_big is set)
+ *              beyond it they are counted and dropped, too_big is set;
+ *              likewise past the in-flight budget, the body's deadline
+ *              or, for binary v2, the cost limit: http_limits.c)
  *   QUEUED     final call (http_post_end, http_post.c): decoded,
  *              admitted (batcher_reserve), the connection suspended,
  *              THEN the job submitted.  Suspending first matters: MHD
@@ -572,6 +574,7 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
     r->status = 499;
   if (log_access_enabled())
     http_log_access(r, c);
+  http_limits_end(r);
   proto_body_free(&r->body);
   mem_free(r->job.body);
   proto_parts_free(&r->job.parts);
@@ -636,7 +639,11 @@ static void http_on_refuse(void *arg, int fd, int why) {
 }
 
 static void http_on_mhd_log(void *cls, const char *fmt, va_list ap) {
-  (void)cls;
+  struct http *h = cls;
+  unsigned status = mhdlog_answer_status(fmt, ap);
+  /* An answer the library sent itself, never seen by the handler. */
+  if (status)
+    metrics_record_request(h->m, METRICS_ROUTE_OTHER, status, 0, 0, 0);
   mhdlog_message(fmt, ap);
 }
 

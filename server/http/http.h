@@ -43,6 +43,9 @@ struct http_config {
   int conn_timeout_s;       /* 0 = never */
   size_t max_body;          /* bytes; larger bodies get 413 */
   long timeout_ms;          /* request deadline from arrival, 0 = none */
+  double max_request_flop;  /* attn_cost_flops beyond which 413, 0 = none */
+  int body_timeout_s;       /* a body's deadline after its headers, 0 =
+                               none */
   size_t max_elems;         /* tensor element bound passed to proto/ */
   size_t max_inflight;      /* the batcher's byte budget: a request that
                                needs more on its own is refused (413) */

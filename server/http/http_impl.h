@@ -1,7 +1,7 @@
 /* http_impl.h - internals shared by the server/http*.c files; not a
  * public API (that is http.h), and included by nothing else.
  *
- * The HTTP front end is four files, one job each:
+ * The HTTP front end is five files, one job each:
  *   http.c         the daemon and its lifecycle; MHD's callbacks (a
  *                  request's first call and its states, completion, the
  *                  access log, connection notices); routing and the route
@@ -11,6 +11,9 @@
  *   http_post.c    the POST routes: the body, its decode, admission, the
  *                  choice between running the job here and queueing it to
  *                  the batcher, and the answer the job produced;
+ *   http_limits.c  what a POST may take before it runs: its body's hold
+ *                  on the in-flight budget, the body's deadline, the
+ *                  request's estimated cost;
  *   http_v2meta.c  the KServe v2 metadata, health, model configuration
  *                  and statistics GETs.
  *
@@ -48,6 +51,14 @@ struct linger_set;
 enum http_req_state {
   REQ_HEADERS,              /* GET/HEAD: routed on the next call */
   REQ_RECEIVING, REQ_QUEUED, REQ_JOB_DONE, REQ_ANSWERED
+};
+
+/* Why a POST's body is being dropped before its end (http_limits.c). */
+enum http_refusal {
+  REFUSE_NONE = 0,
+  REFUSE_BUDGET,            /* it outgrew what is left of the budget */
+  REFUSE_COST,              /* its v2 JSON part costs too much */
+  REFUSE_LATE               /* its deadline passed (--body-timeout-s) */
 };
 
 /* What the Authorization header says, for a route that needs the token. */
@@ -95,6 +106,12 @@ struct http_req {
   proto_body body;          /* accumulated request body */
   size_t bytes_in;          /* every body byte received, kept or not */
   int too_big;
+  int refused;              /* enum http_refusal */
+  size_t held;              /* bytes of the in-flight budget it holds */
+  size_t declared;          /* its Content-Length, 0 when none */
+  unsigned timeout_s;       /* the idle timeout set for its body, 0 none */
+  int costed;               /* the early v2 cost check has run */
+  double cost;              /* estimated flops, once known */
   int unauth;               /* enum http_auth: 401 at the end if not OK */
   int close;                /* answer with Connection: close */
   int linger_fd;            /* answered before its body: a duplicate of
@@ -202,6 +219,61 @@ enum MHD_Result http_post_end(struct http_req *r);
 
 /* Queues the answer of r's finished job. */
 enum MHD_Result http_post_answer(struct http_req *r);
+
+/* ---- limits before a POST runs (http_limits.c) ---------------------------
+ *
+ * The body's share of the in-flight budget (r->held), its deadline and
+ * the request's estimated cost.  Messages name the flag to change. */
+
+/* First call: length is the Content-Length (0 when none).  0, or
+ * ATTND_ETOOBIG (over --max-body-mb or the whole budget) or ATTND_EBUSY
+ * (does not fit now) with the message in msg.  Starts the body's
+ * deadline. */
+int http_limits_begin(struct http_req *r, unsigned long long length,
+                      char *msg, size_t cap);
+
+/* Holds the budget for need bytes of body in all: 0 or ATTND_EBUSY. */
+int http_limits_grow(struct http_req *r, size_t need);
+
+/* 1 when the body's deadline has passed; else moves the connection's
+ * idle timeout to it. */
+int http_limits_late(struct http_req *r);
+
+/* 1 when a body dropped for its deadline is still arriving another
+ * --body-timeout-s later: the caller closes the connection. */
+int http_limits_cut(const struct http_req *r);
+
+/* The body is in: the connection's idle timeout goes back to
+ * --conn-timeout-s. */
+void http_limits_body_done(struct http_req *r);
+
+/* Drops the body (enum http_refusal why) and gives its hold back. */
+void http_limits_drop(struct http_req *r, int why);
+
+/* The error code and message of r->refused, 0 when it is REFUSE_NONE. */
+int http_limits_refusal(struct http_req *r, char *msg, size_t cap);
+
+/* The most an inflating body may grow to: what is left of the budget,
+ * at most --max-body-mb. */
+size_t http_limits_inflate_room(struct http_req *r);
+
+/* Holds (0, or ATTND_EBUSY with msg) and gives back n bytes of inflated
+ * body. */
+int http_limits_hold_plain(struct http_req *r, size_t n, char *msg,
+                           size_t cap);
+void http_limits_unhold_plain(struct http_req *r, size_t n);
+
+/* A decoded request's cost: recorded in the metrics, and ATTND_ETOOBIG
+ * with msg when it is over --max-request-gflop. */
+int http_limits_cost(struct http_req *r, const proto_request *q, char *msg,
+                     size_t cap);
+
+/* For a v2 body whose JSON part has arrived: drops the body
+ * (REFUSE_COST) when its shapes alone cost too much.  Runs once. */
+void http_limits_early_cost(struct http_req *r);
+
+/* Completion: gives back whatever r still holds. */
+void http_limits_end(struct http_req *r);
 
 /* ---- KServe v2 metadata, health and statistics GETs (http_v2meta.c) ----
  *

@@ -34,15 +34,18 @@ enum MHD_Result http_post_begin(struct http_req *r) {
   const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                MHD_HTTP_HEADER_CONTENT_LENGTH);
   unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
-  char msg[96];
+  char msg[256];
+  int rc;
 
   /* Answered at the end of the body: an answer sent mid-upload tends to
    * reach the client as a connection reset. */
   r->unauth = http_auth(r, r->rt);
-  if (n > r->h->cfg.max_body) {
-    snprintf(msg, sizeof msg, "request body of %llu bytes exceeds the "
-             "limit of %zu bytes", n, r->h->cfg.max_body);
-    return http_fail(r, ATTND_ETOOBIG, msg, NULL);
+  /* A body to be dropped (no token) holds nothing; one too large, or
+   * that does not fit in the budget now, is refused before it is read. */
+  if (n > r->h->cfg.max_body || !r->unauth) {
+    rc = http_limits_begin(r, n, msg, sizeof msg);
+    if (rc != 0)
+      return http_fail(r, rc, msg, NULL);
   }
   /* Reserve once; a wrong Content-Length only costs a realloc, and a
    * failed reservation is answered when an append fails too. */
@@ -57,25 +60,40 @@ enum MHD_Result http_post_begin(struct http_req *r) {
   return MHD_YES;
 }
 
-/* Copies one body chunk; beyond max_body the rest is counted and dropped
- * (MHD cannot answer until the final call). */
+/* Copies one body chunk; beyond max_body, past the in-flight budget or
+ * past the body's deadline the rest is counted and dropped (MHD cannot
+ * answer until the final call). */
 void http_post_chunk(struct http_req *r, const char *data, size_t n) {
   r->bytes_in += n;
-  if (r->too_big || r->unauth)
+  if (r->too_big || r->unauth || r->refused)
     return;
-  if (n > r->h->cfg.max_body - r->body.len) {
-    r->too_big = 1;
-    proto_body_free(&r->body);
+  if (http_limits_late(r)) {
+    http_limits_drop(r, REFUSE_LATE);
     return;
   }
-  if (proto_body_append(&r->body, data, n))
+  if (n > r->h->cfg.max_body - r->body.len) {
+    r->too_big = 1;
+    http_limits_drop(r, REFUSE_NONE);
+    return;
+  }
+  if (http_limits_grow(r, r->body.len + n) != 0) {
+    http_limits_drop(r, REFUSE_BUDGET);
+    return;
+  }
+  if (proto_body_append(&r->body, data, n)) {
     r->too_big = -1;  /* out of memory: answered on the final call */
+    return;
+  }
+  if (!r->costed)
+    http_limits_early_cost(r);
 }
 
-/* A refused body's drain is bounded: HTTP_DRAIN_FACTOR (http_impl.h). */
+/* A refused body's drain is bounded: HTTP_DRAIN_FACTOR (http_impl.h),
+ * and for a late one another --body-timeout-s. */
 int http_refused_too_long(const struct http_req *r) {
-  return (r->too_big > 0 || r->unauth) &&
-         r->bytes_in / HTTP_DRAIN_FACTOR > r->h->cfg.max_body;
+  return ((r->too_big > 0 || r->unauth || r->refused) &&
+          r->bytes_in / HTTP_DRAIN_FACTOR > r->h->cfg.max_body) ||
+         http_limits_cut(r);
 }
 
 /* Runs on a worker or the loop thread: store the outcome, then resume.
@@ -106,13 +124,31 @@ static int http_post_plain(struct http_req *r, char **plain, const char **b,
                            size_t *n, char err[PROTO_ERR_MAX]) {
   const char *coding = MHD_lookup_connection_value(
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+  size_t room;
   int rc;
   *plain = NULL;
   *b = r->body.p ? r->body.p : "";
   *n = r->body.len;
   if (!coding)
     return 0;
-  rc = proto_inflate(coding, *b, *n, r->h->cfg.max_body, plain, n, err);
+  /* It inflates into what is left of the budget, then holds that. */
+  room = http_limits_inflate_room(r);
+  rc = proto_inflate(coding, *b, *n, room, plain, n, err);
+  if (rc == ATTND_ETOOBIG && room < r->h->cfg.max_body) {
+    snprintf(err, PROTO_ERR_MAX, "request body inflates past what is left "
+             "of the server's in-flight memory (%zu of %zu MiB, "
+             "--max-inflight-mb); retry later", room >> 20,
+             r->h->cfg.max_inflight >> 20);
+    return ATTND_EBUSY;
+  }
+  if (rc == ATTND_ETOOBIG)
+    snprintf(err, PROTO_ERR_MAX, "request body inflates past the limit of "
+             "%zu MiB (--max-body-mb)", r->h->cfg.max_body >> 20);
+  if (rc == 0 && *plain &&
+      (rc = http_limits_hold_plain(r, *n, err, PROTO_ERR_MAX)) != 0) {
+    mem_free(*plain);
+    *plain = NULL;
+  }
   if (rc == 0 && *plain)
     *b = *plain;
   else if (rc == 0)
@@ -141,6 +177,8 @@ static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
   } else if (rc == 0) {
     rc = proto_v1_decode(b, n, &r->job.req, h->cfg.max_elems, err);
   }
+  if (plain)
+    http_limits_unhold_plain(r, n);
   mem_free(plain);
   proto_body_free(&r->body);
   return rc;
@@ -175,6 +213,8 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
   if (rc == 0)
     rc = shm_http_post(r->h->cfg.shm, r->h->cfg.allow_client_shm, r->url, b,
                        n, err);
+  if (plain)
+    http_limits_unhold_plain(r, n);
   mem_free(plain);
   proto_body_free(&r->body);
   if (rc != 0)
@@ -193,29 +233,38 @@ static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
   r->job.cost = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
   if (r->job.cost <= r->h->cfg.max_inflight)
     return 0;
-  snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
-           "answer, more than the server's in-flight limit of %zu MiB; "
-           "weights as JSON text take up to 4 times their float32 size "
-           "(v2 binary outputs do not); see --max-inflight-mb",
-           (r->job.cost >> 20) + 1,
-           r->h->cfg.max_inflight >> 20);
+  if (q->weights)
+    snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
+             "answer, more than the server's in-flight limit of %zu MiB "
+             "(--max-inflight-mb), mostly the weights; for the output "
+             "alone send \"return_weights\": false (v2: \"outputs\" "
+             "without \"weights\")",
+             (r->job.cost >> 20) + 1, r->h->cfg.max_inflight >> 20);
+  else
+    snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
+             "answer, more than the server's in-flight limit of %zu MiB "
+             "(--max-inflight-mb); send smaller tensors, or split the batch",
+             (r->job.cost >> 20) + 1, r->h->cfg.max_inflight >> 20);
   return ATTND_ETOOBIG;
 }
 
 /* Final call: decode, admit, then run here or suspend and submit. */
 enum MHD_Result http_post_end(struct http_req *r) {
   struct http *h = r->h;
-  char err[PROTO_ERR_MAX], msg[256];
+  char err[PROTO_ERR_MAX], msg[384];
   uint64_t t0;
   int rc;
 
+  http_limits_body_done(r);
   if (r->unauth)
     return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
   if (r->too_big > 0) {
-    snprintf(msg, sizeof msg, "request body exceeds the limit of %zu bytes",
-             h->cfg.max_body);
+    snprintf(msg, sizeof msg, "request body exceeds the limit of %zu MiB "
+             "(--max-body-mb)", h->cfg.max_body >> 20);
     return http_fail(r, ATTND_ETOOBIG, msg, NULL);
   }
+  if (r->refused)
+    return http_fail(r, http_limits_refusal(r, msg, sizeof msg), msg, NULL);
   if (r->too_big < 0)
     return http_fail(r, ATTND_ENOMEM, NULL, NULL);
   /* Served while draining too: a client may still clean its regions up. */
@@ -235,9 +284,13 @@ enum MHD_Result http_post_end(struct http_req *r) {
                          clock_now_ns() - t0);
   r->job.coding = proto_accept_coding(MHD_lookup_connection_value(
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
-  rc = http_post_cost(r, msg, sizeof msg);
+  rc = http_limits_cost(r, &r->job.req, msg, sizeof msg);
   if (rc == 0)
-    rc = batcher_reserve(h->b, r->job.cost);
+    rc = http_post_cost(r, msg, sizeof msg);
+  if (rc == 0) {
+    rc = batcher_reserve_held(h->b, r->job.cost, r->held);
+    r->held = 0;
+  }
   if (rc != 0) {
     proto_request_free(&r->job.req);
     return http_fail(r, rc, rc == ATTND_ETOOBIG ? msg : NULL, NULL);
@@ -290,8 +343,13 @@ enum MHD_Result http_post_answer(struct http_req *r) {
     hdrs[n++] = MHD_HTTP_HEADER_ACCEPT_ENCODING;
   }
   hdrs[n] = NULL;
-  if (job->parts.n)
-    return http_answer_parts(r, &job->parts, hdrs);
+  if (job->parts.n) {
+    enum MHD_Result ret = http_answer_parts(r, &job->parts, hdrs);
+    /* Out of memory before anything was queued: 503, not a close. */
+    if (ret == MHD_NO && r->state != REQ_ANSWERED)
+      return http_fail(r, ATTND_ENOMEM, NULL, NULL);
+    return ret;
+  }
   job->body = NULL;
   return http_answer(r, 200, body, job->body_len, 1,
                      binary ? "application/octet-stream" : http_json, hdrs);

@@ -35,6 +35,21 @@ static int mhdlog_not_tcp(const char *fmt, va_list ap) {
   return reason && strcmp(reason, strerror(EOPNOTSUPP)) == 0;
 }
 
+/* libmicrohttpd's message for an answer of its own. */
+static const char mhdlog_answer[] =
+    "Error processing request (HTTP response code is %u";
+
+unsigned mhdlog_answer_status(const char *fmt, va_list ap) {
+  va_list copy;
+  unsigned status;
+  if (strncmp(fmt, mhdlog_answer, sizeof mhdlog_answer - 1) != 0)
+    return 0;
+  va_copy(copy, ap);
+  status = va_arg(copy, unsigned);
+  va_end(copy);
+  return status;
+}
+
 void mhdlog_message(const char *fmt, va_list ap) {
   char msg[1024];
   int after_not_tcp = mhdlog_after_not_tcp;

@@ -23,4 +23,11 @@
 /* Logs one libmicrohttpd message, fmt and its arguments ap, as above. */
 void mhdlog_message(const char *fmt, va_list ap);
 
+/* The status of an answer libmicrohttpd sends itself (a malformed
+ * request, a head beyond its memory: docs/api.md), when the message is
+ * the one it logs for that ("Error processing request (HTTP response
+ * code is %u ..."), in 0.9.75 and 1.0.1 alike; else 0.  Those requests
+ * never reach attnd's handler, so this is how they are counted. */
+unsigned mhdlog_answer_status(const char *fmt, va_list ap);
+
 #endif /* ATTND_MHDLOG_H */

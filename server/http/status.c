@@ -22,6 +22,8 @@ unsigned int status_from_err(int err) {
   case ATTND_EDRAINING: return 503;
   case ATTND_ENOTREADY: return 503;
   case ATTND_ETIMEDOUT: return 504;
+  /* The body's own deadline (--body-timeout-s): RFC 9110's 408. */
+  case ATTND_EBODYTIME: return 408;
   /* The client left before its answer: nginx's 499, for the access log
    * and the metrics (nobody reads an answer). */
   case ATTND_ECANCELED: return 499;

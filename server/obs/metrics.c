@@ -28,8 +28,9 @@
 #include "server/obs/procself.h"
 
 /* HTTP statuses attnd can send; anything else is counted as "other". */
-static const unsigned int metrics_codes[] = {200, 400, 401, 404, 405, 413,
-                                             500, 501, 503, 504};
+static const unsigned int metrics_codes[] = {200, 400, 401, 404, 405, 408,
+                                             413, 414, 431, 500, 501, 503,
+                                             504, 505};
 #define N_CODES (sizeof metrics_codes / sizeof metrics_codes[0])
 
 static const char *const metrics_route_names[METRICS_ROUTE_COUNT] = {
@@ -48,6 +49,12 @@ static const double metrics_time_bounds[] = {
 
 static const double metrics_batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128,
                                               256};
+
+/* GFLOP buckets for the cost estimate: a decade apart from a tiny
+ * request to far past the default --max-request-gflop. */
+static const double metrics_cost_bounds[] = {0.0001, 0.001, 0.01, 0.1, 1,
+                                             10, 100, 1000, 10000};
+#define N_COST (sizeof metrics_cost_bounds / sizeof metrics_cost_bounds[0])
 #define N_BATCH (sizeof metrics_batch_bounds / sizeof metrics_batch_bounds[0])
 
 struct metrics_hist {
@@ -67,13 +74,14 @@ struct metrics {
   _Atomic uint64_t requests[METRICS_ROUTE_COUNT][N_CODES + 1];
   _Atomic uint64_t bytes_in, bytes_out;
   _Atomic int64_t inflight, queue_depth;
+  _Atomic int64_t inflight_bytes, inflight_limit;
   _Atomic uint64_t inline_runs[METRICS_INLINE_COUNT];
   _Atomic uint64_t splits, split_helped;
   _Atomic uint64_t cancelled[METRICS_CANCEL_COUNT];
   struct metrics_hist request_time[N_HIST_ROUTES];
   _Atomic uint64_t route_ns[METRICS_ROUTE_COUNT];
   _Atomic uint64_t route_count[METRICS_ROUTE_COUNT];
-  struct metrics_hist queue_time, compute_time, batch_size;
+  struct metrics_hist queue_time, compute_time, batch_size, cost;
   struct metrics_model {
     _Atomic uint64_t count[METRICS_PHASE_COUNT], ns[METRICS_PHASE_COUNT];
     _Atomic uint64_t last_ms;
@@ -205,6 +213,20 @@ void metrics_add_queue_depth(struct metrics *m, int delta) {
   atomic_fetch_add_explicit(&m->queue_depth, delta, RELAXED);
 }
 
+void metrics_add_inflight_bytes(struct metrics *m, int64_t delta) {
+  atomic_fetch_add_explicit(&m->inflight_bytes, delta, RELAXED);
+}
+
+void metrics_set_inflight_limit(struct metrics *m, size_t bytes) {
+  atomic_store_explicit(&m->inflight_limit, (int64_t)bytes, RELAXED);
+}
+
+/* The sum is kept in MFLOP, so that it fits in its integer. */
+void metrics_record_cost(struct metrics *m, double flops) {
+  metrics_observe(&m->cost, metrics_cost_bounds, N_COST, flops / 1e9,
+                  (uint64_t)(flops / 1e6));
+}
+
 /* A growing output buffer; a failed append sets oom and is ignored. */
 struct metrics_buf {
   char *p;
@@ -325,6 +347,17 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
                "Requests waiting for a worker.");
   metrics_printf(b, "attnd_queue_depth %lld\n",
                  (long long)atomic_load_explicit(&m->queue_depth, RELAXED));
+  metrics_head(b, "attnd_inflight_bytes", "gauge",
+               "Bytes of --max-inflight-mb held: bodies being received, "
+               "admitted requests' tensors and answers.");
+  metrics_printf(b, "attnd_inflight_bytes %lld\n",
+                 (long long)atomic_load_explicit(&m->inflight_bytes,
+                                                 RELAXED));
+  metrics_head(b, "attnd_inflight_limit_bytes", "gauge",
+               "The in-flight memory budget, --max-inflight-mb.");
+  metrics_printf(b, "attnd_inflight_limit_bytes %lld\n",
+                 (long long)atomic_load_explicit(&m->inflight_limit,
+                                                 RELAXED));
   metrics_head(b, "attnd_inline_requests_total", "counter",
                "Requests run on their HTTP thread instead of a worker: "
                "cheap ones, and others that were the only one in flight.");
@@ -420,6 +453,11 @@ int metrics_render(struct metrics *m, char **body, size_t *len) {
                "Requests per batch handed to a worker.");
   metrics_hist_render(&b, "attnd_batch_size", "", &m->batch_size,
                       metrics_batch_bounds, N_BATCH, 1);
+  metrics_head(&b, "attnd_request_cost_gflop", "histogram",
+               "Estimated cost of inference requests, GFLOP (what "
+               "--max-request-gflop is compared with).");
+  metrics_hist_render(&b, "attnd_request_cost_gflop", "", &m->cost,
+                      metrics_cost_bounds, N_COST, 1e3);
   metrics_render_process(&b);
   if (b.oom) {
     mem_free(b.p);

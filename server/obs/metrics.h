@@ -94,6 +94,14 @@ void metrics_model_stats(struct metrics *m, int model,
 void metrics_add_inflight(struct metrics *m, int delta);
 void metrics_add_queue_depth(struct metrics *m, int delta);
 
+/* The in-flight memory budget (--max-inflight-mb): bytes held by bodies
+ * and admitted requests, and the limit, as two gauges. */
+void metrics_add_inflight_bytes(struct metrics *m, int64_t delta);
+void metrics_set_inflight_limit(struct metrics *m, size_t bytes);
+
+/* A request's estimated cost (attn_cost_flops), before it runs. */
+void metrics_record_cost(struct metrics *m, double flops);
+
 /* Renders the exposition text: attnd's series, with a latency histogram
  * on the inference routes and a count and sum on the others, then the
  * process_* family read from /proc now (procself.h; a value that cannot

@@ -45,7 +45,10 @@
  *
  * Accounting (b->mu): `queued` counts reserved jobs that no worker has
  * taken (admission against max_queue), `outstanding` counts reserved jobs
- * whose done() has not returned, `bytes` sums their costs.
+ * whose done() has not returned, `bytes` sums their costs and the holds
+ * of bodies still arriving (batcher_hold), all against max_bytes.  Every
+ * change to `bytes` is added to the metrics' gauge after the unlock, as a
+ * difference, so that the gauge needs no lock of its own.
  */
 #include "server/sched/batcher.h"
 
@@ -164,6 +167,7 @@ static void batcher_release(struct batcher *b, size_t cost) {
   b->outstanding--;
   b->bytes -= cost;
   pthread_mutex_unlock(&b->mu);
+  metrics_add_inflight_bytes(b->ex.m, -(int64_t)cost);
 }
 
 /* Records a job's outcome and releases its request. */
@@ -491,6 +495,7 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
     return NULL;
   b->cfg = *cfg;
   b->ex.m = m;
+  metrics_set_inflight_limit(m, cfg->max_bytes);
   pthread_mutex_init(&b->mu, NULL);
   b->slots = calloc((size_t)cfg->workers, sizeof *b->slots);
   if (!b->slots)
@@ -519,8 +524,13 @@ err:
 }
 
 int batcher_reserve(struct batcher *b, size_t cost) {
+  return batcher_reserve_held(b, cost, 0);
+}
+
+int batcher_reserve_held(struct batcher *b, size_t cost, size_t held) {
   int rc = 0;
   pthread_mutex_lock(&b->mu);
+  b->bytes -= held;
   if (b->closed)
     rc = ATTND_EDRAINING;
   else if (b->queued >= b->cfg.max_queue ||
@@ -532,9 +542,41 @@ int batcher_reserve(struct batcher *b, size_t cost) {
     b->bytes += cost;
   }
   pthread_mutex_unlock(&b->mu);
+  metrics_add_inflight_bytes(b->ex.m,
+                             (rc == 0 ? (int64_t)cost : 0) - (int64_t)held);
   if (rc == 0)
     metrics_add_queue_depth(b->ex.m, 1);
   return rc;
+}
+
+int batcher_hold(struct batcher *b, size_t n) {
+  int rc = 0;
+  pthread_mutex_lock(&b->mu);
+  if (n > b->cfg.max_bytes - b->bytes)
+    rc = ATTND_EBUSY;
+  else
+    b->bytes += n;
+  pthread_mutex_unlock(&b->mu);
+  if (rc == 0 && n)
+    metrics_add_inflight_bytes(b->ex.m, (int64_t)n);
+  return rc;
+}
+
+void batcher_unhold(struct batcher *b, size_t n) {
+  if (!n)
+    return;
+  pthread_mutex_lock(&b->mu);
+  b->bytes -= n;
+  pthread_mutex_unlock(&b->mu);
+  metrics_add_inflight_bytes(b->ex.m, -(int64_t)n);
+}
+
+size_t batcher_bytes_in_use(struct batcher *b) {
+  size_t n;
+  pthread_mutex_lock(&b->mu);
+  n = b->bytes;
+  pthread_mutex_unlock(&b->mu);
+  return n;
 }
 
 /* The batcher's fields of a job as it enters. */

@@ -113,6 +113,25 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
  * cost. */
 int batcher_reserve(struct batcher *b, size_t cost);
 
+/* The memory of a request body still arriving, counted from its headers
+ * on against the same budget as reserved jobs (cfg.max_bytes): its
+ * Content-Length when the headers give one, else what has arrived (or
+ * inflated) so far.  batcher_hold takes n more bytes: 0, or ATTND_EBUSY
+ * (taking nothing) when they do not fit in what is left.  batcher_unhold
+ * gives n back.  Every byte held is given back exactly once: by
+ * batcher_unhold, or by batcher_reserve_held. */
+int batcher_hold(struct batcher *b, size_t n);
+void batcher_unhold(struct batcher *b, size_t n);
+
+/* batcher_reserve for a request whose body held `held` bytes: gives the
+ * hold back and reserves cost in one step, so that a body turning into
+ * its tensors never counts twice nor lets another request in between.
+ * The hold is given back whatever the result. */
+int batcher_reserve_held(struct batcher *b, size_t cost, size_t held);
+
+/* Bytes of the budget in use right now: holds and reserved jobs. */
+size_t batcher_bytes_in_use(struct batcher *b);
+
 /* Queues a reserved job; see the top of this file. */
 void batcher_submit(struct batcher *b, struct batcher_job *job);
 

@@ -409,6 +409,31 @@ static int bench_mem(int L, int D, int threads) {
   return rc != 0;
 }
 
+/* What weighing a request before it runs costs (attn_cost_flops, which
+ * attnd calls for every inference request), against the request's own
+ * compute on one thread: best of many calls, in nanoseconds. */
+static void bench_checks(const shape *s, pool *p1, int gemm, uint64_t *seed) {
+  problem pb;
+  double best = 1e30, cpu, sink = 0.0;
+  problem_init(&pb, s, 1, gemm, seed);
+  for (int r = 0; r < 200; r++) {
+    double t0 = now_s();
+    for (int i = 0; i < 1000; i++) {
+      pb.p.Lq = s->L + (i & 1);  /* no hoisting out of the loop */
+      sink += attn_cost_flops(&pb.p, 1, 0);
+    }
+    double t = (now_s() - t0) / 1000;
+    best = t < best ? t : best;
+  }
+  pb.p.Lq = s->L;
+  double compute = time_calls(p1, &pb, pb.w, 20, 0.3, &cpu);
+  printf("{\"kind\":\"checks\",\"shape\":\"%s\",\"B\":%d,\"H\":%d,"
+         "\"L\":%d,\"D\":%d,\"cost_ns\":%.4g,\"compute_ns\":%.6g,"
+         "\"share\":%.3g,\"sink\":%.3g}\n", s->name, s->B, s->H, s->L, s->D,
+         best * 1e9, compute * 1e9, best / compute, sink > 0 ? 1.0 : 0.0);
+  problem_free(&pb);
+}
+
 /* ------------------------------------------------------------------ */
 /* The attention variants' cost: rounds that alternate the cases, so that
  * a noisy neighbour hurts each case alike; the best per case is kept. */
@@ -555,6 +580,8 @@ int main(int argc, char **argv) {
     if (quick && shapes[i].L > 4096) continue;
     bench_shape(&shapes[i], pools, nth, np, &cl, quick, gemm, &seed);
   }
+  bench_checks(&shapes[0], &p1, gemm, &seed);
+  bench_checks(&shapes[1], &p1, gemm, &seed);
   ceiling_sample(&cl, 20);
   printf("{\"kind\":\"ceiling\",\"m\":512,\"n\":512,\"k\":64,"
          "\"threads\":1,\"gflops\":%.6g,\"cpu_gflops\":%.6g,"

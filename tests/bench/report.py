@@ -219,8 +219,13 @@ def main():
         checks += xl_lines(by_kind.get("core", []), by_kind.get("mem", []),
                            ceiling["workers"], out)
     checks += variant_lines(by_kind.get("variant", []), out)
+    for r in by_kind.get("checks", []):
+        out.append("cost estimate before running, %s (%d,%d,%d,%d,%d): %.0f ns a "
+                   "request, %.3f %% of its %.1f us compute on one thread"
+                   % (r["shape"], r["B"], r["H"], r["L"], r["L"], r["D"],
+                      r["cost_ns"], 100 * r["share"], r["compute_ns"] / 1e3))
     known = {"env", "numpy_env", "ceiling", "gemm", "core", "numpy", "mem",
-             "variant"}
+             "variant", "checks"}
     for kind in sorted(set(by_kind) - known):
         out.append("(%d %s lines not tabulated)" % (len(by_kind[kind]), kind))
     out.append("")

@@ -191,6 +191,25 @@ class FailEveryAllocation(unittest.TestCase):
         self.assertGreater(self.sweep(
             "v2 variants", "POST", "/v2/models/attention/infer", body, headers), 30)
 
+    def test_v2_binary_body_weighed_before_its_tensors(self):
+        # Uncompressed, and with 320 KiB of tensors to follow its JSON
+        # part, so that the JSON part is decoded for its cost as soon as
+        # it has arrived (--max-request-gflop), before the tensors.
+        L = 16384
+        header = json.dumps({"inputs": [
+            {"name": "query", "datatype": "FP32", "shape": [1, 2, L],
+             "parameters": {"binary_data_size": 8 * L}},
+            {"name": "key", "datatype": "FP32", "shape": [1, 3, L],
+             "parameters": {"binary_data_size": 12 * L}},
+            {"name": "value", "datatype": "FP32", "shape": [1, 3, 2],
+             "parameters": {"binary_data_size": 24}}],
+            "parameters": {"binary_data_output": True}}).encode()
+        body = (header + struct.pack("<%df" % (5 * L), *([0.5] * (5 * L))) +
+                struct.pack("<6f", 1, 0, 0, 1, 1, 1))
+        self.assertGreater(self.sweep(
+            "v2 binary, weighed early", "POST", "/v2/models/attention/infer",
+            body, {"Inference-Header-Content-Length": str(len(header))}), 30)
+
     def test_shared_memory_register_infer_status_unregister(self):
         """The system shared memory routes and a request through regions,
         as one sequence: each allocation along it fails in turn.  A

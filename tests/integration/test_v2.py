@@ -862,7 +862,7 @@ class BombTest(harness.ServerTestCase):
             status, hdrs, data = self.srv.request("POST", path, bomb,
                                                   {"Content-Encoding": "gzip"})
             self.assertEqual(status, 413, data[:200])
-            self.assertIn("inflates past the limit of 2097152 bytes",
+            self.assertIn("inflates past the limit of 2 MiB (--max-body-mb)",
                           json.loads(data)["error"])
         if not harness.VALGRIND:
             grown = vm_hwm_kb(self.srv.proc.pid) - before

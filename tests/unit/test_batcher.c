@@ -307,6 +307,40 @@ START_TEST(test_byte_budget_answers_busy) {
 }
 END_TEST
 
+START_TEST(test_body_holds_share_the_byte_budget) {
+  struct metrics *m;
+  struct batcher *b;
+  struct tjob t[1];
+  size_t c;
+  decode(&t[0], SHAPE_A);
+  c = t[0].job.cost;
+  b = start(&m, 1, 1, 64, 3 * c);
+  /* Holds of bodies still arriving count against the same budget. */
+  ck_assert_int_eq(batcher_hold(b, 2 * c), 0);
+  ck_assert_uint_eq(batcher_bytes_in_use(b), 2 * c);
+  ck_assert_int_eq(batcher_hold(b, 2 * c), ATTND_EBUSY);
+  ck_assert_uint_eq(batcher_bytes_in_use(b), 2 * c);
+  /* A hold turns into the job's reservation in one step: here the body
+   * held 2c, the job needs c, and 2c more would not have fitted beside
+   * the hold. */
+  ck_assert_int_eq(batcher_reserve_held(b, c, 2 * c), 0);
+  ck_assert_uint_eq(batcher_bytes_in_use(b), c);
+  /* A refused reservation gives the hold back too. */
+  ck_assert_int_eq(batcher_hold(b, c), 0);
+  ck_assert_int_eq(batcher_reserve_held(b, 4 * c, c), ATTND_EBUSY);
+  ck_assert_uint_eq(batcher_bytes_in_use(b), c);
+  batcher_unhold(b, 0);  /* nothing held: a no-op */
+  batcher_submit(b, &t[0].job);
+  wait_done(1);
+  ck_assert_int_eq(t[0].err, 0);
+  /* Everything is given back once the job is done. */
+  for (int i = 0; i < 10000 && batcher_outstanding(b) > 0; i++)
+    usleep(1000);
+  ck_assert_uint_eq(batcher_bytes_in_use(b), 0);
+  finish(b, m, t, 1);
+}
+END_TEST
+
 START_TEST(test_queued_jobs_leave_together_up_to_max_batch) {
   struct metrics *m;
   struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
@@ -482,6 +516,7 @@ static Suite *batcher_suite(void) {
                       0, 2);
   tcase_add_test(tc, test_queue_limit_answers_busy);
   tcase_add_test(tc, test_byte_budget_answers_busy);
+  tcase_add_test(tc, test_body_holds_share_the_byte_budget);
   tcase_add_test(tc, test_queued_jobs_leave_together_up_to_max_batch);
   tcase_add_test(tc, test_keys_are_served_round_robin);
   tcase_add_test(tc, test_expired_deadline_is_not_computed);

@@ -1908,6 +1908,60 @@ START_TEST(test_stop_set_by_another_thread_ends_one_long_task) {
 }
 END_TEST
 
+/* attn_cost_flops: the products at 2 flops per multiply-add, a charge
+ * per score so that D = 1 is not free, and nothing for what causal and
+ * window let the core skip. */
+static attn_problem cost_problem(int L, int D) {
+  attn_problem p;
+  attn_problem_init(&p);
+  p.B = 2;
+  p.H = p.Hkv = 4;
+  p.Lq = p.Lk = L;
+  p.D = p.Dk = p.Dv = D;
+  p.scale = 1.0f;
+  return p; /* no tensors: the estimate never reads them */
+}
+
+START_TEST(test_cost_counts_products_scores_and_skipped_blocks) {
+  attn_problem p = cost_problem(2048, 64);
+  double scores = 8.0 * 2048 * 2048, dense = attn_cost_flops(&p, 0, 0);
+  /* The products alone are 4 D flops per score; the rest is per score. */
+  ck_assert(dense > scores * 4 * 64);
+  ck_assert(dense < scores * 4 * 64 * 1.5);
+  attn_problem d1 = cost_problem(2048, 1);
+  ck_assert(attn_cost_flops(&d1, 0, 0) > scores * 20);
+  /* Weights, diagnostics and dropout each cost more. */
+  ck_assert(attn_cost_flops(&p, 1, 0) > dense);
+  ck_assert(attn_cost_flops(&p, 1, 1) > attn_cost_flops(&p, 1, 0));
+  p.dropout_p = 0.5f;
+  ck_assert(attn_cost_flops(&p, 0, 0) > dense);
+  p.dropout_p = 0.0f;
+  /* Causal: about half the scores, never less (whole query blocks). */
+  p.causal = ATTN_CAUSAL_UPPER_LEFT;
+  double causal = attn_cost_flops(&p, 0, 0);
+  ck_assert(causal > dense * 0.5 && causal < dense * 0.65);
+  /* A window of 128 keys: a small fraction. */
+  p.causal = ATTN_CAUSAL_NONE;
+  p.has_window = 1;
+  p.window_left = 64;
+  p.window_right = 63;
+  ck_assert(attn_cost_flops(&p, 0, 0) < dense * 0.3);
+  /* Rows with no key at all (lower-right causal, Lk < Lq) cost nothing. */
+  attn_problem e = cost_problem(512, 8);
+  e.Lk = 64;
+  e.causal = ATTN_CAUSAL_LOWER_RIGHT;
+  ck_assert(attn_cost_flops(&e, 0, 0) < 8.0 * 64 * 64 * 200);
+  /* Additive scoring pays a tanh per hidden unit per score. */
+  attn_problem a = cost_problem(256, 16);
+  a.scoring = ATTN_SCORING_ADDITIVE;
+  a.Hd = 32;
+  ck_assert(attn_cost_flops(&a, 0, 0) > 8.0 * 256 * 256 * 32 * 10);
+  attn_problem z;
+  attn_problem_init(&z);
+  ck_assert(attn_cost_flops(&z, 0, 0) == 0.0);
+}
+END_TEST
+
 static Suite *core_suite(void) {
   Suite *s = suite_create("core");
   TCase *ref = tcase_create("reference");
@@ -1966,6 +2020,7 @@ static Suite *core_suite(void) {
 
   TCase *api = tcase_create("api");
   tcase_add_test(api, test_check_rejects_inconsistent_problems);
+  tcase_add_test(api, test_cost_counts_products_scores_and_skipped_blocks);
   tcase_add_test(api, test_diagnostics_match_reference);
   tcase_add_test(api, test_diagnostics_of_uniform_and_empty_rows);
   tcase_add_test(api, test_run_tasks_rejects_ranges_beyond_task_count);

@@ -1,0 +1,260 @@
+/* http_limits.c - what a POST may take before it runs: its body's share of
+ * the in-flight memory budget from its headers on, the body's own
+ * deadline, and the request's estimated cost (http_impl.h).
+ *
+ * DESIGN
+ *
+ * Everything here runs on the MHD thread that owns the request's
+ * connection (the threads and a request's states: the DESIGN comment of
+ * http.c).  The budget itself is the batcher's (batcher_hold,
+ * batcher_unhold, batcher_reserve_held under b->mu); r->held is what
+ * this request holds of it, given back exactly once: when the body turns
+ * into a reserved job (http_post.c), when the body is dropped, or in the
+ * completion callback (http_limits_end), whichever comes first.
+ *
+ * A body is held as it is known: its Content-Length when the headers
+ * arrive (a body that does not fit is refused at once, 503, before it
+ * is read), else what has arrived, in steps of HTTP_HOLD_STEP so that a
+ * chunked upload does not take the lock for every piece; a compressed
+ * body also holds what it inflates to.  A body that stops fitting while
+ * it arrives is dropped (its hold given back) and refused when it ends:
+ * libmicrohttpd cannot answer in the middle of an upload.
+ *
+ * The body's deadline (--body-timeout-s) runs from the end of the
+ * headers.  Each piece of body checks it; total silence is left to
+ * libmicrohttpd's idle timeout for the connection, which is set to the
+ * time left until the deadline (MHD_set_connection_option) while the
+ * body arrives and put back to --conn-timeout-s once it is in.  A body
+ * still arriving at the deadline is dropped and answered 408 if it ends
+ * within one more --body-timeout-s; otherwise the connection is closed.
+ */
+#include "server/http/http_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "proto/mem.h"
+#include "server/clock.h"
+
+/* A chunked or inflating body holds the budget this much at a time. */
+#define HTTP_HOLD_STEP ((size_t)1 << 20)
+
+/* A v2 JSON part longer than this is not parsed twice for the early
+ * cost check: the check after the whole body catches it. */
+#define HTTP_EARLY_HEADER_MAX ((size_t)64 << 10)
+
+/* Nor is one whose body is as good as in: with less than this still to
+ * come by its Content-Length, weighing it early would save nothing but
+ * cost a second parse of its JSON part. */
+#define HTTP_EARLY_REST_MIN ((size_t)256 << 10)
+
+static size_t http_mib_up(size_t n) { return (n + (1u << 20) - 1) >> 20; }
+
+/* ---- the body's deadline ------------------------------------------------ */
+
+static void http_set_timeout(struct http_req *r, unsigned s) {
+  if (r->timeout_s == s)
+    return;
+  r->timeout_s = s;
+  MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, s);
+}
+
+/* Seconds left until the body's deadline (at least 1), for the idle
+ * timeout. */
+static unsigned http_left_s(const struct http_req *r, uint64_t now) {
+  uint64_t limit = (uint64_t)r->h->cfg.body_timeout_s * 1000000000u,
+           spent = now - r->start_ns;
+  uint64_t left = spent >= limit ? 0 : (limit - spent + 999999999u) /
+                                           1000000000u;
+  return left ? (unsigned)left : 1u;
+}
+
+/* The idle timeout while the body arrives: the time left, or the
+ * connection's own timeout when that is shorter. */
+static void http_body_timeout(struct http_req *r, uint64_t now) {
+  unsigned s = http_left_s(r, now), conn = (unsigned)r->h->cfg.conn_timeout_s;
+  http_set_timeout(r, conn && conn < s ? conn : s);
+}
+
+void http_limits_body_done(struct http_req *r) {
+  if (r->timeout_s)
+    http_set_timeout(r, (unsigned)r->h->cfg.conn_timeout_s);
+}
+
+/* ---- holding the budget ------------------------------------------------- */
+
+static void http_unhold(struct http_req *r) {
+  batcher_unhold(r->h->b, r->held);
+  r->held = 0;
+}
+
+void http_limits_drop(struct http_req *r, int why) {
+  r->refused = why;
+  proto_body_free(&r->body);
+  http_unhold(r);
+}
+
+/* The message of a 503 for n bytes that do not fit in what is left. */
+static int http_budget_full(struct http_req *r, size_t n, const char *what,
+                            char *msg, size_t cap) {
+  size_t limit = r->h->cfg.max_inflight;
+  snprintf(msg, cap, "%s of %zu bytes does not fit in the server's "
+           "in-flight memory now (%zu of %zu MiB in use, --max-inflight-mb); "
+           "retry later", what, n,
+           http_mib_up(batcher_bytes_in_use(r->h->b)), limit >> 20);
+  return ATTND_EBUSY;
+}
+
+int http_limits_begin(struct http_req *r, unsigned long long length,
+                      char *msg, size_t cap) {
+  const struct http_config *cfg = &r->h->cfg;
+  if (length > cfg->max_body) {
+    snprintf(msg, cap, "request body of %llu bytes exceeds the limit of "
+             "%zu MiB (--max-body-mb)", length, cfg->max_body >> 20);
+    return ATTND_ETOOBIG;
+  }
+  if (length > cfg->max_inflight) {
+    snprintf(msg, cap, "request body of %llu bytes is larger than the "
+             "server's whole in-flight memory, %zu MiB (--max-inflight-mb)",
+             length, cfg->max_inflight >> 20);
+    return ATTND_ETOOBIG;
+  }
+  if (length && batcher_hold(r->h->b, (size_t)length) != 0)
+    return http_budget_full(r, (size_t)length, "request body", msg, cap);
+  r->held = r->declared = (size_t)length;
+  if (cfg->body_timeout_s)
+    http_body_timeout(r, r->start_ns);
+  return 0;
+}
+
+int http_limits_grow(struct http_req *r, size_t need) {
+  size_t step;
+  if (need <= r->held)
+    return 0;
+  /* A step ahead when it fits, else exactly what is needed. */
+  step = need - r->held < HTTP_HOLD_STEP ? HTTP_HOLD_STEP : need - r->held;
+  if (batcher_hold(r->h->b, step) != 0) {
+    step = need - r->held;
+    if (batcher_hold(r->h->b, step) != 0)
+      return ATTND_EBUSY;
+  }
+  r->held += step;
+  return 0;
+}
+
+int http_limits_late(struct http_req *r) {
+  uint64_t now, limit;
+  if (!r->h->cfg.body_timeout_s)
+    return 0;
+  now = clock_now_ns();
+  limit = (uint64_t)r->h->cfg.body_timeout_s * 1000000000u;
+  if (now - r->start_ns > limit)
+    return 1;
+  http_body_timeout(r, now);
+  return 0;
+}
+
+int http_limits_cut(const struct http_req *r) {
+  uint64_t limit = (uint64_t)r->h->cfg.body_timeout_s * 1000000000u;
+  return r->refused == REFUSE_LATE &&
+         clock_now_ns() - r->start_ns > 2 * limit;
+}
+
+/* ---- inflating ---------------------------------------------------------- */
+
+size_t http_limits_inflate_room(struct http_req *r) {
+  size_t limit = r->h->cfg.max_inflight, used = batcher_bytes_in_use(r->h->b);
+  size_t left = used < limit ? limit - used : 0;
+  return left < r->h->cfg.max_body ? left : r->h->cfg.max_body;
+}
+
+int http_limits_hold_plain(struct http_req *r, size_t n, char *msg,
+                           size_t cap) {
+  if (batcher_hold(r->h->b, n) != 0)
+    return http_budget_full(r, n, "inflated request body", msg, cap);
+  r->held += n;
+  return 0;
+}
+
+void http_limits_unhold_plain(struct http_req *r, size_t n) {
+  batcher_unhold(r->h->b, n);
+  r->held -= n;
+}
+
+/* ---- cost --------------------------------------------------------------- */
+
+static int http_cost_refusal(struct http_req *r, char *msg, size_t cap) {
+  snprintf(msg, cap, "request would cost about %.3g GFLOP, more than the "
+           "server's limit of %.3g GFLOP (--max-request-gflop); send "
+           "smaller shapes, or split the batch", r->cost / 1e9,
+           r->h->cfg.max_request_flop / 1e9);
+  return ATTND_ETOOBIG;
+}
+
+static double http_cost_of(const proto_request *q) {
+  return attn_cost_flops(&q->prob, q->return_weights || q->diagnostics,
+                         q->diagnostics);
+}
+
+int http_limits_cost(struct http_req *r, const proto_request *q, char *msg,
+                     size_t cap) {
+  r->cost = http_cost_of(q);
+  metrics_record_cost(r->h->m, r->cost);
+  if (r->h->cfg.max_request_flop <= 0 ||
+      r->cost <= r->h->cfg.max_request_flop)
+    return 0;
+  return http_cost_refusal(r, msg, cap);
+}
+
+/* The JSON part of a binary v2 body is in: weigh the request from its
+ * shapes before its tensors arrive.  A refusal drops the body; anything
+ * the shapes alone cannot decide is left to the whole body's decode. */
+void http_limits_early_cost(struct http_req *r) {
+  proto_request q;
+  char err[PROTO_ERR_MAX];
+  size_t hlen = r->body.scan_from;
+  if (r->costed || r->refused || r->rt->body != BODY_V2 ||
+      hlen == SIZE_MAX || r->body.len < hlen)
+    return;
+  r->costed = 1;
+  /* A compressed body's JSON part is known only once it is inflated. */
+  if (r->h->cfg.max_request_flop <= 0 || hlen > HTTP_EARLY_HEADER_MAX ||
+      (r->declared && r->body.len + HTTP_EARLY_REST_MIN > r->declared) ||
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                  MHD_HTTP_HEADER_CONTENT_ENCODING))
+    return;
+  if (proto_v2_decode_shapes(r->body.p, hlen, r->model, &q,
+                             r->h->cfg.max_elems, err) == 0) {
+    r->cost = http_cost_of(&q);
+    if (r->cost > r->h->cfg.max_request_flop) {
+      metrics_record_cost(r->h->m, r->cost);
+      http_limits_drop(r, REFUSE_COST);
+    }
+  }
+  proto_request_free(&q);
+}
+
+/* ---- refusals ----------------------------------------------------------- */
+
+int http_limits_refusal(struct http_req *r, char *msg, size_t cap) {
+  switch (r->refused) {
+  case REFUSE_BUDGET:
+    snprintf(msg, cap, "request body grew past what is left of the "
+             "server's in-flight memory (%zu MiB, --max-inflight-mb) after "
+             "%zu bytes; retry later, or send a smaller request",
+             r->h->cfg.max_inflight >> 20, r->bytes_in);
+    return ATTND_EBUSY;
+  case REFUSE_COST:
+    return http_cost_refusal(r, msg, cap);
+  case REFUSE_LATE:
+    snprintf(msg, cap, "request body did not arrive within %d s of its "
+             "headers (--body-timeout-s); send it faster, or in smaller "
+             "requests", r->h->cfg.body_timeout_s);
+    return ATTND_EBODYTIME;
+  }
+  return 0;
+}
+
+void http_limits_end(struct http_req *r) { http_unhold(r); }
