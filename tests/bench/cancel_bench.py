@@ -33,7 +33,7 @@ def disconnects(srv):
 def main():
     rng = random.Random(1)
     stops, cpus = [], []
-    with harness.Attnd(["--workers", "2", "--inline-idle-us", "0", "--max-body-mb", "8",
+    with harness.Attnd(["--workers", "2", "--inline-idle-us", "0", "--max-request-gflop", "0", "--max-body-mb", "8",
                         "--access-log", "0"]) as srv:
         for _ in range(ROUNDS):
             before = disconnects(srv)

@@ -8,7 +8,9 @@ attnd's CPU time, read from /proc, must fall to idle within a second, the
 client that waited must get 504 for a deadline, the access log must say
 499 for a client that left, and attnd_cancelled_total must count each.  A
 request queued behind a busy worker whose client leaves is never computed.
-The server keeps answering everyone else throughout.
+The server keeps answering everyone else throughout.  (The request costs
+more than --max-request-gflop admits by default, which is the other way
+attnd bounds work: these servers run with the limit off.)
 """
 
 import json
@@ -125,7 +127,7 @@ class Cases:
 
 
 class TcpCancelTest(Cases, harness.ServerTestCase):
-    server_args = ("--workers", "2", "--inline-idle-us", "0", "--max-body-mb", "8")
+    server_args = ("--workers", "2", "--inline-idle-us", "0", "--max-request-gflop", "0", "--max-body-mb", "8")
 
     def connect(self):
         return socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
@@ -178,7 +180,7 @@ class UnixCancelTest(Cases, InDirectory, unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="attnd-cancel-")
         cls.path = os.path.join(cls.dir, "attnd.sock")
-        cls.srv = harness.Attnd(["--workers", "2", "--inline-idle-us", "0",
+        cls.srv = harness.Attnd(["--workers", "2", "--inline-idle-us", "0", "--max-request-gflop", "0",
                                  "--max-body-mb", "8", "--unix-socket", cls.path])
 
     def connect(self):
@@ -195,7 +197,7 @@ class TlsCancelTest(Cases, InDirectory, unittest.TestCase):
             raise AssertionError("openssl is missing: make deps")
         cls.dir = tempfile.mkdtemp(prefix="attnd-cancel-tls-")
         cls.cert, cls.key = make_cert(cls.dir)
-        cls.srv = harness.Attnd(["--workers", "2", "--inline-idle-us", "0",
+        cls.srv = harness.Attnd(["--workers", "2", "--inline-idle-us", "0", "--max-request-gflop", "0",
                                  "--max-body-mb", "8", "--tls-cert", cls.cert,
                                  "--tls-key", cls.key])
         cls.ctx = ssl.create_default_context(cafile=cls.cert)
@@ -236,7 +238,7 @@ class TlsCancelTest(Cases, InDirectory, unittest.TestCase):
 
 class ShmCancelTest(Cases, harness.ServerTestCase):
     """q, k and v in a shared memory region the client registered."""
-    server_args = ("--workers", "2", "--inline-idle-us", "0", "--allow-client-shm", "1")
+    server_args = ("--workers", "2", "--inline-idle-us", "0", "--max-request-gflop", "0", "--allow-client-shm", "1")
 
     def setUp(self):
         from multiprocessing import shared_memory
@@ -279,7 +281,7 @@ class ShmCancelTest(Cases, harness.ServerTestCase):
 
 class QueuedCancelTest(harness.ServerTestCase):
     # One worker: the second long request waits in the queue.
-    server_args = ("--workers", "1", "--inline-idle-us", "0", "--max-body-mb", "8")
+    server_args = ("--workers", "1", "--inline-idle-us", "0", "--max-request-gflop", "0", "--max-body-mb", "8")
 
     def test_a_queued_request_whose_client_left_is_never_computed(self):
         pid = self.srv.proc.pid
