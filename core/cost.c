@@ -3,15 +3,16 @@
  *
  * It follows the work the two paths really do: tasks of attn__query_block
  * rows (the weights path in chunks of lay.wrows rows), each computing the
- * scores of the keys [klo, khi) some of its rows may see under causal and
- * window, as attn__row_intervals and the skipping of online.c find them.
+ * scores of the keys [klo, khi) some of its rows may see under causal,
+ * the window (either alignment) and packing, as attn__row_intervals and
+ * the skipping of online.c find them.
  * valid_lens and the mask are data, not options: they are charged as if
  * every key were allowed, so the estimate is an upper bound of what they
  * save.
  *
- * Packed sequences (cu_seqlens) bound each row to its own sequence the
- * way causal bounds it to a prefix: their interval belongs in
- * cost_interval, and this file then charges them without further change.
+ * Packed sequences (cu_seqlens) are weighed the same way: a task never
+ * crosses a sequence and its rows see only their own sequence's keys, so
+ * a packed batch costs what its sequences cost, not the square.
  */
 #include "attn_impl.h"
 
@@ -28,51 +29,30 @@
 #define COST_DIAG 1100.0
 #define COST_TANH 40.0
 
-/* Row i's keys [lo, hi) under causal and window (mask.c's row_interval
- * without valid_lens). */
-static void cost_interval(const attn_problem *p, long long i, long long *lo,
-                          long long *hi) {
-  long long l = 0, h = p->Lk;
-  if (p->causal == ATTN_CAUSAL_UPPER_LEFT && i + 1 < h)
-    h = i + 1;
-  else if (p->causal == ATTN_CAUSAL_LOWER_RIGHT && i + p->Lk - p->Lq + 1 < h)
-    h = i + p->Lk - p->Lq + 1;
-  if (p->has_window) {
-    if (p->window_left >= 0 && i - p->window_left > l) l = i - p->window_left;
-    if (p->window_right >= 0 && i + p->window_right + 1 < h)
-      h = i + p->window_right + 1;
-  }
-  if (h < l) h = l;
-  *lo = l;
-  *hi = h;
-}
-
-/* Scores one (b, h) computes: over its row groups of `rows` rows, each
- * group's rows times the width of the union of its rows' intervals.
- * The intervals' ends grow with i, so a group's union runs from its first
- * row's lo to its last row's hi; an empty row adds nothing. */
-static double cost_scores(const attn_problem *p, int rows) {
+/* Scores one (b, h) computes, rows at a time: for each task (query
+ * block, within its packed sequence), each group of `rows` of its rows
+ * times the width of the union of their intervals under causal, the
+ * window and packing, found by the core's own attn__row_intervals.
+ * valid_lens are data: the problem is weighed without them. */
+static double cost_scores(const attn_problem *p, const attn__scratch *lay,
+                          int rows) {
+  attn_problem q = *p;
+  int lo[ATTN__QBLOCK_MAX], hi[ATTN__QBLOCK_MAX], klo, khi;
   double total = 0.0;
-  if (p->causal == ATTN_CAUSAL_NONE && !p->has_window)
+  if (!p->cu_seqlens_q && p->causal == ATTN_CAUSAL_NONE && !p->has_window)
     return (double)p->Lq * p->Lk;
-  for (long long i0 = 0; i0 < p->Lq; i0 += rows) {
-    long long n = p->Lq - i0 < rows ? p->Lq - i0 : rows;
-    long long klo = p->Lk, khi = 0, lo, hi, lo2, hi2;
-    /* Both ends grow with i: with the group's first and last rows
-     * non-empty, they are its union; otherwise look at every row. */
-    cost_interval(p, i0, &lo, &hi);
-    cost_interval(p, i0 + n - 1, &lo2, &hi2);
-    if (lo < hi && lo2 < hi2) {
-      total += (double)n * (double)(hi2 - lo);
-      continue;
+  q.valid_lens = NULL;
+  for (size_t t = 0; t < lay->nqb; t++) {
+    attn__task task;
+    attn__task_of(&q, t, &task);
+    for (int r0 = 0; r0 < task.rows; r0 += rows) {
+      attn__task c = task;
+      c.i0 = task.i0 + r0;
+      c.rows = task.rows - r0 < rows ? task.rows - r0 : rows;
+      attn__row_intervals(&q, &c, lo, hi, &klo, &khi);
+      if (klo < khi)
+        total += (double)c.rows * (double)(khi - klo);
     }
-    for (long long r = 0; r < n; r++) {
-      cost_interval(p, i0 + r, &lo, &hi);
-      if (lo >= hi) continue;
-      if (lo < klo) klo = lo;
-      if (hi > khi) khi = hi;
-    }
-    if (klo < khi) total += (double)n * (double)(khi - klo);
   }
   return total;
 }
@@ -87,9 +67,10 @@ double attn_cost_flops(const attn_problem *p, int with_weights,
   attn__scratch_layout(p, with_weights, &lay);
   heads = (double)p->B * p->H;
   /* The weights path takes a task's rows lay.wrows at a time. */
-  s = cost_scores(p, with_weights ? (lay.wrows < lay.qrows ? lay.wrows
-                                                           : lay.qrows)
-                                  : lay.qrows);
+  s = cost_scores(p, &lay,
+                  with_weights ? (lay.wrows < lay.qrows ? lay.wrows
+                                                        : lay.qrows)
+                               : lay.qrows);
   all = (double)p->Lq * p->Lk;
   if (p->scoring == ATTN_SCORING_ADDITIVE) {
     /* Q W_q^T once per row; W_k K^T for every computed key of every task

@@ -1959,6 +1959,20 @@ START_TEST(test_cost_counts_products_scores_and_skipped_blocks) {
   attn_problem z;
   attn_problem_init(&z);
   ck_assert(attn_cost_flops(&z, 0, 0) == 0.0);
+  /* Four packed sequences of a quarter each: a quarter of the square's
+   * scores (B = 1 with packing); with weights, the whole square of
+   * weights is still written, zeros across sequences. */
+  static const int32_t cu[5] = {0, 128, 256, 384, 512};
+  attn_problem sq = cost_problem(512, 8), pk;
+  sq.B = 1;
+  pk = sq;
+  pk.cu_seqlens_q = pk.cu_seqlens_k = cu;
+  pk.n_seqs = 4;
+  for (int w = 0; w < 2; w++) {
+    double full = attn_cost_flops(&sq, w, 0), packed = attn_cost_flops(&pk, w, 0);
+    ck_assert_msg(packed < full * (w ? 0.75 : 0.3) && packed > full * 0.2,
+                  "packed %g of %g (weights %d)", packed, full, w);
+  }
 }
 END_TEST
 
