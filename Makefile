@@ -6,6 +6,8 @@
 #                        integration tests (real attnd)
 #   make valgrind        the unit and integration tests under valgrind
 #   make deps            install (as root) or list the Debian packages needed
+#   make venv            .venv: a Python virtual environment that sees Debian's
+#                        numpy, with the attnd_client package installed
 #   make install         binary, man page, systemd unit (PREFIX, DESTDIR)
 #   make docker-test     build the image, run it, probe it, stop it (dockerd)
 #   make deploy-test     validate deploy/ offline and run it with podman
@@ -115,6 +117,13 @@ deps:
 run: deps
 	@$(MAKE) --no-print-directory all
 	./$(BUILD)/attnd --port $(PORT)
+
+# The Python client in a virtual environment at $(VENV) that sees Debian's
+# numpy; pip builds from a temporary copy, so the tree stays as it was
+# (deploy/clients/python/venv.sh).  Works as root and as any user.
+VENV ?= .venv
+venv:
+	@sh deploy/clients/python/venv.sh $(VENV)
 
 # deps first, then a fresh make: pkg-config and clang are looked up at parse
 # time, so a make that has just installed them must read the Makefile again.
