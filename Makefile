@@ -14,7 +14,8 @@
 #   make fresh-test      the README's make test and make run + POST on a
 #                        fresh Debian 12 container with only make (podman)
 #   make browser-test    the playground page in headless chromium
-#   make bench           build/attnd-bench and the numpy peer: one table
+#   make bench           build/attnd-bench, the numpy peer and the Python
+#                        client (attention() vs infer()): one table
 #   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off,
 #                        shared memory (wrk)
 #   make shm-bench       attnd's CPU per request with tensors in shared memory
@@ -184,7 +185,7 @@ $(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o \
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
 
-bench: $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json
+bench: all $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json
 	@sh tests/bench/run.sh
 	@./$(BUILD)/attnd-bench-json
 	@$(MAKE) --no-print-directory http-bench
@@ -300,6 +301,6 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
+.PHONY: all unit deps run venv test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))
