@@ -1398,28 +1398,55 @@ class AsyncHealthTest(OnAsyncio, HealthTest):
             proxy.close()
 
     def test_cancelling_a_call_closes_its_connection(self):
-        proxy = Proxy(self.srv.port)
-        try:
-            ac = attnd_client.AsyncAttndClient(proxy.url)
-            rng = np.random.default_rng(5)
-            q = rng.standard_normal((1, 16, 2048, 64), dtype=np.float32)
+        """A server that reads the request and never answers (attnd busy
+        with it) sees the connection end as soon as the call is
+        cancelled; the client then goes on, on a new connection."""
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(4)
+        self.addCleanup(lsock.close)
+        got = {"bytes": 0, "ended": threading.Event()}
 
-            async def main():
-                self.assertTrue(await ac.ready())
-                task = asyncio.ensure_future(ac.attention(q, q, q))
-                await asyncio.sleep(0.3)
-                task.cancel()
-                with self.assertRaises(asyncio.CancelledError):
-                    await task
-                self.assertEqual(ac._transport._idle, [])
-            self.loop.run_until_complete(main())
-            self.assertTrue(harness.wait_for(lambda: proxy.client_closed >= 1, 10))
-            # the client goes on, on a new connection
-            self.assertTrue(self.loop.run_until_complete(ac.ready()))
-            self.assertEqual(proxy.accepted, 2)
-            self.loop.run_until_complete(ac.aclose())
-        finally:
-            proxy.close()
+        def serve():
+            conn, _ = lsock.accept()
+            with conn:
+                try:
+                    while True:
+                        data = conn.recv(65536)
+                        if not data:
+                            break
+                        got["bytes"] += len(data)
+                except OSError:
+                    pass
+            got["ended"].set()
+        threading.Thread(target=serve, daemon=True).start()
+        ac = attnd_client.AsyncAttndClient("127.0.0.1:%d" % lsock.getsockname()[1])
+        q = np.ones((1, 4, 256, 64), np.float32)
+
+        async def main():
+            task = asyncio.ensure_future(ac.attention(q, q, q))
+            while got["bytes"] < 3 * q.nbytes:  # the whole request is in
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            self.assertEqual(ac._transport._idle, [])
+        self.loop.run_until_complete(asyncio.wait_for(main(), 60))
+        self.assertTrue(got["ended"].wait(10), "the connection stayed open")
+        self.loop.run_until_complete(ac.aclose())
+        # a cancelled call against attnd leaves the client usable
+        c = self.client(self.url)
+
+        async def cancel_then_call():
+            task = asyncio.ensure_future(c.ac.attention(q, q, q))
+            await asyncio.sleep(0)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            return await c.ac.attention([[[1.0, 0.0]]], [[[1.0, 0.0]]], [[[2.0]]])
+        res = self.loop.run_until_complete(cancel_then_call())
+        self.assertEqual(res["output"].tolist(), [[[2.0]]])
+        c.close()
 
 
 class AsyncV2Test(OnAsyncio, V2Test):
