@@ -1351,7 +1351,7 @@ class OnAsyncio:
 
     @staticmethod
     def client_socket(c):
-        return c.ac._transport._idle[-1].writer.get_extra_info("socket")
+        return c.ac._transport._idle[-1].transport.get_extra_info("socket")
 
 
 class AsyncV1Test(OnAsyncio, V1Test):

@@ -2,7 +2,9 @@
 applications (FastAPI, aiohttp), on the standard library alone.
 
 DESIGN: one event loop drives a client at a time.  Its connections are a
-pool of idle HTTP/1.1 keep-alive connections (asyncio streams); a call
+pool of idle HTTP/1.1 keep-alive connections (asyncio transports with a
+buffered protocol that reads an answer's body straight into one buffer of
+its size); a call
 takes one (or opens one), sends its request, reads the answer and puts the
 connection back, so concurrent calls each have their own.  The requests are
 built and the answers decoded by the code AttndClient uses (_base.py), on
@@ -38,39 +40,215 @@ T = TypeVar("T")
 #: work.
 OFFLOAD_BYTES = 256 << 10
 
-#: The stream buffer: asyncio stops reading a socket once twice this is
-#: buffered, and its default (64 KiB) makes a large answer arrive in many
-#: small pauses and resumptions.
-STREAM_LIMIT = 4 << 20
-
 #: Idle connections a client keeps at most.
 POOL_SIZE = 16
 
 
-class _Conn:
-    __slots__ = ("reader", "writer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    def abort(self) -> None:
-        """Closes at once, unsent data dropped (the peer sees a reset or
-        an end of stream right away)."""
-        t = self.writer.transport
-        if t is not None and not t.is_closing():
-            t.abort()
-
-    def reusable(self) -> bool:
-        """An idle connection with nothing to read: the server has neither
-        closed it nor sent anything out of step."""
-        r = self.reader
-        buffered = len(getattr(r, "_buffer", b""))
-        return not (self.writer.is_closing() or r.at_eof() or buffered or r.exception())
-
-
 class _Closed(Exception):
     """The connection ended before any byte of the answer."""
+
+
+def _dechunk(raw: bytes) -> Optional[bytes]:
+    """A chunked body, or None while it is incomplete."""
+    out: List[bytes] = []
+    i = 0
+    while True:
+        j = raw.find(b"\r\n", i)
+        if j < 0:
+            return None
+        size = int(raw[i:j].split(b";")[0], 16)
+        i = j + 2
+        if size == 0:
+            # trailers, then an empty line
+            while True:
+                j = raw.find(b"\r\n", i)
+                if j < 0:
+                    return None
+                if j == i:
+                    return b"".join(out)
+                i = j + 2
+        if len(raw) < i + size + 2:
+            return None
+        out.append(raw[i:i + size])
+        i += size + 2
+
+
+class _Conn(asyncio.BufferedProtocol):
+    """One HTTP/1.1 connection.  The answer's head is read into a small
+    buffer; its body, once Content-Length is known, straight from the
+    socket into one buffer of that size (no copying in between, as
+    http.client's readinto does)."""
+
+    def __init__(self) -> None:
+        self.transport: Optional[asyncio.BaseTransport] = None
+        self.closed = False
+        self.stray = False
+        self._scratch = bytearray(256 << 10)
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._answer: "Optional[asyncio.Future[Tuple[int, Dict[str, str], bytes, bool]]]" = None
+        self._reset(None)
+
+    def _reset(self, method: Optional[str]) -> None:
+        self._method = method
+        self._head = bytearray()
+        self._status = 0
+        self._hdrs: Dict[str, str] = {}
+        self._keep = True
+        self._body: Optional[bytearray] = None
+        self._got = 0
+        self._raw: Optional[bytearray] = None  # chunked, or up to the close
+        self._chunked = False
+        self._any = False
+
+    # -- asyncio's callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._body is not None and self._got < len(self._body):
+            return memoryview(self._body)[self._got:]
+        return memoryview(self._scratch)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._body is not None and self._got < len(self._body):
+            self._got += nbytes
+            if self._got == len(self._body):
+                self._done(self._body)
+            return
+        data = self._scratch[:nbytes]
+        if self._answer is None or self._answer.done():
+            self.stray = True  # bytes nobody asked for: out of step
+            return
+        self._any = True
+        if self._raw is not None:
+            self._raw += data
+            self._more_raw()
+        else:
+            self._head += data
+            self._parse_head()
+
+    def eof_received(self) -> Optional[bool]:
+        return False  # close; connection_lost finishes the answer
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.closed = True
+        self._writable.set()
+        fut = self._answer
+        if fut is None or fut.done():
+            return
+        if self._raw is not None and not self._chunked and exc is None:
+            self._done(bytes(self._raw))
+        elif not self._any:
+            fut.set_exception(_Closed(str(exc) if exc else
+                                      "the server closed the connection without an answer"))
+        else:
+            fut.set_exception(ConnectionError("the answer broke off: %s"
+                                              % (exc or "the server closed the connection")))
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- the answer
+    def _fail(self, e: Exception) -> None:
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(e)
+
+    def _done(self, data: bytes) -> None:
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_result((self._status, self._hdrs, data, self._keep))
+
+    def _parse_head(self) -> None:
+        end = self._head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._head) > 1 << 20:
+                self._fail(ValueError("an answer head over 1 MiB"))
+            return
+        lines = bytes(self._head[:end]).decode("latin-1").split("\r\n")
+        rest = bytes(self._head[end + 4:])
+        parts = lines[0].split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            self._fail(ValueError("not an HTTP status line: %r" % lines[0][:80]))
+            return
+        self._status = int(parts[1])
+        for line in lines[1:]:
+            name, _, v = line.partition(":")
+            k = name.strip().lower()
+            v = v.strip()
+            self._hdrs[k] = self._hdrs[k] + ", " + v if k in self._hdrs else v
+        h = self._hdrs
+        self._keep = parts[0] != "HTTP/1.0" and "close" not in h.get("connection", "").lower()
+        if "chunked" in h.get("transfer-encoding", "").lower():
+            self._chunked = True
+            self._raw = bytearray(rest)
+            self._more_raw()
+        elif "content-length" in h:
+            n = int(h["content-length"])
+            if len(rest) > n:
+                self.stray = True
+            self._body = bytearray(n)
+            self._got = min(len(rest), n)
+            self._body[:self._got] = rest[:self._got]
+            if self._got == n:
+                self._done(self._body)
+        elif self._status in (204, 304) or 100 <= self._status < 200 or \
+                self._method == "HEAD":
+            self._done(b"")
+        else:
+            self._keep = False
+            self._raw = bytearray(rest)
+
+    def _more_raw(self) -> None:
+        if self._chunked and self._raw is not None:
+            try:
+                body = _dechunk(bytes(self._raw))
+            except ValueError as e:
+                self._fail(e)
+                return
+            if body is not None:
+                self._done(body)
+
+    # -- the request
+    def abort(self) -> None:
+        """Closes at once, unsent data dropped (the peer sees the
+        connection end right away)."""
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.abort()  # type: ignore[attr-defined]
+
+    def reusable(self) -> bool:
+        """Idle and in step: the server has neither closed it nor sent
+        anything unasked."""
+        t = self.transport
+        return not (self.closed or self.stray or t is None or t.is_closing())
+
+    async def exchange(self, method: str, head: bytes, body: bytes,
+                       timeout: Optional[float]) -> Tuple[int, Dict[str, str], bytes, bool]:
+        loop = asyncio.get_running_loop()
+        self._reset(method)
+        self._answer = fut = loop.create_future()
+        t = self.transport
+        assert t is not None
+        if self.closed or t.is_closing():
+            # closed between the pool's check and now: nothing was sent
+            raise _Closed("the server closed the connection")
+        t.write(head)  # type: ignore[attr-defined]
+        if body:
+            t.write(body)  # type: ignore[attr-defined]
+        if not self._writable.is_set():
+            # the answer may come before the server has read everything
+            # (a 413): wait for either
+            waiter = asyncio.ensure_future(self._writable.wait())
+            try:
+                await _timed(asyncio.wait([waiter, fut], return_when=asyncio.FIRST_COMPLETED),
+                             timeout)
+            finally:
+                waiter.cancel()
+        answer: Tuple[int, Dict[str, str], bytes, bool] = await _timed(fut, timeout)
+        return answer
 
 
 def _head(method: str, host: str, path: str, headers: Mapping[str, str],
@@ -90,26 +268,6 @@ def _head(method: str, host: str, path: str, headers: Mapping[str, str],
 
 async def _timed(aw: Any, timeout: Optional[float]) -> Any:
     return await (aw if timeout is None else asyncio.wait_for(aw, timeout))
-
-
-async def _read_exactly(reader: asyncio.StreamReader, n: int,
-                        timeout: Optional[float]) -> bytes:
-    """n bytes.  A large body is read piece by piece into one buffer of its
-    size: StreamReader.readexactly would grow its own buffer to n bytes,
-    reallocating as it goes, then copy it out."""
-    if n <= STREAM_LIMIT:
-        data: bytes = await _timed(reader.readexactly(n), timeout)
-        return data
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        chunk = await _timed(reader.read(n - got), timeout)
-        if not chunk:
-            raise asyncio.IncompleteReadError(bytes(view[:got]), n)
-        view[got:got + len(chunk)] = chunk
-        got += len(chunk)
-    return buf
 
 
 class AsyncTransport:
@@ -149,27 +307,27 @@ class AsyncTransport:
             c.abort()
 
     async def _open(self) -> _Conn:
+        loop = asyncio.get_running_loop()
         if self.unix_socket is not None:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SNDBUF)
                 s.setblocking(False)
-                await asyncio.get_running_loop().sock_connect(s, self.unix_socket)
+                await loop.sock_connect(s, self.unix_socket)
             except BaseException:
                 s.close()
                 raise
-            r, w = await asyncio.open_unix_connection(sock=s, limit=STREAM_LIMIT)
+            _, conn = await loop.create_unix_connection(_Conn, sock=s)
         elif self.scheme == "https":
             ctx = self.ssl_context or ssl.create_default_context()
-            r, w = await asyncio.open_connection(self.host, self.port, ssl=ctx,
-                                                 server_hostname=self.host,
-                                                 limit=STREAM_LIMIT)
+            _, conn = await loop.create_connection(_Conn, self.host, self.port, ssl=ctx,
+                                                   server_hostname=self.host)
         else:
-            r, w = await asyncio.open_connection(self.host, self.port, limit=STREAM_LIMIT)
-            sock = w.get_extra_info("socket")
+            t, conn = await loop.create_connection(_Conn, self.host, self.port)
+            sock = t.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return _Conn(r, w)
+        return conn
 
     async def request(self, method: str, path: str, body: Optional[bytes],
                       headers: Mapping[str, str],
@@ -188,7 +346,9 @@ class AsyncTransport:
                         "%s: %s" % (what, e or type(e).__name__),
                         before_answer=not isinstance(e, ssl.SSLError)) from e
             try:
-                answer = await self._exchange(conn, method, path, body, headers, timeout)
+                answer = await conn.exchange(
+                    method, _head(method, self.host_header, path, headers, len(body or b"")),
+                    body or b"", timeout)
             except BaseException as e:
                 # cancelled, timed out or broken: nothing more can be read
                 # in step on this connection, and closing it tells attnd
@@ -200,8 +360,7 @@ class AsyncTransport:
                                                before_answer=True) from e.__cause__
                 if isinstance(e, asyncio.TimeoutError):
                     raise AttndConnectionError("%s: timed out" % what) from e
-                if isinstance(e, (OSError, ValueError, asyncio.IncompleteReadError,
-                                  asyncio.LimitOverrunError)):
+                if isinstance(e, (OSError, ValueError)):
                     raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__)) from e
                 raise
             status, hdrs, data, keep = answer
@@ -211,61 +370,6 @@ class AsyncTransport:
                 conn.abort()
             return status, hdrs, data
         raise AssertionError("unreachable")
-
-    async def _exchange(self, conn: _Conn, method: str, path: str, body: Optional[bytes],
-                        headers: Mapping[str, str], timeout: Optional[float]
-                        ) -> Tuple[int, Dict[str, str], bytes, bool]:
-        body = body or b""
-        conn.writer.write(_head(method, self.host_header, path, headers, len(body)))
-        if body:
-            conn.writer.write(body)
-        try:
-            await _timed(conn.writer.drain(), timeout)
-        except (BrokenPipeError, ConnectionResetError):
-            # attnd may have answered before it stopped reading (a 413 for
-            # a body over its limit): read that answer
-            pass
-        try:
-            line = await _timed(conn.reader.readline(), timeout)
-        except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as e:
-            raise _Closed(str(e) or type(e).__name__) from e
-        if not line:
-            raise _Closed("the server closed the connection without an answer")
-        parts = line.decode("latin-1").split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-            raise ValueError("not an HTTP status line: %r" % line[:80])
-        status = int(parts[1])
-        hdrs: Dict[str, str] = {}
-        while True:
-            h = await _timed(conn.reader.readline(), timeout)
-            if h in (b"\r\n", b"\n"):
-                break
-            if not h:
-                raise asyncio.IncompleteReadError(b"", None)
-            name, _, v = h.decode("latin-1").partition(":")
-            k = name.strip().lower()
-            v = v.strip()
-            hdrs[k] = hdrs[k] + ", " + v if k in hdrs else v
-        keep = parts[0] != "HTTP/1.0" and "close" not in hdrs.get("connection", "").lower()
-        if "chunked" in hdrs.get("transfer-encoding", "").lower():
-            chunks = []
-            while True:
-                size = int((await _timed(conn.reader.readline(), timeout)).split(b";")[0], 16)
-                if size == 0:
-                    while (await _timed(conn.reader.readline(), timeout)) not in (b"\r\n",
-                                                                                  b"\n", b""):
-                        pass
-                    break
-                chunks.append(await _timed(conn.reader.readexactly(size + 2), timeout))
-            data = b"".join(c[:-2] for c in chunks)
-        elif "content-length" in hdrs:
-            data = await _read_exactly(conn.reader, int(hdrs["content-length"]), timeout)
-        elif status in (204, 304) or 100 <= status < 200 or method == "HEAD":
-            data = b""
-        else:
-            data = await _timed(conn.reader.read(), timeout)
-            keep = False
-        return status, hdrs, data, keep
 
     def close(self) -> None:
         """Aborts every idle connection."""
@@ -367,7 +471,8 @@ class AsyncAttndClient(ClientBase):
                       headers: Optional[Mapping[str, str]] = None
                       ) -> Tuple[int, Dict[str, str], bytes]:
         """AttndClient.request: one request, any status, not retried."""
-        return await self._run(self._raw_call(method, path, body, headers))
+        status, hdrs, data = await self._run(self._raw_call(method, path, body, headers))
+        return status, hdrs, bytes(data)
 
     # ---- health and metadata -------------------------------------------------
 
