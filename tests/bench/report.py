@@ -129,8 +129,8 @@ def client_table(rows, out):
     """attention() and infer(), binary and JSON, per problem; the ratios
     against infer() with binary tensors on the same problem."""
     checks = []
-    out.append("Python client, per call (median wall time; the client "
-               "process's CPU time, its threads included):")
+    out.append("Python client, per call (best of the rounds: wall time, and "
+               "the client process's CPU time, its threads included):")
     out.append("")
     out.append("| problem (B,H,Lq,Lk,D) | call | wire | wall | client CPU |"
                " wall vs infer() binary | CPU vs infer() binary | target |")
