@@ -214,7 +214,14 @@ class _Conn(asyncio.BufferedProtocol):
     # -- the request
     def abort(self) -> None:
         """Closes at once, unsent data dropped (the peer sees the
-        connection end right away)."""
+        connection end right away).  An answer still awaited is dropped
+        too: its caller has gone."""
+        fut = self._answer
+        if fut is not None:
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # retrieved, so asyncio does not warn of it
         t = self.transport
         if t is not None and not t.is_closing():
             t.abort()  # type: ignore[attr-defined]
