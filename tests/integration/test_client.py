@@ -1449,6 +1449,36 @@ class AsyncHealthTest(OnAsyncio, HealthTest):
         c.close()
 
 
+    def test_large_tensors_are_encoded_and_decoded_off_the_loop(self):
+        """Over OFFLOAD_BYTES, building the request and reading the answer
+        run in the executor's threads; small ones on the loop's."""
+        ac = attnd_client.AsyncAttndClient(self.url)
+        seen = []
+        build = ac._attention_call
+
+        def traced_build(*args):
+            seen.append(("build", threading.current_thread()))
+            call = build(*args)
+            parse = call.parse
+
+            def traced_parse(*a):
+                seen.append(("parse", threading.current_thread()))
+                return parse(*a)
+            call.parse = traced_parse
+            return call
+        ac._attention_call = traced_build
+        main = threading.current_thread()
+        big = np.ones((1, 8, 512, 64), np.float32)  # 1 MiB a tensor, 8 MiB of weights
+        for q, off in (([[[1.0, 0.0]]], False), (big, True)):
+            del seen[:]
+            res = self.loop.run_until_complete(ac.attention(q, q, q))
+            self.assertEqual(res["output"].shape, np.asarray(q).shape)
+            self.assertEqual([w for w, _ in seen], ["build", "parse"])
+            for what, th in seen:
+                self.assertEqual(th is not main, off, (what, th.name))
+        self.loop.run_until_complete(ac.aclose())
+
+
 class AsyncV2Test(OnAsyncio, V2Test):
     pass
 
