@@ -20,8 +20,7 @@ import numpy as np
 
 from . import _tensors
 from ._tensors import Array
-from ._errors import AttndConnectionError, AttndError
-from ._errors import AttndInputError  # noqa: F401  (re-exported for the clients)
+from ._errors import AttndConnectionError, AttndError, AttndInputError
 from ._shm import ShmTensor, filled
 from ._transport import deflate, inflate
 
