@@ -6,13 +6,16 @@
 #                        integration tests (real attnd)
 #   make valgrind        the unit and integration tests under valgrind
 #   make deps            install (as root) or list the Debian packages needed
+#   make venv            .venv: a Python virtual environment that sees Debian's
+#                        numpy, with the attnd_client package installed
 #   make install         binary, man page, systemd unit (PREFIX, DESTDIR)
 #   make docker-test     build the image, run it, probe it, stop it (dockerd)
 #   make deploy-test     validate deploy/ offline and run it with podman
 #   make fresh-test      the README's make test and make run + POST on a
 #                        fresh Debian 12 container with only make (podman)
 #   make browser-test    the playground page in headless chromium
-#   make bench           build/attnd-bench and the numpy peer: one table
+#   make bench           build/attnd-bench, the numpy peer and the Python
+#                        client (attention() vs infer()): one table
 #   make http-bench      attnd vs nginx and FastAPI+numpy, batching on/off,
 #                        shared memory (wrk)
 #   make shm-bench       attnd's CPU per request with tensors in shared memory
@@ -140,6 +143,13 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	./$(BUILD)/attnd --port $(PORT)
 
+# The Python client in a virtual environment at $(VENV) that sees Debian's
+# numpy; pip builds from a temporary copy, so the tree stays as it was
+# (deploy/clients/python/venv.sh).  Works as root and as any user.
+VENV ?= .venv
+venv:
+	@sh deploy/clients/python/venv.sh $(VENV)
+
 # deps first, then a fresh make: pkg-config and clang are looked up at parse
 # time, so a make that has just installed them must read the Makefile again.
 test: deps
@@ -199,7 +209,7 @@ $(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o \
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
 
-bench: $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json all
+bench: all $(BUILD)/attnd-bench $(BUILD)/attnd-bench-json
 	@sh tests/bench/run.sh
 	@./$(BUILD)/attnd-bench-json
 	@python3 tests/bench/cancel_bench.py
@@ -316,7 +326,7 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
+.PHONY: all unit deps run venv test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(HOOKED_OBJ:.o=.d) \
          $(BUILD)/obj-test/server/main.d $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

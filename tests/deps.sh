@@ -19,8 +19,8 @@ prometheus"
 # Debian 12, 19 on Debian 13), so one name serves both;
 # openssl for the TLS tests' certificate; python3-pip, python3-setuptools,
 # python3-wheel and python3-venv for the Python client's offline install
-# (`pip install --no-index --no-build-isolation deploy/clients/python` into
-# a venv in test_client.py: setuptools is its build backend and needs wheel);
+# (`make venv`: pip install --no-index --no-build-isolation into a venv, as
+# test_client.py does too: setuptools is its build backend and needs wheel);
 # mypy, which checks that the installed client's signatures type-check;
 # strace, with which test_v2 sees how much libmicrohttpd reads at a time.
 # (The Makefile's gnutls, for the HTTPS probe, is libgnutls28-dev, which

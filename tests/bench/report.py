@@ -15,6 +15,9 @@ Targets (design figures for the core):
   - (1,1,16,16,32): at least 10x the numpy peer per call;
   - no weights at Lq = Lk = 16384, D = 64: peak memory beyond inputs and
     outputs under 64 MiB, and at most 1.1x the weights path per FLOP.
+And for the Python client (tests/bench/client_bench.py): attention() with
+numpy inputs at most 1.3x infer() with binary tensors, wall time, for
+(32,8,64,64,64) without weights and (1,8,2048,2048,64) with weights.
 Needs no numpy.
 """
 import json
@@ -23,6 +26,7 @@ import sys
 TARGET_CEIL, TARGET_NUMPY, TARGET_TINY = 0.70, 3.0, 10.0
 TARGET_MEM_MIB, TARGET_NW_COST = 64.0, 1.1
 TARGET_SHAPES = ("medium", "large")
+TARGET_CLIENT = 1.3
 
 
 def load(paths):
@@ -162,6 +166,36 @@ def variant_lines(variants, out):
     return checks
 
 
+def client_table(rows, out):
+    """attention() and infer(), binary and JSON, per problem; the ratios
+    against infer() with binary tensors on the same problem."""
+    checks = []
+    out.append("Python client, per call (best of the rounds: wall time, and "
+               "the client process's CPU time, its threads included):")
+    out.append("")
+    out.append("| problem (B,H,Lq,Lk,D) | call | wire | wall | client CPU |"
+               " wall vs infer() binary | CPU vs infer() binary | target |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    base = {r["problem"]: r for r in rows
+            if r["call"] == "infer()" and r["wire"] == "v2 binary"}
+    for r in rows:
+        b = base.get(r["problem"])
+        ratio = r["sec"] / b["sec"] if b else None
+        cpu_ratio = r["cpu_sec"] / b["cpu_sec"] if b and b["cpu_sec"] else None
+        target = ""
+        if r["call"] == "attention()" and ratio is not None:
+            ok = ratio <= TARGET_CLIENT
+            checks.append(ok)
+            target = "<= 1.3x: %s" % mark(ok)
+        out.append("| %s (%s)%s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["problem"], ",".join(map(str, r["shape"])),
+            " weights" if r["weights"] else "", r["call"], r["wire"],
+            "%.1f ms" % (r["sec"] * 1e3), "%.1f ms" % (r["cpu_sec"] * 1e3),
+            "%.2fx" % ratio if ratio else "-",
+            "%.2fx" % cpu_ratio if cpu_ratio else "-", target))
+    return checks
+
+
 def main():
     rows = load(sys.argv[1:])
     by_kind = {}
@@ -224,8 +258,11 @@ def main():
                    "request, %.3f %% of its %.1f us compute on one thread"
                    % (r["shape"], r["B"], r["H"], r["L"], r["L"], r["D"],
                       r["cost_ns"], 100 * r["share"], r["compute_ns"] / 1e3))
+    if by_kind.get("client"):
+        out.append("")
+        checks += client_table(by_kind["client"], out)
     known = {"env", "numpy_env", "ceiling", "gemm", "core", "numpy", "mem",
-             "variant", "checks"}
+             "variant", "checks", "client"}
     for kind in sorted(set(by_kind) - known):
         out.append("(%d %s lines not tabulated)" % (len(by_kind[kind]), kind))
     out.append("")

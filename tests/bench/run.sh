@@ -62,9 +62,22 @@ numpy_peer() {
     /usr/bin/python3 tests/bench/numpy_peer.py > "$dir/numpy1.jsonl"
 }
 
+# The Python client against the real build/attnd: attention() and infer(),
+# binary and JSON, small and large (tests/bench/client_bench.py).
+client_bench() {
+  if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    echo "bench: /usr/bin/python3 has no numpy; no client table" >&2
+    return 0
+  fi
+  [ -x build/attnd ] || make --no-print-directory all
+  echo "bench: Python client..." >&2
+  /usr/bin/python3 tests/bench/client_bench.py > "$dir/client.jsonl"
+}
+
 env_line > "$dir/env.jsonl"
 core_bench
 core_memory
 core_variants
 numpy_peer
+client_bench
 python3 tests/bench/report.py "$dir"/*.jsonl | tee "$dir/report.txt"

@@ -1,11 +1,11 @@
 """attnd's Python client (deploy/clients/python, module attnd_client),
 installed with pip and run against the real build/attnd.
 
-The install: deploy/clients/python is copied to a temporary directory
-(setuptools builds in the source tree), a venv is made there with
-`python3 -m venv --system-site-packages` (Debian's numpy stays visible) and
-`pip install --no-index --no-build-isolation` installs the package into
-it, offline.  The tests import attnd_client from that venv's site-packages
+The install: `make venv VENV=<a temporary directory>`, the README's
+command (deploy/clients/python/venv.sh: `python3 -m venv
+--system-site-packages`, so Debian's numpy stays visible, and `pip install
+--no-index --no-build-isolation` of a temporary copy of the package, so the
+tree gets no build/ or *.egg-info).  The tests import attnd_client from that venv's site-packages
 and run `python -m attnd_client` with the venv's python.  The client needs
 numpy, and the install pip, setuptools, wheel and venv: when the python3
 running this file lacks any of them (a pyenv python, say), the file runs
@@ -25,6 +25,7 @@ the server closed an idle connection; the FP16/BF16 encoders against an
 exact rational rounding.  Shared memory: test_client_shm.py.
 """
 
+import asyncio
 import atexit
 import importlib.util
 import json
@@ -94,23 +95,19 @@ def run(cmd, **kw):
 
 
 def install_client():
-    """pip-installs deploy/clients/python offline into a fresh venv and
-    imports attnd_client from there (once per process)."""
+    """Makes a fresh venv as the README says (`make venv`, with VENV in a
+    temporary directory) and imports attnd_client from there (once per
+    process)."""
     global attnd_client, AttndClient, AttndError, AttndInputError, AttndConnectionError
     global VENV_PYTHON
     if attnd_client is not None:
         return attnd_client
     tmp = tempfile.mkdtemp(prefix="attnd-client-test-")
     atexit.register(shutil.rmtree, tmp, True)
-    src = os.path.join(tmp, "src")
-    shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns(
-        "build", "*.egg-info", "__pycache__"))
     venv = os.path.join(tmp, "venv")
-    run([sys.executable, "-m", "venv", "--system-site-packages", venv])
+    run(["make", "-s", "--no-print-directory", "-C", harness.ROOT, "venv", "VENV=" + venv],
+        env=dict(os.environ, PYTHON=sys.executable))
     VENV_PYTHON = os.path.join(venv, "bin", "python")
-    env = dict(os.environ, PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    run([VENV_PYTHON, "-m", "pip", "install", "--no-index", "--no-build-isolation", src],
-        env=env)
     site = run([VENV_PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
                ).stdout.strip()
     sys.path.insert(0, site)
@@ -182,7 +179,10 @@ class Proxy:
     clients open.  drop_next: the next request bytes a client sends are
     not forwarded; both sides are closed instead (the server closing a
     keep-alive connection just as a request goes out); drop_all: so for
-    every request.  sent: every byte clients sent through it."""
+    every request.  sent: every byte clients sent through it.  reject: the
+    next that many connections get a 503 with Retry-After: retry_after, as
+    a load balancer in front of a full attnd answers, and are closed.
+    client_closed: connections whose client closed or reset them."""
 
     def __init__(self, port):
         self.target = port
@@ -190,6 +190,9 @@ class Proxy:
         self.sent = bytearray()
         self.drop_next = False
         self.drop_all = False
+        self.reject = 0
+        self.retry_after = "0.2"
+        self.client_closed = 0
         self.lsock = socket.socket()
         self.lsock.bind(("127.0.0.1", 0))
         self.lsock.listen(64)
@@ -205,16 +208,44 @@ class Proxy:
             except OSError:
                 return
             self.accepted += 1
+            if self.reject > 0:
+                self.reject -= 1
+                threading.Thread(target=self._refuse, args=(c,), daemon=True).start()
+                continue
             s = socket.create_connection(("127.0.0.1", self.target))
             self.socks += [c, s]
             threading.Thread(target=self._pump, args=(c, s, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(s, c, False), daemon=True).start()
 
+    def _refuse(self, c):
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                data += c.recv(65536)
+            head, body = data.split(b"\r\n\r\n", 1)
+            m = re.search(rb"(?i)content-length: *(\d+)", head)
+            need = int(m.group(1)) if m else 0
+            while len(body) < need:
+                body += c.recv(65536)
+            msg = b'{"error":"queue full: try again later"}'
+            c.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %s\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+                      b"Connection: close\r\n\r\n%s"
+                      % (self.retry_after.encode(), len(msg), msg))
+        except OSError:
+            pass
+        c.close()
+
     def _pump(self, src, dst, upstream):
         try:
             while True:
-                data = src.recv(65536)
+                try:
+                    data = src.recv(65536)
+                except ConnectionResetError:
+                    data = b""
                 if not data:
+                    if upstream:
+                        self.client_closed += 1
                     break
                 if upstream and (self.drop_next or self.drop_all):
                     self.drop_next = False
@@ -238,13 +269,26 @@ class Proxy:
 
 
 class Case(harness.ServerTestCase):
+    """Tests against one attnd, with AttndClient; OnAsyncio runs the same
+    tests with AsyncAttndClient."""
+
     server_args = ("--workers", "2")
+
+    @classmethod
+    def client(cls, *args, **kw):
+        """A client of the kind the class tests."""
+        return AttndClient(*args, **kw)
+
+    @staticmethod
+    def client_socket(c):
+        """The socket of c's (the calling thread's) open connection."""
+        return c._transport._local.conn.sock
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.url = "http://127.0.0.1:%d" % cls.srv.port
-        cls.c = AttndClient(cls.url)
+        cls.c = cls.client(cls.url)
 
     @classmethod
     def tearDownClass(cls):
@@ -361,6 +405,35 @@ class PackageTest(unittest.TestCase):
             fn = getattr(AttndClient, meth)
             self.assertTrue(fn.__doc__, meth)
             self.assertIn("return", fn.__annotations__, meth)
+
+    def test_make_venv_leaves_nothing_in_the_tree(self):
+        """install_client ran `make venv`: no build/, *.egg-info or
+        __pycache__ in deploy/clients/python."""
+        left = [os.path.relpath(os.path.join(d, n), PACKAGE)
+                for d, dirs, files in os.walk(PACKAGE) for n in dirs + files
+                if n in ("build", "dist", "__pycache__") or n.endswith(".egg-info")]
+        self.assertEqual(left, [])
+
+    def test_make_venv_as_a_normal_user(self):
+        """As root installs the packages (make deps), so a normal user runs
+        `make venv`: here as nobody, into a directory of nobody's."""
+        if os.getuid() != 0 or shutil.which("setpriv") is None:
+            self.skipTest("needs root and setpriv to run as another user")
+        tmp = tempfile.mkdtemp(prefix="attnd-venv-user-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        os.chown(tmp, 65534, 65534)
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                     "env", "HOME=" + tmp]
+        if subprocess.run(as_nobody + ["test", "-r", os.path.join(PACKAGE, "venv.sh")]
+                          ).returncode != 0:
+            self.skipTest("nobody cannot read the tree at %s" % harness.ROOT)
+        venv = os.path.join(tmp, ".venv")
+        run(as_nobody + ["make", "-s", "-C", harness.ROOT, "venv", "VENV=" + venv])
+        p = run(as_nobody + [os.path.join(venv, "bin", "python"), "-c",
+                             "import attnd_client, numpy, os; print(os.getuid())"])
+        self.assertEqual(p.stdout.strip(), "65534")
+        self.assertEqual(os.stat(venv).st_uid, 65534)
+        self.test_make_venv_leaves_nothing_in_the_tree()
 
     def test_typed_for_mypy_strict(self):
         """py.typed: mypy --strict reads the installed package's signatures,
@@ -485,7 +558,7 @@ class V1Test(Case):
 
     def test_body_over_the_limit_is_413_not_a_broken_connection(self):
         with harness.Attnd(["--workers", "1", "--max-body-mb", "1"]) as srv:
-            c = AttndClient("127.0.0.1:%d" % srv.port)
+            c = self.client("127.0.0.1:%d" % srv.port)
             big = np.zeros((1, 1 << 16, 8), np.float32)  # ~1.5 MB of JSON
             with self.assertRaises(AttndError) as cm:
                 c.attention(big, big, big[:, :, :1])
@@ -554,7 +627,7 @@ class V1Test(Case):
         with harness.Attnd(["--workers", "1", "--token", "tok-1"]) as srv:
             url = "http://127.0.0.1:%d" % srv.port
             q, k, v = [[[1.0, 2.0]]], [[[0.5, -1.0]]], [[[3.0]]]
-            for c in (AttndClient(url), AttndClient(url, token="tok-2")):
+            for c in (self.client(url), self.client(url, token="tok-2")):
                 with self.assertRaises(AttndError) as cm:
                     c.attention(q, k, v)
                 self.assertEqual(cm.exception.status, 401)
@@ -564,7 +637,7 @@ class V1Test(Case):
                 self.assertEqual(cm.exception.status, 401)
                 self.assertTrue(c.ready())  # /readyz takes no token
                 c.close()
-            with AttndClient(url, token="tok-1") as c:
+            with self.client(url, token="tok-1") as c:
                 self.check(c.attention(q, k, v), {"query": q, "key": k, "value": v})
                 self.assertTrue(c.model_ready("attention"))
             self.assertEqual(srv.stop(), 0)
@@ -622,7 +695,7 @@ class HealthTest(Case):
         self.c.wait_ready(timeout=5)
 
     def test_nothing_listening_raises_connection_error(self):
-        dead = AttndClient("127.0.0.1:%d" % free_port(), timeout=5)
+        dead = self.client("127.0.0.1:%d" % free_port(), timeout=5)
         for call in (dead.ready, dead.healthy, dead.server_ready,
                      lambda: dead.model_ready("attention"),
                      lambda: dead.attention([[[1.0]]], [[[1.0]]], [[[1.0]]])):
@@ -640,7 +713,7 @@ class HealthTest(Case):
         # readiness turns 503 at once; the delay keeps the process serving
         delay = "15000" if harness.VALGRIND else "4000"
         with harness.Attnd(["--workers", "1", "--drain-delay-ms", delay]) as srv:
-            c = AttndClient("127.0.0.1:%d" % srv.port)
+            c = self.client("127.0.0.1:%d" % srv.port)
             self.assertTrue(c.ready())
             srv.proc.send_signal(signal.SIGTERM)
             end = time.time() + 30
@@ -656,7 +729,7 @@ class HealthTest(Case):
     def test_one_keepalive_connection_per_thread(self):
         proxy = Proxy(self.srv.port)
         try:
-            c = AttndClient(proxy.url)
+            c = self.client(proxy.url)
             for i in range(10):
                 self.assertTrue(c.ready())
                 c.attention([[[1.0, float(i)]]], [[[1.0, 1.0]]], [[[2.0]]])
@@ -680,7 +753,7 @@ class HealthTest(Case):
         with harness.Attnd(["--workers", "1", "--conn-timeout-s", "1"]) as srv:
             proxy = Proxy(srv.port)
             try:
-                c = AttndClient(proxy.url)
+                c = self.client(proxy.url)
                 q, k, v = [[[1.0, 0.0]]], [[[1.0, 0.0]]], [[[2.0]]]
                 self.check(c.attention(q, k, v), {"query": q, "key": k, "value": v})
                 time.sleep(2.5)  # attnd closes the idle connection after 1 s
@@ -694,7 +767,7 @@ class HealthTest(Case):
     def test_request_sent_on_a_connection_closed_under_it_is_sent_again(self):
         proxy = Proxy(self.srv.port)
         try:
-            c = AttndClient(proxy.url)
+            c = self.client(proxy.url, retries=0)  # the transport's own resend alone
             req = rand_request(27, B=1, Lq=2, Lk=3)
             self.check(c.infer("attention", req), {n: rounded(t, "FP32") for n, t in req.items()})
             proxy.drop_next = True
@@ -783,7 +856,7 @@ class V2Test(Case):
     def test_default_datatypes_on_the_wire(self):
         proxy = Proxy(self.srv.port)
         try:
-            c = AttndClient(proxy.url)
+            c = self.client(proxy.url)
             q, k, v = [[[1.0, 2.0]]], [[[1.0, 0.0], [0.0, 1.0]]], [[[1.0], [2.0]]]
             cases = [
                 ({"query": q, "key": k, "value": v, "valid_lens": [1], "mask": [[[1, 0]]]},
@@ -917,7 +990,7 @@ class UnixSocketTest(harness.UnixSocketServer, Case):
     def setUpClass(cls):
         super().setUpClass()
         cls.c.close()
-        cls.c = AttndClient(unix_socket=cls.sock)
+        cls.c = cls.client(unix_socket=cls.sock)
 
     def test_v1_and_v2_binary_answers_match_the_reference(self):
         req = rand_request(41, B=1, H=2, Lq=3, Lk=5, D=4, Dv=4)
@@ -928,27 +1001,263 @@ class UnixSocketTest(harness.UnixSocketServer, Case):
         res = self.c.infer("attention", {n: np.asarray(req[n], np.float32) for n in names})
         self.check(res, {n: rounded(req[n], "FP32") for n in names})
         self.assertTrue(self.c.ready())
-        # counted like requests on the port
-        self.assertIn('attnd_requests_total{route="/v2/models/:m/infer",code="200"} 1\n',
+        # counted like requests on the port (attention() goes over v2 too)
+        self.assertIn('attnd_requests_total{route="/v2/models/:m/infer",code="200"} 2\n',
                       self.c.metrics())
 
     def test_connections_ask_for_a_send_buffer_that_holds_an_upload(self):
         self.assertTrue(self.c.healthy())
-        conn = self.c._transport._local.conn
+        sock = self.client_socket(self.c)
         with open("/proc/sys/net/core/wmem_max") as f:
             cap = int(f.read())
-        got = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        got = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
         # the kernel doubles what it grants, and grants at most wmem_max
         self.assertEqual(got, 2 * min(4 << 20, cap))
 
     def test_no_server_at_the_path_names_the_socket(self):
         missing = os.path.join(self.dir, "nobody.sock")
-        dead = AttndClient(unix_socket=missing, timeout=5)
+        dead = self.client(unix_socket=missing, timeout=5)
         with self.assertRaises(AttndConnectionError) as cm:
             dead.healthy()
         self.assertIsNone(cm.exception.status)
         self.assertIn("on the Unix socket " + missing, cm.exception.message)
         self.assertIsInstance(cm.exception.__cause__, OSError)
+
+
+# ---- attention() over v2, retries --------------------------------------------------
+
+def readme_python():
+    """The README's Python section: (its sh block, its python block, the
+    output block after it)."""
+    with open(os.path.join(harness.ROOT, "README.md")) as f:
+        text = f.read()
+    section = text.split("\n## Python\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", section, re.S)
+    sh = [b for lang, b in blocks if lang == "sh"][0]
+    i = [n for n, (lang, _) in enumerate(blocks) if lang == "python"][0]
+    return sh, blocks[i][1], blocks[i + 1][1]
+
+
+class AttentionOverV2Test(Case):
+    """attention() sends v2 binary tensors, answers as /v1 does, and words
+    errors in /v1's terms."""
+
+    def v1_answer(self, body):
+        status, obj = self.srv.post_json("/v1/attention", body)
+        self.assertEqual(status, 200, obj)
+        return obj
+
+    def test_numpy_and_lists_go_as_binary_tensors_with_v1s_answer(self):
+        proxy = Proxy(self.srv.port)
+        try:
+            c = self.client(proxy.url)
+            req = rand_request(61, B=2, H=2, Lq=3, Lk=5, D=4, Dv=3)
+            arrays = {n: np.asarray(t, np.float32) for n, t in req.items()}
+            lens = [[5, 1, 0], [3, 5, 2]]
+            for q in (arrays["query"], req["query"]):
+                del proxy.sent[:]
+                res = c.attention(q, arrays["key"], arrays["value"], valid_lens=lens,
+                                  causal=True, id="r-1")
+                self.assertTrue(bytes(proxy.sent).startswith(
+                    b"POST /v2/models/attention/infer HTTP/1.1\r\n"), bytes(proxy.sent)[:60])
+                self.assertIn(b"Content-Type: application/octet-stream", bytes(proxy.sent))
+                want = self.v1_answer(dict(req, valid_lens=lens, causal=True, id="r-1"))
+                self.assertEqual(res["id"], "r-1")
+                for n in ("output", "weights"):
+                    self.assertEqual(res[n].tolist(), np.asarray(want[n], np.float32).tolist())
+                self.assertEqual(c.last_response["outputs"][0]["name"], "output")
+            # extra members go as /v1 JSON, as they are
+            del proxy.sent[:]
+            c.attention(req["query"], req["key"], req["value"], extra={"id": 5})
+            self.assertTrue(bytes(proxy.sent).startswith(b"POST /v1/attention "))
+            c.close()
+        finally:
+            proxy.close()
+
+    def test_every_option_gives_v1s_numbers(self):
+        req = rand_request(62, B=1, H=4, Hkv=2, Lq=4, Lk=6, D=4, Dv=2)
+        rng = random.Random(63)
+        mask = [[[rng.random() < 0.8 for _ in range(6)] for _ in range(4)]]
+        bias = rand_tensor(rng, [4, 6], 0.5)
+        w = {"w_q": rand_tensor(rng, [3, 4]), "w_k": rand_tensor(rng, [3, 4]),
+             "w_v": rand_tensor(rng, [3])}
+        cases = [
+            {"mask": mask, "bias": bias, "causal": "lower_right", "scale": -0.3},
+            {"valid_lens": [[1, 6, 0, 3]], "window": [1, None], "id": 7},
+            {"dropout": {"p": 0.25, "seed": 11}, "window": [None, 2.0]},
+            {"diagnostics": True, "return_weights": False, "valid_lens": [4]},
+            dict(w, scoring="additive", causal=True),
+        ]
+        for opts, binary in [(o, b) for o in cases for b in (True, False)]:
+            got = self.c.attention(np.asarray(req["query"], np.float32),
+                                   np.asarray(req["key"], np.float64), req["value"],
+                                   binary=binary, **opts)
+            self.assertEqual(self.c.last_headers["content-type"],
+                             "application/octet-stream" if binary else "application/json")
+            want = self.v1_answer(dict(req, **opts))
+            with self.subTest(opts=sorted(opts), binary=binary):
+                self.assertEqual(sorted(got), sorted(want))
+                for n in ("output", "weights"):
+                    if n in want:
+                        self.assertEqual(got[n].tolist(),
+                                         np.asarray(want[n], np.float32).tolist(), n)
+                for n, d in want.get("diagnostics", {}).items():
+                    self.assertEqual(got["diagnostics"][n].tolist(),
+                                     np.asarray(d, got["diagnostics"][n].dtype).tolist(), n)
+                if "id" in want:
+                    self.assertEqual(got["id"], want["id"])
+
+    def test_option_errors_name_v1s_fields(self):
+        q, k, v = [[[1.0, 0.0]]], [[[1.0, 1.0]]], [[[2.0]]]
+        for opts in ({"causal": "lower"}, {"scale": 0}, {"window": [-1, 2]},
+                     {"window": [1, 2.5]}, {"dropout": {"p": 1.5}},
+                     {"dropout": {"p": 0.5, "seed": -1}}, {"valid_lens": [2]},
+                     {"mask": [[[1, 1]]]}, {"scoring": "cosine"}, {"dropout": {"q": 1}},
+                     {"window": [1]}, {"return_weights": 1}, {"scoring": "additive"},
+                     {"w_q": [[1.0, 1.0]]}):
+            want = self.server_error("/v1/attention", dict({"query": q, "key": k, "value": v},
+                                                           **opts))
+            with self.assertRaises(AttndError) as cm:
+                self.c.attention(np.asarray(q, np.float32), k, v, **opts)
+            self.assertEqual(cm.exception.status, 400)
+            self.assertEqual(cm.exception.message, want, opts)
+
+
+class SilentServer:
+    """A listening socket that accepts and never answers."""
+
+    def __init__(self):
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(8)
+        self.port = self.lsock.getsockname()[1]
+
+    def close(self):
+        self.lsock.close()
+
+
+class RetryTest(Case):
+    def setUp(self):
+        self.proxy = Proxy(self.srv.port)
+        self.addCleanup(self.proxy.close)
+        self.req = rand_request(71, B=1, Lq=2, Lk=3)
+        self.ref = {n: rounded(t, "FP32") for n, t in self.req.items()}
+
+    def test_503_is_tried_again_after_retry_after(self):
+        self.proxy.reject = 2
+        c = self.client(self.proxy.url)
+        t0 = time.monotonic()
+        self.check(c.infer("attention", self.req), self.ref)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.4)  # two Retry-After: 0.2
+        self.assertEqual(self.proxy.accepted, 3)
+        self.proxy.reject = 1
+        self.check(c.attention(self.req["query"], self.req["key"], self.req["value"]),
+                   self.req)
+        self.assertTrue(c.ready())
+        c.close()
+
+    def test_tries_run_out_and_the_error_says_how_many(self):
+        self.proxy.reject = 100
+        for retries, tries in ((2, 3), (0, 1), (4, 5)):
+            c = self.client(self.proxy.url, retries=retries, max_backoff=0.05)
+            before = self.proxy.accepted
+            with self.assertRaises(AttndError) as cm:
+                c.attention(self.req["query"], self.req["key"], self.req["value"])
+            e = cm.exception
+            self.assertEqual((e.status, e.tries, e.retry_after), (503, tries, 0.2))
+            self.assertEqual(e.message, "queue full: try again later")
+            if tries > 1:
+                self.assertTrue(str(e).endswith("(after %d tries)" % tries), str(e))
+            self.assertEqual(self.proxy.accepted - before, tries)
+            c.close()
+        self.assertEqual(attnd_client.DEFAULT_RETRIES, 2)
+
+    def test_a_wait_past_the_timeout_is_not_made(self):
+        self.proxy.reject = 100
+        self.proxy.retry_after = "30"
+        c = self.client(self.proxy.url, timeout=1.0, retries=5, max_backoff=10)
+        t0 = time.monotonic()
+        with self.assertRaises(AttndError) as cm:
+            c.infer("attention", self.req)
+        self.assertEqual((cm.exception.status, cm.exception.tries), (503, 1))
+        self.assertLess(time.monotonic() - t0, 1.0)
+        # capped by max_backoff, within the timeout: waited, tried again
+        c = self.client(self.proxy.url, timeout=5.0, retries=1, max_backoff=0.3)
+        t0 = time.monotonic()
+        with self.assertRaises(AttndError) as cm:
+            c.infer("attention", self.req)
+        self.assertEqual(cm.exception.tries, 2)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+
+    def test_connection_refused_while_attnd_restarts(self):
+        port = free_port()
+        started = []
+
+        def start():
+            time.sleep(0.4)
+            started.append(harness.Attnd(["--workers", "1", "--port", str(port)]))
+        th = threading.Thread(target=start)
+        th.start()
+        try:
+            c = self.client("127.0.0.1:%d" % port, retries=8, backoff=0.1, max_backoff=0.5)
+            self.check(c.attention(self.req["query"], self.req["key"], self.req["value"]),
+                       self.req)
+            c.close()
+        finally:
+            th.join(60)
+            for srv in started:
+                self.assertEqual(srv.stop(), 0)
+        c = self.client("127.0.0.1:%d" % free_port(), retries=0)
+        with self.assertRaises(AttndConnectionError) as cm:
+            c.healthy()
+        self.assertEqual(cm.exception.tries, 1)
+
+    def test_shared_memory_registration_is_not_retried_inference_is(self):
+        self.proxy.drop_all = True
+        c = self.client(self.proxy.url, backoff=0.01)
+        for call in (lambda: c.register_system_shared_memory("r", "/attnd_none", 4096),
+                     lambda: c.unregister_system_shared_memory("r")):
+            before = self.proxy.accepted
+            with self.assertRaises(AttndConnectionError) as cm:
+                call()
+            self.assertEqual(cm.exception.tries, 1)
+            self.assertEqual(self.proxy.accepted - before, 1)
+        before = self.proxy.accepted
+        with self.assertRaises(AttndConnectionError) as cm:
+            c.infer("attention", self.req)
+        self.assertEqual(cm.exception.tries, 3)
+        self.assertEqual(self.proxy.accepted - before, 3)
+        c.close()
+
+    def test_read_timeouts_and_504_are_not_retried(self):
+        silent = SilentServer()
+        self.addCleanup(silent.close)
+        c = self.client("127.0.0.1:%d" % silent.port, timeout=0.5)
+        t0 = time.monotonic()
+        with self.assertRaises(AttndConnectionError) as cm:
+            c.infer("attention", self.req)
+        self.assertEqual(cm.exception.tries, 1)
+        self.assertLess(time.monotonic() - t0, 3)
+        with self.assertRaises(AttndError) as cm:
+            self.c.infer("attention", self.req, timeout_us=1)
+        self.assertEqual((cm.exception.status, cm.exception.tries), (504, 1))
+
+
+class ReadmeTest(Case):
+    def test_readme_python_block_prints_what_the_readme_shows(self):
+        sh, code, shown = readme_python()
+        self.assertIn("make venv", sh)
+        self.assertIn(". .venv/bin/activate", sh)
+        self.assertIn('"http://127.0.0.1:8000"', code)
+        code = code.replace("http://127.0.0.1:8000", self.url)
+        p = run([VENV_PYTHON, "-c", code], cwd=tempfile.gettempdir())
+        self.assertEqual(p.stdout, shown)
+        # the curl example's problem, and its numbers
+        with open(os.path.join(harness.ROOT, "README.md")) as f:
+            text = f.read()
+        answer = json.loads(re.search(r"## Try it.*?```json\n(.*?)```", text, re.S).group(1))
+        nums = [float(x) for x in re.findall(r"[0-9.]+(?:e-?\d+)?", shown)]
+        self.assertEqual(nums, flatten(answer["output"]) + flatten(answer["weights"]))
 
 
 class EncodingTest(unittest.TestCase):
@@ -979,6 +1288,211 @@ class EncodingTest(unittest.TestCase):
         self.assertEqual(enc([[1, 0], [1, 1]], "BOOL"), b"\x01\x00\x01\x01")
         self.assertEqual(enc([3, 2**31 - 1], "INT32"), struct.pack("<2i", 3, 2**31 - 1))
         self.assertEqual(dec(struct.pack("<2q", -5, 7), "INT64", [2]).dtype, np.int64)
+
+
+# ---- the same tests on AsyncAttndClient ------------------------------------------------
+
+class Synced:
+    """An AsyncAttndClient whose coroutines are run to completion on one
+    event loop, so that the tests written for AttndClient run unchanged on
+    it.  last_response and last_headers are those the coroutine's task
+    saw at its end."""
+
+    def __init__(self, ac, loop):
+        self.ac = ac
+        self.loop = loop
+        self.last_response = None
+        self.last_headers = {}
+
+    def __getattr__(self, name):
+        attr = getattr(self.ac, name)
+        if not asyncio.iscoroutinefunction(attr):
+            return attr
+
+        def call(*args, **kw):
+            async def run():
+                try:
+                    return await attr(*args, **kw)
+                finally:
+                    self.last_response = self.ac.last_response
+                    self.last_headers = self.ac.last_headers
+            return self.loop.run_until_complete(run())
+        return call
+
+    def close(self):
+        self.loop.run_until_complete(self.ac.aclose())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class OnAsyncio:
+    """Mixin, listed first: the class's tests run on AsyncAttndClient, on an
+    event loop of the class's own."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.loop = asyncio.new_event_loop()
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.loop.close()
+
+    @classmethod
+    def client(cls, *args, **kw):
+        return Synced(attnd_client.AsyncAttndClient(*args, **kw), cls.loop)
+
+    @staticmethod
+    def client_socket(c):
+        return c.ac._transport._idle[-1].transport.get_extra_info("socket")
+
+
+class AsyncV1Test(OnAsyncio, V1Test):
+    def test_threads_share_one_client(self):
+        """Concurrent coroutines share one client, each on a connection."""
+        reqs = [rand_request(300 + i, B=1, Lq=3, Lk=4) for i in range(24)]
+        ac = self.c.ac
+
+        async def work(i):
+            r = reqs[i]
+            if i % 2:
+                return await ac.attention(r["query"], r["key"], r["value"])
+            return await ac.infer("attention", r, binary=i % 4 == 0)
+
+        async def main():
+            return await asyncio.gather(*[work(i) for i in range(len(reqs))])
+        results = self.loop.run_until_complete(main())
+        for i, r in enumerate(reqs):
+            self.check(results[i], r if i % 2 else {n: rounded(t, "FP32") for n, t in r.items()})
+
+
+class AsyncHealthTest(OnAsyncio, HealthTest):
+    def test_one_keepalive_connection_per_thread(self):
+        """One pool: calls one after another reuse one connection, and
+        concurrent calls open one each, kept for later."""
+        proxy = Proxy(self.srv.port)
+        try:
+            c = self.client(proxy.url)
+            for i in range(10):
+                self.assertTrue(c.ready())
+                c.attention([[[1.0, float(i)]]], [[[1.0, 1.0]]], [[[2.0]]])
+            self.assertEqual(proxy.accepted, 1)
+
+            async def four():
+                one = {"query": [[[1.0]]], "key": [[[1.0]]], "value": [[[1.0]]]}
+                return await asyncio.gather(*[c.ac.infer("attention", one)
+                                              for _ in range(4)])
+            self.loop.run_until_complete(four())
+            self.assertEqual(proxy.accepted, 4)
+            self.loop.run_until_complete(four())
+            self.assertEqual(proxy.accepted, 4)
+            c.close()
+        finally:
+            proxy.close()
+
+    def test_cancelling_a_call_closes_its_connection(self):
+        """A server that reads the request and never answers (attnd busy
+        with it) sees the connection end as soon as the call is
+        cancelled; the client then goes on, on a new connection."""
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(4)
+        self.addCleanup(lsock.close)
+        got = {"bytes": 0, "ended": threading.Event()}
+
+        def serve():
+            conn, _ = lsock.accept()
+            with conn:
+                try:
+                    while True:
+                        data = conn.recv(65536)
+                        if not data:
+                            break
+                        got["bytes"] += len(data)
+                except OSError:
+                    pass
+            got["ended"].set()
+        threading.Thread(target=serve, daemon=True).start()
+        ac = attnd_client.AsyncAttndClient("127.0.0.1:%d" % lsock.getsockname()[1])
+        q = np.ones((1, 4, 256, 64), np.float32)
+
+        async def main():
+            task = asyncio.ensure_future(ac.attention(q, q, q))
+            while got["bytes"] < 3 * q.nbytes:  # the whole request is in
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            self.assertEqual(ac._transport._idle, [])
+        self.loop.run_until_complete(asyncio.wait_for(main(), 60))
+        self.assertTrue(got["ended"].wait(10), "the connection stayed open")
+        self.loop.run_until_complete(ac.aclose())
+        # a cancelled call against attnd leaves the client usable
+        c = self.client(self.url)
+
+        async def cancel_then_call():
+            task = asyncio.ensure_future(c.ac.attention(q, q, q))
+            await asyncio.sleep(0)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            return await c.ac.attention([[[1.0, 0.0]]], [[[1.0, 0.0]]], [[[2.0]]])
+        res = self.loop.run_until_complete(cancel_then_call())
+        self.assertEqual(res["output"].tolist(), [[[2.0]]])
+        c.close()
+
+
+    def test_large_tensors_are_encoded_and_decoded_off_the_loop(self):
+        """Over OFFLOAD_BYTES, building the request and reading the answer
+        run in the executor's threads; small ones on the loop's."""
+        ac = attnd_client.AsyncAttndClient(self.url)
+        seen = []
+        build = ac._attention_call
+
+        def traced_build(*args):
+            seen.append(("build", threading.current_thread()))
+            call = build(*args)
+            parse = call.parse
+
+            def traced_parse(*a):
+                seen.append(("parse", threading.current_thread()))
+                return parse(*a)
+            call.parse = traced_parse
+            return call
+        ac._attention_call = traced_build
+        main = threading.current_thread()
+        big = np.ones((1, 8, 512, 64), np.float32)  # 1 MiB a tensor, 8 MiB of weights
+        for q, off in (([[[1.0, 0.0]]], False), (big, True)):
+            del seen[:]
+            res = self.loop.run_until_complete(ac.attention(q, q, q))
+            self.assertEqual(res["output"].shape, np.asarray(q).shape)
+            self.assertEqual([w for w, _ in seen], ["build", "parse"])
+            for what, th in seen:
+                self.assertEqual(th is not main, off, (what, th.name))
+        self.loop.run_until_complete(ac.aclose())
+
+
+class AsyncV2Test(OnAsyncio, V2Test):
+    pass
+
+
+class AsyncUnixSocketTest(OnAsyncio, UnixSocketTest):
+    pass
+
+
+class AsyncAttentionOverV2Test(OnAsyncio, AttentionOverV2Test):
+    pass
+
+
+class AsyncRetryTest(OnAsyncio, RetryTest):
+    pass
 
 
 if __name__ == "__main__":

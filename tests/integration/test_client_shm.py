@@ -11,7 +11,8 @@ binary inputs in FP32, FP16 and BF16, outputs read back through the
 region or returned as ShmTensor, regions registered at a page offset,
 status, unregistering one region and all, and the errors: a name
 registered twice, an unknown region, a missing object, the extension
-disabled (501 without --allow-client-shm).
+disabled (501 without --allow-client-shm).  Every test runs on
+AttndClient and on AsyncAttndClient (test_client.OnAsyncio).
 """
 
 import os
@@ -178,6 +179,14 @@ class ShmDisabledTest(tc.Case):
             self.assertEqual(cm.exception.status, 501)
             self.assertIn("allow-client-shm", cm.exception.message)
         self.assertEqual(self.c.get_system_shared_memory_status(), [])
+
+
+class AsyncShmTest(tc.OnAsyncio, ShmTest):
+    """The same, with AsyncAttndClient."""
+
+
+class AsyncShmDisabledTest(tc.OnAsyncio, ShmDisabledTest):
+    """The same, with AsyncAttndClient."""
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ tensor and system shared memory extensions).
                       outputs=["output"], datatypes={"query": "BF16"})
         out["output"]
 
+AsyncAttndClient has the same methods as coroutines, for asyncio
+applications.  Calls that meet a 503 or a connection failing before the
+answer are sent again, DEFAULT_RETRIES times unless retries= says otherwise.
+
 Tensors may be numpy arrays (float16, float32, float64, integers), numpy
 scalars, nested lists or Python numbers; answers are numpy arrays in their
 own dtypes.  Errors are AttndError (status, message), with the subclasses
@@ -22,6 +26,8 @@ AttndConnectionError (no answer) and AttndInputError (a tensor refused
 before sending, worded as attnd words it).
 """
 
+from ._async import AsyncAttndClient
+from ._base import DEFAULT_RETRIES
 from ._client import AttentionResult, AttndClient, TensorLike
 from ._errors import AttndConnectionError, AttndError, AttndInputError
 from ._shm import ShmTensor, SharedMemoryRegion
@@ -30,7 +36,7 @@ from ._tensors import INPUT_DATATYPES, decode as decode_tensor, encode_tensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "AttndClient", "AttentionResult", "TensorLike",
+    "AttndClient", "AsyncAttndClient", "AttentionResult", "TensorLike", "DEFAULT_RETRIES",
     "AttndError", "AttndConnectionError", "AttndInputError",
     "ShmTensor", "SharedMemoryRegion",
     "encode_tensor", "decode_tensor", "INPUT_DATATYPES",

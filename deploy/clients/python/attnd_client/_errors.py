@@ -17,6 +17,8 @@ class AttndError(Exception):
             on the client's side.
         retry_after: seconds from the Retry-After header (503s), else None.
         body: the raw response body (b"" when there was none).
+        tries: how many times the call was sent (1 plus its retries); the
+            exception's text ends with "(after N tries)" when N > 1.
     """
 
     def __init__(self, status: Optional[int], message: str,
@@ -26,14 +28,29 @@ class AttndError(Exception):
         self.message = message
         self.retry_after = retry_after
         self.body = body
+        self.tries = 1
+
+    def _tried(self, tries: int) -> "AttndError":
+        """Records how many tries the call made, in .tries and the text."""
+        self.tries = tries
+        text = self.message if self.status is None else "HTTP %d: %s" % (self.status,
+                                                                          self.message)
+        if tries > 1:
+            text += " (after %d tries)" % tries
+        self.args = (text,)
+        return self
 
 
 class AttndConnectionError(AttndError):
     """No answer: the connection could not be made, broke, or timed out.
-    status is None; the OSError is the exception's __cause__."""
+    status is None; the OSError is the exception's __cause__.
+    before_answer: True when no byte of an answer had arrived and the
+    failure was not a read timeout (the server never saw the request or
+    never started answering): such a call may be sent again."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, before_answer: bool = False) -> None:
         super().__init__(None, message)
+        self.before_answer = before_answer
 
 
 class AttndInputError(AttndError, ValueError):

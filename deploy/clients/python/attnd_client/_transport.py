@@ -8,7 +8,8 @@ a proxy's idle timeout) is reopened first.  When a reused connection still
 turns out closed as the request goes out (the server closed it at that
 moment), the request is sent once more on a new connection: attnd has not
 read it, so nothing happened twice.  Every other failure is an
-AttndConnectionError.
+AttndConnectionError, which says whether it came before any byte of an
+answer (the client's retries send such a call again).
 """
 
 from __future__ import annotations
@@ -139,16 +140,38 @@ class Transport:
             return conn, False
         return conn, True
 
-    def request(self, method: str, path: str, body: Optional[bytes],
-                headers: Mapping[str, str]) -> Tuple[int, Dict[str, str], bytes]:
-        """(status, headers with lower-case names, body as sent); the body is
-        still in its Content-Encoding."""
+    def describe(self, method: str, path: str) -> str:
+        """How error messages name a request: "GET http://h:p/path"."""
         if self.unix_socket is not None:
-            what = "%s %s on the Unix socket %s" % (method, path, self.unix_socket)
-        else:
-            what = "%s %s://%s:%d%s" % (method, self.scheme, self.host, self.port, path)
+            return "%s %s on the Unix socket %s" % (method, path, self.unix_socket)
+        return "%s %s://%s:%d%s" % (method, self.scheme, self.host, self.port, path)
+
+    def request(self, method: str, path: str, body: Optional[bytes],
+                headers: Mapping[str, str],
+                timeout: Optional[float] = None) -> Tuple[int, Dict[str, str], bytes]:
+        """(status, headers with lower-case names, body as sent); the body is
+        still in its Content-Encoding.  timeout: seconds to connect and per
+        read for this request (default: the transport's).
+
+        AttndConnectionError.before_answer is True when the connection
+        could not be made, or broke before any byte of an answer came,
+        other than by a read timeout."""
+        what = self.describe(method, path)
+        if timeout is None:
+            timeout = self.timeout
         for attempt in (0, 1):
             conn, reused = self._connection()
+            conn.timeout = timeout
+            try:
+                if conn.sock is None:
+                    conn.connect()
+                else:
+                    conn.sock.settimeout(timeout)
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                # a TLS failure (a certificate refused) would fail again
+                raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__),
+                                           before_answer=not isinstance(e, ssl.SSLError)) from e
             try:
                 try:
                     conn.request(method, path, body=body, headers=dict(headers))
@@ -162,7 +185,8 @@ class Transport:
                 conn.close()
                 if reused and attempt == 0:
                     continue
-                raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__)) from e
+                raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__),
+                                           before_answer=True) from e
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__)) from e

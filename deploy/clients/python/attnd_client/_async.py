@@ -1,0 +1,619 @@
+"""AsyncAttndClient: AttndClient's methods as coroutines, for asyncio
+applications (FastAPI, aiohttp), on the standard library alone.
+
+DESIGN: one event loop drives a client at a time.  Its connections are a
+pool of idle HTTP/1.1 keep-alive connections (asyncio transports with a
+buffered protocol that reads an answer's body straight into one buffer of
+its size); a call
+takes one (or opens one), sends its request, reads the answer and puts the
+connection back, so concurrent calls each have their own.  The requests are
+built and the answers decoded by the code AttndClient uses (_base.py), on
+the loop for small tensors and in the loop's default executor (a thread)
+above OFFLOAD_BYTES, so that a large encode or decode does not stall every
+other coroutine.  A call cancelled while it talks to attnd aborts its
+connection (no answer can come on it any more), so attnd sees its client
+leave.  The pool belongs to the loop it was filled on: a client used from
+another loop (a second asyncio.run) drops the old loop's connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import socket
+import ssl
+import time
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar,
+                    Union)
+
+from ._base import (DEFAULT_RETRIES, AttentionResult, ClientBase, TensorLike, _Call,
+                    tensor_bytes)
+from ._errors import AttndConnectionError, AttndError
+from ._shm import ShmTensor
+from ._transport import UNIX_SNDBUF
+
+T = TypeVar("T")
+
+#: Tensors (and answers) larger than this many bytes are encoded (decoded)
+#: in the executor rather than on the event loop: about a millisecond of
+#: work.
+OFFLOAD_BYTES = 256 << 10
+
+#: Idle connections a client keeps at most.
+POOL_SIZE = 16
+
+
+class _Closed(Exception):
+    """The connection ended before any byte of the answer."""
+
+
+def _dechunk(raw: bytes) -> Optional[bytes]:
+    """A chunked body, or None while it is incomplete."""
+    out: List[bytes] = []
+    i = 0
+    while True:
+        j = raw.find(b"\r\n", i)
+        if j < 0:
+            return None
+        size = int(raw[i:j].split(b";")[0], 16)
+        i = j + 2
+        if size == 0:
+            # trailers, then an empty line
+            while True:
+                j = raw.find(b"\r\n", i)
+                if j < 0:
+                    return None
+                if j == i:
+                    return b"".join(out)
+                i = j + 2
+        if len(raw) < i + size + 2:
+            return None
+        out.append(raw[i:i + size])
+        i += size + 2
+
+
+class _Conn(asyncio.BufferedProtocol):
+    """One HTTP/1.1 connection.  The answer's head is read into a small
+    buffer; its body, once Content-Length is known, straight from the
+    socket into one buffer of that size (no copying in between, as
+    http.client's readinto does)."""
+
+    def __init__(self) -> None:
+        self.transport: Optional[asyncio.BaseTransport] = None
+        self.closed = False
+        self.stray = False
+        self._scratch = bytearray(256 << 10)
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._answer: "Optional[asyncio.Future[Tuple[int, Dict[str, str], bytes, bool]]]" = None
+        self._reset(None)
+
+    def _reset(self, method: Optional[str]) -> None:
+        self._method = method
+        self._head = bytearray()
+        self._status = 0
+        self._hdrs: Dict[str, str] = {}
+        self._keep = True
+        self._body: Optional[bytearray] = None
+        self._got = 0
+        self._raw: Optional[bytearray] = None  # chunked, or up to the close
+        self._chunked = False
+        self._any = False
+
+    # -- asyncio's callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._body is not None and self._got < len(self._body):
+            return memoryview(self._body)[self._got:]
+        return memoryview(self._scratch)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._body is not None and self._got < len(self._body):
+            self._got += nbytes
+            if self._got == len(self._body):
+                self._done(self._body)
+            return
+        data = self._scratch[:nbytes]
+        if self._answer is None or self._answer.done():
+            self.stray = True  # bytes nobody asked for: out of step
+            return
+        self._any = True
+        if self._raw is not None:
+            self._raw += data
+            self._more_raw()
+        else:
+            self._head += data
+            self._parse_head()
+
+    def eof_received(self) -> Optional[bool]:
+        return False  # close; connection_lost finishes the answer
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.closed = True
+        self._writable.set()
+        fut = self._answer
+        if fut is None or fut.done():
+            return
+        if self._raw is not None and not self._chunked and exc is None:
+            self._done(bytes(self._raw))
+        elif not self._any:
+            fut.set_exception(_Closed(str(exc) if exc else
+                                      "the server closed the connection without an answer"))
+        else:
+            fut.set_exception(ConnectionError("the answer broke off: %s"
+                                              % (exc or "the server closed the connection")))
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- the answer
+    def _fail(self, e: Exception) -> None:
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(e)
+
+    def _done(self, data: bytes) -> None:
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_result((self._status, self._hdrs, data, self._keep))
+
+    def _parse_head(self) -> None:
+        end = self._head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._head) > 1 << 20:
+                self._fail(ValueError("an answer head over 1 MiB"))
+            return
+        lines = bytes(self._head[:end]).decode("latin-1").split("\r\n")
+        rest = bytes(self._head[end + 4:])
+        parts = lines[0].split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            self._fail(ValueError("not an HTTP status line: %r" % lines[0][:80]))
+            return
+        self._status = int(parts[1])
+        for line in lines[1:]:
+            name, _, v = line.partition(":")
+            k = name.strip().lower()
+            v = v.strip()
+            self._hdrs[k] = self._hdrs[k] + ", " + v if k in self._hdrs else v
+        h = self._hdrs
+        self._keep = parts[0] != "HTTP/1.0" and "close" not in h.get("connection", "").lower()
+        if "chunked" in h.get("transfer-encoding", "").lower():
+            self._chunked = True
+            self._raw = bytearray(rest)
+            self._more_raw()
+        elif "content-length" in h:
+            n = int(h["content-length"])
+            if len(rest) > n:
+                self.stray = True
+            self._body = bytearray(n)
+            self._got = min(len(rest), n)
+            self._body[:self._got] = rest[:self._got]
+            if self._got == n:
+                self._done(self._body)
+        elif self._status in (204, 304) or 100 <= self._status < 200 or \
+                self._method == "HEAD":
+            self._done(b"")
+        else:
+            self._keep = False
+            self._raw = bytearray(rest)
+
+    def _more_raw(self) -> None:
+        if self._chunked and self._raw is not None:
+            try:
+                body = _dechunk(bytes(self._raw))
+            except ValueError as e:
+                self._fail(e)
+                return
+            if body is not None:
+                self._done(body)
+
+    # -- the request
+    def abort(self) -> None:
+        """Closes at once, unsent data dropped (the peer sees the
+        connection end right away).  An answer still awaited is dropped
+        too: its caller has gone."""
+        fut = self._answer
+        if fut is not None:
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # retrieved, so asyncio does not warn of it
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.abort()  # type: ignore[attr-defined]
+
+    def reusable(self) -> bool:
+        """Idle and in step: the server has neither closed it nor sent
+        anything unasked."""
+        t = self.transport
+        return not (self.closed or self.stray or t is None or t.is_closing())
+
+    async def exchange(self, method: str, head: bytes, body: bytes,
+                       timeout: Optional[float]) -> Tuple[int, Dict[str, str], bytes, bool]:
+        loop = asyncio.get_running_loop()
+        self._reset(method)
+        self._answer = fut = loop.create_future()
+        t = self.transport
+        assert t is not None
+        if self.closed or t.is_closing():
+            # closed between the pool's check and now: nothing was sent
+            raise _Closed("the server closed the connection")
+        t.write(head)  # type: ignore[attr-defined]
+        if body:
+            t.write(body)  # type: ignore[attr-defined]
+        if not self._writable.is_set():
+            # the answer may come before the server has read everything
+            # (a 413): wait for either
+            waiter = asyncio.ensure_future(self._writable.wait())
+            try:
+                await _timed(asyncio.wait([waiter, fut], return_when=asyncio.FIRST_COMPLETED),
+                             timeout)
+            finally:
+                waiter.cancel()
+        answer: Tuple[int, Dict[str, str], bytes, bool] = await _timed(fut, timeout)
+        return answer
+
+
+def _head(method: str, host: str, path: str, headers: Mapping[str, str],
+          length: int) -> bytes:
+    """An HTTP/1.1 request head."""
+    lines = ["%s %s HTTP/1.1" % (method, path), "Host: " + host]
+    names = {k.lower() for k in headers}
+    if "user-agent" not in names:
+        lines.append("User-Agent: attnd_client")
+    if "accept-encoding" not in names:
+        lines.append("Accept-Encoding: identity")
+    if length or method in ("POST", "PUT"):
+        lines.append("Content-Length: %d" % length)
+    lines += ["%s: %s" % kv for kv in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+async def _timed(aw: Any, timeout: Optional[float]) -> Any:
+    return await (aw if timeout is None else asyncio.wait_for(aw, timeout))
+
+
+class AsyncTransport:
+    """A pool of keep-alive connections to one host and port (or one Unix
+    socket), driven by one event loop at a time."""
+
+    def __init__(self, scheme: str, host: str, port: int,
+                 ssl_context: Optional[ssl.SSLContext], unix_socket: Optional[str],
+                 describe: Callable[[str, str], str]) -> None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.unix_socket = unix_socket
+        self.describe = describe
+        self.host_header = host if port == (443 if scheme == "https" else 80) else \
+            "%s:%d" % (host, port)
+        self._idle: List[_Conn] = []
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def _take(self) -> Optional[_Conn]:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self.close()
+            self._loop = loop
+        while self._idle:
+            c = self._idle.pop()
+            if c.reusable():
+                return c
+            c.abort()
+        return None
+
+    def _give(self, c: _Conn) -> None:
+        if len(self._idle) < POOL_SIZE and c.reusable():
+            self._idle.append(c)
+        else:
+            c.abort()
+
+    async def _open(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        if self.unix_socket is not None:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SNDBUF)
+                s.setblocking(False)
+                await loop.sock_connect(s, self.unix_socket)
+            except BaseException:
+                s.close()
+                raise
+            _, conn = await loop.create_unix_connection(_Conn, sock=s)
+        elif self.scheme == "https":
+            ctx = self.ssl_context or ssl.create_default_context()
+            _, conn = await loop.create_connection(_Conn, self.host, self.port, ssl=ctx,
+                                                   server_hostname=self.host)
+        else:
+            t, conn = await loop.create_connection(_Conn, self.host, self.port)
+            sock = t.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+    async def request(self, method: str, path: str, body: Optional[bytes],
+                      headers: Mapping[str, str],
+                      timeout: Optional[float]) -> Tuple[int, Dict[str, str], bytes]:
+        """As Transport.request: (status, headers, body in its
+        Content-Encoding); timeout bounds the connect and each read."""
+        what = self.describe(method, path)
+        for attempt in (0, 1):
+            conn = self._take()
+            reused = conn is not None
+            if conn is None:
+                try:
+                    conn = await _timed(self._open(), timeout)
+                except (OSError, asyncio.TimeoutError) as e:
+                    raise AttndConnectionError(
+                        "%s: %s" % (what, e or type(e).__name__),
+                        before_answer=not isinstance(e, ssl.SSLError)) from e
+            try:
+                answer = await conn.exchange(
+                    method, _head(method, self.host_header, path, headers, len(body or b"")),
+                    body or b"", timeout)
+            except BaseException as e:
+                # cancelled, timed out or broken: nothing more can be read
+                # in step on this connection, and closing it tells attnd
+                conn.abort()
+                if isinstance(e, _Closed):
+                    if reused and attempt == 0:
+                        continue
+                    raise AttndConnectionError("%s: %s" % (what, e),
+                                               before_answer=True) from e.__cause__
+                if isinstance(e, asyncio.TimeoutError):
+                    raise AttndConnectionError("%s: timed out" % what) from e
+                if isinstance(e, (OSError, ValueError)):
+                    raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__)) from e
+                raise
+            status, hdrs, data, keep = answer
+            if keep:
+                self._give(conn)
+            else:
+                conn.abort()
+            return status, hdrs, data
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Aborts every idle connection."""
+        idle, self._idle = self._idle, []
+        for c in idle:
+            c.abort()
+
+
+class AsyncAttndClient(ClientBase):
+    """AttndClient for asyncio: the same constructor and methods, as
+    coroutines (await c.attention(...)), the same answers and errors, the
+    same retries (waiting with asyncio.sleep).
+
+    One pool of keep-alive connections per client; concurrent calls each
+    use their own connection.  Tensors and answers over OFFLOAD_BYTES are
+    encoded and decoded in the loop's default executor.  Cancelling a call
+    closes its connection.  `await c.aclose()` (or `async with`) closes the
+    idle connections.  last_response and last_headers are those of the
+    calling task's last call.
+    """
+
+    def __init__(self, url: str = "http://127.0.0.1:8000", *, token: Optional[str] = None,
+                 timeout: Optional[float] = 60.0,
+                 headers: Optional[Mapping[str, str]] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 unix_socket: Optional[str] = None,
+                 retries: int = DEFAULT_RETRIES,
+                 backoff: float = 0.1,
+                 max_backoff: float = 5.0) -> None:
+        super().__init__(url, token=token, timeout=timeout, headers=headers,
+                         ssl_context=ssl_context, unix_socket=unix_socket, retries=retries,
+                         backoff=backoff, max_backoff=max_backoff)
+        self._transport = AsyncTransport(self._scheme, self._host, self._port, ssl_context,
+                                         unix_socket, self._describe)
+        self._response: "contextvars.ContextVar[Optional[Dict[str, Any]]]" = \
+            contextvars.ContextVar("attnd_last_response", default=None)
+        self._hdrs: "contextvars.ContextVar[Dict[str, str]]" = \
+            contextvars.ContextVar("attnd_last_headers", default={})
+
+    def _describe(self, method: str, path: str) -> str:
+        if self._unix_socket is not None:
+            return "%s %s on the Unix socket %s" % (method, path, self._unix_socket)
+        return "%s %s://%s:%d%s" % (method, self._scheme, self._host, self._port, path)
+
+    async def aclose(self) -> None:
+        """Closes the client's idle connections (a later call opens new ones)."""
+        self._transport.close()
+
+    async def __aenter__(self) -> "AsyncAttndClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    @property
+    def last_response(self) -> Optional[Dict[str, Any]]:
+        """The JSON part of this task's last inference answer (see
+        AttndClient.last_response)."""
+        return self._response.get()
+
+    @property
+    def last_headers(self) -> Dict[str, str]:
+        """The headers (lower-case names) of this task's last answer."""
+        return self._hdrs.get()
+
+    @staticmethod
+    async def _off_loop(big: bool, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args), in the loop's default executor when big."""
+        if not big:
+            return fn(*args)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(fn, *args))
+
+    async def _run(self, call: "_Call[T]", retries: Optional[int] = None) -> T:
+        deadline = self._deadline()
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                status, hdrs, data = await self._transport.request(
+                    call.method, self.base + call.path, call.body, call.headers,
+                    self._attempt_timeout(deadline))
+                big = len(data) > OFFLOAD_BYTES
+                if "content-encoding" in hdrs:
+                    data = await self._off_loop(big, self._inflated, status, hdrs, data)
+                self._hdrs.set(hdrs)
+                result, res = await self._off_loop(big or len(data) > OFFLOAD_BYTES,
+                                                   call.parse, status, hdrs, data)
+                if res is not None:
+                    self._response.set(res)
+                return result
+            except AttndError as e:
+                wait = self._retry_wait(call, e, tries, retries, deadline)
+                if wait is None:
+                    raise e._tried(tries)
+            await asyncio.sleep(wait)
+
+    async def request(self, method: str, path: str, body: Optional[bytes] = None,
+                      headers: Optional[Mapping[str, str]] = None
+                      ) -> Tuple[int, Dict[str, str], bytes]:
+        """AttndClient.request: one request, any status, not retried."""
+        status, hdrs, data = await self._run(self._raw_call(method, path, body, headers))
+        return status, hdrs, bytes(data)
+
+    # ---- health and metadata -------------------------------------------------
+
+    async def healthy(self) -> bool:
+        """GET /healthz: True while attnd serves (liveness)."""
+        return await self._run(self._probe_call("/healthz"))
+
+    async def ready(self) -> bool:
+        """GET /readyz: True when attnd accepts work, False on 503."""
+        return await self._run(self._probe_call("/readyz"))
+
+    async def server_live(self) -> bool:
+        """GET /v2/health/live."""
+        return await self._run(self._probe_call("/v2/health/live"))
+
+    async def server_ready(self) -> bool:
+        """GET /v2/health/ready: True, or False on 503."""
+        return await self._run(self._probe_call("/v2/health/ready"))
+
+    async def model_ready(self, model: str = "attention",
+                          version: Optional[Union[str, int]] = None) -> bool:
+        """GET /v2/models/{model}[/versions/{version}]/ready."""
+        return await self._run(self._probe_call(self._model_path(model, version) + "/ready"))
+
+    async def wait_ready(self, timeout: float = 30.0, interval: float = 0.05) -> None:
+        """AttndClient.wait_ready, sleeping with asyncio.sleep."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if await self._run(self._probe_call("/readyz"), retries=0):
+                    return
+                last: AttndError = AttndError(503, "not ready after %gs" % timeout)
+            except AttndConnectionError as e:
+                last = e
+            if time.monotonic() >= deadline:
+                raise last
+            await asyncio.sleep(interval)
+
+    async def server_metadata(self) -> Dict[str, Any]:
+        """GET /v2: {"name", "version", "extensions"}."""
+        doc: Dict[str, Any] = await self._run(self._get_call("/v2"))
+        return doc
+
+    async def model_metadata(self, model: str = "attention",
+                             version: Optional[Union[str, int]] = None) -> Dict[str, Any]:
+        """GET /v2/models/{model}."""
+        doc: Dict[str, Any] = await self._run(self._get_call(self._model_path(model, version)))
+        return doc
+
+    async def model_config(self, model: str = "attention",
+                           version: Optional[Union[str, int]] = None) -> Dict[str, Any]:
+        """GET /v2/models/{model}/config."""
+        doc: Dict[str, Any] = await self._run(self._get_call(
+            self._model_path(model, version) + "/config"))
+        return doc
+
+    async def model_statistics(self, model: str = "",
+                               version: Optional[Union[str, int]] = None) -> Dict[str, Any]:
+        """GET /v2/models[/{model}[/versions/{v}]]/stats."""
+        doc: Dict[str, Any] = await self._run(self._get_call(self._stats_path(model, version)))
+        return doc
+
+    async def metrics(self) -> str:
+        """GET /metrics: the Prometheus text exposition."""
+        text: str = await self._run(self._get_call("/metrics", text=True))
+        return text
+
+    async def openapi(self) -> Dict[str, Any]:
+        """GET /openapi.json."""
+        doc: Dict[str, Any] = await self._run(self._get_call("/openapi.json"))
+        return doc
+
+    # ---- inference ----------------------------------------------------------------
+
+    async def attention(self, query: TensorLike, key: TensorLike, value: TensorLike, *,
+                        valid_lens: Optional[TensorLike] = None,
+                        mask: Optional[TensorLike] = None,
+                        bias: Optional[TensorLike] = None,
+                        causal: Union[bool, str, None] = None,
+                        window: Optional[Sequence[Optional[int]]] = None,
+                        scale: Optional[float] = None,
+                        scoring: Optional[str] = None,
+                        w_q: Optional[TensorLike] = None,
+                        w_k: Optional[TensorLike] = None,
+                        w_v: Optional[TensorLike] = None,
+                        dropout: Optional[Mapping[str, Any]] = None,
+                        return_weights: Optional[bool] = None,
+                        diagnostics: Optional[bool] = None,
+                        id: Union[str, int, float, None] = None,
+                        extra: Optional[Mapping[str, Any]] = None,
+                        binary: bool = True,
+                        request_compression: Optional[str] = None,
+                        response_compression: Optional[str] = None) -> AttentionResult:
+        """AttndClient.attention as a coroutine: the same arguments, answer
+        and errors."""
+        big = tensor_bytes(query, key, value, mask, bias) > OFFLOAD_BYTES
+        call = await self._off_loop(
+            big, self._attention_call, query, key, value, valid_lens, mask, bias, causal,
+            window, scale, scoring, w_q, w_k, w_v, dropout, return_weights, diagnostics, id,
+            extra, binary, request_compression, response_compression)
+        return await self._run(call)
+
+    async def infer(self, model: str, inputs: Mapping[str, Union[TensorLike, ShmTensor]],
+                    outputs: Union[Sequence[str], Mapping[str, Optional[ShmTensor]],
+                                   None] = None, *,
+                    binary: bool = True,
+                    datatypes: Optional[Mapping[str, str]] = None,
+                    parameters: Optional[Mapping[str, Any]] = None,
+                    version: Optional[Union[str, int]] = None,
+                    request_id: Optional[str] = None,
+                    timeout_us: Optional[int] = None,
+                    request_compression: Optional[str] = None,
+                    response_compression: Optional[str] = None) -> Dict[str, Any]:
+        """AttndClient.infer as a coroutine: the same arguments, answer and
+        errors; shared memory inputs and outputs included."""
+        big = tensor_bytes(dict(inputs)) > OFFLOAD_BYTES
+        call = await self._off_loop(
+            big, self._infer_call, model, inputs, outputs, binary, datatypes, parameters,
+            version, request_id, timeout_us, request_compression, response_compression)
+        return await self._run(call)
+
+    # ---- system shared memory (Triton's extension) ------------------------------
+
+    async def register_system_shared_memory(self, name: str, key: str, byte_size: int,
+                                            offset: int = 0) -> None:
+        """AttndClient.register_system_shared_memory (never retried)."""
+        await self._run(self._register_call(name, key, byte_size, offset))
+
+    async def unregister_system_shared_memory(self, name: str = "") -> None:
+        """AttndClient.unregister_system_shared_memory (never retried)."""
+        await self._run(self._unregister_call(name))
+
+    async def get_system_shared_memory_status(self, name: str = "") -> List[Dict[str, Any]]:
+        """AttndClient.get_system_shared_memory_status."""
+        status: List[Dict[str, Any]] = await self._run(self._get_call(
+            self._shm_path(name, "status")))
+        return status

@@ -1,0 +1,604 @@
+"""What AttndClient and AsyncAttndClient share: each method's request built
+as a _Call (what to send, whether it may be sent again, how its answer
+becomes the method's result), attention() over v2 binary tensors, and the
+retry policy.  The two clients differ only in how they send a _Call."""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import random
+import re
+import ssl
+import time
+import urllib.parse
+from typing import (Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple,
+                    TypedDict, TypeVar, Union)
+
+import numpy as np
+
+from . import _tensors
+from ._tensors import Array
+from ._errors import AttndConnectionError, AttndError, AttndInputError
+from ._shm import ShmTensor, filled
+from ._transport import deflate, inflate
+
+#: What a tensor may be: a numpy array or scalar, nested lists or tuples of
+#: numbers, or a Python number.
+TensorLike = Union[Array, np.generic, Sequence[Any], float, int, bool]
+
+_V1_TENSORS = ("query", "key", "value", "valid_lens", "mask", "bias", "w_q", "w_k", "w_v")
+_DIAGNOSTICS = ("allowed_keys", "entropy", "max_weight", "jacobian_norm")
+
+#: Retries of a call after its first try, unless the client says otherwise.
+DEFAULT_RETRIES = 2
+
+T = TypeVar("T")
+#: (status, headers, body decompressed) -> (the method's result, the JSON
+#: part of the answer to keep as last_response, or None)
+Parser = Callable[[int, Dict[str, str], bytes], Tuple[T, Optional[Dict[str, Any]]]]
+
+
+class AttentionResult(TypedDict, total=False):
+    """The answer of AttndClient.attention.
+
+    output: float32 (B, [H,] Lq, Dv).  weights: float32 (B, [H,] Lq, Lk),
+    absent when return_weights=False.  diagnostics: with diagnostics=True,
+    {"allowed_keys": int32, "entropy", "max_weight", "jacobian_norm":
+    float32}, each (B, [H,] Lq).  id: the request's id, when it had one.
+    """
+
+    output: Array
+    weights: Array
+    diagnostics: Dict[str, Array]
+    id: Union[str, float]
+
+
+class _Call(Generic[T]):
+    """One HTTP exchange of a method: the request, whether it may be sent
+    again (a pure function of its input: inference and reads), and how its
+    answer becomes the result."""
+
+    __slots__ = ("method", "path", "body", "headers", "retry", "parse")
+
+    def __init__(self, method: str, path: str, body: Optional[bytes],
+                 headers: Dict[str, str], retry: bool, parse: Parser[T]) -> None:
+        self.method = method
+        self.path = path
+        self.body = body
+        self.headers = headers
+        self.retry = retry
+        self.parse = parse
+
+
+def _plain(path: str, v: Any) -> Any:
+    """A JSON value with numpy arrays and scalars turned into lists and
+    Python numbers; NaN and infinities refused in attnd's words."""
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    elif isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        raise AttndInputError(_tensors.nonfinite_json_message(path, v))
+    if isinstance(v, Mapping):
+        return {str(k): _plain("%s.%s" % (path, k), x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain("%s[%d]" % (path, i), x) for i, x in enumerate(v)]
+    return v
+
+
+def _dumps(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"), allow_nan=False)
+
+
+def _retry_after(v: Optional[str]) -> Optional[float]:
+    try:
+        return float(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def _v1_array(t: Any, dtype: Any) -> Array:
+    """A /v1 answer tensor, nested or {"shape", "data"}, as a numpy array."""
+    if isinstance(t, dict) and "shape" in t:
+        return np.asarray(t["data"], dtype=dtype).reshape(t["shape"])
+    return np.asarray(t, dtype=dtype)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def error_from(status: int, hdrs: Mapping[str, str], data: bytes) -> AttndError:
+    """The AttndError of an error answer: attnd's {"error"} text, or the
+    start of a body that is not attnd's."""
+    try:
+        msg = json.loads(data)["error"]
+        if not isinstance(msg, str):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        msg = data[:300].decode("utf-8", "replace").strip() or \
+            "empty answer with status %d" % status
+    return AttndError(status, msg, _retry_after(hdrs.get("retry-after")), data)
+
+
+# attnd's v2 words for a request parameter -> /v1's words for the same
+# field, for attention() sent over v2.  Tensor messages are the same on
+# both (the inputs carry /v1's field names).
+_V1_WORDS: List[Tuple["re.Pattern[str]", Callable[["re.Match[str]"], str]]] = [
+    (re.compile(r"^parameters\.window_(left|right): must be an integer in \[0, 2\^53\] "
+                r"\(or null: unbounded\)$"),
+     lambda m: "window[%d]: expected an integer in [0, 2^53] or null"
+     % (m.group(1) == "right")),
+    (re.compile(r"^parameters\.window_(left|right)\b"),
+     lambda m: "window[%d]" % (m.group(1) == "right")),
+    (re.compile(r"^parameters\.dropout_p\b"), lambda m: "dropout.p"),
+    (re.compile(r"^parameters\.seed\b"), lambda m: "dropout.seed"),
+    (re.compile(r"^parameters\.(causal|scale)\b"), lambda m: m.group(1)),
+]
+
+
+def v1_words(message: str) -> str:
+    """A v2 error message about a request parameter in /v1's words."""
+    for pattern, repl in _V1_WORDS:
+        m = pattern.search(message)
+        if m:
+            return repl(m) + message[m.end():]
+    return message
+
+
+def _v2_outputs(data: bytes, hdrs: Mapping[str, str],
+                places: Mapping[str, Optional[ShmTensor]]) -> Tuple[Dict[str, Any],
+                                                                    Dict[str, Any]]:
+    """A v2 answer -> ({output name: array}, its JSON part)."""
+    hl = hdrs.get("inference-header-content-length")
+    n = int(hl) if hl is not None else len(data)
+    try:
+        res = json.loads(data[:n])
+    except ValueError as e:
+        raise AttndError(200, "the answer's JSON part does not parse: %s" % e,
+                         body=data) from e
+    off = n
+    result: Dict[str, Any] = {}
+    view = memoryview(data)
+    for out in res.get("outputs", []):
+        name, dt, shape = out["name"], out["datatype"], out["shape"]
+        size = (out.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            chunk = view[off:off + size]
+            if len(chunk) != size:
+                raise AttndError(200, "the answer ends inside binary output %r" % name,
+                                 body=data)
+            off += size
+            result[name] = _tensors.decode(chunk, dt, shape)
+        elif "data" in out:
+            result[name] = _tensors.from_json(out["data"], dt, shape)
+        else:
+            place = places.get(name)
+            if place is None:
+                raise AttndError(200, "output %r came without data" % name, body=data)
+            if place.memory is not None:
+                result[name] = place.memory.read(shape, dt, place.offset)
+            else:
+                result[name] = filled(place, shape, dt)
+    if off != len(data):
+        raise AttndError(200, "%d unexpected bytes after the binary outputs"
+                         % (len(data) - off), body=data)
+    return result, res
+
+
+def tensor_bytes(*values: Any) -> int:
+    """About how many bytes the tensors take (numpy arrays exactly, nested
+    lists from the length of their first row at every depth, 8 bytes a
+    number): whether encoding them is worth moving off an event loop."""
+    total = 0
+    for v in values:
+        if isinstance(v, Mapping):
+            total += tensor_bytes(*v.values())
+        elif isinstance(v, np.ndarray):
+            total += v.nbytes
+        elif isinstance(v, (list, tuple)):
+            n = 8
+            while isinstance(v, (list, tuple)) and v:
+                n *= len(v)
+                v = v[0]
+            total += n
+    return total
+
+
+class ClientBase:
+    """The URL, headers, retry policy and request builders of a client."""
+
+    def __init__(self, url: str = "http://127.0.0.1:8000", *, token: Optional[str] = None,
+                 timeout: Optional[float] = 60.0,
+                 headers: Optional[Mapping[str, str]] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 unix_socket: Optional[str] = None,
+                 retries: int = DEFAULT_RETRIES,
+                 backoff: float = 0.1,
+                 max_backoff: float = 5.0) -> None:
+        if "://" not in url:
+            url = "http://" + url
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError("url must be http[s]://host[:port][/prefix], not %r" % url)
+        if int(retries) < 0:
+            raise ValueError("retries must be 0 or more")
+        self.url = url
+        self.base = u.path.rstrip("/")
+        self.headers: Dict[str, str] = dict(headers or {})
+        if token:
+            self.headers["Authorization"] = "Bearer " + token
+        self.timeout = timeout
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self._scheme = u.scheme
+        self._host = u.hostname
+        self._port = u.port or (443 if u.scheme == "https" else 80)
+        self._ssl_context = ssl_context
+        self._unix_socket = unix_socket
+
+    # ---- retries ---------------------------------------------------------------
+
+    def _deadline(self) -> Optional[float]:
+        return None if self.timeout is None else time.monotonic() + self.timeout
+
+    def _attempt_timeout(self, deadline: Optional[float]) -> Optional[float]:
+        """The socket timeout of the next try: what is left of the call's."""
+        if deadline is None:
+            return None
+        return max(deadline - time.monotonic(), 0.001)
+
+    def _retry_wait(self, call: "_Call[Any]", e: AttndError, tries: int,
+                    retries: Optional[int], deadline: Optional[float]) -> Optional[float]:
+        """Seconds to wait before trying call again after e, or None when
+        it is not tried again: it is not a pure call, tries are used up, e
+        is neither a 503 nor a failure before any byte of the answer, or
+        the wait would end past the call's deadline."""
+        if retries is None:
+            retries = self.retries
+        if not call.retry or tries > retries:
+            return None
+        if e.status == 503 and e.retry_after is not None:
+            wait = max(e.retry_after, 0.0)
+        elif e.status == 503 or (isinstance(e, AttndConnectionError) and e.before_answer):
+            # exponential, with jitter so that many clients spread out
+            wait = self.backoff * (2 ** (tries - 1)) * (0.5 + 0.5 * random.random())
+        else:
+            return None
+        wait = min(wait, self.max_backoff)
+        if deadline is not None and time.monotonic() + wait >= deadline:
+            return None
+        return wait
+
+    @staticmethod
+    def _inflated(status: int, hdrs: Mapping[str, str], data: bytes) -> bytes:
+        try:
+            return inflate(data, hdrs.get("content-encoding"))
+        except Exception as e:  # OSError, ValueError, zlib.error
+            raise AttndError(status, "cannot decompress the answer: %s" % e, body=data) from e
+
+    # ---- building calls ------------------------------------------------------------
+
+    def _headers(self, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+        h = dict(self.headers)
+        h.update(extra or {})
+        return h
+
+    @staticmethod
+    def _model_path(model: str, version: Optional[Union[str, int]]) -> str:
+        path = "/v2/models/" + urllib.parse.quote(model, safe="")
+        if version is not None and version != "":
+            path += "/versions/" + urllib.parse.quote(str(version), safe="")
+        return path
+
+    def _raw_call(self, method: str, path: str, body: Optional[bytes],
+                  headers: Optional[Mapping[str, str]]) -> "_Call[Tuple[int, Dict[str, str], bytes]]":
+        def parse(status: int, hdrs: Dict[str, str],
+                  data: bytes) -> Tuple[Tuple[int, Dict[str, str], bytes], None]:
+            return (status, hdrs, data), None
+        return _Call(method, path, body, self._headers(headers), False, parse)
+
+    def _get_call(self, path: str, text: bool = False) -> "_Call[Any]":
+        def parse(status: int, hdrs: Dict[str, str], data: bytes) -> Tuple[Any, None]:
+            if status != 200:
+                raise error_from(status, hdrs, data)
+            return (data.decode("utf-8") if text else json.loads(data)), None
+        return _Call("GET", path, None, self._headers(), True, parse)
+
+    def _probe_call(self, path: str) -> "_Call[bool]":
+        def parse(status: int, hdrs: Dict[str, str], data: bytes) -> Tuple[bool, None]:
+            if status == 200:
+                return True, None
+            if status == 503:
+                return False, None
+            raise error_from(status, hdrs, data)
+        return _Call("GET", path, None, self._headers(), True, parse)
+
+    def _post_call(self, path: str, body: bytes, headers: Mapping[str, str],
+                   retry: bool) -> "_Call[None]":
+        def parse(status: int, hdrs: Dict[str, str], data: bytes) -> Tuple[None, None]:
+            if status != 200:
+                raise error_from(status, hdrs, data)
+            return None, None
+        return _Call("POST", path, body, self._headers(headers), retry, parse)
+
+    @staticmethod
+    def _stats_path(model: str, version: Optional[Union[str, int]]) -> str:
+        return (ClientBase._model_path(model, version) if model else "/v2/models") + "/stats"
+
+    @staticmethod
+    def _shm_path(name: str, what: str) -> str:
+        if name:
+            return "/v2/systemsharedmemory/region/%s/%s" % (urllib.parse.quote(name), what)
+        return "/v2/systemsharedmemory/" + what
+
+    def _register_call(self, name: str, key: str, byte_size: int,
+                       offset: int) -> "_Call[None]":
+        body = _dumps({"key": key, "offset": int(offset), "byte_size": int(byte_size)})
+        # not a pure function: a second try could find the name taken by
+        # the first, so registering is never retried
+        return self._post_call(self._shm_path(name, "register"), body.encode(),
+                               {"Content-Type": "application/json"}, False)
+
+    def _unregister_call(self, name: str) -> "_Call[None]":
+        return self._post_call(self._shm_path(name, "unregister"), b"", {}, False)
+
+    @staticmethod
+    def _encoded(body: bytes, headers: Dict[str, str], request_compression: Optional[str],
+                 response_compression: Optional[str]) -> bytes:
+        if request_compression:
+            body = deflate(body, request_compression)
+            headers["Content-Encoding"] = request_compression
+        if response_compression:
+            if response_compression not in ("gzip", "deflate"):
+                raise ValueError("response_compression must be 'gzip' or 'deflate'")
+            headers["Accept-Encoding"] = response_compression
+        return body
+
+    # ---- attention ------------------------------------------------------------------
+
+    def _attention_call(self, query: Any, key: Any, value: Any, valid_lens: Any, mask: Any,
+                        bias: Any, causal: Any, window: Any, scale: Any, scoring: Any,
+                        w_q: Any, w_k: Any, w_v: Any, dropout: Any, return_weights: Any,
+                        diagnostics: Any, id: Any, extra: Optional[Mapping[str, Any]],
+                        binary: bool, request_compression: Optional[str],
+                        response_compression: Optional[str]) -> "_Call[AttentionResult]":
+        """attention()'s request: KServe v2 with binary tensors when every
+        option has a v2 form (v2_form), else /v1 JSON.  Tensors are checked
+        first, in /v1's words, either way."""
+        tensors = {"query": query, "key": key, "value": value, "valid_lens": valid_lens,
+                   "mask": mask, "bias": bias, "w_q": w_q, "w_k": w_k, "w_v": w_v}
+        arrays: Dict[str, Array] = {}
+        for name in _V1_TENSORS:
+            t = tensors[name]
+            if t is None:
+                continue
+            a = _tensors.to_array(name, t)
+            if _tensors.kind_of(name) == _tensors.FLOAT:
+                _tensors.check_floats(name, a, "float32", binary=False)
+            arrays[name] = a
+        fields = {"causal": causal, "window": window, "scale": scale, "scoring": scoring,
+                  "dropout": dropout, "return_weights": return_weights,
+                  "diagnostics": diagnostics, "id": id}
+        opts = {n: _plain(n, v) for n, v in fields.items() if v is not None}
+        form = None if extra or not binary else _v2_form(arrays, opts)
+        if form is not None:
+            return self._attention_v2(arrays, opts, form, request_compression,
+                                      response_compression)
+        members: List[str] = []
+        for name, a in arrays.items():
+            text = (_tensors.json_numbers(a, "float32") if a.ndim == 0 else
+                    _tensors.json_tensor(a, "float32"))
+            members.append('"%s":%s' % (name, text))
+        for name, v in opts.items():
+            members.append("%s:%s" % (_dumps(name), _dumps(v)))
+        for name, v in (extra or {}).items():
+            members.append("%s:%s" % (_dumps(name), _dumps(_plain(name, v))))
+        headers = self._headers({"Content-Type": "application/json"})
+        body = self._encoded(("{" + ",".join(members) + "}").encode(), headers,
+                             request_compression, response_compression)
+
+        def parse(status: int, hdrs: Dict[str, str],
+                  data: bytes) -> Tuple[AttentionResult, Dict[str, Any]]:
+            if status != 200:
+                raise error_from(status, hdrs, data)
+            res = json.loads(data)
+            out: Dict[str, Any] = {}
+            for k, v in res.items():
+                if k in ("output", "weights"):
+                    out[k] = _v1_array(v, np.float32)
+                elif k == "diagnostics":
+                    out[k] = {n: _v1_array(d, np.int32 if n == "allowed_keys" else np.float32)
+                              for n, d in v.items()}
+                else:
+                    out[k] = v
+            return out, res  # type: ignore[return-value]
+        return _Call("POST", "/v1/attention", body, headers, True, parse)
+
+    def _attention_v2(self, arrays: Dict[str, Array], opts: Dict[str, Any],
+                      form: Tuple[str, Dict[str, Any], List[str]],
+                      request_compression: Optional[str],
+                      response_compression: Optional[str]) -> "_Call[AttentionResult]":
+        model, params, outputs = form
+        entries: List[str] = []
+        raws: List[bytes] = []
+        for name, a in arrays.items():
+            kind = _tensors.kind_of(name)
+            if kind == _tensors.FLOAT:
+                # attnd computes in float32; float16 goes as it is (half the
+                # bytes), the rest rounded here as /v1 rounds its decimals
+                dt = "FP16" if a.dtype == np.float16 else "FP32"
+            else:
+                dt = "INT64" if kind == _tensors.INT else "BOOL"
+            raw = _tensors.encode(a, dt)
+            raws.append(raw)
+            entries.append('{"name":"%s","shape":[%s],"datatype":"%s",'
+                           '"parameters":{"binary_data_size":%d}}'
+                           % (name, ",".join(map(str, a.shape)), dt, len(raw)))
+        members = []
+        rid = opts.get("id")
+        if isinstance(rid, str):
+            members.append('"id":%s' % _dumps(rid))
+        if params:
+            members.append('"parameters":%s' % _dumps(params))
+        members.append('"inputs":[%s]' % ",".join(entries))
+        members.append('"outputs":%s' % _dumps(
+            [{"name": n, "parameters": {"binary_data": True}} for n in outputs]))
+        header = ("{" + ",".join(members) + "}").encode()
+        headers = self._headers({"Inference-Header-Content-Length": str(len(header)),
+                                 "Content-Type": "application/octet-stream"})
+        body = self._encoded(header + b"".join(raws), headers, request_compression,
+                             response_compression)
+
+        def parse(status: int, hdrs: Dict[str, str],
+                  data: bytes) -> Tuple[AttentionResult, Dict[str, Any]]:
+            if status != 200:
+                e = error_from(status, hdrs, data)
+                msg = v1_words(e.message)
+                if msg.endswith(" exceeds key length"):
+                    # attnd's binary reader leaves Lk out; /v1 names it
+                    msg += " %d" % arrays["key"].shape[-2]
+                raise AttndError(status, msg, e.retry_after, data)
+            got, res = _v2_outputs(data, hdrs, {})
+            out: Dict[str, Any] = {"output": got["output"]}
+            if "weights" in got:
+                out["weights"] = got["weights"]
+            if opts.get("diagnostics"):
+                out["diagnostics"] = {n: got[n] for n in _DIAGNOSTICS}
+            if "id" in opts:
+                out["id"] = opts["id"]
+            return out, res  # type: ignore[return-value]
+        return _Call("POST", self._model_path(model, None) + "/infer", body, headers, True,
+                     parse)
+
+    # ---- infer -------------------------------------------------------------------------
+
+    def _infer_call(self, model: str, inputs: Mapping[str, Any], outputs: Any, binary: bool,
+                    datatypes: Optional[Mapping[str, str]],
+                    parameters: Optional[Mapping[str, Any]],
+                    version: Optional[Union[str, int]], request_id: Optional[str],
+                    timeout_us: Optional[int], request_compression: Optional[str],
+                    response_compression: Optional[str]) -> "_Call[Dict[str, Any]]":
+        datatypes = dict(datatypes or {})
+        entries: List[str] = []
+        raws: List[bytes] = []
+        for name, t in inputs.items():
+            if isinstance(t, ShmTensor):
+                if t.shape is None or t.datatype is None:
+                    raise ValueError("%s: a ShmTensor input needs shape and datatype" % name)
+                entries.append(_dumps({"name": name, "shape": list(t.shape),
+                                       "datatype": datatypes.get(name, t.datatype),
+                                       "parameters": t.parameters()}))
+                continue
+            a = _tensors.to_array(name, t)
+            dt = datatypes.get(name) or _tensors.default_datatype(name, t)
+            if _tensors.kind_of(name) == _tensors.FLOAT and dt in ("FP32", "FP64", "FP16", "BF16"):
+                _tensors.check_floats(name, a, dt, binary)
+            head = '"name":%s,"shape":[%s],"datatype":%s' % (
+                _dumps(name), ",".join(map(str, a.shape)), _dumps(dt))
+            if binary:
+                raw = _tensors.encode(a, dt)
+                raws.append(raw)
+                entries.append('{%s,"parameters":{"binary_data_size":%d}}' % (head, len(raw)))
+            else:
+                entries.append('{%s,"data":[%s]}' % (head, _tensors.json_numbers(a, dt)))
+
+        places: Dict[str, Optional[ShmTensor]]
+        if outputs is None:
+            places = {"output": None, "weights": None}
+        elif isinstance(outputs, Mapping):
+            places = dict(outputs)
+        else:
+            places = {n: None for n in outputs}
+        out_entries = []
+        for name, place in places.items():
+            params: Dict[str, Any] = {"binary_data": bool(binary) and place is None}
+            if place is not None:
+                params.update(place.parameters())
+            out_entries.append({"name": name, "parameters": params})
+
+        members = []
+        if request_id is not None:
+            members.append('"id":%s' % _dumps(str(request_id)))
+        params = _plain("parameters", dict(parameters or {}))
+        if timeout_us is not None:
+            params["timeout"] = int(timeout_us)
+        if params:
+            members.append('"parameters":%s' % _dumps(params))
+        members.append('"inputs":[%s]' % ",".join(entries))
+        members.append('"outputs":%s' % _dumps(out_entries))
+        header = ("{" + ",".join(members) + "}").encode()
+        extra: Dict[str, str] = {}
+        if raws:
+            extra["Inference-Header-Content-Length"] = str(len(header))
+            extra["Content-Type"] = "application/octet-stream"
+        else:
+            extra["Content-Type"] = "application/json"
+        headers = self._headers(extra)
+        body = self._encoded(header + b"".join(raws), headers, request_compression,
+                             response_compression)
+
+        def parse(status: int, hdrs: Dict[str, str],
+                  data: bytes) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+            if status != 200:
+                raise error_from(status, hdrs, data)
+            return _v2_outputs(data, hdrs, places)
+        return _Call("POST", self._model_path(model, version) + "/infer", body, headers, True,
+                     parse)
+
+
+def _v2_form(arrays: Mapping[str, Array],
+             opts: Mapping[str, Any]) -> Optional[Tuple[str, Dict[str, Any], List[str]]]:
+    """attention()'s request as (model, v2 parameters, outputs), or None when
+    some option has no v2 form or is not of a type attnd takes (sent as
+    /v1 JSON then, so that attnd's /v1 answers it in its own words)."""
+    if any(a.ndim == 0 for a in arrays.values()):
+        return None
+    scoring = opts.get("scoring", "dot")
+    if scoring not in ("dot", "additive"):
+        return None
+    additive = scoring == "additive"
+    weights = [n in arrays for n in ("w_q", "w_k", "w_v")]
+    if (all(weights) if additive else any(weights)) != additive:
+        return None
+    if additive and "scale" in opts:
+        return None
+    params: Dict[str, Any] = {}
+    causal = opts.get("causal", False)
+    if not isinstance(causal, (bool, str)):
+        return None
+    if causal is not False:
+        params["causal"] = causal
+    if "scale" in opts:
+        if not _is_number(opts["scale"]):
+            return None
+        params["scale"] = opts["scale"]
+    window = opts.get("window")
+    if window is not None:
+        if not isinstance(window, list) or len(window) != 2 or \
+                not all(w is None or _is_number(w) for w in window):
+            return None
+        for side, w in zip(("window_left", "window_right"), window):
+            if w is not None:
+                params[side] = w
+    dropout = opts.get("dropout")
+    if dropout is not None:
+        if not isinstance(dropout, dict) or "p" not in dropout or \
+                not set(dropout) <= {"p", "seed"} or \
+                not all(_is_number(x) for x in dropout.values()):
+            return None
+        params["dropout_p"] = dropout["p"]
+        if "seed" in dropout:
+            params["seed"] = dropout["seed"]
+    flags = [opts.get("return_weights", True), opts.get("diagnostics", False)]
+    if not all(isinstance(f, bool) for f in flags):
+        return None
+    rid = opts.get("id")
+    if rid is not None and not isinstance(rid, str) and not _is_number(rid):
+        return None
+    outputs = ["output"] + (["weights"] if flags[0] else []) + \
+        (list(_DIAGNOSTICS) if flags[1] else [])
+    return ("additive_attention" if additive else "attention"), params, outputs
