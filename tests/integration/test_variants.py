@@ -534,6 +534,20 @@ class V2Variants(harness.ServerTestCase, Checks):
                                 parameters=dict(v2_params(req), soft_cap=1.0))
         self.assertIn("parameters.soft_cap: unknown parameter (did you mean 'softcap'?",
                       cm.exception.msg)
+        # non-finite binary sinks and slopes are refused, naming the element
+        for name, dt, raw, phrase in (
+                ("sinks", "FP32", struct.pack("<4f", 0, float("nan"), 1, 2),
+                 "sinks[1]: FP32 value is not finite"),
+                ("sinks", "FP16", struct.pack("<4e", 0, 1, float("inf"), 2),
+                 "sinks[2]: FP16 value is not finite"),
+                ("alibi_slopes", "BF16", b"\x80\x3f" * 3 + b"\x80\x7f",
+                 "alibi_slopes[3]: BF16 value is not finite")):
+            inputs = [i for i in v2_inputs(req, True) if i.name() != name]
+            inputs.append(InferInput(name, [4], dt).set_raw(raw))
+            with self.assertRaises(InferenceServerException) as cm:
+                self.client().infer("attention", inputs, parameters=v2_params(req))
+            self.assertEqual(cm.exception.status, 400)
+            self.assertIn(phrase, cm.exception.msg)
         # binary INT64 offsets beyond int32 are refused, not wrapped
         inputs = v2_inputs(req, True, {"cu_seqlens_q": "INT64", "cu_seqlens_k": "INT64"})
         raw = struct.pack("<4q", 0, 0, 4, 1 << 33)
