@@ -619,6 +619,11 @@ START_TEST(test_packed_tasks_never_cross_sequences) {
   size_t want = 0;
   for (int n = 0; n < 4; n++) want += (size_t)((cu[n + 1] - cu[n] + qb - 1) / qb);
   ck_assert_uint_eq(attn_task_count(&c.p, 0), 2 * want);
+  /* the work it has: each sequence's square, not the whole one */
+  ck_assert(attn_score_pairs(&c.p) == 2.0 * (1 * 1 + 299 * 299 + 0 + 400 * 400));
+  c.p.cu_seqlens_q = c.p.cu_seqlens_k = NULL;
+  ck_assert(attn_score_pairs(&c.p) == 2.0 * 700 * 700);
+  c.p.cu_seqlens_q = c.p.cu_seqlens_k = cu;
   for (size_t t = 0; t < 2 * want; t++) {
     attn__task task;
     attn__task_of(&c.p, t, &task);
