@@ -147,6 +147,16 @@ size_t attn_task_count(const attn_problem *p, int with_weights) {
   return (size_t)p->B * (size_t)p->H * query_blocks(p);
 }
 
+double attn_score_pairs(const attn_problem *p) {
+  double pairs = 0.0;
+  if (attn_check(p) != 0) return 0.0;
+  if (!p->cu_seqlens_q) return (double)p->B * p->H * p->Lq * (double)p->Lk;
+  for (int s = 0; s < p->n_seqs; s++)
+    pairs += (double)(p->cu_seqlens_q[s + 1] - p->cu_seqlens_q[s]) *
+             (double)(p->cu_seqlens_k[s + 1] - p->cu_seqlens_k[s]);
+  return pairs * p->H;
+}
+
 static size_t take(size_t *off, size_t bytes) {
   size_t at = *off;
   *off += (bytes + ATTN__ALIGN - 1) / ATTN__ALIGN * ATTN__ALIGN;

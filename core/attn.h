@@ -215,6 +215,12 @@ int attn_check(const attn_problem *p);
  * with_weights selects the weights path (1) or the online path (0). */
 size_t attn_task_count(const attn_problem *p, int with_weights);
 
+/* The (query, key) pairs whose scores the problem has: B H Lq Lk, or with
+ * packed sequences H times the sum of each sequence's lq lk.  A request's
+ * work scales with it (before masks), so schedulers estimate from it.
+ * 0 when attn_check fails. */
+double attn_score_pairs(const attn_problem *p);
+
 /* Bytes of scratch one thread needs to run any task of this problem. */
 size_t attn_scratch_bytes(const attn_problem *p, int with_weights);
 

@@ -371,6 +371,12 @@ void attn__alibi_avx512(float *s, int a, int z, float slope, int base);
 void attn__sfence_avx2(void);
 #endif
 
+/* The portable soft-capping and ALiBi loops of rowops.c, for the tests:
+ * s = cap tanh(s / cap) (NaN as 0, +-inf as +-cap) and
+ * s -= slope |base - c| over [a, z). */
+void attn__softcap_portable(float *s, int a, int z, float cap);
+void attn__alibi_portable(float *s, int a, int z, float slope, int base);
+
 /* dst[c] = src[c] * g with +-inf clamped to +-FLT_MAX and NaN as 0;
  * dst may be src.  Returns 1 when every product was finite, 0 when one
  * was clipped (how the paths notice that a sum overflowed). */

@@ -54,6 +54,14 @@ static void row_alibi(const attn_problem *p, const attn__task *t, int i,
   alibi_span(s, a, z, p->alibi_slopes[at], (int)base);
 }
 
+void attn__softcap_portable(float *s, int a, int z, float cap) {
+  row_softcap(s, a, z, cap);
+}
+
+void attn__alibi_portable(float *s, int a, int z, float slope, int base) {
+  alibi_span(s, a, z, slope, base);
+}
+
 static void row_softcap_any(float *s, int a, int z, float cap) {
 #if ATTN__HAVE_AVX2_FMA
   if (attn__use_avx512()) {

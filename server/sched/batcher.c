@@ -598,7 +598,7 @@ static void batcher_job_reset(struct batcher_job *job) {
  * compared with the inline bounds, so rough is fine. */
 static double batcher_cost_ns(const proto_request *r) {
   const attn_problem *p = &r->prob;
-  double macs = (double)p->B * p->H * p->Lq * p->Lk *
+  double macs = attn_score_pairs(p) *
                 (p->scoring == ATTN_SCORING_ADDITIVE ? p->Hd + 1.0
                                                      : (double)(p->D + p->Dv));
   size_t text, binary;

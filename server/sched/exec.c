@@ -94,7 +94,7 @@ void exec_help(struct pool_item *item, struct pool_worker *w) {
  * big enough (about a millisecond of work) to repay the hand-off. */
 static int exec_helpers_wanted(struct exec_ctx *x, const attn_problem *p,
                                size_t tasks) {
-  double macs = (double)p->B * p->H * p->Lq * p->Lk * (p->D + p->Dv);
+  double macs = attn_score_pairs(p) * (p->D + p->Dv);
   int idle = atomic_load_explicit(&x->idle_hint, memory_order_relaxed);
   size_t n = (size_t)(idle > 0 ? idle : 0);
   if (macs < (double)(1 << 21) || tasks < 2)

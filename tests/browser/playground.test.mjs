@@ -164,6 +164,94 @@ function softmaxRef(scores) {
   return e.map((x) => x / z);
 }
 
+// A float64 reference of one (batch 0, head h) slice of a /v1 request with
+// the attention variants (docs/api.md): {w: [Lq][Lk], lse: [Lq]}.
+function variantsRef(req, h) {
+  const q4 = (t) => (Array.isArray(t[0][0][0]) ? t : t.map((x) => [x]));
+  const Q = q4(req.query)[0][h], K = q4(req.key)[0], V = q4(req.value)[0];
+  const kv = K[Math.floor(h / (q4(req.query)[0].length / K.length))];
+  const Lq = Q.length, Lk = kv.length, D = Q[0].length;
+  const scale = req.scale === undefined ? 1 / Math.sqrt(D) : req.scale;
+  const causal = req.causal === true ? 'upper_left' : req.causal;
+  const cuq = req.cu_seqlens_q || [0, Lq], cuk = req.cu_seqlens_k || [0, Lk];
+  const w = [], lse = [];
+  void V;
+  for (let i = 0; i < Lq; i++) {
+    let n = 0;
+    while (!(i >= cuq[n] && i < cuq[n + 1])) n++;
+    const il = i - cuq[n], lq = cuq[n + 1] - cuq[n], lk = cuk[n + 1] - cuk[n];
+    const s = new Array(Lk).fill(null);
+    for (let j = cuk[n]; j < cuk[n + 1]; j++) {
+      const jl = j - cuk[n];
+      if (causal === 'upper_left' && jl > il) continue;
+      if (causal === 'lower_right' && jl > il + lk - lq) continue;
+      if (req.window) {
+        const c = req.window_align === 'lower_right' ? il + lk - lq : il;
+        if (req.window[0] !== null && jl < c - req.window[0]) continue;
+        if (req.window[1] !== null && jl > c + req.window[1]) continue;
+      }
+      let x = 0;
+      for (let d = 0; d < D; d++) x += Q[i][d] * kv[j][d];
+      x *= scale;
+      if (req.softcap !== undefined) x = req.softcap * Math.tanh(x / req.softcap);
+      if (req.alibi_slopes) x -= req.alibi_slopes[h] * Math.abs(il + lk - lq - jl);
+      s[j] = x;
+    }
+    const sink = req.sinks ? req.sinks[h] : -Infinity;
+    let m = sink;
+    for (const x of s) if (x !== null && x > m) m = x;
+    let den = req.sinks ? Math.exp(sink - m) : 0;
+    for (const x of s) if (x !== null) den += Math.exp(x - m);
+    w.push(s.map((x) => (x === null ? 0 : Math.exp(x - m) / den)));
+    lse.push(den > 0 ? m + Math.log(den) : -Infinity);
+  }
+  return { w, lse };
+}
+
+// Runs a preset and waits for its drawing; returns the render, the
+// response and the request the page sent.
+async function runPreset(page, name, check) {
+  const before = await page.evaluate(() => (window.attndLastRender ? window.attndLastRender.run : 0));
+  await page.selectOption('#preset', name);
+  await page.waitForFunction((b) => (window.attndLastRender && window.attndLastRender.run > b) ||
+    !document.getElementById('error').hidden, before, { timeout: 15000 });
+  const err = page.locator('#error');
+  if (await err.isVisible()) throw new Error('page shows an error: ' + (await err.textContent()));
+  void check;
+  return page.evaluate(() => ({
+    render: { ...window.attndLastRender, isDrawn: undefined, colourOf: undefined },
+    response: window.attndLastResponse,
+    request: JSON.parse(document.getElementById('request-json').textContent),
+  }));
+}
+
+// Every head's weights (and, with sinks, its sink column) against the
+// reference, through the head selector.
+async function checkHeads(page, req, H) {
+  for (let h = 0; h < H; h++) {
+    if (H > 1) {
+      await page.selectOption('#sel-head', String(h));
+      await page.waitForFunction((hh) => window.attndLastRender.head === hh, h);
+    }
+    const r = await page.evaluate(() => ({ weights: window.attndLastRender.weights,
+      sinkMass: window.attndLastRender.sinkMass }));
+    const ref = variantsRef(req, h);
+    for (let i = 0; i < ref.w.length; i++) {
+      let sum = 0;
+      for (let j = 0; j < ref.w[i].length; j++) {
+        near(r.weights[i][j], ref.w[i][j], 1e-5, `head ${h} weight (${i}, ${j})`);
+        if (ref.w[i][j] === 0) assert(r.weights[i][j] === 0, `head ${h} (${i}, ${j}) must be exactly 0`);
+        sum += r.weights[i][j];
+      }
+      if (req.sinks) {
+        near(r.sinkMass[i], Math.exp(req.sinks[h] - ref.lse[i]), 1e-5, `head ${h} sink mass row ${i}`);
+        near(sum + r.sinkMass[i], 1, 1e-5, `head ${h} row ${i}: keys and sink sum to 1`);
+      }
+    }
+  }
+  if (H > 1) await page.selectOption('#sel-head', '0');
+}
+
 // A reverse proxy on loopback that serves attnd under a path prefix, as a
 // proxy in front of it may (https://example.com/attnd/ -> attnd's /), and
 // answers 404 to anything outside the prefix.  seen: every path asked for.
@@ -580,6 +668,91 @@ try {
       await p.context().close();
       await proxy.close();
     }
+  });
+
+  await test('sinks preset: each row\'s sink mass is drawn in a sink column, the keys get the rest', async () => {
+    await page.goto(BASE + '/', { waitUntil: 'load' });
+    const { render: r, request: req } = await runPreset(page, 'sinks');
+    assert(req.sinks.length === 4 && req.return_lse === true, 'request: ' + JSON.stringify(req.sinks));
+    assert(r.sinkMass && r.sinkMass.length === r.Lq, 'no sink column');
+    await checkHeads(page, req, 4);
+    // the sink column's pixels are its mass on the colour scale
+    const px = await page.evaluate(() => {
+      const r = window.attndLastRender, g = r.geometry;
+      const canvas = document.getElementById('heatmap');
+      const img = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height);
+      return r.sinkMass.map((m, i) => {
+        const x = Math.floor((g.sinkX + g.sinkW / 2) * g.dpr), y = Math.floor((g.top + (i + 0.5) * g.ch) * g.dpr);
+        const k = 4 * (y * img.width + x);
+        return { got: [img.data[k], img.data[k + 1], img.data[k + 2]], want: r.colourOf(m) };
+      });
+    });
+    for (const [i, p] of px.entries()) assert(sameRgb(p.got, p.want, 3), `sink cell ${i}: ${p.got} vs ${p.want}`);
+    // head 3's sink (4) stands above every score: it takes most of row 0
+    await page.selectOption('#sel-head', '3');
+    const m3 = await page.evaluate(() => window.attndLastRender.sinkMass);
+    assert(m3[0] > 0.5, 'head 3 sink mass ' + m3[0]);
+    const lse = await page.locator('#lse-wrap tbody tr').count();
+    assert(lse === 8, `lse table has ${lse} rows`);
+    // the tooltip names the sink
+    const g = await page.evaluate(() => window.attndLastRender.geometry);
+    const box = await page.locator('#heatmap').boundingBox();
+    await page.mouse.move(box.x + g.sinkX + g.sinkW / 2, box.y + g.top + 0.5 * g.ch);
+    await page.locator('#tooltip').waitFor({ state: 'visible' });
+    assert((await page.locator('#tooltip').textContent()).includes('sink'), 'sink tooltip');
+    await page.selectOption('#sel-head', '0');
+  });
+
+  await test('softcap and ALiBi presets: weights match a float64 reference, every head', async () => {
+    let { request: req } = await runPreset(page, 'softcap');
+    assert(req.softcap === 3 && req.scale === 1, 'softcap request');
+    await checkHeads(page, req, 1);
+    ({ request: req } = await runPreset(page, 'alibi'));
+    assert(req.alibi_slopes.length === 4, 'alibi request');
+    await checkHeads(page, req, 4);
+    const r = await page.evaluate(() => window.attndLastRender);
+    assert(r.sinkMass === null, 'a sink column without sinks');
+  });
+
+  await test('packed preset: zeros across sequences stay blank, each sequence is outlined', async () => {
+    const { render: r, response, request: req } = await runPreset(page, 'packed');
+    assert(req.cu_seqlens_q.length === 4, 'packed request');
+    assert(JSON.stringify(r.seqBlocks) === JSON.stringify([[0, 3, 0, 4], [3, 7, 4, 8], [7, 10, 8, 12]]),
+      'blocks ' + JSON.stringify(r.seqBlocks));
+    const seqOf = (i) => (i < 3 ? 0 : i < 7 ? 1 : 2);
+    const cq = req.cu_seqlens_q, ck = req.cu_seqlens_k;
+    const allowed = (i, j) => {
+      const n = seqOf(i);
+      if (j < ck[n] || j >= ck[n + 1]) return false;
+      const il = i - cq[n], jl = j - ck[n];
+      return jl <= il + (ck[n + 1] - ck[n]) - (cq[n + 1] - cq[n]);
+    };
+    const full = await page.evaluate(() => ({ ...window.attndLastRender }));
+    await checkDrawing(page, full, response, allowed);
+    await checkHeads(page, req, 1);
+    assert(Array.isArray(response.lse) && response.lse[0].length === 10, 'lse in the response');
+  });
+
+  await test('gpt-oss preset: window [3, 0] with causal shows 4 keys a row, and a sink', async () => {
+    const { render: r, response, request: req } = await runPreset(page, 'gptoss');
+    assert(JSON.stringify(req.window) === '[3,0]' && req.causal === true, 'gpt-oss request');
+    const allowed = response.diagnostics.allowed_keys[0][0];
+    assert(JSON.stringify(allowed) === JSON.stringify([1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4]),
+      'allowed keys ' + allowed);
+    for (let i = 0; i < r.Lq; i++) {
+      for (let j = 0; j < r.Lk; j++) {
+        const inBand = j <= i && j >= i - 3;
+        assert((r.weights[i][j] > 0) === inBand, `cell (${i}, ${j}) ${r.weights[i][j]}`);
+      }
+    }
+    await checkHeads(page, req, 4);
+  });
+
+  await test('a bad packing is the server\'s 400, naming the field', async () => {
+    await fill(page, { cu_seqlens_q: '0, 7, 3, 12', cu_seqlens_k: '0, 4, 8, 12' });
+    const text = await runErr(page);
+    assert(/HTTP 400/.test(text) && /cu_seqlens_q\[2\]=3 is less than/.test(text), 'error: ' + text);
+    await fill(page, { cu_seqlens_q: '', cu_seqlens_k: '' });
   });
 
   await test('no script errors during the run', async () => {

@@ -103,7 +103,8 @@ def cases():
     add("misspelt query", with_(query=..., querry=BASE["query"]),
         "unknown field 'querry' (did you mean 'query'? fields: query, key, "
         "value, valid_lens, mask, bias, causal, scale, return_weights, id, "
-        "scoring, w_q, w_k, w_v, dropout, window, diagnostics)")
+        "scoring, w_q, w_k, w_v, dropout, window, diagnostics, sinks, softcap, "
+        "alibi_slopes, cu_seqlens_q, cu_seqlens_k, return_lse, window_align)")
     add("misspelt causal", with_(casual=True),
         "unknown field 'casual' (did you mean 'causal'?")
     add("unknown field nothing near", with_(temperature=0.5),

@@ -312,6 +312,38 @@ class V1Variants(harness.ServerTestCase, Checks):
                                   input=json.dumps(b) + "\n", capture_output=True, text=True)
             self.assertEqual(proc.returncode, 1, b)
 
+    def test_api_md_examples_are_what_attnd_answers(self):
+        """Every example of docs/api.md written as an indented request on
+        the README's tensors ({Q, K, V, ...}) and its answer: the answer,
+        its line breaks taken out, byte for byte."""
+        qkv = ('"query": [[[1, 0], [0, 2]]], "key": [[[1, 1], [2, 0], [0, 3]]], '
+               '"value": [[[1, 0], [0, 1], [1, 1]]]')
+        with open(os.path.join(harness.ROOT, "docs", "api.md")) as f:
+            lines = f.read().split("\n")
+        examples, n = [], 0
+        while n < len(lines):
+            if not lines[n].startswith("    {Q, K, V"):
+                n += 1
+                continue
+            block = []
+            while n < len(lines) and lines[n].startswith("    "):
+                block.append(lines[n][4:].strip())
+                n += 1
+            # the request runs until its braces close; the answer follows
+            depth, k = 0, 0
+            for k, line in enumerate(block):
+                depth += line.count("{") - line.count("}")
+                if depth == 0:
+                    break
+            examples.append((" ".join(block[:k + 1]), "".join(block[k + 1:])))
+        self.assertGreaterEqual(len(examples), 7, "examples found in docs/api.md")
+        for req_text, want in examples:
+            body = req_text.replace("Q, K, V", qkv, 1)
+            st, _, data = self.srv.request("POST", "/v1/attention", body.encode(),
+                                           {"Content-Type": "application/json"})
+            self.assertEqual(st, 200, data)
+            self.assertEqual(data.decode(), want, req_text)
+
     def test_bad_values_are_refused_naming_them(self):
         base = rand_request(13, B=1, H=2, Lq=4, Lk=5)
         two = rand_request(14, B=2, H=2, Lq=4, Lk=5)
@@ -534,6 +566,20 @@ class V2Variants(harness.ServerTestCase, Checks):
                                 parameters=dict(v2_params(req), soft_cap=1.0))
         self.assertIn("parameters.soft_cap: unknown parameter (did you mean 'softcap'?",
                       cm.exception.msg)
+        # non-finite binary sinks and slopes are refused, naming the element
+        for name, dt, raw, phrase in (
+                ("sinks", "FP32", struct.pack("<4f", 0, float("nan"), 1, 2),
+                 "sinks[1]: FP32 value is not finite"),
+                ("sinks", "FP16", struct.pack("<4e", 0, 1, float("inf"), 2),
+                 "sinks[2]: FP16 value is not finite"),
+                ("alibi_slopes", "BF16", b"\x80\x3f" * 3 + b"\x80\x7f",
+                 "alibi_slopes[3]: BF16 value is not finite")):
+            inputs = [i for i in v2_inputs(req, True) if i.name() != name]
+            inputs.append(InferInput(name, [4], dt).set_raw(raw))
+            with self.assertRaises(InferenceServerException) as cm:
+                self.client().infer("attention", inputs, parameters=v2_params(req))
+            self.assertEqual(cm.exception.status, 400)
+            self.assertIn(phrase, cm.exception.msg)
         # binary INT64 offsets beyond int32 are refused, not wrapped
         inputs = v2_inputs(req, True, {"cu_seqlens_q": "INT64", "cu_seqlens_k": "INT64"})
         raw = struct.pack("<4q", 0, 0, 4, 1 << 33)

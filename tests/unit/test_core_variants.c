@@ -619,6 +619,11 @@ START_TEST(test_packed_tasks_never_cross_sequences) {
   size_t want = 0;
   for (int n = 0; n < 4; n++) want += (size_t)((cu[n + 1] - cu[n] + qb - 1) / qb);
   ck_assert_uint_eq(attn_task_count(&c.p, 0), 2 * want);
+  /* the work it has: each sequence's square, not the whole one */
+  ck_assert(attn_score_pairs(&c.p) == 2.0 * (1 * 1 + 299 * 299 + 0 + 400 * 400));
+  c.p.cu_seqlens_q = c.p.cu_seqlens_k = NULL;
+  ck_assert(attn_score_pairs(&c.p) == 2.0 * 700 * 700);
+  c.p.cu_seqlens_q = c.p.cu_seqlens_k = cu;
   for (size_t t = 0; t < 2 * want; t++) {
     attn__task task;
     attn__task_of(&c.p, t, &task);
@@ -756,6 +761,61 @@ START_TEST(test_diagnostics_with_sinks_describe_returned_weights) {
 }
 END_TEST
 
+/* The AVX-512 soft-capping and ALiBi loops against the portable ones (the
+ * ones valgrind and CPUs without AVX-512F run) and against float64:
+ * within 4 ulp of cap, NaN as 0, +-inf as +-cap, every tail length. */
+START_TEST(softcap_and_alibi_loops_agree_with_float64) {
+  enum { N = 200 };
+  float x[N], a[N], b[N];
+  rng r = {17};
+  for (int i = 0; i < N; i++)
+    x[i] = i % 7 == 0 ? rng_sym(&r, 0.5f) : rng_sym(&r, 200.0f);
+  x[3] = NAN; x[5] = INFINITY; x[6] = -INFINITY; x[8] = FLT_MAX; x[9] = 0.0f;
+  static const float caps[] = {0.25f, 1.0f, 30.0f, 50.0f, 1e6f};
+  for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++)
+    for (int z = 1; z <= N; z += 37) {
+      float cap = caps[k];
+      memcpy(a, x, sizeof x);
+      attn__softcap_portable(a, 0, z, cap);
+      for (int i = 0; i < z; i++) {
+        double xi = isnan(x[i]) ? 0.0 : x[i];
+        double want = cap * tanh(xi / cap);
+        EXPECT(fabs(a[i] - want) <= 4.0 * cap * FLT_EPSILON + 4e-7 * fabs(want),
+               "portable softcap(%g) of %g: %.9g vs %.9g", cap, x[i], a[i], want);
+      }
+#if ATTN__HAVE_AVX2_FMA
+      if (!attn__use_avx512()) continue;
+      memcpy(b, x, sizeof x);
+      attn__softcap_avx512(b, 0, z, cap);
+      for (int i = 0; i < z; i++)
+        EXPECT(fabs(a[i] - b[i]) <= 4.0 * cap * FLT_EPSILON,
+               "avx512 softcap(%g) of %g: %.9g vs portable %.9g", cap, x[i], b[i],
+               a[i]);
+      for (int i = z; i < N; i++) EXPECT(b[i] == x[i] || (isnan(b[i]) && isnan(x[i])),
+                                          "softcap wrote past z at %d", i);
+#endif
+    }
+  for (int z = 1; z <= N; z += 23) {
+    float s0[N];
+    for (int i = 0; i < N; i++) s0[i] = rng_sym(&r, 3.0f);
+    memcpy(a, s0, sizeof s0);
+    attn__alibi_portable(a, 2, z, 0.375f, 50);
+    for (int i = 2; i < z; i++) {
+      double want = (double)s0[i] - 0.375 * fabs(50.0 - i);
+      EXPECT(fabs(a[i] - want) <= 1e-5, "portable alibi at %d: %g vs %g", i, a[i], want);
+    }
+#if ATTN__HAVE_AVX2_FMA
+    if (!attn__use_avx512()) continue;
+    memcpy(b, s0, sizeof s0);
+    attn__alibi_avx512(b, 2, z, 0.375f, 50);
+    for (int i = 0; i < N; i++)
+      EXPECT(i < 2 || i >= z ? b[i] == s0[i] : fabs(b[i] - a[i]) <= 1e-5,
+             "avx512 alibi at %d: %g vs portable %g", i, b[i], a[i]);
+#endif
+  }
+}
+END_TEST
+
 static Suite *variants_suite(void) {
   Suite *s = suite_create("core_variants");
   int nold = (int)(sizeof older / sizeof older[0]);
@@ -787,6 +847,7 @@ static Suite *variants_suite(void) {
   tcase_add_test(edge, test_online_scratch_unchanged_by_new_variants);
   tcase_add_test(edge, test_check_rejects_bad_new_fields);
   tcase_add_test(edge, test_diagnostics_with_sinks_describe_returned_weights);
+  tcase_add_test(edge, softcap_and_alibi_loops_agree_with_float64);
   suite_add_tcase(s, edge);
   return s;
 }

@@ -1327,7 +1327,8 @@ START_TEST(answer_bytes_bound_the_longest_answer) {
   static const char *const extras[] = {
     "\"id\":\"a-rather-long-request-id\"",
     "\"diagnostics\":true",
-    "\"diagnostics\":true,\"return_weights\":false"};
+    "\"diagnostics\":true,\"return_weights\":false",
+    "\"return_lse\":true,\"diagnostics\":true"};
   for (size_t f = 0; f < 2 * sizeof extras / sizeof extras[0]; f++) {
     proto_request r;
     char *body, *json = zeros_body(2, 3, 40, 2, extras[f / 2]);
@@ -1352,6 +1353,134 @@ START_TEST(answer_bytes_bound_the_longest_answer) {
     free(body);
     proto_request_free(&r);
   }
+}
+END_TEST
+
+/* ---- sinks, softcap, ALiBi, packing, window_align, lse ------------------- */
+
+/* A rank-4 request: B=1, H=2, Hkv=1, Lq=3, Lk=4, D=2, Dv=1. */
+#define QKV4 "\"query\":[[[[1,2],[3,4],[5,6]],[[7,8],[9,1],[2,3]]]]," \
+             "\"key\":[[[[1,0],[0,1],[1,1],[2,2]]]]," \
+             "\"value\":[[[[1],[2],[3],[4]]]]"
+
+START_TEST(variant_fields_decode_into_the_problem) {
+  proto_request r;
+  OK("{" QKV4 ",\"sinks\":[0.5,-2],\"softcap\":30,"
+     "\"alibi_slopes\":[[0.25,0.125]],\"cu_seqlens_q\":[0,1,3],"
+     "\"cu_seqlens_k\":[0,0,4],\"window\":[1,0],"
+     "\"window_align\":\"lower_right\",\"return_lse\":true}", &r);
+  const attn_problem *p = &r.prob;
+  ck_assert_int_eq(attn_check(p), 0);
+  ck_assert_float_eq(p->sinks[0], 0.5f);
+  ck_assert_float_eq(p->sinks[1], -2.0f);
+  ck_assert_float_eq(p->softcap, 30.0f);
+  ck_assert_int_eq(p->alibi_per_item, 1);
+  ck_assert_float_eq(p->alibi_slopes[1], 0.125f);
+  ck_assert_int_eq(p->n_seqs, 2);
+  ck_assert_int_eq(p->cu_seqlens_q[1], 1);
+  ck_assert_int_eq(p->cu_seqlens_k[2], 4);
+  ck_assert_int_eq(p->window_align, ATTN_WINDOW_LOWER_RIGHT);
+  ck_assert_int_eq(r.return_lse, 1);
+  ck_assert_ptr_nonnull(r.lse);
+  proto_request_free(&r);
+  /* (H,) slopes, defaults, and no lse buffer unless asked */
+  OK("{" QKV4 ",\"alibi_slopes\":[1,2],\"window_align\":\"upper_left\"}",
+     &r);
+  ck_assert_int_eq(r.prob.alibi_per_item, 0);
+  ck_assert_int_eq(r.prob.window_align, ATTN_WINDOW_UPPER_LEFT);
+  ck_assert_ptr_null(r.prob.sinks);
+  ck_assert_float_eq(r.prob.softcap, 0.0f);
+  ck_assert_ptr_null(r.lse);
+  proto_request_free(&r);
+  /* rank 3: H = 1 */
+  OK("{" QKV3 ",\"sinks\":[1],\"return_lse\":false}", &r);
+  ck_assert_float_eq(r.prob.sinks[0], 1.0f);
+  ck_assert_ptr_null(r.lse);
+  proto_request_free(&r);
+}
+END_TEST
+
+START_TEST(variant_bad_values_are_named) {
+  BAD("{" QKV4 ",\"sinks\":[1]}", "sinks: shape [1] is not (H,) = [2]");
+  BAD("{" QKV4 ",\"sinks\":[[1,2]]}", "sinks: shape [1,2]");
+  BAD("{" QKV4 ",\"sinks\":[1,3.5e38]}", "sinks[1]: 3.5e+38 is out of float32");
+  BAD("{" QKV4 ",\"alibi_slopes\":[[1,2],[3,4]]}",
+      "alibi_slopes: shape [2,2] is neither (H,) = [2] nor (B, H) = [1,2]");
+  BAD("{" QKV4 ",\"softcap\":0}", "softcap: 0 is not a finite number > 0");
+  BAD("{" QKV4 ",\"softcap\":-1}", "softcap: -1 is not");
+  BAD("{" QKV4 ",\"softcap\":1e-46}", "softcap: 1e-46 is not");
+  BAD("{" QKV4 ",\"softcap\":true}", "softcap: expected a number > 0");
+  BAD("{" QKV4 ",\"window_align\":\"lower\"}",
+      "window_align: unknown value \"lower\" (allowed: \"upper_left\", "
+      "\"lower_right\")");
+  BAD("{" QKV4 ",\"window_align\":true}", "window_align: unknown value");
+  BAD("{" QKV4 ",\"return_lse\":1}", "return_lse: expected true or false");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[0,3]}",
+      "cu_seqlens_q: given without cu_seqlens_k");
+  BAD("{" QKV4 ",\"cu_seqlens_k\":[0,4]}",
+      "cu_seqlens_k: given without cu_seqlens_q");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[0,3],\"cu_seqlens_k\":[0,2,4]}",
+      "cu_seqlens_k: 3 entries do not match cu_seqlens_q's 2");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[[0,3]],\"cu_seqlens_k\":[[0,4]]}",
+      "cu_seqlens_q: expected shape (N + 1,)");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[3],\"cu_seqlens_k\":[4]}",
+      "cu_seqlens_q: expected shape (N + 1,) with N >= 1 sequences, got rank 1"
+      " of length 1");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[1,3],\"cu_seqlens_k\":[0,4]}",
+      "cu_seqlens_q[0]=1: must be 0");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[0,2,1,3],\"cu_seqlens_k\":[0,1,2,4]}",
+      "cu_seqlens_q[2]=1 is less than cu_seqlens_q[1]=2");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[0,3],\"cu_seqlens_k\":[0,3]}",
+      "cu_seqlens_k[1]=3: the last offset must be the key length 4");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[0,4],\"cu_seqlens_k\":[0,4]}",
+      "cu_seqlens_q[1]=4 exceeds query length 3");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[0,-1,3],\"cu_seqlens_k\":[0,1,4]}",
+      "cu_seqlens_q[1]");
+  BAD("{" QKV3 ",\"cu_seqlens_q\":[0,2],\"cu_seqlens_k\":[0,3]}",
+      "cu_seqlens_q: packed sequences need batch 1, got 2");
+  BAD("{" QKV4 ",\"cu_seqlens_q\":[0,3],\"cu_seqlens_k\":[0,4],"
+      "\"valid_lens\":[2]}", "valid_lens: not allowed with cu_seqlens_q");
+  BAD("{" QKV4 ",\"sink\":[1,2]}", "did you mean 'sinks'?");
+  BAD("{" QKV4 ",\"cu_seqlen_k\":[0,4]}", "did you mean 'cu_seqlens_k'?");
+}
+END_TEST
+
+/* Window sides wider than max(Lq, Lk) are unbounded under either
+ * alignment; they are clamped there, not at Lq, which would cut a
+ * lower-right window. */
+START_TEST(window_sides_clamp_at_the_longer_length) {
+  proto_request r;
+  OK("{\"query\":[[[1,0]]],\"key\":[[[1,0],[0,1],[1,1],[2,2],[3,3]]],"
+     "\"value\":[[[1],[2],[3],[4],[5]]],\"window\":[4,1e15],"
+     "\"window_align\":\"lower_right\"}", &r);
+  ck_assert_int_eq(r.prob.window_left, 4);
+  ck_assert_int_eq(r.prob.window_right, 5);
+  proto_request_free(&r);
+}
+END_TEST
+
+/* The lse is shaped like a diagnostic, in the query's form; -inf (and
+ * any non-finite value) prints as null. */
+START_TEST(encode_lse_nested_and_flat_with_null_for_minus_inf) {
+  proto_request r;
+  char *body;
+  size_t len;
+  OK("{" QKV4 ",\"return_lse\":true,\"return_weights\":false}", &r);
+  fill_outputs(&r);
+  for (int i = 0; i < 6; i++) r.lse[i] = 0.5f * (float)i;
+  r.lse[2] = -INFINITY;
+  ck_assert_int_eq(proto_v1_encode(&r, &body, &len), 0);
+  ck_assert_ptr_nonnull(strstr(body, ",\"lse\":[[[0,0.5,null],[1.5,2,2.5]]]}"));
+  ck_assert_ptr_null(strstr(body, "weights"));
+  free(body);
+  r.flat = 1;
+  ck_assert_int_eq(proto_v1_encode(&r, &body, &len), 0);
+  ck_assert_ptr_nonnull(strstr(body, "\"lse\":{\"shape\":[1,2,3],"
+                                     "\"data\":[0,0.5,null,1.5,2,2.5]}"));
+  free(body);
+  /* the answer's bound counts the lse */
+  ck_assert_uint_ge(proto_answer_bytes(&r), len);
+  proto_request_free(&r);
 }
 END_TEST
 
@@ -1418,6 +1547,10 @@ static Suite *proto_suite(void) {
                      encode_diagnostics_nested_and_flat,
                      answer_bytes_bound_the_longest_answer}},
     {"core", {round_trip_through_core_matches_float64_reference}},
+    {"variants", {variant_fields_decode_into_the_problem,
+                  variant_bad_values_are_named,
+                  window_sides_clamp_at_the_longer_length,
+                  encode_lse_nested_and_flat_with_null_for_minus_inf}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     TCase *tc = tcase_create(cases[c].name);

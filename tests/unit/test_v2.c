@@ -1385,7 +1385,7 @@ END_TEST
 static void dec_run(const body *b, proto_request *r) {
   char err[PROTO_ERR_MAX];
   ck_assert_msg(dec(b, NULL, PROTO_MODEL_ATTENTION, r, err) == 0, "%s", err);
-  ck_assert_int_eq(attn_forward(&r->prob, r->out, r->weights), 0);
+  ck_assert_int_eq(attn_forward_lse(&r->prob, r->out, r->weights, r->lse), 0);
   if (r->diagnostics)
     ck_assert_int_eq(attn_diagnostics(&r->prob, r->weights, r->allowed_keys,
                                       r->entropy, r->max_weight,
@@ -1405,14 +1405,19 @@ START_TEST(binary_outputs_in_parts_are_the_bytes_of_the_copy) {
     "\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":"
     "true}}]",
     "\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":"
-    "true}}]"};
-  static const int want_parts[] = {2, 1, 3, 0, 1, 1};
-  static const int want_blocks[] = {2, 1, 2, 0, 1, 1};
-  static const int want_joined[] = {0, 0, 0, 0, 1, 0};
+    "true}}]",
+    "\"outputs\":[{\"name\":\"lse\",\"parameters\":{\"binary_data\":"
+    "true}},{\"name\":\"output\",\"parameters\":{\"binary_data\":true}}]",
+    "\"parameters\":{\"binary_data_output\":true},\"outputs\":[{\"name\":"
+    "\"weights\"},{\"name\":\"lse\"},{\"name\":\"entropy\"},{\"name\":"
+    "\"output\"}]"};
+  static const int want_parts[] = {2, 1, 3, 0, 1, 1, 2, 4};
+  static const int want_blocks[] = {2, 1, 2, 0, 1, 1, 2, 4};
+  static const int want_joined[] = {0, 0, 0, 0, 1, 0, 0, 0};
   /* an id longer than the room before the output: the parts stay apart */
-  static const int long_id[] = {0, 0, 0, 0, 0, 1};
+  static const int long_id[] = {0, 0, 0, 0, 0, 1, 0, 0};
   long live = mem_live();
-  for (int c = 0; c < 6; c++) {
+  for (int c = 0; c < 8; c++) {
     body b;
     char json[2048], *whole;
     size_t len, jlen;
@@ -1460,6 +1465,139 @@ START_TEST(binary_outputs_in_parts_are_the_bytes_of_the_copy) {
 }
 END_TEST
 
+/* ---- sinks, softcap, ALiBi, packing, window_align, lse ------------------- */
+
+#define IN_Q4 "{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,2,2]," \
+              "\"data\":[1,0,0,2,1,1,2,0]}"
+#define IN_K4 "{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":[1,1,3,2]," \
+              "\"data\":[1,1,2,0,0,3]}"
+#define IN_V4 "{\"name\":\"value\",\"datatype\":\"FP32\",\"shape\":[1,1,3,2]," \
+              "\"data\":[1,0,0,1,1,1]}"
+
+START_TEST(variant_inputs_and_parameters_decode) {
+  body b;
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  /* JSON: FP16 sinks (1.0001 is not an FP16: it rounds to 1), BF16
+   * slopes, INT64 and INT32 offsets */
+  body_json(&b, "{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 ","
+            "{\"name\":\"sinks\",\"datatype\":\"FP16\",\"shape\":[2],"
+            "\"data\":[1.0001,-3]},"
+            "{\"name\":\"alibi_slopes\",\"datatype\":\"BF16\",\"shape\":[1,2],"
+            "\"data\":[0.5,0.25]},"
+            "{\"name\":\"cu_seqlens_q\",\"datatype\":\"INT64\",\"shape\":[3],"
+            "\"data\":[0,1,2]},"
+            "{\"name\":\"cu_seqlens_k\",\"datatype\":\"INT32\",\"shape\":[3],"
+            "\"data\":[0,0,3]}],"
+            "\"parameters\":{\"softcap\":20,\"window_align\":\"lower_right\","
+            "\"window_left\":1},"
+            "\"outputs\":[{\"name\":\"lse\"},{\"name\":\"output\"}]}");
+  ck_assert_msg(dec(&b, NULL, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s", err);
+  const attn_problem *p = &r.prob;
+  ck_assert_int_eq(attn_check(p), 0);
+  ck_assert(p->sinks[0] == 1.0f && p->sinks[1] == -3.0f);
+  ck_assert(p->alibi_slopes[1] == 0.25f);
+  ck_assert_int_eq(p->alibi_per_item, 1);
+  ck_assert(p->softcap == 20.0f);
+  ck_assert_int_eq(p->window_align, ATTN_WINDOW_LOWER_RIGHT);
+  ck_assert_int_eq(p->n_seqs, 2);
+  ck_assert_int_eq(p->cu_seqlens_k[2], 3);
+  ck_assert_int_eq(r.return_lse, 1);
+  ck_assert_int_eq(r.return_weights, 0);
+  ck_assert_ptr_null(r.weights);
+  /* computed, the lse answers as JSON; query 0's sequence has no keys,
+   * so its lse is its head's sink */
+  ck_assert_int_eq(attn_forward_lse(p, r.out, NULL, r.lse), 0);
+  ck_assert(r.lse[0] == 1.0f && r.lse[2] == -3.0f);
+  r.lse[1] = -INFINITY;
+  char *out;
+  size_t len, jlen;
+  ck_assert_int_eq(proto_v2_encode(&r, &out, &len, &jlen), 0);
+  ck_assert_ptr_nonnull(strstr(out, "{\"name\":\"lse\",\"datatype\":\"FP32\","
+                                    "\"shape\":[1,2,2],\"data\":[1,null,-3,"));
+  free(out);
+  proto_request_free(&r);
+
+  /* binary: FP16 sinks and INT64 offsets after the JSON part; the lse
+   * as a binary output carries -inf as the float */
+  static const char hdr[] =
+      "{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 ","
+      "{\"name\":\"sinks\",\"datatype\":\"FP16\",\"shape\":[2],"
+      "\"parameters\":{\"binary_data_size\":4}},"
+      "{\"name\":\"cu_seqlens_q\",\"datatype\":\"INT64\",\"shape\":[2],"
+      "\"parameters\":{\"binary_data_size\":16}},"
+      "{\"name\":\"cu_seqlens_k\",\"datatype\":\"INT64\",\"shape\":[2],"
+      "\"parameters\":{\"binary_data_size\":16}}],"
+      "\"outputs\":[{\"name\":\"lse\",\"parameters\":{\"binary_data\":true}}]}";
+  uint16_t sinks[2] = {0x3c00, 0xc000};  /* 1, -2 */
+  int64_t cq[2] = {0, 2}, ck[2] = {0, 3};
+  body_json(&b, hdr);
+  body_add(&b, sinks, sizeof sinks);
+  body_add(&b, cq, sizeof cq);
+  body_add(&b, ck, sizeof ck);
+  ck_assert_msg(dec(&b, b.hlen, PROTO_MODEL_ATTENTION, &r, err) == 0, "%s",
+                err);
+  ck_assert(r.prob.sinks[1] == -2.0f);
+  ck_assert_int_eq(r.prob.n_seqs, 1);
+  ck_assert_int_eq(attn_forward_lse(&r.prob, r.out, NULL, r.lse), 0);
+  r.lse[3] = -INFINITY;
+  ck_assert_int_eq(proto_v2_encode(&r, &out, &len, &jlen), 0);
+  ck_assert_uint_eq(len - jlen, 16);
+  float got[4];
+  memcpy(got, out + jlen, 16);
+  ck_assert(isfinite(got[0]) && got[3] == -INFINITY);
+  ck_assert(got[0] == r.lse[0]);
+  free(out);
+  proto_request_free(&r);
+}
+END_TEST
+
+START_TEST(variant_errors_name_the_input_or_parameter) {
+  static const struct { const char *json, *want; } cases[] = {
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 ",{\"name\":\"cu_seqlens_q\","
+     "\"datatype\":\"FP32\",\"shape\":[2],\"data\":[0,2]}]}",
+     "cu_seqlens_q: datatype FP32 is not supported for this input (expected "
+     "INT32 or INT64)"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 ",{\"name\":\"sinks\","
+     "\"datatype\":\"INT32\",\"shape\":[2],\"data\":[0,2]}]}",
+     "sinks: datatype INT32 is not supported for this input (expected FP32, "
+     "FP64, FP16 or BF16)"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 ",{\"name\":\"sinks\","
+     "\"datatype\":\"FP32\",\"shape\":[3],\"data\":[0,2,1]}]}",
+     "sinks: shape [3] is not (H,) = [2]"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 ",{\"name\":\"cu_seqlens_q\","
+     "\"datatype\":\"INT32\",\"shape\":[2],\"data\":[0,2]},"
+     "{\"name\":\"cu_seqlens_k\",\"datatype\":\"INT32\",\"shape\":[2],"
+     "\"data\":[0,4]}]}", "cu_seqlens_k[1]=4 exceeds key length 3"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 ",{\"name\":\"cu_seqlens_q\","
+     "\"datatype\":\"INT32\",\"shape\":[2],\"data\":[0,1]},"
+     "{\"name\":\"cu_seqlens_k\",\"datatype\":\"INT32\",\"shape\":[2],"
+     "\"data\":[0,3]}]}",
+     "cu_seqlens_q[1]=1: the last offset must be the query length 2"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 "],\"parameters\":{\"softcap\":0}}",
+     "parameters.softcap: must be a finite number > 0"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 "],\"parameters\":"
+     "{\"window_align\":\"center\"}}",
+     "parameters.window_align: unknown value \"center\" (allowed: "
+     "\"upper_left\", \"lower_right\")"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 "],\"parameters\":"
+     "{\"softcapp\":1}}", "did you mean 'softcap'?"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 ",{\"name\":\"alibi_slope\","
+     "\"datatype\":\"FP32\",\"shape\":[2],\"data\":[0,2]}]}",
+     "model attention has no input 'alibi_slope' (did you mean "
+     "'alibi_slopes'?"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 "],\"outputs\":[{\"name\":"
+     "\"lses\"}]}", "unknown output 'lses' of model attention (did you mean "
+     "'lse'?"},
+  };
+  body b;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    body_json(&b, cases[i].json);
+    BAD(&b, NULL, cases[i].want);
+  }
+}
+END_TEST
+
 static Suite *v2_suite(void) {
   Suite *s = suite_create("v2");
   struct { const char *name; const TTest *tests[16]; } cases[] = {
@@ -1493,6 +1631,8 @@ static Suite *v2_suite(void) {
                      binary_outputs_in_parts_are_the_bytes_of_the_copy}},
     {"coding", {inflate_gzip_zlib_and_raw, inflate_bomb_stops_at_the_cap,
                 accept_encoding_and_deflate}},
+    {"variants", {variant_inputs_and_parameters_decode,
+                  variant_errors_name_the_input_or_parameter}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     TCase *tc = tcase_create(cases[c].name);

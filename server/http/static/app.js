@@ -123,6 +123,9 @@
     weights: null,    // {B, H, Lq, Lk, data}
     output: null,     // {B, H, Lq, Dv, data}
     diag: null,       // {name: {data}} per diagnostics field, or null
+    lse: null,        // {B, H, L: 1, X: Lq, data} (null for -inf), or null
+    sinks: null,      // the request's sinks (one per head), or null
+    seqs: null,       // {q: cu_seqlens_q, k: cu_seqlens_k}, or null
     geom: null,       // heatmap geometry of the last drawing
     focus: null,      // [i, j] cell chosen with the keyboard
     runs: 0,
@@ -167,6 +170,22 @@
     });
   }
 
+  // A list of numbers typed as "0.5, -1" or as JSON; undefined when blank.
+  function readNumbers(id, label) {
+    const text = $(id).value.trim();
+    if (text === '') return undefined;
+    if (text[0] === '[') {
+      try { return JSON.parse(text); } catch (e) {
+        throw new Error(label + ': not valid JSON (' + e.message + ')');
+      }
+    }
+    return text.split(/[\s,]+/).filter((x) => x !== '').map((x) => {
+      const n = Number(x);
+      if (!Number.isFinite(n)) throw new Error(label + ': "' + x + '" is not a number');
+      return n;
+    });
+  }
+
   function readWindowSide(id) {
     const text = $(id).value.trim();
     if (text === '') return null;
@@ -190,6 +209,23 @@
     const left = readWindowSide('window_left');
     const right = readWindowSide('window_right');
     if (left !== null || right !== null) req.window = [left, right];
+    if ($('window_align').value === 'lower_right') req.window_align = 'lower_right';
+    const sinks = readNumbers('sinks', 'sinks');
+    if (sinks !== undefined) req.sinks = sinks;
+    const capText = $('softcap').value.trim();
+    if (capText !== '') {
+      const c = Number(capText);
+      if (!Number.isFinite(c)) throw new Error('softcap: "' + capText + '" is not a number');
+      req.softcap = c;
+    }
+    const slopes = readNumbers('alibi_slopes', 'alibi_slopes');
+    if (slopes !== undefined) req.alibi_slopes = slopes;
+    const cuq = readNumbers('cu_seqlens_q', 'cu_seqlens_q');
+    const cuk = readNumbers('cu_seqlens_k', 'cu_seqlens_k');
+    if (cuq !== undefined) req.cu_seqlens_q = cuq;
+    if (cuk !== undefined) req.cu_seqlens_k = cuk;
+    // the sink column is drawn from the lse: mass = exp(sink - lse)
+    if ($('return_lse').checked || sinks !== undefined) req.return_lse = true;
     const scaleText = $('scale').value.trim();
     if (scaleText !== '') {
       const s = Number(scaleText);
@@ -271,6 +307,13 @@
     $('scale').value = o.scale === undefined ? '' : o.scale;
     $('mask').value = o.mask || '';
     $('diagnostics').checked = !!o.diagnostics;
+    $('window_align').value = o.align || 'upper_left';
+    $('sinks').value = o.sinks || '';
+    $('softcap').value = o.softcap === undefined ? '' : o.softcap;
+    $('alibi_slopes').value = o.alibi || '';
+    $('cu_seqlens_q').value = o.cuq || '';
+    $('cu_seqlens_k').value = o.cuk || '';
+    $('return_lse').checked = !!o.lse;
   }
 
   const PRESETS = {
@@ -301,6 +344,25 @@
     },
     heads() { setShape(2, 4, 6, 6, 8, 4); setMasking({ causal: 'upper_left' }); generate(); },
     saturation() { setShape(1, 1, 4, 64, 256, 4); setMasking({ scale: '1', diagnostics: true }); generate(); },
+    // head 3's sink stands far above the scores and takes most of each row
+    sinks() { setShape(1, 4, 8, 8, 8, 4); setMasking({ causal: 'upper_left', sinks: '-2, 0, 1, 4' }); generate(); },
+    // unscaled scores of D = 64 reach +-20; a cap of 3 flattens the rows
+    softcap() { setShape(1, 1, 10, 10, 64, 4); setMasking({ scale: '1', softcap: 3, lse: true }); generate(); },
+    alibi() {
+      setShape(1, 4, 10, 10, 8, 4);
+      setMasking({ causal: 'upper_left', alibi: '0.5, 0.25, 0.125, 0.0625' });
+      generate();
+    },
+    packed() {
+      setShape(1, 1, 10, 12, 8, 4);
+      setMasking({ causal: 'lower_right', cuq: '0, 3, 7, 10', cuk: '0, 4, 8, 12', lse: true });
+      generate();
+    },
+    gptoss() {
+      setShape(1, 4, 12, 12, 8, 4);
+      setMasking({ causal: 'upper_left', left: 3, right: 0, sinks: '0.5, 1, 1.5, 2', diagnostics: true });
+      generate();
+    },
   };
 
   // ---------------------------------------------------------------- heatmap
@@ -334,13 +396,18 @@
 
     let max = 0;
     for (let k = 0; k < Lq * Lk; k++) if (w.data[off + k] > max) max = w.data[off + k];
+    // The sink's share of each row, exp(sink - lse), in a column of its
+    // own right of the keys, on the same colour scale.
+    const sinkMass = sinkColumn(b, h, Lq);
+    if (sinkMass) for (const m of sinkMass) if (m > max) max = m;
     const scaleMax = max > 0 ? max : 1;
 
     // Geometry: margins for the tick labels and axis titles.
     const ctx0 = canvas.getContext('2d');
     ctx0.font = '12px system-ui, sans-serif';
     const labelW = Math.ceil(ctx0.measureText(String(Lq - 1)).width);
-    const left = 22 + labelW + 6, top = 6, right = 6, bottom = 36;
+    const left = 22 + labelW + 6, top = 6, bottom = 36;
+    const right = sinkMass ? 40 : 6;   // room for the sink column
     const avail = Math.max(60, $('heatmap-wrap').clientWidth - left - right);
     const maxH = Math.max(160, Math.min(560, window.innerHeight * 0.7));
     // Square cells when they fit; a few queries against many keys get
@@ -350,7 +417,8 @@
     let ch = Math.max(cw, Math.min(maxH / Lq, 24));
     if (ch >= 2) ch = Math.floor(ch);
     const gap = Math.min(cw, ch) >= 10 ? 1 : 0;
-    const cssW = Math.ceil(left + Lk * cw + right);
+    const sinkX = left + Lk * cw + 8;  // the sink column's left edge
+    const cssW = Math.ceil(left + Lk * cw + (sinkMass ? 8 + Math.max(cw, 12) + 6 : right));
     const cssH = Math.ceil(top + Lq * ch + bottom);
     const dpr = window.devicePixelRatio || 1;
     canvas.style.width = cssW + 'px';
@@ -382,10 +450,32 @@
       rows.push(row);
     }
 
+    // The sink column, blank where the sink takes nothing.
+    const sinkW = Math.max(cw, 12);
+    if (sinkMass) {
+      ctx.fillStyle = rgb(EMPTY_BG);
+      ctx.fillRect(sinkX, top, sinkW, Lq * ch);
+      for (let i = 0; i < Lq; i++) {
+        if (!(sinkMass[i] > 0)) continue;
+        ctx.fillStyle = rgb(colour(sinkMass[i] / scaleMax));
+        ctx.fillRect(sinkX, top + i * ch, sinkW - gap, ch - gap);
+      }
+    }
+
     // Frame, tick labels and axis titles.
     ctx.strokeStyle = '#c9ced6';
     ctx.lineWidth = 1;
     ctx.strokeRect(left - 0.5, top - 0.5, Lk * cw + 1 - gap, Lq * ch + 1 - gap);
+    // Packed sequences: each sequence's block of queries and keys outlined.
+    const blocks = seqBlocks(Lq, Lk);
+    if (blocks) {
+      ctx.strokeStyle = '#d6604d';
+      ctx.lineWidth = 2;
+      for (const [q0, q1, k0, k1] of blocks) {
+        if (q1 > q0 && k1 > k0) ctx.strokeRect(left + k0 * cw, top + q0 * ch, (k1 - k0) * cw - gap, (q1 - q0) * ch - gap);
+      }
+      ctx.lineWidth = 1;
+    }
     ctx.fillStyle = '#3b4350';
     ctx.font = '12px system-ui, sans-serif';
     const rowStep = Math.max(1, Math.ceil(14 / ch));
@@ -402,6 +492,7 @@
     }
     ctx.font = '600 12px system-ui, sans-serif';
     ctx.fillText('keys j', left + (Lk * cw) / 2, top + Lq * ch + 19);
+    if (sinkMass) ctx.fillText('sink', sinkX + sinkW / 2, top + Lq * ch + 3);
     ctx.save();
     ctx.translate(10, top + (Lq * ch) / 2);
     ctx.rotate(-Math.PI / 2);
@@ -409,16 +500,39 @@
     ctx.fillText('queries i', 0, 0);
     ctx.restore();
 
-    state.geom = { left, top, cw, ch, gap, dpr, Lq, Lk, off, max };
+    state.geom = { left, top, cw, ch, gap, dpr, Lq, Lk, off, max, sinkX: sinkMass ? sinkX : null, sinkW, sinkMass };
     drawLegend(max);
     placeFocus();
-    publishRender(b, h, rows, drawn, drawnCells, max);
+    publishRender(b, h, rows, drawn, drawnCells, max, sinkMass, blocks);
     canvas.setAttribute('aria-label', 'Attention weights of batch item ' + b + ', head ' + h +
       ': ' + Lq + ' queries by ' + Lk + ' keys, ' + drawnCells.length + ' non-zero cells, max ' + fmt(max));
   }
 
+  // The sink's probability mass per query row of (b, h): exp(sink - lse),
+  // or null without sinks (or without the lse to compute it from).
+  function sinkColumn(b, h, Lq) {
+    if (!state.sinks || !state.lse) return null;
+    const s = state.sinks[h];
+    const t = state.lse;
+    const out = new Array(Lq);
+    for (let i = 0; i < Lq; i++) {
+      const l = t.data[((b * t.H) + h) * t.X + i];
+      out[i] = l === null ? 0 : Math.exp(s - l);
+    }
+    return out;
+  }
+
+  // [q0, q1, k0, k1] of each packed sequence, or null when not packed.
+  function seqBlocks(Lq, Lk) {
+    const s = state.seqs;
+    if (!s || !Array.isArray(s.q) || !Array.isArray(s.k) || s.q.length !== s.k.length) return null;
+    const out = [];
+    for (let n = 0; n + 1 < s.q.length; n++) out.push([s.q[n], s.q[n + 1], s.k[n], s.k[n + 1]]);
+    return out;
+  }
+
   // What the page drew, for tests and for anyone curious in the console.
-  function publishRender(b, h, rows, drawn, drawnCells, max) {
+  function publishRender(b, h, rows, drawn, drawnCells, max, sinkMass, blocks) {
     const g = state.geom;
     const canvas = $('heatmap');
     window.attndLastRender = {
@@ -433,7 +547,9 @@
       isDrawn: (i, j) => drawn[i * g.Lk + j] === 1,
       // Cell (i, j) covers CSS pixels [left + j*cw, +cw) x [top + i*ch, +ch)
       // of the canvas; the canvas backing store is dpr times larger.
-      geometry: { left: g.left, top: g.top, cw: g.cw, ch: g.ch, gap: g.gap, dpr: g.dpr },
+      geometry: { left: g.left, top: g.top, cw: g.cw, ch: g.ch, gap: g.gap, dpr: g.dpr, sinkX: g.sinkX, sinkW: g.sinkW },
+      sinkMass: sinkMass ? sinkMass.slice() : null,   // [Lq], or null: no sink column
+      seqBlocks: blocks,             // [[q0, q1, k0, k1], ...] outlined, or null
       emptyColour: EMPTY_BG.slice(),
       colourOf: (v) => colour(v / (max > 0 ? max : 1)),
     };
@@ -462,16 +578,22 @@
     const r = $('heatmap').getBoundingClientRect();
     const x = clientX - r.left - g.left, y = clientY - r.top - g.top;
     if (x < 0 || y < 0) return null;
-    const i = Math.floor(y / g.ch), j = Math.floor(x / g.cw);
-    if (i >= g.Lq || j >= g.Lk) return null;
+    const i = Math.floor(y / g.ch);
+    if (i >= g.Lq) return null;
+    // the sink column answers as j = Lk
+    if (g.sinkX !== null && clientX - r.left >= g.sinkX && clientX - r.left < g.sinkX + g.sinkW) return [i, g.Lk];
+    const j = Math.floor(x / g.cw);
+    if (j >= g.Lk) return null;
     return [i, j];
   }
 
   function showTooltip(i, j) {
     const g = state.geom;
-    const v = state.weights.data[g.off + i * g.Lk + j];
+    const sink = j === g.Lk;
+    const v = sink ? g.sinkMass[i] : state.weights.data[g.off + i * g.Lk + j];
     const tip = $('tooltip');
-    tip.textContent = '(i, j) = (' + i + ', ' + j + ')  weight ' + (v === 0 ? '0 (blank)' : fmt(v));
+    tip.textContent = sink ? '(i, sink) = (' + i + ')  the sink takes ' + fmt(v)
+      : '(i, j) = (' + i + ', ' + j + ')  weight ' + (v === 0 ? '0 (blank)' : fmt(v));
     tip.dataset.i = String(i);
     tip.dataset.j = String(j);
     tip.dataset.weight = String(v);
@@ -479,7 +601,7 @@
     const wrap = $('heatmap-wrap');
     const canvas = $('heatmap');
     // Right of the cell, else left of it, else above it (narrow screens).
-    const cx = canvas.offsetLeft + g.left + j * g.cw, cy = canvas.offsetTop + g.top + i * g.ch;
+    const cx = canvas.offsetLeft + (sink ? g.sinkX : g.left + j * g.cw), cy = canvas.offsetTop + g.top + i * g.ch;
     const tw = tip.offsetWidth, th = tip.offsetHeight;
     const lo = wrap.scrollLeft, hi = wrap.scrollLeft + wrap.clientWidth;
     let x = cx + g.cw + 6, y = cy - 4;
@@ -635,10 +757,44 @@
     return found ? out : null;
   }
 
+  // The rows' log-sum-exp (and, with sinks, the sink's share of each row).
+  function drawLse() {
+    const sec = $('lse-section');
+    const wrap = $('lse-wrap');
+    wrap.textContent = '';
+    const t = state.lse;
+    if (!t) { sec.hidden = true; return; }
+    const { b, h } = selected();
+    const n = Math.min(t.X, MAX_ROWS * 4);
+    const mass = sinkColumn(b, h, t.X);
+    const body = [];
+    for (let i = 0; i < n; i++) {
+      const l = t.data[((b * t.H) + h) * t.X + i];
+      const r = [String(i), l === null ? '\u2212\u221e (nothing allowed)' : fmt(l)];
+      if (mass) r.push(fmt(mass[i]));
+      body.push(r);
+    }
+    const headers = ['query i', 'lse'].concat(mass ? ['sink takes'] : []);
+    wrap.appendChild(table(headers, body, 'per query row of batch item ' + b + ', head ' + h));
+    sec.hidden = false;
+  }
+
+  // The lse is shaped like the output without its last axis, (B, [H,] Lq),
+  // with null for -inf.  View it as (B, H, 1, Lq).
+  function readLse(resp, qrank) {
+    if (resp.lse === undefined) return null;
+    const t = toFlat(resp.lse, 'lse');
+    const s = t.shape;
+    if (qrank === 4 && s.length === 3) return { B: s[0], H: s[1], L: 1, X: s[2], data: t.data };
+    if (s.length === 2) return { B: s[0], H: 1, L: 1, X: s[1], data: t.data };
+    throw new Error('lse: unexpected shape ' + shapeText(s));
+  }
+
   function redraw() {
     hideTooltip();
     drawHeatmap();
     drawOutput();
+    drawLse();
     drawDiagnostics();
   }
 
@@ -699,6 +855,9 @@
       state.weights = wt;
       state.output = ot;
       state.diag = readDiagnostics(json, q.shape.length);
+      state.lse = readLse(json, q.shape.length);
+      state.sinks = Array.isArray(req.sinks) ? req.sinks : null;
+      state.seqs = req.cu_seqlens_q ? { q: req.cu_seqlens_q, k: req.cu_seqlens_k } : null;
     } catch (e) {
       showError('Unexpected response: ' + e.message);
       setStatus('');
