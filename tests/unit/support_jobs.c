@@ -42,11 +42,11 @@ char *support_large_request(int weights) {
   ck_assert_ptr_nonnull(json);
   at += sprintf(at, "{\"scale\": 0.05, \"return_weights\": %s, \"query\": ",
                 weights ? "true" : "false");
-  put_tensor(&at, 256, 16, 1);
+  put_tensor(&at, SUPPORT_LARGE_L, 16, 1);
   at += sprintf(at, ", \"key\": ");
-  put_tensor(&at, 256, 16, 2);
+  put_tensor(&at, SUPPORT_LARGE_L, 16, 2);
   at += sprintf(at, ", \"value\": ");
-  put_tensor(&at, 256, 16, 3);
+  put_tensor(&at, SUPPORT_LARGE_L, 16, 3);
   sprintf(at, "}");
   return json;
 }

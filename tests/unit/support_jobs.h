@@ -5,8 +5,9 @@
  * support_expected_body(json, &len) decodes json with proto_v1_decode,
  * runs attn_forward and encodes the answer with proto_v1_encode: what a
  * job of that request should answer.  support_large_request(weights)
- * builds a (1, 256, 16) /v1 request (256 x 256 x 32 multiply-adds, large
- * enough to be split across workers), with or without weights.  Both
+ * builds a (1, SUPPORT_LARGE_L, 16) /v1 request (1024 x 1024 x 32
+ * multiply-adds: several milliseconds, long enough for idle workers to
+ * wake and help even on a loaded machine), with or without weights.  Both
  * return malloc'd strings the caller frees; a failure aborts the test.
  * support_counter(m, name) reads an unlabelled counter off m's text
  * exposition (metrics_render), as a scrape would;
@@ -15,6 +16,8 @@
 #define ATTND_TESTS_SUPPORT_JOBS_H
 
 #include <stddef.h>
+
+#define SUPPORT_LARGE_L 1024
 
 #define SUPPORT_SHAPE_A                                                    \
   "{\"query\": [[[1, 0], [0, 2]]], \"key\": [[[1, 1], [2, 0], [0, 3]]],"  \
