@@ -149,13 +149,13 @@ default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 runtime = "runc"
 EOF
   export CONTAINERS_CONF="$SCRATCH/containers.conf"
-  if ! podman image exists localhost/debian:bookworm-slim; then
-    TAR=$(base_tarball) || fail "debootstrap bookworm minbase"
-    [ -n "${TAR:-}" ] && check "podman import $(basename "$TAR") as debian:bookworm-slim" \
+  if ! podman image exists "localhost/$BASE_IMAGE_NAME"; then
+    TAR=$(base_tarball "$BASE_SUITE") || fail "debootstrap $BASE_SUITE minbase"
+    [ -n "${TAR:-}" ] && check "podman import $(basename "$TAR") as $BASE_IMAGE_NAME" \
       podman import --change "$IMPORT_CHANGES_ENV" --change "$IMPORT_CHANGES_CMD" \
-        "$TAR" localhost/debian:bookworm-slim
+        "$TAR" "localhost/$BASE_IMAGE_NAME"
   fi
-  podman tag localhost/debian:bookworm-slim docker.io/library/debian:bookworm-slim 2>/dev/null
+  podman tag "localhost/$BASE_IMAGE_NAME" "docker.io/library/$BASE_IMAGE_NAME" 2>/dev/null
   B0=$(date +%s)
   OLD_IDS="$(podman image inspect -f '{{.Id}}' "$PODMAN_IMAGE" "$PODMAN_IMAGE-build" 2>/dev/null)"
   if podman build --pull=never --target build -t "$PODMAN_IMAGE-build" . >"$SCRATCH/podman-build.log" 2>&1 &&
@@ -217,7 +217,7 @@ import re, sys
 src, dst = sys.argv[1:3]
 text = open(src).read()
 text, n = re.subn(r"^(\s+)image: registry\.example\.com/my-app:1\.0$",
-                  r'\1image: localhost/debian:bookworm-slim\n\1command: ["sleep", "infinity"]',
+                  r'\1image: localhost/debian:trixie-slim\n\1command: ["sleep", "infinity"]',
                   text, count=1, flags=re.M)
 if n != 1:
     sys.exit("no placeholder app image in " + src)
