@@ -32,8 +32,6 @@
 
 #include "v2_decode_impl.h"
 
-static const char *const model_names[PROTO_MODEL_COUNT] = {
-  "attention", "additive_attention"};
 static const char *const output_names[PROTO_OUT_COUNT] = {
   "output", "weights", "allowed_keys", "entropy", "max_weight",
   "jacobian_norm"};
@@ -85,7 +83,7 @@ static int header_len(v2_ctx *c, const char *h) {
   if (v == 0)
     return ERR("Inference-Header-Content-Length: 0 (a raw binary body) is "
                "only for models with one input; %s takes query, key and "
-               "value", model_names[c->model]);
+               "value", proto_v2_model_name(c->model));
   c->hlen = (size_t)v;
   c->has_header = 1;
   return 0;
@@ -344,7 +342,7 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
   if (k == PROTO_OUT_COUNT)
     return ERR("outputs[%d]: unknown output '%s' (model %s has output, "
                "weights, allowed_keys, entropy, max_weight, jacobian_norm)",
-               i, got, model_names[c->model]);
+               i, got, proto_v2_model_name(c->model));
   for (int m = 0; m < c->req->n_outputs; m++)
     if (c->req->outputs[m] == k)
       return ERR("outputs[%d]: output '%s' requested twice", i, got);
@@ -447,7 +445,7 @@ static int input_index(v2_ctx *c, const cJSON *name, int pos, int *out) {
       return *out = i, 0;
   proto__quote_name(name->valuestring, got, sizeof got);
   return ERR("inputs[%d]: model %s has no input '%s' (inputs: query, key, "
-             "value, valid_lens, mask, bias%s)", pos, model_names[c->model],
+             "value, valid_lens, mask, bias%s)", pos, proto_v2_model_name(c->model),
              got, c->model == PROTO_MODEL_ADDITIVE ? ", w_q, w_k, w_v" : "");
 }
 
@@ -659,7 +657,7 @@ static int shm_sizes(v2_ctx *c) {
                                &want) || v->shm.byte_size != want)
       return ERR("[request id: %s] input byte size mismatch for input '%s' "
                  "for model '%s'. Expected %llu, got %llu", id, t->name,
-                 model_names[c->model], (unsigned long long)want,
+                 proto_v2_model_name(c->model), (unsigned long long)want,
                  (unsigned long long)v->shm.byte_size);
   }
   return proto__v2_shm_output_sizes(c->req, c->err);
