@@ -15,6 +15,7 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 PASSED=0
 FAILED=0
+SKIPPED=0
 FAILED_NAMES=""
 
 log() { printf '%s  %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -26,6 +27,9 @@ fail() {
   $*"
   printf 'FAIL - %s\n' "$*"
 }
+
+# skip WHY: a check that cannot run here; counted as skipped, never passed.
+skip() { SKIPPED=$((SKIPPED + 1)); printf 'skip - %s\n' "$*"; }
 
 # check NAME CMD...: runs CMD, pass when it exits 0.  Output is shown on failure.
 check() {
@@ -62,7 +66,11 @@ $(printf '%s\n' "$_out" | grep '^FAIL - ' | sed 's/^FAIL - /  /')"
 # finish NAME: the closing line; exit status 1 on any failure.
 finish() {
   [ -n "$FAILED_NAMES" ] && printf 'failed:%s\n' "$FAILED_NAMES"
-  echo "$1: $PASSED passed, $FAILED failed"
+  if [ "$SKIPPED" -gt 0 ]; then
+    echo "$1: $PASSED passed, $FAILED failed, $SKIPPED skipped"
+  else
+    echo "$1: $PASSED passed, $FAILED failed"
+  fi
   [ "$FAILED" -eq 0 ] && [ "$PASSED" -gt 0 ]
 }
 
