@@ -122,7 +122,9 @@ else
   CRDS=$(cd "$CRDS" && pwd)
   need_pkgs python3-jsonschema python3-yaml || fail "install python3-jsonschema python3-yaml"
   validate_kserve() { /usr/bin/python3 tests/deploy/validate_kserve.py --crds "$CRDS" $ATTND_ARG "$@"; }
-  if validate_kserve deploy/kserve/*.yaml >"$SCRATCH/kserve.out" 2>&1; then
+  # With a working build/attnd the runtime's container also runs, as
+  # KServe would start it for the InferenceService (--run).
+  if validate_kserve ${ATTND_ARG:+--run} deploy/kserve/*.yaml >"$SCRATCH/kserve.out" 2>&1; then
     pass "deploy/kserve/*.yaml: $(tail -n 1 "$SCRATCH/kserve.out") (CRDs in $CRDS)"
   else
     fail "deploy/kserve/*.yaml: $(tail -n 1 "$SCRATCH/kserve.out")"

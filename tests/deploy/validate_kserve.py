@@ -17,16 +17,25 @@ DIR holds the CustomResourceDefinitions as KServe and KEDA ship them
      exist, with Prometheus scraping and an external autoscaler; the
      ScaledObject scales that InferenceService's predictor Deployment on a
      Prometheus query of a metric attnd exports.
+With --run (and --attnd), also 3. the runtime's container as KServe starts
+it for each InferenceService: its env and args, {{.Name}} replaced by the
+InferenceService's name, on a free loopback port: the model is ready and
+answers under that name, and the annotated metrics path serves attnd's
+metrics.
 Prints one "ok"/"FAIL" line per document and rule; exit status 1 on failure.
 """
 
 import argparse
-import copy
 import glob
+import http.client
+import json
+import math
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
 
 import jsonschema
 import yaml
@@ -274,10 +283,87 @@ def scaledobject_rules(obj, what, isvcs, metrics):
              "metricType AverageValue (the threshold is per pod)")
 
 
+# ------------------------------------------------- 3. the runtime, for real
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(port, method, path, body=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body)
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def run_runtime(attnd, rt, isvc, what):
+    """Starts attnd with the runtime container's env and args for isvc,
+    then asks it what a KServe client and Prometheus would."""
+    c = rt["spec"]["containers"][0]
+    name = isvc["metadata"]["name"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_")}
+    env.update({e["name"]: str(e.get("value", "")) for e in c.get("env") or []})
+    args = [str(a).replace("{{.Name}}", name) for a in c.get("args") or []]
+    port = free_port()
+    # Flags win over the environment: loopback, a free port, no drain delay.
+    cmd = [attnd] + args + ["--host", "127.0.0.1", "--port", str(port), "--drain-delay-ms", "0"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 20
+        status = None
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                status, body = request(port, "GET", "/v2/models/%s/ready" % name)
+                break
+            except OSError:
+                time.sleep(0.1)
+        rule(status == 200 and json.loads(body) == {"name": name, "ready": True}, what,
+             "runtime started for it: GET /v2/models/%s/ready is 200 and ready" % name)
+        if status != 200:
+            return
+        q, k, v = [[[1, 0], [0, 2]]], [[[1, 1], [2, 0], [0, 3]]], [[[1, 0], [0, 1], [1, 1]]]
+        req = {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, len(t[0]), 2],
+                           "data": [x for row in t[0] for x in row]}
+                          for n, t in (("query", q), ("key", k), ("value", v))],
+               "outputs": [{"name": "output"}]}
+        status, body = request(port, "POST", "/v2/models/%s/infer" % name, json.dumps(req).encode())
+        ans = json.loads(body) if status == 200 else {}
+        want = []
+        for qi in q[0]:
+            sc = [sum(a * b for a, b in zip(qi, kj)) / math.sqrt(2) for kj in k[0]]
+            e = [math.exp(x - max(sc)) for x in sc]
+            w = [x / sum(e) for x in e]
+            want += [sum(w[j] * v[0][j][col] for j in range(3)) for col in range(2)]
+        got = (ans.get("outputs") or [{}])[0].get("data") or []
+        rule(ans.get("model_name") == name and len(got) == 4 and
+             all(abs(a - b) <= 1e-5 for a, b in zip(got, want)), what,
+             "POST /v2/models/%s/infer answers model_name %s with the reference's output" % (name, name))
+        path = rt["spec"].get("annotations", {}).get("prometheus.kserve.io/path", "/metrics")
+        status, body = request(port, "GET", path)
+        rule(status == 200 and b"attnd_request_duration_seconds_sum" in body, what,
+             "the annotated metrics path %s serves attnd's metrics" % path)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            rc = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        err = proc.stderr.read().decode(errors="replace")
+        rule(rc == 0, what, "the runtime's attnd exits 0 on SIGTERM (rc %s)%s" %
+             (rc, "" if rc == 0 else ": " + err.strip()[-300:]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--crds", required=True)
     ap.add_argument("--attnd")
+    ap.add_argument("--run", action="store_true")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
     crds = load_crds(a.crds)
@@ -312,6 +398,13 @@ def main():
             isvc_rules(obj, what, runtimes)
         elif obj.get("kind") == "ScaledObject":
             scaledobject_rules(obj, what, isvcs, metrics)
+    if a.run and a.attnd:
+        for obj, what in objects:
+            if obj.get("kind") == "InferenceService":
+                rt = runtimes.get((((obj.get("spec") or {}).get("predictor") or {})
+                                   .get("model") or {}).get("runtime"))
+                if rt is not None and rt["spec"].get("containers"):
+                    run_runtime(a.attnd, rt, obj, what)
     kinds = sorted({o.get("kind") for o, _ in objects})
     for k in ("ServingRuntime", "InferenceService", "ScaledObject"):
         if k not in kinds and not (k == "ServingRuntime" and "ClusterServingRuntime" in kinds):
