@@ -3,12 +3,12 @@
 #   docker build -t attnd .
 #   docker run --rm -p 127.0.0.1:8000:8000 attnd
 #
-# Two stages, both on debian:bookworm-slim: the build stage has the compiler
-# and the -dev packages, the runtime stage only the shared libraries attnd
-# links against.  No "# syntax=" line on purpose: BuildKit would try to fetch
+# Two stages, both on debian:trixie-slim (Debian 13): the build stage has the
+# compiler and the -dev packages, the runtime stage only the shared libraries
+# attnd links against.  No "# syntax=" line on purpose: BuildKit would try to fetch
 # that frontend from a registry.  See deploy/README.md (offline base image).
 
-FROM debian:bookworm-slim AS build
+FROM debian:trixie-slim AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       gcc g++ libc6-dev make pkg-config \
@@ -28,12 +28,13 @@ ARG OPTIMIZATION=-O2
 RUN make -j"$(nproc)" OPTIMIZATION="${OPTIMIZATION}" \
  && strip build/attnd
 
-FROM debian:bookworm-slim AS runtime
+FROM debian:trixie-slim AS runtime
 # libopenblas0-pthread is the runtime side of libopenblas-dev's default
-# (pthread) flavour; its postinst registers libopenblas.so.0.
+# (pthread) flavour; its postinst registers libopenblas.so.0.  Debian 13
+# names the 64-bit time_t builds libmicrohttpd12t64 and libuv1t64.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libmicrohttpd12 libcjson1 libopenblas0-pthread libuv1 zlib1g \
+      libmicrohttpd12t64 libcjson1 libopenblas0-pthread libuv1t64 zlib1g \
       libstdc++6 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/cache/apt/*.bin \
  && useradd --system --uid 10001 --user-group --no-create-home \

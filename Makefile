@@ -12,7 +12,8 @@
 #   make docker-test     build the image, run it, probe it, stop it (dockerd)
 #   make deploy-test     validate deploy/ offline and run it with podman
 #   make fresh-test      the README's make test and make run + POST on a
-#                        fresh Debian 12 container with only make (podman)
+#                        fresh Debian container with only make (podman):
+#                        RELEASE=13 (default) or RELEASE=12
 #   make browser-test    the playground page in headless chromium
 #   make bench           build/attnd-bench, the numpy peer and the Python
 #                        client (attention() vs infer()): one table
@@ -193,10 +194,12 @@ deploy-test: all
 	@sh tests/deploy/manifests_test.sh
 
 # The README's two commands, each alone and in both orders, as root on
-# new Debian 12 containers with nothing but make (tests/fresh/run.sh).
-# The containers build from `git archive HEAD`, so nothing is built here.
+# new containers of Debian $(RELEASE) (13 or 12) with nothing but make and
+# the default capabilities (tests/fresh/run.sh).  The containers build
+# from `git archive HEAD`, so nothing is built here.
+RELEASE ?= 13
 fresh-test:
-	@sh tests/fresh/run.sh
+	@RELEASE=$(RELEASE) sh tests/fresh/run.sh
 
 # The playground in headless Debian chromium driven by playwright-core.
 browser-test: all

@@ -26,7 +26,8 @@ enum proto_codec {
   PROTO_CODEC_V2 = 1        /* POST /v2/models/{m}/infer */
 };
 
-/* The KServe v2 models attnd serves. */
+/* The KServe v2 models attnd serves.  The dot-product model's name is
+ * "attention" unless proto_v2_set_model_name chose another. */
 enum proto_model {
   PROTO_MODEL_ATTENTION = 0,   /* "attention": dot-product scoring */
   PROTO_MODEL_ADDITIVE = 1,    /* "additive_attention": adds w_q, w_k, w_v */
@@ -142,11 +143,31 @@ int proto_v1_encode(const proto_request *req, char **body, size_t *len);
  * Routing is the server's; which models and versions exist, and every
  * byte of their requests and answers, are proto's. */
 
+/* Longest model name proto_v2_set_model_name takes (bytes, without NUL). */
+#define PROTO_MODEL_NAME_MAX 64
+
+/* A model's name as the v2 answers and paths spell it (model: enum
+ * proto_model).  The string is static: never freed. */
+const char *proto_v2_model_name(int model);
+
+/* Checks a name for the dot-product model: 1 to PROTO_MODEL_NAME_MAX
+ * letters, digits, '_', '-' and '.', the first a letter or digit, and not
+ * the additive model's name.  Returns 0, or ATTND_EINVAL with the reason
+ * in err. */
+int proto_v2_model_name_check(const char *name, char err[PROTO_ERR_MAX]);
+
+/* Serves the dot-product model under name instead of "attention" (every
+ * path, model_name, metadata, ready, config and stats answer).  Not
+ * thread-safe: call once at start, before any thread reads a name.
+ * Returns 0, or ATTND_EINVAL with the reason in err (name unchanged). */
+int proto_v2_set_model_name(const char *name, char err[PROTO_ERR_MAX]);
+
 /* Looks a model up by the {m} and optional {v} of a /v2/models path
  * (version NULL when the path has none; "1" is the only version, and
  * "01" the same, as Triton reads the segment as an integer).
  * Returns the enum proto_model, or ATTND_ENOTFOUND with a message in err
- * ("unknown model 'x' (models: attention, additive_attention)"). */
+ * ("unknown model 'x' (models: attention, additive_attention)", with
+ * the chosen name in place of attention). */
 int proto_v2_model_find(const char *name, const char *version,
                         char err[PROTO_ERR_MAX]);
 

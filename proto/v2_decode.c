@@ -32,8 +32,6 @@
 
 #include "v2_decode_impl.h"
 
-static const char *const model_names[PROTO_MODEL_COUNT] = {
-  "attention", "additive_attention"};
 static const char *const output_names[PROTO_OUT_COUNT] = {
   "output", "weights", "allowed_keys", "entropy", "max_weight",
   "jacobian_norm", "lse"};
@@ -96,7 +94,7 @@ static int header_len(v2_ctx *c, const char *h) {
   if (v == 0)
     return ERR("Inference-Header-Content-Length: 0 (a raw binary body) is "
                "only for models with one input; %s takes query, key and "
-               "value", model_names[c->model]);
+               "value", proto_v2_model_name(c->model));
   c->hlen = (size_t)v;
   c->has_header = 1;
   return 0;
@@ -374,7 +372,7 @@ static int output_one(v2_ctx *c, const cJSON *o, int i, int bin_all) {
     proto__hint(hint, sizeof hint, name->valuestring, output_names,
                 PROTO_OUT_COUNT, "outputs", output_names, PROTO_OUT_COUNT);
     snprintf(msg, sizeof msg, "outputs[%d]: unknown output '%s' of model "
-             "%s (%s)", i, got, model_names[c->model], hint);
+             "%s (%s)", i, got, proto_v2_model_name(c->model), hint);
     return err_cut(c, msg);
   }
   for (int m = 0; m < c->req->n_outputs; m++)
@@ -484,7 +482,7 @@ static int input_index(v2_ctx *c, const cJSON *name, int pos, int *out) {
   proto__hint(hint, sizeof hint, name->valuestring, proto__input_names, n,
               "inputs", proto__input_names, n);
   snprintf(msg, sizeof msg, "inputs[%d]: model %s has no input '%s' (%s)",
-           pos, model_names[c->model], got, hint);
+           pos, proto_v2_model_name(c->model), got, hint);
   return err_cut(c, msg);
 }
 
@@ -697,7 +695,7 @@ static int shm_sizes(v2_ctx *c) {
                                &want) || v->shm.byte_size != want)
       return ERR("[request id: %s] input byte size mismatch for input '%s' "
                  "for model '%s'. Expected %llu, got %llu", id, t->name,
-                 model_names[c->model], (unsigned long long)want,
+                 proto_v2_model_name(c->model), (unsigned long long)want,
                  (unsigned long long)v->shm.byte_size);
   }
   return proto__v2_shm_output_sizes(c->req, c->err);

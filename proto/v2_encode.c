@@ -8,6 +8,7 @@
  * (float32, little-endian, row-major) follow the JSON part in the same
  * order, as Triton's binary tensor data extension lays them out.  One
  * written into a shared memory region carries neither (v2_shm.c). */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +17,12 @@
 #include "mem.h"
 #include "proto_impl.h"
 
+/* The dot-product model's name: "attention" unless the operator chose
+ * another (--model-name), set once at start before any thread reads it.
+ * The additive model keeps its own name. */
+static char attention_name[PROTO_MODEL_NAME_MAX + 1] = "attention";
 static const char *const model_names[PROTO_MODEL_COUNT] = {
-  "attention", "additive_attention"};
+  attention_name, "additive_attention"};
 static const char *const output_names[PROTO_OUT_COUNT] = {
   "output", "weights", "allowed_keys", "entropy", "max_weight",
   "jacobian_norm", "lse"};
@@ -36,6 +41,49 @@ static int version_is_one(const char *v) {
   return !strcmp(v, MODEL_VERSION);
 }
 
+const char *proto_v2_model_name(int model) {
+  assert(model >= 0 && model < PROTO_MODEL_COUNT);
+  return model_names[model];
+}
+
+/* A name is one URL path segment and one JSON string without escapes: it
+ * starts with a letter or digit and goes on with letters, digits, '_',
+ * '-' and '.' (Kubernetes object names, Triton's model names). */
+int proto_v2_model_name_check(const char *name, char err[PROTO_ERR_MAX]) {
+  size_t n = strlen(name), i;
+  char got[48];
+  if (n == 0 || n > PROTO_MODEL_NAME_MAX) {
+    snprintf(err, PROTO_ERR_MAX, "%s (expected 1 to %d characters)",
+             n ? "too long" : "empty", PROTO_MODEL_NAME_MAX);
+    return ATTND_EINVAL;
+  }
+  for (i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)name[i];
+    int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                (c >= '0' && c <= '9');
+    if (!alnum && (i == 0 || (c != '_' && c != '-' && c != '.'))) {
+      proto__quote_name(name, got, sizeof got);
+      snprintf(err, PROTO_ERR_MAX, "'%s': character %zu is not allowed "
+               "(letters, digits, '_', '-' and '.', starting with a letter "
+               "or digit)", got, i + 1);
+      return ATTND_EINVAL;
+    }
+  }
+  if (!strcmp(name, model_names[PROTO_MODEL_ADDITIVE])) {
+    snprintf(err, PROTO_ERR_MAX, "'%s' is the additive model's name",
+             name);
+    return ATTND_EINVAL;
+  }
+  return 0;
+}
+
+int proto_v2_set_model_name(const char *name, char err[PROTO_ERR_MAX]) {
+  int rc = proto_v2_model_name_check(name, err);
+  if (rc == 0)
+    memcpy(attention_name, name, strlen(name) + 1);
+  return rc;
+}
+
 int proto_v2_model_find(const char *name, const char *version,
                         char err[PROTO_ERR_MAX]) {
   char got[48];
@@ -50,8 +98,9 @@ int proto_v2_model_find(const char *name, const char *version,
     return ATTND_ENOTFOUND;
   }
   proto__quote_name(name, got, sizeof got);
-  snprintf(err, PROTO_ERR_MAX, "unknown model '%s' (models: attention, "
-           "additive_attention)", got);
+  snprintf(err, PROTO_ERR_MAX, "unknown model '%s' (models: %s, %s)", got,
+           model_names[PROTO_MODEL_ATTENTION],
+           model_names[PROTO_MODEL_ADDITIVE]);
   return ATTND_ENOTFOUND;
 }
 

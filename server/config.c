@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "core/attnd_err.h"
+#include "proto/proto.h"
 
 enum config_kind { KIND_INT, KIND_LONG, KIND_HOST, KIND_LOG, KIND_STR,
                    KIND_MODE };
@@ -132,6 +133,12 @@ static const struct config_opt config_opts[] = {
    "most shared memory regions registered at once"},
   {"shm-max-mb", "ATTND_SHM_MAX_MB", KIND_LONG, OFF(shm_max_mb), 1, 1048576,
    "1024", "total size of the registered shared memory regions, MiB"},
+  /* KServe passes the InferenceService's name ({{.Name}}), which clients
+   * then use in /v2/models/<name>/infer. */
+  {"model-name", "ATTND_MODEL_NAME", KIND_STR, OFF(model_name), 0,
+   PROTO_MODEL_NAME_MAX, "attention",
+   "serve the dot-product v2 model under this name instead of attention "
+   "(additive_attention keeps its own)", "NAME"},
 };
 
 #define N_OPTS (sizeof config_opts / sizeof config_opts[0])
@@ -254,6 +261,7 @@ static int config_read_token(struct config *cfg, FILE *err) {
 
 /* Rules that involve more than one option. */
 static int config_check(const struct config *cfg, FILE *err) {
+  char why[PROTO_ERR_MAX];
   if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
     fprintf(err, "attnd: --tls-cert and --tls-key: give both or neither\n");
     return ATTND_EINVAL;
@@ -262,6 +270,10 @@ static int config_check(const struct config *cfg, FILE *err) {
   if (cfg->max_conns < cfg->http_threads) {
     fprintf(err, "attnd: --max-conns: %d is fewer than --http-threads %d\n",
             cfg->max_conns, cfg->http_threads);
+    return ATTND_EINVAL;
+  }
+  if (proto_v2_model_name_check(cfg->model_name, why)) {
+    fprintf(err, "attnd: --model-name: %s\n", why);
     return ATTND_EINVAL;
   }
   if (cfg->token_metrics && !cfg->token[0]) {

@@ -52,6 +52,8 @@ struct config {
                                unregister are served (else 501) */
   int shm_max_regions;      /* regions registered at once */
   long shm_max_mb;          /* their total byte size, MiB */
+  char model_name[65];      /* the dot-product model's v2 name, checked by
+                               proto_v2_model_name_check */
 };
 
 enum config_result {

@@ -29,6 +29,7 @@
 #include <uv.h>
 
 #include "proto/mem.h"
+#include "proto/proto.h"
 #include "server/sched/batcher.h"
 #include "server/clock.h"
 #include "server/config.h"
@@ -252,6 +253,7 @@ int main(int argc, char **argv) {
   struct http *h = NULL;
   struct shm_registry *shm = NULL;
   struct tls_pem tls = {NULL, NULL};
+  char err[PROTO_ERR_MAX];
   int rc = config_parse(&cfg, argc, argv, stdout, stderr);
 
   if (rc == CONFIG_EXIT)
@@ -262,6 +264,11 @@ int main(int argc, char **argv) {
                : 1;
   if (rc != CONFIG_RUN || main_load_tls(&cfg, &tls) != 0)
     return 2;
+  /* Checked by config_parse already; before any thread reads the name. */
+  if (proto_v2_set_model_name(cfg.model_name, err) != 0) {
+    fprintf(stderr, "attnd: --model-name: %s\n", err);
+    return 2;
+  }
   log_init(cfg.log_json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT, cfg.access_log);
   reqid_init();
   main_config_parts(&cfg, &tls, &bc, &hc);

@@ -4,8 +4,8 @@
 #
 # Installs Debian's docker.io (and debootstrap) when missing, starts its own
 # dockerd (socket, data and exec roots under a scratch/cache dir) unless one
-# already answers, and provides debian:bookworm-slim from a debootstrapped
-# rootfs when the engine lacks it (no registry is needed).  The dockerd it
+# already answers, and provides debian:trixie-slim (the Dockerfile's base)
+# from a debootstrapped rootfs when the engine lacks it (no registry is needed).  The dockerd it
 # started is stopped again.  Closing line: "docker-test: N passed, N failed".
 #
 # Knobs: ATTND_CI_CACHE (default /var/cache/attnd-ci), ATTND_IMAGE
@@ -97,14 +97,18 @@ fi
 pass "Docker engine answers ($(docker version -f '{{.Server.Version}}' 2>/dev/null))"
 
 # ---------------------------------------------------------- the base image
-if docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
-  pass "debian:bookworm-slim present"
+if docker image inspect "$BASE_IMAGE_NAME" >/dev/null 2>&1; then
+  pass "$BASE_IMAGE_NAME present"
 else
-  TAR=$(base_tarball) || { fail "debootstrap bookworm minbase"; finish docker-test; exit 1; }
-  check "docker import $(basename "$TAR") as debian:bookworm-slim" \
+  TAR=$(base_tarball "$BASE_SUITE") || { fail "debootstrap $BASE_SUITE minbase"; finish docker-test; exit 1; }
+  check "docker import $(basename "$TAR") as $BASE_IMAGE_NAME" \
     docker import --change "$IMPORT_CHANGES_ENV" --change "$IMPORT_CHANGES_CMD" \
-      "$TAR" debian:bookworm-slim
+      "$TAR" "$BASE_IMAGE_NAME"
 fi
+check "the Dockerfile builds both stages FROM $BASE_IMAGE_NAME" sh -c \
+  "[ \"\$(grep -c '^FROM $BASE_IMAGE_NAME AS ' Dockerfile)\" = 2 ] && [ \"\$(grep -c '^FROM ' Dockerfile)\" = 2 ]"
+check "$BASE_IMAGE_NAME is Debian 13" docker run --rm --entrypoint /bin/sh "$BASE_IMAGE_NAME" -c \
+  'grep -q "^VERSION_CODENAME=trixie$" /etc/os-release'
 
 # ------------------------------------------------------------------ build it
 B0=$(date +%s)

@@ -3,8 +3,9 @@
 # Everything these tests install comes from Debian's mirror (apt-get) or the
 # npm registry; everything they cache lives under $ATTND_CI_CACHE
 # (default /var/cache/attnd-ci) so a second run is fast:
-#   bookworm-slim-rootfs.tar  debootstrapped bookworm minbase, slimmed like
-#                          the debian:bookworm-slim of Docker Hub
+#   trixie-slim-rootfs.tar debootstrapped trixie minbase, slimmed like the
+#                          debian:trixie-slim of Docker Hub (the image's base;
+#                          bookworm-slim-rootfs.tar likewise for Debian 12)
 #   node/                  kubernetes-models + yaml for validate_k8s.mjs
 #   dockerd-data/          data root of the dockerd docker_test.sh starts
 
@@ -14,6 +15,7 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 PASSED=0
 FAILED=0
+SKIPPED=0
 FAILED_NAMES=""
 
 log() { printf '%s  %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -25,6 +27,9 @@ fail() {
   $*"
   printf 'FAIL - %s\n' "$*"
 }
+
+# skip WHY: a check that cannot run here; counted as skipped, never passed.
+skip() { SKIPPED=$((SKIPPED + 1)); printf 'skip - %s\n' "$*"; }
 
 # check NAME CMD...: runs CMD, pass when it exits 0.  Output is shown on failure.
 check() {
@@ -61,7 +66,11 @@ $(printf '%s\n' "$_out" | grep '^FAIL - ' | sed 's/^FAIL - /  /')"
 # finish NAME: the closing line; exit status 1 on any failure.
 finish() {
   [ -n "$FAILED_NAMES" ] && printf 'failed:%s\n' "$FAILED_NAMES"
-  echo "$1: $PASSED passed, $FAILED failed"
+  if [ "$SKIPPED" -gt 0 ]; then
+    echo "$1: $PASSED passed, $FAILED failed, $SKIPPED skipped"
+  else
+    echo "$1: $PASSED passed, $FAILED failed"
+  fi
   [ "$FAILED" -eq 0 ] && [ "$PASSED" -gt 0 ]
 }
 
@@ -89,19 +98,21 @@ need_pkgs() {
   done
 }
 
-# The Debian mirror apt already uses (deb822 or one-line format).
+# The Debian mirror apt already uses (deb822 or one-line format): the first
+# source of the main archive (not the security one), whatever its release.
 debian_mirror() {
   _m=""
   if [ -r /etc/apt/sources.list.d/debian.sources ]; then
     _m=$(awk '
-      /^[[:space:]]*$/ { if (uri != "" && suite ~ /(^| )bookworm( |$)/) { print uri; exit } uri=""; suite=""; next }
+      function emit() { if (uri != "" && suite != "" && suite !~ /-security/) { print uri; exit } }
+      /^[[:space:]]*$/ { emit(); uri=""; suite=""; next }
       /^URIs:/ { uri=$2 }
       /^Suites:/ { $1=""; suite=$0 " " }
-      END { if (uri != "" && suite ~ /(^| )bookworm( |$)/) print uri }' \
+      END { emit() }' \
       /etc/apt/sources.list.d/debian.sources | head -n 1)
   fi
   if [ -z "$_m" ] && [ -r /etc/apt/sources.list ]; then
-    _m=$(awk '$1 == "deb" && $3 == "bookworm" { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|ftp):/) { print $i; exit } }' \
+    _m=$(awk '$1 == "deb" && $3 !~ /-security/ { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|ftp):/) { print $i; exit } }' \
       /etc/apt/sources.list | head -n 1)
   fi
   echo "${_m:-http://deb.debian.org/debian}"
@@ -148,10 +159,12 @@ slim_rootfs() {
   return 0
 }
 
-# base_tarball: prints the path of a debootstrapped, slimmed bookworm rootfs
-# tarball, building and caching it on first use (about a minute).
+# base_tarball [SUITE]: prints the path of a debootstrapped, slimmed rootfs
+# tarball of SUITE (default trixie, the image's base), building and caching
+# it on first use (about a minute).
 base_tarball() {
-  _tar="$CACHE/bookworm-slim-rootfs.tar"
+  _suite=${1:-trixie}
+  _tar="$CACHE/$_suite-slim-rootfs.tar"
   mkdir -p "$CACHE"
   (
     flock 9
@@ -159,18 +172,22 @@ base_tarball() {
     need_pkgs debootstrap || exit 1
     _mirror=$(debian_mirror)
     _rootfs="$SCRATCH/rootfs"
-    log "debootstrap --variant=minbase bookworm from $_mirror (cached afterwards)" >&2
-    debootstrap --variant=minbase bookworm "$_rootfs" "$_mirror" >"$SCRATCH/debootstrap.log" 2>&1 ||
+    log "debootstrap --variant=minbase $_suite from $_mirror (cached afterwards)" >&2
+    debootstrap --variant=minbase "$_suite" "$_rootfs" "$_mirror" >"$SCRATCH/debootstrap.log" 2>&1 ||
       { tail -n 20 "$SCRATCH/debootstrap.log" >&2; exit 1; }
     slim_rootfs "$_rootfs" || exit 1
     tar -C "$_rootfs" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar"
     rm -rf "$_rootfs"
-  ) 9>"$CACHE/.base.lock" >&2 || return 1
+  ) 9>"$CACHE/.base-$_suite.lock" >&2 || return 1
   echo "$_tar"
 }
 
+# The base image of the Dockerfile, and the suite it is debootstrapped from.
+BASE_SUITE=trixie
+BASE_IMAGE_NAME=debian:trixie-slim
+
 # The image config a `docker import`ed rootfs lacks compared with Docker
-# Hub's debian:bookworm-slim.
+# Hub's debian:trixie-slim (and bookworm-slim).
 IMPORT_CHANGES_ENV='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 IMPORT_CHANGES_CMD='CMD ["bash"]'
 

@@ -4,6 +4,10 @@
 #   1. Kubernetes manifests: schemas (npm kubernetes-models@5.1.0), unknown
 #      fields and project rules (tests/deploy/validate_k8s.mjs); broken
 #      copies must be rejected.
+#   1b. KServe and KEDA manifests (deploy/kserve/): the CRDs' schemas in
+#      ../shared/specs/kubernetes beside the checkout and project rules
+#      (tests/deploy/validate_kserve.py); broken copies must be rejected.
+#      Without that folder these checks are skipped, and say so.
 #   2. Prometheus configs: promtool check config (Debian prometheus).
 #   3. deploy/compose.yaml: docker-compose config -q (Debian docker-compose).
 #   4. The Deployment, run with `podman kube play` (Debian podman + runc)
@@ -107,6 +111,83 @@ mutate "client shared memory the app container cannot see" sidecar.yaml \
 mutate "client shared memory on the pod IP" sidecar.yaml \
   '(name: ATTND_HOST\n\s+value: )"127.0.0.1"' '\g<1>"0.0.0.0"'
 
+# ------------------------------------------- 1b. KServe and KEDA manifests
+# The CRDs as KServe and KEDA ship them, beside the checkout (the shared
+# specs folder); ATTND_CRDS names another copy.
+log "KServe and KEDA manifests"
+CRDS=${ATTND_CRDS:-$ROOT/../shared/specs/kubernetes}
+if [ ! -d "$CRDS" ] || ! ls "$CRDS"/*.yaml >/dev/null 2>&1; then
+  skip "deploy/kserve/*.yaml against the KServe and KEDA CRDs: no CRDs in $CRDS"
+else
+  CRDS=$(cd "$CRDS" && pwd)
+  need_pkgs python3-jsonschema python3-yaml || fail "install python3-jsonschema python3-yaml"
+  validate_kserve() { /usr/bin/python3 tests/deploy/validate_kserve.py --crds "$CRDS" $ATTND_ARG "$@"; }
+  # With a working build/attnd the runtime's container also runs, as
+  # KServe would start it for the InferenceService (--run).
+  if validate_kserve ${ATTND_ARG:+--run} deploy/kserve/*.yaml >"$SCRATCH/kserve.out" 2>&1; then
+    pass "deploy/kserve/*.yaml: $(tail -n 1 "$SCRATCH/kserve.out") (CRDs in $CRDS)"
+  else
+    fail "deploy/kserve/*.yaml: $(tail -n 1 "$SCRATCH/kserve.out")"
+    grep -v '^ok ' "$SCRATCH/kserve.out" | sed 's/^/    | /'
+  fi
+  # mutate_kserve NAME FILE FROM TO: as mutate, on a copy of deploy/kserve.
+  mutate_kserve() {
+    _d="$SCRATCH/mutk"; rm -rf "$_d"; mkdir -p "$_d"; cp deploy/kserve/*.yaml "$_d/"
+    if ! "$PY" - "$_d/$2" "$3" "$4" <<'EOF'
+import re, sys
+path, old, new = sys.argv[1:4]
+text = open(path).read()
+out, n = re.subn(old, new, text, count=1, flags=re.M)
+if n != 1:
+    sys.exit("pattern %r not in %s" % (old, path))
+open(path, "w").write(out)
+EOF
+    then fail "rejects $1 (mutation did not apply)"; return; fi
+    check_fails "KServe validator rejects $1" validate_kserve "$_d"/*.yaml
+  }
+  # The schemas: a wrong type, misspelt fields, a missing required field.
+  mutate_kserve "protocolVersions as a string" servingruntime.yaml \
+    '^  protocolVersions:\n    - v2$' '  protocolVersions: v2'
+  mutate_kserve "a number where KEDA wants a string (threshold: 4)" scaledobject.yaml \
+    'threshold: "4"' 'threshold: 4'
+  mutate_kserve "a misspelt runtime field (supportedModelFormat)" servingruntime.yaml \
+    '^  supportedModelFormats:$' '  supportedModelFormat:'
+  mutate_kserve "a misspelt predictor field (minReplica)" inferenceservice.yaml \
+    '^    minReplicas: 2$' '    minReplica: 2'
+  mutate_kserve "a misspelt container field (imagePullPolice)" servingruntime.yaml \
+    'imagePullPolicy: IfNotPresent' 'imagePullPolice: IfNotPresent'
+  mutate_kserve "a ScaledObject without triggers (required)" scaledobject.yaml \
+    '^  triggers:\n(    .*\n)+' ''
+  mutate_kserve "a modelFormat without its name (required)" inferenceservice.yaml \
+    '^        name: attnd\n' ''
+  mutate_kserve "a port number as text" servingruntime.yaml \
+    'containerPort: 8080' 'containerPort: http'
+  # The project's rules.
+  mutate_kserve "a container not named kserve-container" servingruntime.yaml \
+    'name: kserve-container' 'name: attnd'
+  mutate_kserve "a runtime without v2" servingruntime.yaml '^    - v2$' '    - v1'
+  mutate_kserve "a runtime that ignores the InferenceService's name" servingruntime.yaml \
+    '^        - --model-name=\{\{\.Name\}\}$' '        - --model-name=attention'
+  mutate_kserve "attnd on a port other than 8080" servingruntime.yaml \
+    '(name: ATTND_PORT\n\s+value: )"8080"' '\g<1>"8000"'
+  mutate_kserve "metrics annotated on another port" servingruntime.yaml \
+    'prometheus.kserve.io/port: "8080"' 'prometheus.kserve.io/port: "8002"'
+  mutate_kserve "a misspelt ATTND_ variable" servingruntime.yaml \
+    'name: ATTND_DRAIN_S$' 'name: ATTND_DRAIN_SECONDS'
+  mutate_kserve "Serverless mode" inferenceservice.yaml \
+    'deploymentMode: Standard' 'deploymentMode: Serverless'
+  mutate_kserve "a second autoscaler (no autoscalerClass external)" inferenceservice.yaml \
+    '^    serving.kserve.io/autoscalerClass: external\n' ''
+  mutate_kserve "no Prometheus scraping" inferenceservice.yaml \
+    'enable-prometheus-scraping: "true"' 'enable-prometheus-scraping: "false"'
+  mutate_kserve "a model format the runtime does not serve" inferenceservice.yaml \
+    '^        name: attnd$' '        name: triton'
+  mutate_kserve "a ScaledObject aimed at the InferenceService, not its predictor" scaledobject.yaml \
+    '^    name: sdpa-predictor$' '    name: sdpa'
+  mutate_kserve "a query on a metric attnd does not export" scaledobject.yaml \
+    'query: sum\(rate\(attnd_request_duration_seconds_sum' 'query: sum(rate(attnd_requests_in_progress'
+fi
+
 # ------------------------------------------------------------ 2. Prometheus
 log "Prometheus configs"
 need_pkgs prometheus || fail "install prometheus"
@@ -149,13 +230,13 @@ default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 runtime = "runc"
 EOF
   export CONTAINERS_CONF="$SCRATCH/containers.conf"
-  if ! podman image exists localhost/debian:bookworm-slim; then
-    TAR=$(base_tarball) || fail "debootstrap bookworm minbase"
-    [ -n "${TAR:-}" ] && check "podman import $(basename "$TAR") as debian:bookworm-slim" \
+  if ! podman image exists "localhost/$BASE_IMAGE_NAME"; then
+    TAR=$(base_tarball "$BASE_SUITE") || fail "debootstrap $BASE_SUITE minbase"
+    [ -n "${TAR:-}" ] && check "podman import $(basename "$TAR") as $BASE_IMAGE_NAME" \
       podman import --change "$IMPORT_CHANGES_ENV" --change "$IMPORT_CHANGES_CMD" \
-        "$TAR" localhost/debian:bookworm-slim
+        "$TAR" "localhost/$BASE_IMAGE_NAME"
   fi
-  podman tag localhost/debian:bookworm-slim docker.io/library/debian:bookworm-slim 2>/dev/null
+  podman tag "localhost/$BASE_IMAGE_NAME" "docker.io/library/$BASE_IMAGE_NAME" 2>/dev/null
   B0=$(date +%s)
   OLD_IDS="$(podman image inspect -f '{{.Id}}' "$PODMAN_IMAGE" "$PODMAN_IMAGE-build" 2>/dev/null)"
   if podman build --pull=never --target build -t "$PODMAN_IMAGE-build" . >"$SCRATCH/podman-build.log" 2>&1 &&
@@ -217,7 +298,7 @@ import re, sys
 src, dst = sys.argv[1:3]
 text = open(src).read()
 text, n = re.subn(r"^(\s+)image: registry\.example\.com/my-app:1\.0$",
-                  r'\1image: localhost/debian:bookworm-slim\n\1command: ["sleep", "infinity"]',
+                  r'\1image: localhost/debian:trixie-slim\n\1command: ["sleep", "infinity"]',
                   text, count=1, flags=re.M)
 if n != 1:
     sys.exit("no placeholder app image in " + src)

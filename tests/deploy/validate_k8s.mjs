@@ -148,7 +148,7 @@ for (const file of files) {
 let KNOWN_ENV = new Set(["HOST", "PORT", "WORKERS", "MAX_BATCH", "MAX_DELAY_US", "MAX_QUEUE",
   "MAX_INFLIGHT_MB", "MAX_BODY_MB", "TIMEOUT_MS", "DRAIN_DELAY_MS", "DRAIN_S", "MAX_CONNS",
   "CONN_MEMORY_KB", "CONN_TIMEOUT_S", "LOG", "TOKEN", "TOKEN_FILE", "TLS_CERT", "TLS_KEY",
-  "UNIX_SOCKET", "UNIX_SOCKET_MODE", "ALLOW_CLIENT_SHM", "SHM_MAX_REGIONS", "SHM_MAX_MB"].map((s) => "ATTND_" + s));
+  "UNIX_SOCKET", "UNIX_SOCKET_MODE", "ALLOW_CLIENT_SHM", "SHM_MAX_REGIONS", "SHM_MAX_MB", "MODEL_NAME"].map((s) => "ATTND_" + s));
 if (attnd) {
   const help = execFileSync(attnd, ["--help"], { encoding: "utf8" });
   const names = [...help.matchAll(/\benv (ATTND_[A-Z0-9_]+)/g)].map((m) => m[1]);

@@ -1140,6 +1140,36 @@ END_TEST
 
 /* ---- models and metadata ------------------------------------------------------ */
 
+/* --model-name: the dot-product model answers to the chosen name only; a
+ * name that is not one clean path segment, or is the additive model's, is
+ * refused and changes nothing. */
+START_TEST(model_renamed) {
+  char err[PROTO_ERR_MAX], *out;
+  size_t len;
+  ck_assert_int_eq(proto_v2_set_model_name("my-isvc", err), 0);
+  ck_assert_str_eq(proto_v2_model_name(PROTO_MODEL_ATTENTION), "my-isvc");
+  ck_assert_int_eq(proto_v2_model_find("my-isvc", "1", err),
+                   PROTO_MODEL_ATTENTION);
+  ck_assert_int_eq(proto_v2_model_find("attention", NULL, err),
+                   ATTND_ENOTFOUND);
+  ck_assert_str_eq(err, "unknown model 'attention' (models: my-isvc, "
+                   "additive_attention)");
+  ck_assert_int_eq(proto_v2_model_ready(PROTO_MODEL_ATTENTION, 1, &out, &len),
+                   0);
+  ck_assert_str_eq(out, "{\"name\":\"my-isvc\",\"ready\":true}");
+  free(out);
+  ck_assert_int_eq(proto_v2_set_model_name("a/b", err), ATTND_EINVAL);
+  ck_assert_int_eq(proto_v2_set_model_name("", err), ATTND_EINVAL);
+  ck_assert_int_eq(proto_v2_set_model_name(".x", err), ATTND_EINVAL);
+  ck_assert_int_eq(proto_v2_set_model_name("additive_attention", err),
+                   ATTND_EINVAL);
+  ck_assert_str_eq(proto_v2_model_name(PROTO_MODEL_ATTENTION), "my-isvc");
+  ck_assert_int_eq(proto_v2_set_model_name("attention", err), 0);
+  ck_assert_int_eq(proto_v2_model_find("attention", NULL, err),
+                   PROTO_MODEL_ATTENTION);
+}
+END_TEST
+
 START_TEST(models_and_metadata) {
   char err[PROTO_ERR_MAX], *out;
   size_t len;
@@ -1625,7 +1655,7 @@ static Suite *v2_suite(void) {
     {"received", {received_body_lends_fp32_inputs_in_place,
                   received_body_reports_a_bad_value_like_the_copy,
                   received_body_copies_what_it_cannot_lend}},
-    {"models", {models_and_metadata}},
+    {"models", {models_and_metadata, model_renamed}},
     {"diagnostics", {window_parameters_decode,
                      diagnostics_outputs_decode_and_encode,
                      binary_outputs_in_parts_are_the_bytes_of_the_copy}},
