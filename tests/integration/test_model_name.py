@@ -68,7 +68,8 @@ class ModelNameTest(harness.CloseChecks, harness.ServerTestCase):
         self.assertEqual(status, 200)
         self.assertEqual(meta["name"], NAME)
         self.assertEqual([i["name"] for i in meta["inputs"]],
-                         ["query", "key", "value", "valid_lens", "mask", "bias"])
+                         ["query", "key", "value", "valid_lens", "mask", "bias", "sinks",
+                          "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k"])
         self.assertEqual(self.get_json("/v2/models/%s/ready" % NAME),
                          (200, {"name": NAME, "ready": True}))
         status, cfg = self.get_json("/v2/models/%s/config" % NAME)
