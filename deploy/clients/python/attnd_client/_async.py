@@ -568,6 +568,13 @@ class AsyncAttndClient(ClientBase):
                         dropout: Optional[Mapping[str, Any]] = None,
                         return_weights: Optional[bool] = None,
                         diagnostics: Optional[bool] = None,
+                        sinks: Optional[TensorLike] = None,
+                        softcap: Optional[float] = None,
+                        alibi_slopes: Optional[TensorLike] = None,
+                        cu_seqlens_q: Optional[TensorLike] = None,
+                        cu_seqlens_k: Optional[TensorLike] = None,
+                        return_lse: Optional[bool] = None,
+                        window_align: Optional[str] = None,
                         id: Union[str, int, float, None] = None,
                         extra: Optional[Mapping[str, Any]] = None,
                         binary: bool = True,
@@ -577,7 +584,11 @@ class AsyncAttndClient(ClientBase):
         and errors."""
         big = tensor_bytes(query, key, value, mask, bias) > OFFLOAD_BYTES
         call = await self._off_loop(
-            big, self._attention_call, query, key, value, valid_lens, mask, bias, causal,
+            big, functools.partial(
+                self._attention_call, sinks=sinks, softcap=softcap, alibi_slopes=alibi_slopes,
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, return_lse=return_lse,
+                window_align=window_align),
+            query, key, value, valid_lens, mask, bias, causal,
             window, scale, scoring, w_q, w_k, w_v, dropout, return_weights, diagnostics, id,
             extra, binary, request_compression, response_compression)
         return await self._run(call)
