@@ -15,7 +15,9 @@ Checked against the float64 reference (reference.py): /v1 with nested
 lists, numpy arrays of every float dtype, numpy scalars, masks, lengths,
 heads, additive scoring, dropout, windows, diagnostics and compression; v2
 with binary and JSON tensors in FP32, FP64, FP16 and BF16, INT32/INT64
-lengths, BOOL masks, every output in its own datatype.  The client's
+lengths, BOOL masks, every output in its own datatype; the variants (sinks,
+softcap, ALiBi, packed sequences, window_align) and the lse, -inf kept
+over binary and JSON, through attention() and infer().  The client's
 refusals (ragged lists, non-numbers, NaN and infinities, numbers out of
 range) are compared with what the server answers for the same tensor
 where the server can be asked; errors, health, readiness (False only for
