@@ -584,13 +584,10 @@ class AsyncAttndClient(ClientBase):
         and errors."""
         big = tensor_bytes(query, key, value, mask, bias) > OFFLOAD_BYTES
         call = await self._off_loop(
-            big, functools.partial(
-                self._attention_call, sinks=sinks, softcap=softcap, alibi_slopes=alibi_slopes,
-                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, return_lse=return_lse,
-                window_align=window_align),
-            query, key, value, valid_lens, mask, bias, causal,
+            big, self._attention_call, query, key, value, valid_lens, mask, bias, causal,
             window, scale, scoring, w_q, w_k, w_v, dropout, return_weights, diagnostics, id,
-            extra, binary, request_compression, response_compression)
+            extra, binary, request_compression, response_compression, sinks, softcap,
+            alibi_slopes, cu_seqlens_q, cu_seqlens_k, return_lse, window_align)
         return await self._run(call)
 
     async def infer(self, model: str, inputs: Mapping[str, Union[TensorLike, ShmTensor]],
