@@ -15,7 +15,9 @@ Checked against the float64 reference (reference.py): /v1 with nested
 lists, numpy arrays of every float dtype, numpy scalars, masks, lengths,
 heads, additive scoring, dropout, windows, diagnostics and compression; v2
 with binary and JSON tensors in FP32, FP64, FP16 and BF16, INT32/INT64
-lengths, BOOL masks, every output in its own datatype.  The client's
+lengths, BOOL masks, every output in its own datatype; the variants (sinks,
+softcap, ALiBi, packed sequences, window_align) and the lse, -inf kept
+over binary and JSON, through attention() and infer().  The client's
 refusals (ragged lists, non-numbers, NaN and infinities, numbers out of
 range) are compared with what the server answers for the same tensor
 where the server can be asked; errors, health, readiness (False only for
@@ -46,7 +48,8 @@ import unittest
 from fractions import Fraction
 
 import harness
-from reference import attention, diagnostics, flatten, nest, rand_request, rand_tensor, shape_of
+from reference import (attention, diagnostics, flatten, lse, nest, rand_request, rand_tensor,
+                       shape_of)
 
 try:
     import numpy as np
@@ -335,6 +338,18 @@ class Case(harness.ServerTestCase):
                 else:
                     self.assertLessEqual(abs(x - y), tol + tol * abs(y),
                                          "%s[%d]: got %r, want %r" % (name, n, x, y))
+
+    def assert_lse(self, got, req):
+        """got is float32 and the reference's lse: -inf exactly where it
+        is -inf, else within float32 rounding."""
+        ref = lse(req)
+        self.assert_array(got, np.float32, shape_of(ref))
+        for n, (a, b) in enumerate(zip(got.reshape(-1).tolist(), flatten(ref))):
+            if b == -math.inf:
+                self.assertEqual(a, -math.inf, "lse[%d]" % n)
+            else:
+                self.assertLessEqual(abs(a - b), 1e-5 + 1e-5 * abs(b),
+                                     "lse[%d]: got %r, want %r" % (n, a, b))
 
     def refused(self, fn, *args, **kw):
         """The message of the AttndInputError fn raises."""
@@ -1123,6 +1138,154 @@ class AttentionOverV2Test(Case):
             self.assertEqual(cm.exception.message, want, opts)
 
 
+class VariantsTest(Case):
+    """sinks, softcap, alibi_slopes, packed sequences, window_align and the
+    lse through attention() (v2 binary and /v1 JSON) and infer()."""
+
+    def request(self, seed, **kw):
+        req = rand_request(seed, **kw)
+        return {n: rounded(t, "FP32") for n, t in req.items()}
+
+    def attend(self, req, opts, binary):
+        """attention() with numpy tensors and the options, checked to have
+        gone the way binary says."""
+        got = self.c.attention(*(np.asarray(req[n], np.float32)
+                                 for n in ("query", "key", "value")),
+                               binary=binary, **opts)
+        self.assertEqual(self.c.last_headers["content-type"],
+                         "application/octet-stream" if binary else "application/json")
+        return got
+
+    def test_each_variant_matches_the_reference_binary_and_json(self):
+        req = self.request(71, B=2, H=2, Lq=4, Lk=6, D=4, Dv=3)
+        sinks, slopes = [0.5, -1.25], [0.5, 0.25]
+        cases = [
+            {"sinks": sinks},
+            {"softcap": 0.75},
+            {"alibi_slopes": slopes},
+            {"alibi_slopes": [[0.5, 0.25], [0.125, 1.0]]},
+            {"window": [1, 0], "window_align": "lower_right"},
+            {"window": [0, 1], "window_align": "upper_left", "return_weights": False},
+            {"sinks": sinks, "softcap": 2.0, "alibi_slopes": slopes, "causal": "lower_right",
+             "window": [2, 0], "window_align": "lower_right", "mask": [[[True] * 5 + [False]]]},
+        ]
+        for opts, binary in [(o, b) for o in cases for b in (True, False)]:
+            sent = dict(opts, return_lse=True)
+            for n in ("sinks", "alibi_slopes"):
+                if n in sent and binary:
+                    sent[n] = np.asarray(sent[n], np.float64 if n == "sinks" else np.float32)
+            with self.subTest(opts=sorted(opts), binary=binary):
+                got = self.attend(req, sent, binary)
+                ref = dict(req, **opts)
+                outputs = ("output",) if opts.get("return_weights") is False else \
+                    ("output", "weights")
+                self.check(got, ref, outputs)
+                self.assert_lse(got["lse"], ref)
+                if binary:
+                    self.assertEqual([o["name"] for o in self.c.last_response["outputs"]],
+                                     list(outputs) + ["lse"])
+        got = self.c.attention(req["query"], req["key"], req["value"], sinks=sinks)
+        self.assertNotIn("lse", got)
+
+    def test_all_masked_row_lse_is_minus_inf_without_a_sink_and_the_sink_with_one(self):
+        q, k, v = [[[1.0, 0.5], [0.25, -1.0]]], [[[1.0, 1.0], [0.0, 2.0], [-1.0, 0.5]]], \
+            [[[2.0], [1.0], [-3.0]]]
+        mask = [[[False, False, False], [True, False, True]]]
+        req = {"query": q, "key": k, "value": v, "mask": mask}
+        for binary in (True, False):
+            for sinks in (None, [0.5]):
+                with self.subTest(binary=binary, sinks=sinks):
+                    got = self.attend(req, {"mask": np.asarray(mask), "sinks": sinks,
+                                            "return_lse": True}, binary)
+                    ref = dict(req, sinks=sinks)
+                    self.check(got, ref)
+                    self.assertEqual(got["output"][0, 0].tolist(), [0.0])
+                    self.assertEqual(got["weights"][0, 0].tolist(), [0.0] * 3)
+                    self.assert_lse(got["lse"], ref)
+                    self.assertEqual(got["lse"][0, 0], -np.inf if sinks is None else 0.5)
+                    if not binary and sinks is None:
+                        # what attnd writes for -inf in JSON (the answer's
+                        # tensors take the query's form: {"shape", "data"})
+                        sent = self.c.last_response["lse"]
+                        self.assertIsNone(flatten(sent["data"] if isinstance(sent, dict)
+                                                  else sent)[0])
+
+    def test_packed_sequences_match_the_reference(self):
+        req = self.request(72, B=1, H=2, Lq=5, Lk=7, D=4, Dv=3)
+        cu_q, cu_k = [0, 2, 2, 5], [0, 3, 4, 7]   # the middle sequence has no query
+        cases = [
+            {},
+            {"causal": "lower_right", "alibi_slopes": [0.5, 0.125]},
+            {"causal": True, "sinks": [0.25, -0.5], "return_weights": False},
+            {"window": [1, 0], "window_align": "lower_right", "softcap": 1.5},
+        ]
+        for opts, binary in [(o, b) for o in cases for b in (True, False)]:
+            for ints in (np.int32, np.int64, None):
+                packed = {"cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}
+                sent = dict(opts, return_lse=True, **({n: np.asarray(c, ints)
+                                                       for n, c in packed.items()}
+                                                      if ints else packed))
+                with self.subTest(opts=sorted(opts), binary=binary, ints=ints):
+                    got = self.attend(req, sent, binary)
+                    ref = dict(req, **opts, **packed)
+                    outputs = ("output",) if opts.get("return_weights") is False else \
+                        ("output", "weights")
+                    self.check(got, ref, outputs)
+                    self.assert_lse(got["lse"], ref)
+        # a query whose sequence has no key: nothing allowed, lse -inf
+        req = {"query": [[[1.0, 0.0], [0.0, 1.0]]], "key": [[[1.0, 1.0], [2.0, 0.5], [0.0, 1.0]]],
+               "value": [[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]]}
+        packed = {"cu_seqlens_q": [0, 1, 2], "cu_seqlens_k": [0, 0, 3]}
+        for binary in (True, False):
+            got = self.attend(req, dict(packed, return_lse=True), binary)
+            self.check(got, dict(req, **packed))
+            self.assertEqual(got["lse"][0, 0], -np.inf)
+            self.assert_lse(got["lse"], dict(req, **packed))
+
+    def test_variant_errors_name_v1s_fields(self):
+        q, k, v = [[[1.0, 0.0], [0.0, 1.0]]], [[[1.0, 1.0], [0.5, 0.0]]], [[[2.0], [1.0]]]
+        cases = [({"softcap": 0}, "softcap"), ({"softcap": -1.5}, "softcap"),
+                 ({"window_align": "middle"}, "window_align"),
+                 ({"sinks": [1.0, 2.0]}, "sinks"),
+                 ({"alibi_slopes": [[1.0], [2.0]]}, "alibi_slopes"),
+                 ({"cu_seqlens_q": [0, 2]}, "cu_seqlens"),
+                 ({"cu_seqlens_q": [0, 2, 1, 2], "cu_seqlens_k": [0, 1, 1, 2]}, "cu_seqlens_q"),
+                 ({"cu_seqlens_q": [0, 2], "cu_seqlens_k": [0, 1]}, "cu_seqlens_k"),
+                 ({"cu_seqlens_q": [0, 2], "cu_seqlens_k": [0, 2], "valid_lens": [1]},
+                  "valid_lens"),
+                 ({"return_lse": 1}, "return_lse")]
+        for opts, field in cases:
+            want = self.server_error("/v1/attention", dict({"query": q, "key": k, "value": v},
+                                                           **opts))
+            for binary in (True, False):
+                with self.subTest(opts=opts, binary=binary):
+                    with self.assertRaises(AttndError) as cm:
+                        self.c.attention(np.asarray(q, np.float32), k, v, binary=binary,
+                                         **opts)
+                    self.assertEqual(cm.exception.status, 400)
+                    self.assertEqual(cm.exception.message, want)
+                    self.assertIn(field, cm.exception.message)
+
+    def test_infer_decodes_lse_with_minus_inf_binary_and_json(self):
+        req = {"query": [[[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]],
+               "key": [[[1.0, 1.0], [2.0, 0.5], [0.0, 1.0]]],
+               "value": [[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]]}
+        packed = {"cu_seqlens_q": [0, 1, 3], "cu_seqlens_k": [0, 0, 3]}
+        for binary in (True, False):
+            for sinks in (None, [0.75]):
+                inputs = dict(req, cu_seqlens_q=np.asarray(packed["cu_seqlens_q"], np.int32),
+                              cu_seqlens_k=np.asarray(packed["cu_seqlens_k"], np.int64))
+                if sinks:
+                    inputs["sinks"] = np.asarray(sinks, np.float32)
+                with self.subTest(binary=binary, sinks=sinks):
+                    res = self.c.infer("attention", inputs, outputs=["output", "lse"],
+                                       parameters={"softcap": 2.5}, binary=binary)
+                    ref = dict(req, softcap=2.5, sinks=sinks, **packed)
+                    self.check(res, ref, outputs=("output",))
+                    self.assert_lse(res["lse"], ref)
+                    self.assertEqual(res["lse"][0, 0], -np.inf if sinks is None else 0.75)
+
+
 class SilentServer:
     """A listening socket that accepts and never answers."""
 
@@ -1492,6 +1655,10 @@ class AsyncAttentionOverV2Test(OnAsyncio, AttentionOverV2Test):
 
 
 class AsyncRetryTest(OnAsyncio, RetryTest):
+    pass
+
+
+class AsyncVariantsTest(OnAsyncio, VariantsTest):
     pass
 
 

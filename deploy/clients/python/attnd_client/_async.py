@@ -568,6 +568,13 @@ class AsyncAttndClient(ClientBase):
                         dropout: Optional[Mapping[str, Any]] = None,
                         return_weights: Optional[bool] = None,
                         diagnostics: Optional[bool] = None,
+                        sinks: Optional[TensorLike] = None,
+                        softcap: Optional[float] = None,
+                        alibi_slopes: Optional[TensorLike] = None,
+                        cu_seqlens_q: Optional[TensorLike] = None,
+                        cu_seqlens_k: Optional[TensorLike] = None,
+                        return_lse: Optional[bool] = None,
+                        window_align: Optional[str] = None,
                         id: Union[str, int, float, None] = None,
                         extra: Optional[Mapping[str, Any]] = None,
                         binary: bool = True,
@@ -579,7 +586,8 @@ class AsyncAttndClient(ClientBase):
         call = await self._off_loop(
             big, self._attention_call, query, key, value, valid_lens, mask, bias, causal,
             window, scale, scoring, w_q, w_k, w_v, dropout, return_weights, diagnostics, id,
-            extra, binary, request_compression, response_compression)
+            extra, binary, request_compression, response_compression, sinks, softcap,
+            alibi_slopes, cu_seqlens_q, cu_seqlens_k, return_lse, window_align)
         return await self._run(call)
 
     async def infer(self, model: str, inputs: Mapping[str, Union[TensorLike, ShmTensor]],

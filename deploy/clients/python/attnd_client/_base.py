@@ -28,7 +28,8 @@ from ._transport import deflate, inflate
 #: numbers, or a Python number.
 TensorLike = Union[Array, np.generic, Sequence[Any], float, int, bool]
 
-_V1_TENSORS = ("query", "key", "value", "valid_lens", "mask", "bias", "w_q", "w_k", "w_v")
+_V1_TENSORS = ("query", "key", "value", "valid_lens", "mask", "bias", "w_q", "w_k", "w_v",
+               "sinks", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k")
 _DIAGNOSTICS = ("allowed_keys", "entropy", "max_weight", "jacobian_norm")
 
 #: Retries of a call after its first try, unless the client says otherwise.
@@ -46,11 +47,14 @@ class AttentionResult(TypedDict, total=False):
     output: float32 (B, [H,] Lq, Dv).  weights: float32 (B, [H,] Lq, Lk),
     absent when return_weights=False.  diagnostics: with diagnostics=True,
     {"allowed_keys": int32, "entropy", "max_weight", "jacobian_norm":
-    float32}, each (B, [H,] Lq).  id: the request's id, when it had one.
+    float32}, each (B, [H,] Lq).  lse: with return_lse=True, float32
+    (B, [H,] Lq), the rows' log-sum-exp, -inf for a row with nothing
+    allowed and no sink.  id: the request's id, when it had one.
     """
 
     output: Array
     weights: Array
+    lse: Array
     diagnostics: Dict[str, Array]
     id: Union[str, float]
 
@@ -106,6 +110,20 @@ def _v1_array(t: Any, dtype: Any) -> Array:
     return np.asarray(t, dtype=dtype)
 
 
+def _lse_array(t: Any) -> Array:
+    """/v1's lse, nested or {"shape", "data"}, as float32 with its nulls
+    (JSON has no infinity) back to -inf."""
+    if isinstance(t, dict) and "shape" in t:
+        return np.asarray(_tensors.null_to_ninf(t["data"]), dtype=np.float32).reshape(t["shape"])
+    return np.asarray(_tensors.null_to_ninf(t), dtype=np.float32)
+
+
+def _f32(v: Any) -> float:
+    """v rounded to float32 as attnd reads it (inf past its range)."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(v))
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
@@ -135,7 +153,7 @@ _V1_WORDS: List[Tuple["re.Pattern[str]", Callable[["re.Match[str]"], str]]] = [
      lambda m: "window[%d]" % (m.group(1) == "right")),
     (re.compile(r"^parameters\.dropout_p\b"), lambda m: "dropout.p"),
     (re.compile(r"^parameters\.seed\b"), lambda m: "dropout.seed"),
-    (re.compile(r"^parameters\.(causal|scale)\b"), lambda m: m.group(1)),
+    (re.compile(r"^parameters\.(causal|scale|softcap|window_align)\b"), lambda m: m.group(1)),
 ]
 
 
@@ -365,12 +383,18 @@ class ClientBase:
                         w_q: Any, w_k: Any, w_v: Any, dropout: Any, return_weights: Any,
                         diagnostics: Any, id: Any, extra: Optional[Mapping[str, Any]],
                         binary: bool, request_compression: Optional[str],
-                        response_compression: Optional[str]) -> "_Call[AttentionResult]":
+                        response_compression: Optional[str], sinks: Any = None,
+                        softcap: Any = None, alibi_slopes: Any = None,
+                        cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+                        return_lse: Any = None,
+                        window_align: Any = None) -> "_Call[AttentionResult]":
         """attention()'s request: KServe v2 with binary tensors when every
         option has a v2 form (v2_form), else /v1 JSON.  Tensors are checked
         first, in /v1's words, either way."""
         tensors = {"query": query, "key": key, "value": value, "valid_lens": valid_lens,
-                   "mask": mask, "bias": bias, "w_q": w_q, "w_k": w_k, "w_v": w_v}
+                   "mask": mask, "bias": bias, "w_q": w_q, "w_k": w_k, "w_v": w_v,
+                   "sinks": sinks, "alibi_slopes": alibi_slopes, "cu_seqlens_q": cu_seqlens_q,
+                   "cu_seqlens_k": cu_seqlens_k}
         arrays: Dict[str, Array] = {}
         for name in _V1_TENSORS:
             t = tensors[name]
@@ -380,7 +404,9 @@ class ClientBase:
             if _tensors.kind_of(name) == _tensors.FLOAT:
                 _tensors.check_floats(name, a, "float32", binary=False)
             arrays[name] = a
-        fields = {"causal": causal, "window": window, "scale": scale, "scoring": scoring,
+        fields = {"causal": causal, "window": window, "window_align": window_align,
+                  "scale": scale, "scoring": scoring, "softcap": softcap,
+                  "return_lse": return_lse,
                   "dropout": dropout, "return_weights": return_weights,
                   "diagnostics": diagnostics, "id": id}
         opts = {n: _plain(n, v) for n, v in fields.items() if v is not None}
@@ -410,6 +436,8 @@ class ClientBase:
             for k, v in res.items():
                 if k in ("output", "weights"):
                     out[k] = _v1_array(v, np.float32)
+                elif k == "lse":
+                    out[k] = _lse_array(v)
                 elif k == "diagnostics":
                     out[k] = {n: _v1_array(d, np.int32 if n == "allowed_keys" else np.float32)
                               for n, d in v.items()}
@@ -466,6 +494,8 @@ class ClientBase:
             out: Dict[str, Any] = {"output": got["output"]}
             if "weights" in got:
                 out["weights"] = got["weights"]
+            if "lse" in got:
+                out["lse"] = got["lse"]
             if opts.get("diagnostics"):
                 out["diagnostics"] = {n: got[n] for n in _DIAGNOSTICS}
             if "id" in opts:
@@ -584,6 +614,17 @@ def _v2_form(arrays: Mapping[str, Array],
         for side, w in zip(("window_left", "window_right"), window):
             if w is not None:
                 params[side] = w
+    align = opts.get("window_align")
+    if align is not None:
+        if not isinstance(align, str):
+            return None
+        params["window_align"] = align
+    if "softcap" in opts:
+        softcap = opts["softcap"]
+        # one attnd refuses goes as /v1, whose message quotes the value
+        if not _is_number(softcap) or not 0 < _f32(softcap) < math.inf:
+            return None
+        params["softcap"] = softcap
     dropout = opts.get("dropout")
     if dropout is not None:
         if not isinstance(dropout, dict) or "p" not in dropout or \
@@ -593,12 +634,13 @@ def _v2_form(arrays: Mapping[str, Array],
         params["dropout_p"] = dropout["p"]
         if "seed" in dropout:
             params["seed"] = dropout["seed"]
-    flags = [opts.get("return_weights", True), opts.get("diagnostics", False)]
+    flags = [opts.get("return_weights", True), opts.get("diagnostics", False),
+             opts.get("return_lse", False)]
     if not all(isinstance(f, bool) for f in flags):
         return None
     rid = opts.get("id")
     if rid is not None and not isinstance(rid, str) and not _is_number(rid):
         return None
     outputs = ["output"] + (["weights"] if flags[0] else []) + \
-        (list(_DIAGNOSTICS) if flags[1] else [])
+        (list(_DIAGNOSTICS) if flags[1] else []) + (["lse"] if flags[2] else [])
     return ("additive_attention" if additive else "attention"), params, outputs

@@ -225,6 +225,13 @@ class AttndClient(ClientBase):
                   dropout: Optional[Mapping[str, Any]] = None,
                   return_weights: Optional[bool] = None,
                   diagnostics: Optional[bool] = None,
+                  sinks: Optional[TensorLike] = None,
+                  softcap: Optional[float] = None,
+                  alibi_slopes: Optional[TensorLike] = None,
+                  cu_seqlens_q: Optional[TensorLike] = None,
+                  cu_seqlens_k: Optional[TensorLike] = None,
+                  return_lse: Optional[bool] = None,
+                  window_align: Optional[str] = None,
                   id: Union[str, int, float, None] = None,
                   extra: Optional[Mapping[str, Any]] = None,
                   binary: bool = True,
@@ -247,6 +254,13 @@ class AttndClient(ClientBase):
             dropout: {"p": 0.1, "seed": 7}.
             return_weights: False skips the (Lq, Lk) weights.
             diagnostics: True adds per-row diagnostics.
+            sinks: floats (H,): a learned sink logit per query head.
+            softcap: > 0: scores become softcap * tanh(s / softcap).
+            alibi_slopes: floats (H,) or (B, H): ALiBi slope per query head.
+            cu_seqlens_q, cu_seqlens_k: integers (N + 1,), both or neither:
+                N sequences packed along the length axis (B = 1).
+            return_lse: True adds the rows' log-sum-exp "lse".
+            window_align: "upper_left" (default) or "lower_right".
             id: echoed in the answer.
             extra: other members of the request body, sent as they are
                 (as /v1 JSON).
@@ -268,13 +282,17 @@ class AttndClient(ClientBase):
         their shortest digits.
 
         Returns:
-            {"output", "weights", "diagnostics", "id"} as AttentionResult
-            describes, numpy arrays in their own dtypes.
+            {"output", "weights", "diagnostics", "lse", "id"} as
+            AttentionResult describes, numpy arrays in their own dtypes; the
+            lse is -inf for a row with nothing allowed and no sink, over
+            binary and JSON alike.
         """
         return self._run(self._attention_call(
             query, key, value, valid_lens, mask, bias, causal, window, scale, scoring,
             w_q, w_k, w_v, dropout, return_weights, diagnostics, id, extra, binary,
-            request_compression, response_compression))
+            request_compression, response_compression, sinks=sinks, softcap=softcap,
+            alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+            return_lse=return_lse, window_align=window_align))
 
     def infer(self, model: str, inputs: Mapping[str, Union[TensorLike, ShmTensor]],
               outputs: Union[Sequence[str], Mapping[str, Optional[ShmTensor]], None] = None, *,

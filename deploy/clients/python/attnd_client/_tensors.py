@@ -66,9 +66,11 @@ _ROUNDED_TO = {"FP32": "float32", "FP64": "float32", "FP16": "FP16", "BF16": "BF
 
 
 def kind_of(name: str) -> str:
-    """attnd's element kind of an input: valid_lens holds integers, mask
-    booleans, every other input floats."""
-    return INT if name == "valid_lens" else BOOL if name == "mask" else FLOAT
+    """attnd's element kind of an input: valid_lens and the cu_seqlens
+    offsets hold integers, mask booleans, every other input floats."""
+    if name in ("valid_lens", "cu_seqlens_q", "cu_seqlens_k"):
+        return INT
+    return BOOL if name == "mask" else FLOAT
 
 
 def default_datatype(name: str, value: Any) -> str:
@@ -418,8 +420,23 @@ def decode(data: bytes, datatype: str, shape: Sequence[int]) -> Array:
 
 def from_json(data: Any, datatype: str, shape: Sequence[int]) -> Array:
     """A JSON tensor's data (flat or nested) -> a numpy array of the
-    datatype's result dtype."""
-    return np.asarray(data, dtype=RESULT_DTYPES.get(datatype, np.float32)).reshape(shape)
+    datatype's result dtype.  A float null (how JSON carries the lse's
+    -inf) becomes -inf."""
+    dtype = RESULT_DTYPES.get(datatype, np.float32)
+    if dtype.kind == "f":
+        data = null_to_ninf(data)
+    return np.asarray(data, dtype=dtype).reshape(shape)
+
+
+def null_to_ninf(data: Any) -> Any:
+    """Nested lists with every None replaced by -inf: JSON has no
+    infinity, and attnd writes the lse of a row with nothing allowed and
+    no sink as null."""
+    if data is None:
+        return -math.inf
+    if isinstance(data, list):
+        return [null_to_ninf(x) for x in data]
+    return data
 
 
 def json_numbers(a: Array, datatype: str) -> str:
