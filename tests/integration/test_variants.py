@@ -26,6 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from test_diagnostics import Checks as DiagnosticsChecks  # noqa: E402
 from reference import (attention, diagnostics, flatten, lse, nest, rand_request,  # noqa: E402
                        rand_tensor, shape_of)
 from v2client import (InferenceServerClient, InferenceServerException, InferInput,  # noqa: E402
@@ -72,20 +73,9 @@ def new_kinds(rng, req, H, B, kinds):
     return req
 
 
-class Checks:
-    def assert_close(self, got, ref, what, tol=1e-5):
-        self.assertEqual(len(got), len(ref), what + ": element count")
-        for n, (g, r) in enumerate(zip(got, ref)):
-            self.assertTrue(abs(g - r) <= tol + tol * abs(r),
-                            "%s[%d]: got %r, want %r" % (what, n, g, r))
-
-    def assert_weights(self, got, ref, what="weights"):
-        self.assertEqual(len(got), len(ref), what + ": element count")
-        for n, (g, r) in enumerate(zip(got, ref)):
-            if r == 0.0:
-                self.assertEqual(g, 0.0, "%s[%d] must be exactly 0" % (what, n))
-            else:
-                self.assertLessEqual(abs(g - r), 1e-5, "%s[%d]: got %r, want %r" % (what, n, g, r))
+class Checks(DiagnosticsChecks):
+    """test_diagnostics' comparisons (assert_close, assert_weights), and the
+    lse's."""
 
     def assert_lse(self, got, ref, what, null_is_inf=True):
         """got: flat lse as answered (JSON null or -inf for -inf)."""
