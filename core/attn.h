@@ -284,7 +284,9 @@ int attn_forward_lse(const attn_problem *p, float *out, float *weights,
  * alone, and diag(a) - a a^T stays the exact Jacobian of the returned
  * weights with respect to the key scores (the sink is a constant in the
  * denominator).  Reads weights and the mask tensors, allocates
- * nothing.  Returns 0 or ATTND_EINVAL (attn_check fails, weights NULL). */
+ * nothing; linear in the size of weights.  Returns 0, ATTND_EINVAL
+ * (attn_check fails, weights NULL) or ATTND_ECANCELED (p->stop was set,
+ * read once per task: the rows not reached are unspecified). */
 int attn_diagnostics(const attn_problem *p, const float *weights,
                      int32_t *allowed_keys, float *entropy,
                      float *max_weight, float *jacobian_norm);

@@ -39,12 +39,14 @@ static double cost_scores(const attn_problem *p, const attn__scratch *lay,
   attn_problem q = *p;
   int lo[ATTN__QBLOCK_MAX], hi[ATTN__QBLOCK_MAX], klo, khi;
   double total = 0.0;
+  attn__task_walk walk;
   if (!p->cu_seqlens_q && p->causal == ATTN_CAUSAL_NONE && !p->has_window)
     return (double)p->Lq * p->Lk;
   q.valid_lens = NULL;
+  attn__walk_start(&q, &walk);
   for (size_t t = 0; t < lay->nqb; t++) {
     attn__task task;
-    attn__task_of(&q, t, &task);
+    attn__walk_task(&q, &walk, t, &task);
     for (int r0 = 0; r0 < task.rows; r0 += rows) {
       attn__task c = task;
       c.i0 = task.i0 + r0;

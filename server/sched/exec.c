@@ -234,9 +234,10 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
   if (rc != 0)
     return rc;
   if (job->req.diagnostics &&
-      attn_diagnostics(p, weights, job->req.allowed_keys, job->req.entropy,
-                       job->req.max_weight, job->req.jacobian_norm) != 0)
-    return ATTND_EINTERNAL;
+      (rc = attn_diagnostics(p, weights, job->req.allowed_keys,
+                             job->req.entropy, job->req.max_weight,
+                             job->req.jacobian_norm)) != 0)
+    return rc == ATTND_ECANCELED ? rc : ATTND_EINTERNAL;
   job->computed_ns = clock_now_ns();
   rc = exec_encode(job);
   if (rc == 0 && job->finish && (rc = job->finish(job)) != 0) {
