@@ -285,6 +285,19 @@ typedef struct attn__scratch {
 void attn__scratch_layout(const attn_problem *p, int with_weights,
                           attn__scratch *s);
 
+/* The work attn_cost_flops charges, counted over every (b, h): scores
+ * computed, and for additive scoring the query rows and keys projected
+ * (each call of attn__scores projects its rows and its keys).  Upper
+ * bounds of what the paths do: valid_lens and the mask are not looked at,
+ * and a key block no row may see is counted though the online path skips
+ * it. */
+typedef struct attn__cost_work {
+  double scores, rows_projected, keys_projected;
+} attn__cost_work;
+
+void attn__cost_count(const attn_problem *p, int with_weights,
+                      attn__cost_work *w);
+
 /* Query rows per task of a problem (ATTN__QBLOCK .. ATTN__QBLOCK_MAX). */
 int attn__query_block(const attn_problem *p);
 
