@@ -80,8 +80,9 @@ static int check_packing(const attn_problem *p) {
 }
 
 static int check_variants(const attn_problem *p) {
-  /* Written so that NaN fails too. */
-  if (!(p->softcap == 0.0f || (p->softcap > 0.0f && p->softcap <= FLT_MAX)))
+  /* Written so that NaN fails too.  A subnormal cap would make s / cap
+   * infinite and a zero score NaN. */
+  if (!(p->softcap == 0.0f || (p->softcap >= FLT_MIN && p->softcap <= FLT_MAX)))
     return 0;
   if (p->window_align != ATTN_WINDOW_UPPER_LEFT &&
       p->window_align != ATTN_WINDOW_LOWER_RIGHT)

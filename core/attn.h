@@ -204,7 +204,8 @@ void attn_problem_init(attn_problem *p);
 
 /* Checks a problem for programmer errors (inconsistent shapes, missing
  * tensors, scale 0 or not finite, H not a multiple of Hkv, dropout_p out of
- * [0, 1), gemm not an enum attn_gemm, softcap < 0 or not finite, packing
+ * [0, 1), gemm not an enum attn_gemm, softcap not 0 and not a normal
+ * positive float, packing
  * with B > 1, with valid_lens, with one cu_seqlens only, or cu_seqlens
  * that do not start at 0, decrease or do not end at the lengths).
  * Returns 0 or ATTND_EINVAL.  Reads no tensor contents but cu_seqlens

@@ -2,7 +2,8 @@
  * the work the core really does: every call of attn__scores is counted
  * (the binary is linked with --wrap=attn__scores), its scores rows x n,
  * and for additive scoring its projected rows and keys, on both paths,
- * in causal, windowed, packed and additive packed problems. */
+ * in causal, windowed, packed and additive packed problems; and the
+ * diagnostics' walk over the tasks stops when asked. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "core/attn.h"
 #include "core/attn_impl.h"
+#include "core/attnd_err.h"
 
 static attn__cost_work done;
 
@@ -196,6 +198,24 @@ START_TEST(test_many_sequences_are_weighed_linearly) {
 }
 END_TEST
 
+/* The diagnostics of a packed problem read the stop flag as they go. */
+START_TEST(test_diagnostics_stop_when_asked) {
+  tcase c;
+  _Atomic int stop = 0;
+  int L = 600;
+  float *ent = malloc((size_t)L * sizeof(float));
+  make(&c, 1, L, 3, 0);
+  c.p.stop = &stop;
+  ck_assert_int_eq(attn_forward(&c.p, c.out, c.w), 0);
+  ck_assert_int_eq(attn_diagnostics(&c.p, c.w, NULL, ent, NULL, NULL), 0);
+  stop = 1;
+  ck_assert_int_eq(attn_diagnostics(&c.p, c.w, NULL, ent, NULL, NULL),
+                   ATTND_ECANCELED);
+  free(ent);
+  drop(&c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cost");
   TCase *tc = tcase_create("cost");
@@ -206,6 +226,7 @@ int main(void) {
   tcase_add_test(tc, test_additive_packed_counts_the_projections);
   tcase_add_test(tc, test_additive_packed_flops_include_the_key_projections);
   tcase_add_test(tc, test_many_sequences_are_weighed_linearly);
+  tcase_add_test(tc, test_diagnostics_stop_when_asked);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
