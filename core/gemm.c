@@ -59,6 +59,7 @@ static void blas_nn(int m, int n, int k, const float *a, int lda,
 
 #define AVX512 __attribute__((target("avx512f,fma")))
 #define INLINE inline __attribute__((always_inline))
+#include "transpose16_avx512.h"
 
 /* Tiles are up to TILE_MR rows by TILE_NV vectors, TILE_MR2 rows when
  * they are at most two vectors wide: 24 accumulators either way, and at
@@ -191,33 +192,6 @@ AVX512 void attn__gemm_nn_avx512(int m, int n, int k, const float *a,
   }
 }
 
-/* 16 x 16 transpose: out[x] lane y = in[y] lane x. */
-AVX512 static INLINE void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 16; g += 4) {
-    u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
-    u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xee);
-    u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-    u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xee);
-  }
-  for (int q = 0; q < 4; q++) {
-    t[q] = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88);
-    t[4 + q] = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xdd);
-    t[8 + q] = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
-    t[12 + q] = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xdd);
-  }
-  for (int q = 0; q < 4; q++) {
-    r[q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0x88);
-    r[4 + q] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0x88);
-    r[8 + q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0xdd);
-    r[12 + q] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0xdd);
-  }
-}
-
 /* pk[d * 64 + c] = b[c * ldb + d] for keys c < w (<= 64), d < k; lanes
  * of a 16-key group beyond w are written as 0, and the groups beyond it
  * not at all (the tile's masks never read them). */
@@ -263,11 +237,16 @@ size_t attn__gemm_pack_floats(const attn_problem *p) {
 }
 
 /* Native where it can run unless BLAS is asked for (the table at the
- * top says why).  __builtin_cpu_supports reads what libgcc found at
+ * top says why); in BF16 mode the AVX512-BF16 kernels where they can run
+ * unless NATIVE or BLAS is asked for (bf16.c).  __builtin_cpu_supports reads what libgcc found at
  * start-up: a load and a test, cheap enough for every call. */
 int attn__gemm_pick(const attn_problem *p) {
   if (p->gemm == ATTN_GEMM_BLAS || !attn__use_avx512())
     return ATTN_GEMM_BLAS;
+  /* BF16 mode: VDPBF16PS unless the float32 kernels are asked for */
+  if (attn__is_bf16(p) && p->gemm != ATTN_GEMM_NATIVE &&
+      attn__use_avx512bf16())
+    return ATTN_GEMM_BF16;
   return ATTN_GEMM_NATIVE;
 }
 
