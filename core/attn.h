@@ -127,10 +127,13 @@ enum attn_gemm {
   ATTN_GEMM_NATIVE = 2, /* the AVX-512F kernels; cblas_sgemm where the CPU
                          * lacks AVX-512F (or under valgrind, which hides
                          * it) */
-  ATTN_GEMM_BF16 = 3    /* BF16 mode only: the AVX512-BF16 kernels
-                         * (VDPBF16PS); where the CPU lacks them, what
-                         * auto picks.  In BF16 mode NATIVE and BLAS run
-                         * the float32 products on BF16-rounded operands */
+  ATTN_GEMM_BF16 = 3    /* BF16 mode: the AVX512-BF16 kernels (VDPBF16PS)
+                         * where the CPU has them, else as NATIVE; auto
+                         * picks them only where they outrun the float32
+                         * FMA kernels (AMD Zen 4 and 5).  In BF16 mode
+                         * NATIVE and BLAS run the float32 products on
+                         * BF16-rounded operands.  float32 mode: as
+                         * auto */
 };
 
 /* Arithmetic of the two matrix products (attn_problem.precision).  In

@@ -52,16 +52,26 @@ static inline int attn__use_avx512(void) {
   return attn__use_avx2_fma() && __builtin_cpu_supports("avx512f");
 }
 /* AVX512-BF16 (VDPBF16PS, with AVX512BW for the packing): the BF16
- * mode's kernels of gemm_bf16_avx512.c. */
+ * mode's kernels of gemm_bf16_avx512.c can run.  attn__fast_avx512bf16:
+ * and they outrun the float32 FMA kernels, which is so where a VDPBF16PS
+ * costs what an FMA costs (AMD Zen 4 and 5: twice the multiply-adds).
+ * Intel's cores issue one every two cycles against two FMAs a cycle, so
+ * there the BF16 products take twice as long as the float32 ones on the
+ * same operands (docs/decisions.md has the figures), and the float32
+ * kernels run on the BF16-rounded operands. */
 static inline int attn__use_avx512bf16(void) {
   return attn__use_avx512() && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512bf16");
+}
+static inline int attn__fast_avx512bf16(void) {
+  return attn__use_avx512bf16() && __builtin_cpu_is("amd");
 }
 #else
 #define ATTN__HAVE_AVX2_FMA 0
 static inline int attn__use_avx2_fma(void) { return 0; }
 static inline int attn__use_avx512(void) { return 0; }
 static inline int attn__use_avx512bf16(void) { return 0; }
+static inline int attn__fast_avx512bf16(void) { return 0; }
 #endif
 
 /* Flush-to-zero around the products P V.  A probability near FLT_MIN
@@ -438,24 +448,20 @@ static inline int attn__is_bf16(const attn_problem *p) {
   return p->precision == ATTN_PRECISION_BF16;
 }
 
-/* float32 to BF16 bits, nearest even; zero and subnormals to a zero of
- * their sign (as VCVTNE2PS2BF16 does), beyond ATTN__BF16_MAX to it.
- * x finite. */
-static inline uint16_t attn__bf16_bits(float x) {
-  uint32_t u = attn__f2u(x), sign = (u >> 16) & 0x8000u;
+/* x rounded to BF16 (in float32): nearest even; zero and subnormals to
+ * a zero of their sign (as VCVTNE2PS2BF16 does), beyond ATTN__BF16_MAX
+ * to it.  x finite. */
+static inline float attn__bf16_round(float x) {
+  uint32_t u = attn__f2u(x), sign = u & 0x80000000u;
   uint32_t mag = u & 0x7fffffffu;
-  if (mag < 0x00800000u) return (uint16_t)sign;
-  if (mag >= 0x7f7f8000u) return (uint16_t)(sign | 0x7f7fu);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  r = mag < 0x00800000u ? sign : r; /* integer selects: loops vectorize */
+  r = mag >= 0x7f7f8000u ? (sign | 0x7f7f0000u) : r;
+  return attn__u2f(r);
 }
 
 static inline float attn__bf16_widen(uint16_t h) {
   return attn__u2f((uint32_t)h << 16);
-}
-
-/* x rounded to BF16 and back. */
-static inline float attn__bf16_round(float x) {
-  return attn__bf16_widen(attn__bf16_bits(x));
 }
 
 /* Bytes of the two operand buffers of a problem's BF16 products, for
@@ -489,6 +495,10 @@ void attn__bf16_nt_avx512(int m, int n, int k, float alpha, const void *a,
 void attn__bf16_nn_avx512(int m, int n, int k, const float *a, int lda,
                           const void *b, int bdt, size_t ldb, float beta,
                           float *c, int ldc, uint32_t *a2, uint32_t *pack);
+/* dst[0, n) = attn__bf16_round of src (floats) or of src widened (BF16),
+ * for the float32 kernels' operands; call only when attn__use_avx512(). */
+void attn__bf16_round_avx512(float *dst, const float *src, int n);
+void attn__bf16_widen_avx512(float *dst, const uint16_t *src, int n);
 #endif
 
 /* Overflowed outputs (rescale.c).  attn__value_scale is the power of two

@@ -2,7 +2,7 @@
  * AVX512-BF16 kernels (gemm_bf16_avx512.c) and the portable path, which
  * rounds the operands to BF16 in float32 buffers and runs the float32
  * products (gemm.c) on them.  Both round the same operands the same way
- * (attn__bf16_bits); they differ only in how the float32 sums are
+ * (attn__bf16_round); they differ only in how the float32 sums are
  * ordered, so the last bits of the answers may differ between them.
  * attn__gemm_pick says which runs (lay->gemm); no globals, no
  * allocation: the buffers are the task's scratch (b16a, b16b).
@@ -29,20 +29,36 @@ static const void *at(const attn_problem *p, const float *f,
                                      : (const void *)(f + off);
 }
 
+/* One row of n values rounded to BF16: float32 (dt F32) or BF16 bits
+ * widened. */
+static void round_row(float *d, const void *src, int dt, int n) {
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx512()) {
+    if (dt == ATTN_DTYPE_BF16)
+      attn__bf16_widen_avx512(d, (const uint16_t *)src, n);
+    else
+      attn__bf16_round_avx512(d, (const float *)src, n);
+    return;
+  }
+#endif
+  if (dt == ATTN_DTYPE_BF16) {
+    const uint16_t *h = (const uint16_t *)src;
+    for (int c = 0; c < n; c++) d[c] = attn__bf16_round(attn__bf16_widen(h[c]));
+  } else {
+    const float *f = (const float *)src;
+    for (int c = 0; c < n; c++) d[c] = attn__bf16_round(f[c]);
+  }
+}
+
 /* dst (rows, cols) = src rows (leading dimension ld, the problem's dtype)
  * rounded to BF16, in float32. */
 static void round_rows(const attn_problem *p, const void *src, size_t ld,
                        int rows, int cols, float *dst) {
   for (int r = 0; r < rows; r++) {
-    float *d = dst + (size_t)r * cols;
-    if (p->dtype == ATTN_DTYPE_BF16) {
-      const uint16_t *h = (const uint16_t *)src + (size_t)r * ld;
-      for (int c = 0; c < cols; c++)
-        d[c] = attn__bf16_round(attn__bf16_widen(h[c]));
-    } else {
-      const float *f = (const float *)src + (size_t)r * ld;
-      for (int c = 0; c < cols; c++) d[c] = attn__bf16_round(f[c]);
-    }
+    const void *row = p->dtype == ATTN_DTYPE_BF16
+                          ? (const void *)((const uint16_t *)src + r * ld)
+                          : (const void *)((const float *)src + r * ld);
+    round_row(dst + (size_t)r * cols, row, p->dtype, cols);
   }
 }
 
@@ -76,7 +92,7 @@ static void pv_block(const attn_problem *p, const attn__task *t, float *s,
   float *vr = (float *)(scratch + lay->b16b);
   for (int r = 0; r < t->rows; r++) {
     float *sr = s + (size_t)r * lds;
-    for (int c = 0; c < n; c++) sr[c] = attn__bf16_round(sr[c]);
+    round_row(sr, sr, ATTN_DTYPE_F32, n);
   }
   round_rows(p, v, (size_t)p->Dv, n, p->Dv, vr);
   attn__gemm_nn(lay->gemm, t->rows, p->Dv, n, s, lds, vr, p->Dv, beta, o,
@@ -105,7 +121,7 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
 }
 
 const char *attn_kernel_name(int precision) {
-  if (precision == ATTN_PRECISION_BF16 && attn__use_avx512bf16())
+  if (precision == ATTN_PRECISION_BF16 && attn__fast_avx512bf16())
     return "avx512bf16";
   return attn__use_avx512() ? "avx512" : "blas";
 }

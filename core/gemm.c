@@ -237,15 +237,18 @@ size_t attn__gemm_pack_floats(const attn_problem *p) {
 }
 
 /* Native where it can run unless BLAS is asked for (the table at the
- * top says why); in BF16 mode the AVX512-BF16 kernels where they can run
- * unless NATIVE or BLAS is asked for (bf16.c).  __builtin_cpu_supports reads what libgcc found at
+ * top says why); in BF16 mode the AVX512-BF16 kernels where they are
+ * the faster, or where they can run when asked for (bf16.c).  __builtin_cpu_supports reads what libgcc found at
  * start-up: a load and a test, cheap enough for every call. */
 int attn__gemm_pick(const attn_problem *p) {
   if (p->gemm == ATTN_GEMM_BLAS || !attn__use_avx512())
     return ATTN_GEMM_BLAS;
-  /* BF16 mode: VDPBF16PS unless the float32 kernels are asked for */
-  if (attn__is_bf16(p) && p->gemm != ATTN_GEMM_NATIVE &&
-      attn__use_avx512bf16())
+  /* BF16 mode: VDPBF16PS when asked for, or by default where it is the
+   * faster (attn_impl.h) */
+  if (attn__is_bf16(p) &&
+      (p->gemm == ATTN_GEMM_BF16 ? attn__use_avx512bf16()
+       : p->gemm == ATTN_GEMM_AUTO ? attn__fast_avx512bf16()
+                                   : 0))
     return ATTN_GEMM_BF16;
   return ATTN_GEMM_NATIVE;
 }
