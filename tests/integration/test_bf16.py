@@ -291,6 +291,13 @@ class Bf16Test(harness.ServerTestCase):
         self.assertEqual(cm.exception.status, 400)
         self.assertIn("key[0][0][0][3]", cm.exception.msg)
 
+    def test_model_config_lists_the_precisions(self):
+        for model, want in (("attention", "fp32,bf16"), ("additive_attention", "fp32")):
+            status, _, body = self.srv.get("/v2/models/%s/config" % model)
+            self.assertEqual(status, 200, body[:200])
+            cfg = json.loads(body)
+            self.assertEqual(cfg["parameters"]["precision"], {"string_value": want})
+
     # -- which kernels ------------------------------------------------------------
     def test_version_and_metrics_name_the_kernels(self):
         out = subprocess.run([harness.BINARY, "--version"], capture_output=True,

@@ -516,7 +516,8 @@ START_TEST(unknown_names_are_refused_with_the_nearest_known_one) {
     {"{\"parameters\":{\"causl\":true}," QKV "}",
      "parameters.causl: unknown parameter (did you mean 'causal'? request "
      "parameters: causal, scale, dropout_p, seed, window_left, "
-     "window_right, timeout, binary_data_output, softcap, window_align)"},
+     "window_right, timeout, binary_data_output, softcap, window_align, "
+     "precision)"},
     {"{\"parameters\":{\"windowleft\":1}," QKV "}",
      "parameters.windowleft: unknown parameter (did you mean "
      "'window_left'?"},
