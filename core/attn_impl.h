@@ -351,10 +351,13 @@ int attn__row_count(const attn_problem *p, const attn__task *t, int i,
  * span (exactly 0 where the mask forbids a key, by flag and not by
  * underflow), zeroes the rest of [0, n), sets *m_out = m and returns the
  * sum.  Each term is in [0, 1] and the maximum contributes 1 when
- * floor is below it. */
+ * floor is below it.  In BF16 mode the exp is the cheaper one where
+ * AVX-512 runs (vexp.c), and with round != 0 s holds the terms rounded
+ * to BF16 while the sum is of the unrounded ones (the online path; the
+ * weights path rounds the normalised weights instead). */
 float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
                         int j0, const attn__span *sp, float *s, int n,
-                        float floor, float *m_out);
+                        float floor, int round, float *m_out);
 
 /* The exp-and-sum loop both ways, for the tests: s[c] = exp(s[c] - m)
  * (times f[c] when f is not NULL) over [a, z), returning the sum.  The
@@ -383,6 +386,12 @@ int attn__scale_sanitize_avx512(float *dst, const float *src, int n,
                                 float g);
 int attn__softmax_span_avx512(float *s, int n, int a, int z, float floor,
                               float *m_out, float *sum);
+/* The same with BF16 mode's cheaper exp (within 2^-17 of exp; vexp.c),
+ * for probabilities that are rounded to BF16 next; round != 0 stores
+ * them rounded (the sum stays that of the unrounded). */
+int attn__softmax_span_bf16_avx512(float *s, int n, int a, int z,
+                                   float floor, float *m_out, float *sum,
+                                   int round);
 /* Soft-capping and ALiBi of rowops.c over s[a, z) in sixteen lanes (FMA
  * rounding: they may differ from the portable loops in the last bit). */
 void attn__softcap_avx512(float *s, int a, int z, float cap);
@@ -477,9 +486,10 @@ void attn__bf16_scores(const attn_problem *p, const attn__task *t, int j0,
 
 /* BF16 mode's o (rows, Dv) = bf16(P) bf16(V[j0, j0 + n)) + beta o, P
  * (t->rows, n) with leading dimension lds; the float32 kernels round P
- * in place (the AVX512-BF16 ones round their copy the same way). */
+ * in place unless rounded says it holds BF16 values already (the
+ * AVX512-BF16 ones round their copy the same way). */
 void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
-                   int lds, int j0, int n, float beta, float *o,
+                   int lds, int j0, int n, int rounded, float beta, float *o,
                    char *scratch, const attn__scratch *lay);
 
 #if ATTN__HAVE_AVX2_FMA

@@ -87,10 +87,10 @@ void attn__bf16_scores(const attn_problem *p, const attn__task *t, int j0,
 
 /* The portable P V over one block of at most ATTN__KBLOCK keys. */
 static void pv_block(const attn_problem *p, const attn__task *t, float *s,
-                     int lds, const void *v, int n, float beta, float *o,
-                     char *scratch, const attn__scratch *lay) {
+                     int lds, const void *v, int n, int rounded, float beta,
+                     float *o, char *scratch, const attn__scratch *lay) {
   float *vr = (float *)(scratch + lay->b16b);
-  for (int r = 0; r < t->rows; r++) {
+  for (int r = 0; r < t->rows && !rounded; r++) {
     float *sr = s + (size_t)r * lds;
     round_row(sr, sr, ATTN_DTYPE_F32, n);
   }
@@ -100,7 +100,7 @@ static void pv_block(const attn_problem *p, const attn__task *t, float *s,
 }
 
 void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
-                   int lds, int j0, int n, float beta, float *o,
+                   int lds, int j0, int n, int rounded, float beta, float *o,
                    char *scratch, const attn__scratch *lay) {
   size_t voff = (((size_t)t->b * p->Hkv + t->kvh) * p->Lk + j0) * p->Dv;
   const void *v = at(p, p->v, p->v16, voff);
@@ -116,7 +116,7 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
   for (int c0 = 0; c0 < n; c0 += ATTN__KBLOCK) {
     int w = n - c0 < ATTN__KBLOCK ? n - c0 : ATTN__KBLOCK;
     pv_block(p, t, s + c0, lds, at(p, p->v, p->v16, voff + (size_t)c0 * p->Dv),
-             w, c0 == 0 ? beta : 1.0f, o, scratch, lay);
+             w, rounded, c0 == 0 ? beta : 1.0f, o, scratch, lay);
   }
 }
 

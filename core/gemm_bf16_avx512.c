@@ -32,6 +32,7 @@
 #define BF16K __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
 #define INLINE inline __attribute__((always_inline))
 #include "transpose16_avx512.h"
+#include "bf16_avx512.h"
 
 enum { MR = 6, MR2 = 12, NC = 64, KC_PAIRS = 128 };
 
@@ -220,28 +221,13 @@ static const void *elem(const void *base, int dt, size_t off) {
                                : (const void *)((const float *)base + off);
 }
 
-/* attn__bf16_round over sixteen lanes, AVX-512F alone: the same integer
- * steps, so the same bits. */
 #define AVX512F __attribute__((target("avx512f")))
-AVX512F static INLINE __m512i round16(__m512i u) {
-  const __m512i one = _mm512_set1_epi32(1);
-  __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  __m512i sign = _mm512_andnot_si512(mag, u);
-  __m512i r = _mm512_add_epi32(
-      u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                          _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-  r = _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
-  __mmask16 tiny = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x00800000));
-  __mmask16 huge = _mm512_cmpge_epu32_mask(mag, _mm512_set1_epi32(0x7f7f8000));
-  r = _mm512_mask_mov_epi32(r, tiny, sign);
-  return _mm512_mask_or_epi32(r, huge, sign, _mm512_set1_epi32(0x7f7f0000));
-}
 
 AVX512F void attn__bf16_round_avx512(float *dst, const float *src, int n) {
   for (int c = 0; c < n; c += 16) {
     __mmask16 mk = lanes(n - c);
     __m512i u = _mm512_maskz_loadu_epi32(mk, src + c);
-    _mm512_mask_storeu_epi32(dst + c, mk, round16(u));
+    _mm512_mask_storeu_epi32(dst + c, mk, attn__bf16_round16(u));
   }
 }
 
@@ -250,7 +236,7 @@ AVX512F void attn__bf16_widen_avx512(float *dst, const uint16_t *src, int n) {
   for (; c + 16 <= n; c += 16) {
     __m256i h = _mm256_loadu_si256((const __m256i *)(src + c));
     __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-    _mm512_storeu_si512(dst + c, round16(u));
+    _mm512_storeu_si512(dst + c, attn__bf16_round16(u));
   }
   for (; c < n; c++) dst[c] = attn__bf16_round(attn__bf16_widen(src[c]));
 }

@@ -78,7 +78,7 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
     return;
   }
   float mnew, sum = attn__row_softmax(p, t, t->i0 + r, j0, sp, s, n,
-                                      st->m[r], &mnew);
+                                      st->m[r], attn__is_bf16(p), &mnew);
   /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot. */
   st->alpha[r] = attn__expf(st->m[r] - mnew);
   st->l[r] = st->l[r] * st->alpha[r] + sum;
@@ -99,8 +99,10 @@ static void block_accumulate(const attn_problem *p, const attn__task *t,
   }
   unsigned csr = attn__ftz_on();
   if (attn__is_bf16(p)) {
-    attn__bf16_pv(p, t, st->s, n, j0, n, first ? 0.0f : 1.0f, st->acc,
-                  scratch, lay);
+    /* the row softmax left BF16 values unless dropout or g scaled them */
+    int rounded = p->dropout_p == 0.0f && st->g == 1.0f;
+    attn__bf16_pv(p, t, st->s, n, j0, n, rounded, first ? 0.0f : 1.0f,
+                  st->acc, scratch, lay);
   } else {
     size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
     const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;

@@ -37,7 +37,7 @@ static float softmax_row(const attn_problem *p, const attn__task *t, int r,
     *m = sink;
     return p->sinks ? 1.0f : 0.0f;
   }
-  sum = attn__row_softmax(p, t, i, klo, &sp, s, n, sink, m);
+  sum = attn__row_softmax(p, t, i, klo, &sp, s, n, sink, 0, m);
   return p->sinks ? sum + attn__expf(sink - *m) : sum;
 }
 
@@ -73,7 +73,9 @@ static void p_times_v(const attn_problem *p, const attn__task *t,
                       float *o, char *scratch, const attn__scratch *lay) {
   unsigned csr = attn__ftz_on();
   if (attn__is_bf16(p)) {
-    attn__bf16_pv(p, t, s, lds, j0, n, beta, o, scratch, lay);
+    /* dropout's copy is not BF16; P itself is (bf16_weights) */
+    attn__bf16_pv(p, t, s, lds, j0, n, p->dropout_p == 0.0f, beta, o,
+                  scratch, lay);
   } else {
     size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
     const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;

@@ -6,7 +6,7 @@ For each request, on the weights path and the online path:
   * output within ((1 + rho)(1 + u)^2 (1 + g) - 1) sum_j w_j |v_j| of the
     reference of the operands as sent, rho = e^(2 Delta)(1 + e)^2 (1 + 2g)
     - 1, Delta = (2u + u^2) |scale| max sum_d |q_d k_d| + (D + 8) 2^-24 M,
-    u = 2^-8, e = 2^-20, g = (Lk + 8) 2^-24 (docs/api.md);
+    u = 2^-8, e = 2^-16, g = (Lk + 8) 2^-24 (docs/api.md);
   * within the same with Delta = (D + 8) 2^-24 M and one u less of the
     reference of the operands rounded to BF16;
   * returned weights are BF16 values within their bound, masked ones and
@@ -29,7 +29,7 @@ from reference import (_as4, attention, flatten, lse, rand_request,
 from v2client import InferenceServerClient, InferenceServerException, InferInput
 
 U = 2.0 ** -8
-EXP_ERR = 2.0 ** -20
+EXP_ERR = 2.0 ** -16
 
 
 def f32(x):
