@@ -15,7 +15,8 @@
  * value rows (an interleave of two rows).  The tile then is gemm.c's:
  * up to 6 rows by 64 columns or 12 by 32 in 24 accumulators; per pair
  * it loads up to four vectors of B, broadcasts one word of A per row and
- * issues one VDPBF16PS per accumulator.  NN sums 128 pairs (256 keys) in
+ * issues one VDPBF16PS per accumulator (tile_avx512.h holds what the two
+ * kernels share).  NN sums 128 pairs (256 keys) in
  * one chain and adds that to C, as gemm.c does with 128 keys, so the
  * answer does not depend on where a row falls in the tiling, nor on m.
  *
@@ -33,8 +34,9 @@
 #define INLINE inline __attribute__((always_inline))
 #include "transpose16_avx512.h"
 #include "bf16_avx512.h"
-
-enum { MR = 6, MR2 = 12, NC = 64, KC_PAIRS = 128 };
+#define TILE_TARGET BF16K
+#define TILE_ELEM uint32_t
+#include "tile_avx512.h"
 
 /* Lanes [0, k) of 16; none for k <= 0. */
 static inline __mmask16 lanes(int k) {
@@ -92,7 +94,7 @@ BF16K static void pack_keys(const void *b, int dt, size_t ldb, int w, int k,
                         : _mm512_setzero_ps();
       transpose16(r);
       for (int x = 0; x < np; x++)
-        _mm512_storeu_ps(pk + (size_t)(p0 + x) * NC + c0, r[x]);
+        _mm512_storeu_ps(pk + (size_t)(p0 + x) * TILE_NC + c0, r[x]);
     }
   }
 }
@@ -122,19 +124,11 @@ BF16K static void pack_values(const void *v, int dt, size_t ldv, int kb,
   }
 }
 
-/* One tile, as gemm.c's: C[0, mr) x [0, 16 nv) (the last vector's lanes
- * by mask last) = alpha * (init + sum_{p < kc} A[r][p] . B[p][.]), init
- * 0 (load_c 0), C (1) or beta C (2).  a and b are pair words. */
-#define TILE_VEC(v) (v == nv - 1 ? last : (__mmask16)0xffff)
-#define TILE_ROW(r, X) X(r, 0) X(r, 1) X(r, 2) X(r, 3)
-#define TILE_ALL(X)                                                        \
-  TILE_ROW(0, X) TILE_ROW(1, X) TILE_ROW(2, X) TILE_ROW(3, X)              \
-  TILE_ROW(4, X) TILE_ROW(5, X) TILE_ROW(6, X) TILE_ROW(7, X)              \
-  TILE_ROW(8, X) TILE_ROW(9, X) TILE_ROW(10, X) TILE_ROW(11, X)
-#define TILE_EACH(Y)                                                       \
-  Y(0) Y(1) Y(2) Y(3) Y(4) Y(5) Y(6) Y(7) Y(8) Y(9) Y(10) Y(11)
-#define TILE_DECL(r, v) __m512 c##r##v = _mm512_setzero_ps();
-#define TILE_LIVE(r, v) (mr > r && nv > v)
+enum { KC_PAIRS = 128 };
+
+/* One tile, as gemm.c's: C[0, mr) x [0, 16 nv) = alpha * (init + sum_{p
+ * < kc} A[r][p] . B[p][.]), a and b pair words, one VDPBF16PS per
+ * accumulator and pair. */
 #define TILE_LOAD(v)                                                       \
   if (nv > v) b##v = (__m512bh)_mm512_loadu_si512(bj + 16 * v);
 #define TILE_DOT(r, v)                                                     \
@@ -143,18 +137,6 @@ BF16K static void pack_values(const void *v, int dt, size_t ldv, int kb,
   __m512bh a##r =                                                          \
       mr > r ? (__m512bh)_mm512_set1_epi32((int)a[r * lda + j]) : b0;
 #define TILE_STEP(r) TILE_BCAST(r) TILE_ROW(r, TILE_DOT)
-#define TILE_STORE(r, v)                                                   \
-  if (TILE_LIVE(r, v)) {                                                   \
-    float *cv = c + r * ldc + 16 * v;                                      \
-    __m512 x = c##r##v;                                                    \
-    if (load_c) {                                                          \
-      __m512 old = _mm512_maskz_loadu_ps(TILE_VEC(v), cv);                 \
-      x = load_c == 2 ? _mm512_fmadd_ps(old, vbeta, x)                     \
-                      : _mm512_add_ps(old, x);                             \
-    }                                                                      \
-    if (alpha != 1.0f) x = _mm512_mul_ps(x, valpha);                       \
-    _mm512_mask_storeu_ps(cv, TILE_VEC(v), x);                             \
-  }
 
 BF16K static INLINE void tile(const int mr, const int nv, int kc,
                               const uint32_t *a, size_t lda,
@@ -173,48 +155,7 @@ BF16K static INLINE void tile(const int mr, const int nv, int kc,
   TILE_ALL(TILE_STORE)
 }
 
-#define TILE_ARGS kc, a, lda, b, ldb, c, ldc, last, load_c, beta, alpha
-#define TILE_PARAMS                                                        \
-  int mr, int kc, const uint32_t *a, size_t lda, const uint32_t *b,        \
-      size_t ldb, float *c, size_t ldc, __mmask16 last, int load_c,        \
-      float beta, float alpha
-#define TILE_CASE(R, NV) case R: tile(R, NV, TILE_ARGS); break;
-#define TILE_ROWS(NV, WIDE)                                                \
-  BF16K static void tile_##NV(TILE_PARAMS) {                               \
-    switch (mr) {                                                          \
-    WIDE                                                                   \
-    TILE_CASE(6, NV) TILE_CASE(5, NV) TILE_CASE(4, NV)                     \
-    TILE_CASE(3, NV) TILE_CASE(2, NV)                                      \
-    default: tile(1, NV, TILE_ARGS); break;                                \
-    }                                                                      \
-  }
-#define TILE_WIDE(NV)                                                      \
-  TILE_CASE(12, NV) TILE_CASE(11, NV) TILE_CASE(10, NV) TILE_CASE(9, NV)   \
-  TILE_CASE(8, NV) TILE_CASE(7, NV)
-TILE_ROWS(1, TILE_WIDE(1))
-TILE_ROWS(2, TILE_WIDE(2))
-TILE_ROWS(3, )
-TILE_ROWS(4, )
-
-static void (*const tiles_by_width[4])(TILE_PARAMS) = {tile_1, tile_2,
-                                                      tile_3, tile_4};
-
-/* The tiles of rows [0, m) of one column strip of width w <= 64, of
- * nearly equal heights (gemm.c's strip). */
-BF16K static void strip(int m, int w, int kc, const uint32_t *a, size_t lda,
-                        const uint32_t *b, size_t ldb, float *c, size_t ldc,
-                        int load_c, float beta, float alpha) {
-  int nv = (w + 15) / 16, mrmax = nv <= 2 ? MR2 : MR;
-  int tiles = (m + mrmax - 1) / mrmax;
-  __mmask16 last = lanes(w - 16 * (nv - 1));
-  for (int i0 = 0, t = 0; t < tiles; t++) {
-    int mr = (m - i0) / (tiles - t) + ((m - i0) % (tiles - t) != 0);
-    tiles_by_width[nv - 1](mr, kc, a + (size_t)i0 * lda, lda, b, ldb,
-                           c + (size_t)i0 * ldc, ldc, last, load_c, beta,
-                           alpha);
-    i0 += mr;
-  }
-}
+TILE_DEFINE_STRIP()
 
 static const void *elem(const void *base, int dt, size_t off) {
   return dt == ATTN_DTYPE_BF16 ? (const void *)((const uint16_t *)base + off)
@@ -247,11 +188,11 @@ BF16K void attn__bf16_nt_avx512(int m, int n, int k, float alpha,
                                 int ldc, uint32_t *a2, uint32_t *pack) {
   int kp = (k + 1) / 2;
   to_pairs(a, adt, lda, m, k, a2, kp);
-  for (int j0 = 0; j0 < n; j0 += NC) {
-    int w = n - j0 < NC ? n - j0 : NC;
+  for (int j0 = 0; j0 < n; j0 += TILE_NC) {
+    int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
     pack_keys(elem(b, bdt, (size_t)j0 * ldb), bdt, ldb, w, k, pack);
-    strip(m, w, kp, a2, (size_t)kp, pack, NC, c + j0, (size_t)ldc, 0, 0.0f,
-          alpha);
+    strip(m, w, kp, a2, (size_t)kp, pack, TILE_NC, c + j0, (size_t)ldc, 0,
+          0.0f, alpha);
   }
 }
 
@@ -265,8 +206,8 @@ BF16K void attn__bf16_nn_avx512(int m, int n, int k, const float *a,
     int kp = (kb + 1) / 2;
     to_pairs(a + k0, ATTN_DTYPE_F32, (size_t)lda, m, kb, a2, kp);
     pack_values(elem(b, bdt, (size_t)k0 * ldb), bdt, ldb, kb, n, pack, ldp);
-    for (int j0 = 0; j0 < n; j0 += NC) {
-      int w = n - j0 < NC ? n - j0 : NC;
+    for (int j0 = 0; j0 < n; j0 += TILE_NC) {
+      int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
       for (int q0 = 0; q0 < kp; q0 += KC_PAIRS) {
         int kc = kp - q0 < KC_PAIRS ? kp - q0 : KC_PAIRS;
         int load_c = k0 > 0 || q0 > 0 ? 1
