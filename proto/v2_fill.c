@@ -165,8 +165,8 @@ static int fill_bf16(v2_ctx *c, int in, const uint16_t **slot) {
   const proto__tensor *t = &c->ck.t[in];
   const v2_in *v = &c->in[in];
   int rc;
-  c->req->in_bytes += t->n * 2;
   if (v->binary && !v->shm.name) {
+    c->req->in_bytes += t->n * 2;
     const char *at = c->body + v->bin_off;
     size_t i = bf16_bad(at, t->n);
     if (i != t->n) {
@@ -189,6 +189,7 @@ static int fill_bf16(v2_ctx *c, int in, const uint16_t **slot) {
   float *f = proto__own_filled(c->req, t->n * 4);
   if (!f)
     return ATTND_ENOMEM;
+  c->req->in_bytes += t->n * 4;
   rc = v->shm.name ? fill_shm(c, in, f) : fill_json(c, in, f);
   if (rc)
     return rc;
