@@ -92,6 +92,12 @@
  * The products P V run with the calling thread's flush-to-zero bit set
  * (and restored after): a term below FLT_MIN counts as 0, which spares
  * subnormal arithmetic and costs less than 1.2e-38 per term.
+ *
+ * BF16 mode (attn_problem.precision, enum attn_precision below): both
+ * products take BF16 operands and sum in float32; q, k and v may then
+ * be given as BF16 (attn_problem.dtype), read as they are.  Its kernels
+ * are the AVX512-BF16 ones where they outrun the float32 FMA, else the
+ * float32 ones on BF16-rounded operands (attn_kernel_name says which).
  */
 #ifndef ATTN_H
 #define ATTN_H
