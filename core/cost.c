@@ -12,7 +12,10 @@
  *
  * Packed sequences (cu_seqlens) are weighed the same way: a task never
  * crosses a sequence and its rows see only their own sequence's keys, so
- * a packed batch costs what its sequences cost, not the square.
+ * a packed batch costs what its sequences cost, not the square.  The
+ * tasks are walked in order with one cursor over cu_seqlens
+ * (attn__task_walk), so the estimate is linear in the problem's size: it
+ * runs before any limit is applied.
  */
 #include <string.h>
 
