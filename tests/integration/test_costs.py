@@ -9,7 +9,8 @@
     checks, the task walk and the diagnostics must not walk cu_seqlens
     from the start for every task (which made 40,000 sequences take
     seconds and a million an hour).  Smaller sizes are sent several times
-    so that every measurement covers the same number of sequences.
+    so that every measurement covers enough sequences for the clock
+    ticks of /proc; 0.1 s is allowed beyond the ratio for the ticks.
   * The early weighing of binary v2 (the JSON part in, the tensors still
     to come) does not charge packed sequences as their square: 64
     sequences of 1024 at D = 64 (about 22 GFLOP) are admitted under the
@@ -144,20 +145,20 @@ class LinearTest(harness.ServerTestCase):
             print("test_costs: /v1 %7d one-row sequences: %.2f us of attnd CPU a sequence"
                   % (n, s * 1e6))
         small, large = figures[0][1], figures[-1][1]
-        self.assertLessEqual(large, 3 * small + 2.0 / 160000,
+        self.assertLessEqual(large, 3 * small + 0.1 / 160000,
                              "per-sequence CPU grew from %.2f us to %.2f us"
                              % (small * 1e6, large * 1e6))
 
     def test_a_million_packed_rows_cost_what_their_sequences_cost(self):
         if harness.VALGRIND:
             self.skipTest("a million sequences under valgrind take too long")
-        small = self.per_sequence(10000, 16, self.send_v2)
+        small = self.per_sequence(10000, 50, self.send_v2)
         large = self.per_sequence(1000000, 1, self.send_v2)
         print("test_costs: v2 %7d one-row sequences: %.2f us of attnd CPU a sequence"
               % (10000, small * 1e6))
         print("test_costs: v2 %7d one-row sequences: %.2f us of attnd CPU a sequence"
               % (1000000, large * 1e6))
-        self.assertLessEqual(large, 3 * small + 2.0 / 1000000,
+        self.assertLessEqual(large, 3 * small + 0.1 / 1000000,
                              "per-sequence CPU grew from %.2f us to %.2f us"
                              % (small * 1e6, large * 1e6))
 
