@@ -242,7 +242,8 @@ void attn_problem_init(attn_problem *p);
 
 /* Checks a problem for programmer errors (inconsistent shapes, missing
  * tensors, scale 0 or not finite, H not a multiple of Hkv, dropout_p out of
- * [0, 1), gemm not an enum attn_gemm, softcap < 0 or not finite, packing
+ * [0, 1), gemm not an enum attn_gemm, softcap not 0 and not a normal
+ * positive float, packing
  * with B > 1, with valid_lens, with one cu_seqlens only, or cu_seqlens
  * that do not start at 0, decrease or do not end at the lengths; BF16
  * precision with additive scoring, dtype BF16 without BF16 precision,
@@ -330,7 +331,9 @@ const char *attn_kernel_name(int precision);
  * alone, and diag(a) - a a^T stays the exact Jacobian of the returned
  * weights with respect to the key scores (the sink is a constant in the
  * denominator).  Reads weights and the mask tensors, allocates
- * nothing.  Returns 0 or ATTND_EINVAL (attn_check fails, weights NULL). */
+ * nothing; linear in the size of weights.  Returns 0, ATTND_EINVAL
+ * (attn_check fails, weights NULL) or ATTND_ECANCELED (p->stop was set,
+ * read once per task: the rows not reached are unspecified). */
 int attn_diagnostics(const attn_problem *p, const float *weights,
                      int32_t *allowed_keys, float *entropy,
                      float *max_weight, float *jacobian_norm);

@@ -304,11 +304,36 @@ typedef struct attn__scratch {
 void attn__scratch_layout(const attn_problem *p, int with_weights,
                           attn__scratch *s);
 
+/* The work attn_cost_flops charges, counted over every (b, h): scores
+ * computed, and for additive scoring the query rows and keys projected
+ * (each call of attn__scores projects its rows and its keys).  Upper
+ * bounds of what the paths do: valid_lens and the mask are not looked at,
+ * and a key block no row may see is counted though the online path skips
+ * it. */
+typedef struct attn__cost_work {
+  double scores, rows_projected, keys_projected;
+} attn__cost_work;
+
+void attn__cost_count(const attn_problem *p, int with_weights,
+                      attn__cost_work *w);
+
 /* Query rows per task of a problem (ATTN__QBLOCK .. ATTN__QBLOCK_MAX). */
 int attn__query_block(const attn_problem *p);
 
-/* Task t of a (checked) problem: which (b, h) and which query rows. */
-void attn__task_of(const attn_problem *p, size_t t, attn__task *task);
+/* A walk over the tasks of a (checked) problem: which (b, h) and which
+ * query rows task t has.  The walk keeps where it stands in cu_seqlens, so
+ * tasks taken in increasing order read cu_seqlens once per (b, h): a walk
+ * over every task is linear in the problem's size. */
+typedef struct attn__task_walk {
+  size_t nqb;   /* query blocks per (b, h) */
+  int rows;     /* query rows per task */
+  int seq;      /* packed sequence whose first query block is first */
+  size_t first;
+} attn__task_walk;
+
+void attn__walk_start(const attn_problem *p, attn__task_walk *w);
+void attn__walk_task(const attn_problem *p, attn__task_walk *w, size_t t,
+                     attn__task *task);
 
 /* Allowed key interval of each row of a task from valid_lens, causal and
  * window (the mask is element-wise and applied later).  Writes lo/hi and

@@ -284,7 +284,9 @@ static int opt_return_lse(v1_ctx *c) {
   return 0;
 }
 
-/* "softcap": a finite number > 0 that float32 holds. */
+/* "softcap": a finite number that float32 holds as a normal number (a
+ * subnormal cap would turn s / softcap into infinity, and a zero score
+ * into NaN). */
 static int opt_softcap(v1_ctx *c) {
   const cJSON *j = c->f[F_SOFTCAP];
   float x;
@@ -295,11 +297,11 @@ static int opt_softcap(v1_ctx *c) {
     proto__describe(j, what, sizeof what);
     return ERR("softcap: expected a number > 0, got %s", what);
   }
-  if (proto__json_f32(j, &x) || !(x > 0.0f)) {
+  if (proto__json_f32(j, &x) || !(x >= FLT_MIN)) {
     char num[40];
     proto__fmt_f64(num, sizeof num, proto__json_num(j));
-    return ERR("softcap: %s is not a finite number > 0 within float32 "
-               "range", num);
+    return ERR("softcap: %s is not a finite number > 0 that float32 holds "
+               "as a normal number (1.17549435e-38 to 3.40282347e+38)", num);
   }
   c->p->softcap = x;
   return 0;

@@ -336,9 +336,10 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
     c->window[n[7] == 'r'] = j;
   } else if (!strcmp(n, "softcap")) {
     float cap;
-    if (!cJSON_IsNumber(j) || proto__json_f32(j, &cap) || !(cap > 0.0f))
-      return ERR("parameters.softcap: must be a finite number > 0 within "
-                 "float32 range");
+    if (!cJSON_IsNumber(j) || proto__json_f32(j, &cap) || !(cap >= FLT_MIN))
+      return ERR("parameters.softcap: must be a finite number > 0 that "
+                 "float32 holds as a normal number (1.17549435e-38 to "
+                 "3.40282347e+38)");
     c->p->softcap = cap;
   } else if (!strcmp(n, "window_align")) {
     char what[48];

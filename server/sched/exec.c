@@ -30,6 +30,7 @@
 #include "proto/mem.h"
 #include "server/clock.h"
 #include "server/obs/log.h"
+#include "server/sched/work.h"
 
 /* ---- splitting one request across idle workers ---------------------- */
 
@@ -90,14 +91,14 @@ void exec_help(struct pool_item *item, struct pool_worker *w) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* How many idle workers should help with this request: none unless it is
- * big enough (about a millisecond of work) to repay the hand-off. */
-static int exec_helpers_wanted(struct exec_ctx *x, const attn_problem *p,
+/* How many idle workers should help with this request: none unless its
+ * computing (work_compute_ns) is long enough to repay the hand-offs. */
+static int exec_helpers_wanted(struct exec_ctx *x, const proto_request *r,
                                size_t tasks) {
-  double macs = attn_score_pairs(p) * (p->D + p->Dv);
+  double ns = work_compute_ns(work_flops(r));
   int idle = atomic_load_explicit(&x->idle_hint, memory_order_relaxed);
   size_t n = (size_t)(idle > 0 ? idle : 0);
-  if (macs < (double)(1 << 21) || tasks < 2)
+  if (ns < WORK_SPLIT_NS || tasks < 2)
     return 0;
   if (n > tasks - 1)
     n = tasks - 1;
@@ -220,7 +221,7 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
               : mem_aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!scratch)
     return ATTND_ENOMEM;
-  nh = w ? exec_helpers_wanted(x, p, tasks) : 0;
+  nh = w ? exec_helpers_wanted(x, &job->req, tasks) : 0;
   if (nh > 0)
     rc = exec_split_run(x, p, job->req.out, weights, job->req.lse, tasks,
                         bytes, scratch, nh);
@@ -234,9 +235,10 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
   if (rc != 0)
     return rc;
   if (job->req.diagnostics &&
-      attn_diagnostics(p, weights, job->req.allowed_keys, job->req.entropy,
-                       job->req.max_weight, job->req.jacobian_norm) != 0)
-    return ATTND_EINTERNAL;
+      (rc = attn_diagnostics(p, weights, job->req.allowed_keys,
+                             job->req.entropy, job->req.max_weight,
+                             job->req.jacobian_norm)) != 0)
+    return rc == ATTND_ECANCELED ? rc : ATTND_EINTERNAL;
   job->computed_ns = clock_now_ns();
   rc = exec_encode(job);
   if (rc == 0 && job->finish && (rc = job->finish(job)) != 0) {

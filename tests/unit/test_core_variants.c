@@ -350,9 +350,16 @@ START_TEST(test_packed_tasks_never_cross_sequences) {
   c.p.cu_seqlens_q = c.p.cu_seqlens_k = NULL;
   ck_assert(attn_score_pairs(&c.p) == 2.0 * 700 * 700);
   c.p.cu_seqlens_q = c.p.cu_seqlens_k = cu;
+  attn__task_walk walk;
+  attn__walk_start(&c.p, &walk);
   for (size_t t = 0; t < 2 * want; t++) {
-    attn__task task;
-    attn__task_of(&c.p, t, &task);
+    attn__task task, alone;
+    attn__task_walk fresh;
+    attn__walk_task(&c.p, &walk, t, &task);
+    /* a walk started at t finds the same task as one that came along */
+    attn__walk_start(&c.p, &fresh);
+    attn__walk_task(&c.p, &fresh, t, &alone);
+    ck_assert(memcmp(&task, &alone, sizeof task) == 0);
     ck_assert_int_ge(task.i0, task.qoff);
     ck_assert_int_le(task.i0 + task.rows, task.qoff + task.lq);
     ck_assert_int_gt(task.rows, 0);
