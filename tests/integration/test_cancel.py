@@ -408,7 +408,8 @@ class QueueGiveBackTest(harness.ServerTestCase):
         queued = [socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
                   for _ in range(2)]
         try:
-            busy.sendall(long_request())         # holds the one worker for seconds
+            # holds the one worker for about 10 s, longer than the waits below
+            busy.sendall(long_request(2 * N))
             self.assertTrue(wait_busy(pid, timeout=20 * SLOW), "attnd is not computing")
             for q in queued:
                 q.sendall(long_request())
