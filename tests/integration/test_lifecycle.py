@@ -230,6 +230,7 @@ class DrainTest(unittest.TestCase):
         # each seconds of work; --drain-s 1 cannot wait for them.  Both
         # are answered 503 naming the drain, and attnd exits 0 promptly.
         from test_cancel import N, long_request, wait_busy
+        from test_limits import read_answer
         srv = harness.Attnd(["--workers", "1", "--inline-idle-us", "0",
                              "--max-request-gflop", "0", "--max-body-mb", "8",
                              "--drain-delay-ms", "0", "--drain-s", "1"])
@@ -243,15 +244,7 @@ class DrainTest(unittest.TestCase):
             self.assertTrue(wait_for(lambda: metric(srv, "attnd_queue_depth") == 1, 20 * SLOW))
             t0 = time.time()
             srv.proc.send_signal(signal.SIGTERM)
-            answers = []
-            for s in socks:   # each answer, read until attnd closes
-                data = b""
-                while True:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                answers.append(data.decode(errors="replace").split("\r\n", 1))
+            answers = [read_answer(s) for s in socks]
             code = srv.proc.wait(60 * SLOW)
             took = time.time() - t0
         finally:
@@ -260,9 +253,9 @@ class DrainTest(unittest.TestCase):
             if srv.proc.poll() is None:
                 srv.proc.kill()
         print("drain: --drain-s 1, attnd exited %d after %.2f s" % (code, took))
-        for answer in answers:
-            self.assertTrue(answer[0].startswith("HTTP/1.1 503 "), answer)
-            self.assertIn("--drain-s", answer[1])
+        for status, _, body in answers:
+            self.assertEqual(status, 503, body)
+            self.assertIn(b"--drain-s", body)
         self.assertEqual(code, 0, "".join(srv.log[-10:]))
         self.assertLess(took, 10 * SLOW)
 
