@@ -268,16 +268,21 @@ START_TEST(test_large_request_split_across_workers_matches_core) {
 }
 END_TEST
 
+/* Decodes n jobs of SHAPE_A into t and submits t[0] as a gate: the
+ * batcher's one worker is held in its done() until open_gate. */
+static void hold_the_worker(struct batcher *b, struct tjob *t, int n) {
+  for (int i = 0; i < n; i++)
+    decode(&t[i], SHAPE_A);
+  t[0].is_gate = 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_gate();
+}
+
 START_TEST(test_queue_limit_answers_busy) {
   struct metrics *m;
   struct batcher *b = start(&m, 1, 1, 2, 1 << 20);
   struct tjob t[4];
-  int i;
-  for (i = 0; i < 4; i++)
-    decode(&t[i], SHAPE_A);
-  t[0].is_gate = 1;
-  ck_assert_int_eq(submit(b, &t[0]), 0);
-  wait_gate();  /* the only worker is now held */
+  hold_the_worker(b, t, 4);
   ck_assert_int_eq(submit(b, &t[1]), 0);
   ck_assert_int_eq(submit(b, &t[2]), 0);
   ck_assert_int_eq(submit(b, &t[3]), ATTND_EBUSY);
@@ -350,11 +355,7 @@ START_TEST(test_cancelled_queued_jobs_give_their_places_back_at_once) {
   struct batcher *b = start(&m, 1, 4, 2, 1 << 20);
   struct tjob t[4];
   int i;
-  for (i = 0; i < 4; i++)
-    decode(&t[i], SHAPE_A);
-  t[0].is_gate = 1;
-  ck_assert_int_eq(submit(b, &t[0]), 0);
-  wait_gate();  /* the worker is held in t[0]'s done() */
+  hold_the_worker(b, t, 4);
   ck_assert_int_eq(submit(b, &t[1]), 0);
   ck_assert_int_eq(submit(b, &t[2]), 0);
   ck_assert_int_eq(batcher_reserve(b, t[3].job.cost), ATTND_EBUSY);
