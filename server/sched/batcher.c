@@ -764,8 +764,6 @@ static void batcher_flag(struct batcher *b, int *flag) {
 
 void batcher_close(struct batcher *b) { batcher_flag(b, &b->closed); }
 
-void batcher_abort_queued(struct batcher *b) { batcher_flag(b, &b->aborting); }
-
 void batcher_wake_cancelled(void *b) {
   uv_async_send(&((struct batcher *)b)->async);
 }

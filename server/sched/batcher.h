@@ -159,14 +159,10 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone);
  * waiting batches without their delay.  Queued jobs still run. */
 void batcher_close(struct batcher *b);
 
-/* Completes every job that has not started yet with ATTND_EDRAINING
- * (running jobs finish normally).  For the end of a drain that ran out of
- * time. */
-void batcher_abort_queued(struct batcher *b);
-
 /* Tells the batcher that a job's cancel word was set: its loop thread
  * then completes every queued job whose word is set (batcher.h, cancel).
- * Any thread, no lock held; a void * for watch_add's callback. */
+ * Any thread, no lock held, until batcher_stop; a void * for
+ * watch_add's callback (the watch is stopped before the batcher). */
 void batcher_wake_cancelled(void *b);
 
 /* The end of a drain that ran out of time: stores BATCHER_DRAIN in the

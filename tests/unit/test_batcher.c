@@ -500,7 +500,7 @@ START_TEST(test_deadline_fires_while_workers_are_busy) {
 }
 END_TEST
 
-START_TEST(test_close_refuses_and_abort_drops_queued) {
+START_TEST(test_close_refuses_and_cancel_all_drops_queued) {
   struct metrics *m;
   struct batcher *b = start(&m, 1, 1, 64, 1 << 20);
   struct tjob t[4];
@@ -514,7 +514,7 @@ START_TEST(test_close_refuses_and_abort_drops_queued) {
   ck_assert_int_eq(submit(b, &t[2]), 0);
   batcher_close(b);
   ck_assert_int_eq(submit(b, &t[3]), ATTND_EDRAINING);
-  batcher_abort_queued(b);
+  batcher_cancel_all(b);  /* t[0] computed already: only in its done() */
   wait_done(2);  /* the two queued ones, answered while the gate holds */
   ck_assert_int_eq(t[1].err, ATTND_EDRAINING);
   ck_assert_int_eq(t[2].err, ATTND_EDRAINING);
@@ -563,7 +563,7 @@ static Suite *batcher_suite(void) {
   tcase_add_test(tc, test_keys_are_served_round_robin);
   tcase_add_test(tc, test_expired_deadline_is_not_computed);
   tcase_add_test(tc, test_deadline_fires_while_workers_are_busy);
-  tcase_add_test(tc, test_close_refuses_and_abort_drops_queued);
+  tcase_add_test(tc, test_close_refuses_and_cancel_all_drops_queued);
   tcase_add_test(tc, test_stop_answers_queued_jobs);
   tcase_add_test(tc, test_cheap_job_runs_on_the_calling_thread);
   tcase_add_loop_test(tc, test_dearer_job_runs_here_only_as_the_one_in_flight, 0, 2);
