@@ -115,6 +115,8 @@ class Cases:
         leave()
         time.sleep(0.2 * SLOW)   # within about 100 ms on each worker
         idle = cpu_over(pid, 1.0 * SLOW)
+        print("%s: %.2f CPU-seconds in a second while computing, %.2f in the second "
+              "after the client left" % (type(self).__name__, busy, idle))
         self.assertLess(idle, max(0.05, min(0.25, busy / 2)) * SLOW,
                         "attnd used %.2f CPU-seconds in the second after, %.2f in one "
                         "while computing" % (idle, busy))
