@@ -189,8 +189,10 @@ typedef struct attn_problem {
    * other thread) may set non-zero at any time.  The core reads it,
    * relaxed, between key blocks of the online path, between key blocks
    * of both products and between rows of the softmax on the weights
-   * path, and between tasks; once it reads non-zero, attn_run_tasks
-   * returns ATTND_ECANCELED and the rows of the task it stopped in are
+   * path, between query rows of additive scoring's key blocks (a row is
+   * 512 * Hd tanh), and between tasks; once it reads non-zero,
+   * attn_run_tasks returns ATTND_ECANCELED and the rows of the task it
+   * stopped in are
    * unspecified (on the weights path a stopped row chunk writes no
    * weights).  Between two reads: one key block (512 keys) of a task's
    * rows (a row chunk's on the weights path), about 4 MFLOP for D = Dv =
