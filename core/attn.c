@@ -89,13 +89,28 @@ static int check_variants(const attn_problem *p) {
   return check_packing(p);
 }
 
+/* The tensors of the dtype are there; BF16 storage needs BF16 mode and
+ * BF16 mode needs dot scoring. */
+static int check_precision(const attn_problem *p) {
+  if (p->precision != ATTN_PRECISION_FP32 &&
+      p->precision != ATTN_PRECISION_BF16)
+    return 0;
+  if (p->precision == ATTN_PRECISION_BF16 &&
+      p->scoring != ATTN_SCORING_DOT)
+    return 0;
+  if (p->dtype == ATTN_DTYPE_BF16)
+    return p->precision == ATTN_PRECISION_BF16 && p->q16 && p->k16 &&
+           p->v16;
+  return p->dtype == ATTN_DTYPE_F32 && p->q && p->k && p->v;
+}
+
 int attn_check(const attn_problem *p) {
   if (!p) return ATTND_EINVAL;
   if (p->B < 1 || p->H < 1 || p->Hkv < 1 || p->Lq < 1 || p->Lk < 1 ||
       p->D < 1 || p->Dk < 1 || p->Dv < 1)
     return ATTND_EINVAL;
   if (p->H % p->Hkv != 0) return ATTND_EINVAL;
-  if (!p->q || !p->k || !p->v) return ATTND_EINVAL;
+  if (!check_precision(p)) return ATTND_EINVAL;
   if (!check_scoring(p)) return ATTND_EINVAL;
   if (p->causal != ATTN_CAUSAL_NONE && p->causal != ATTN_CAUSAL_UPPER_LEFT &&
       p->causal != ATTN_CAUSAL_LOWER_RIGHT)
@@ -105,7 +120,7 @@ int attn_check(const attn_problem *p) {
   /* Written so that NaN fails too. */
   if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f)) return ATTND_EINVAL;
   if (p->gemm != ATTN_GEMM_AUTO && p->gemm != ATTN_GEMM_BLAS &&
-      p->gemm != ATTN_GEMM_NATIVE)
+      p->gemm != ATTN_GEMM_NATIVE && p->gemm != ATTN_GEMM_BF16)
     return ATTND_EINVAL;
   if (!check_sizes(p)) return ATTND_EINVAL;
   if (!check_variants(p)) return ATTND_EINVAL;
@@ -209,6 +224,12 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
   s->gemm = attn__gemm_pick(p);
   if (s->gemm == ATTN_GEMM_NATIVE)
     s->pack = take(&off, attn__gemm_pack_floats(p) * f);
+  if (attn__is_bf16(p)) {
+    size_t a, b;
+    attn__bf16_scratch(p, qb, &a, &b);
+    s->b16a = take(&off, a);
+    s->b16b = take(&off, b);
+  }
   s->total = off;
   s->qrows = qrows;
   s->nqb = blocks_of(p, (size_t)qrows);

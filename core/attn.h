@@ -92,6 +92,12 @@
  * The products P V run with the calling thread's flush-to-zero bit set
  * (and restored after): a term below FLT_MIN counts as 0, which spares
  * subnormal arithmetic and costs less than 1.2e-38 per term.
+ *
+ * BF16 mode (attn_problem.precision, enum attn_precision below): both
+ * products take BF16 operands and sum in float32; q, k and v may then
+ * be given as BF16 (attn_problem.dtype), read as they are.  Its kernels
+ * are the AVX512-BF16 ones where they outrun the float32 FMA, else the
+ * float32 ones on BF16-rounded operands (attn_kernel_name says which).
  */
 #ifndef ATTN_H
 #define ATTN_H
@@ -124,9 +130,38 @@ enum attn_gemm {
   ATTN_GEMM_AUTO = 0,   /* the core decides per call: native where the
                          * CPU has AVX-512F and FMA (gemm.c says why) */
   ATTN_GEMM_BLAS = 1,   /* always cblas_sgemm */
-  ATTN_GEMM_NATIVE = 2  /* the AVX-512F kernels; cblas_sgemm where the CPU
+  ATTN_GEMM_NATIVE = 2, /* the AVX-512F kernels; cblas_sgemm where the CPU
                          * lacks AVX-512F (or under valgrind, which hides
                          * it) */
+  ATTN_GEMM_BF16 = 3    /* BF16 mode: the AVX512-BF16 kernels (VDPBF16PS)
+                         * where the CPU has them, else as NATIVE; auto
+                         * picks them only where they outrun the float32
+                         * FMA kernels (AMD Zen 4 and 5).  In BF16 mode
+                         * NATIVE and BLAS run the float32 products on
+                         * BF16-rounded operands.  float32 mode: as
+                         * auto */
+};
+
+/* Arithmetic of the two matrix products (attn_problem.precision).  In
+ * BF16 mode each product takes BF16 operands, rounded to nearest even
+ * from float32 (q, k, v, and the probabilities that multiply v; values
+ * beyond BF16's largest finite 0x1.fep127 become it, float32 subnormals
+ * become 0), and accumulates in float32.  Everything else (scale, masks,
+ * bias, softcap, ALiBi, sinks, the softmax, lse) stays float32; the
+ * returned weights are the BF16-rounded probabilities that multiplied v
+ * (before dropout).  BF16 mode needs dot scoring.  docs/api.md gives the
+ * error bound. */
+enum attn_precision {
+  ATTN_PRECISION_FP32 = 0,
+  ATTN_PRECISION_BF16 = 1
+};
+
+/* How q, k and v are stored (attn_problem.dtype). */
+enum attn_dtype {
+  ATTN_DTYPE_F32 = 0,   /* q, k, v float32 */
+  ATTN_DTYPE_BF16 = 1   /* q16, k16, v16: BF16 bit patterns (the top half
+                         * of a float32), used as they are; BF16 mode
+                         * only */
 };
 
 /* A problem describes one request.  It points at tensors it does not own:
@@ -137,7 +172,10 @@ typedef struct attn_problem {
   int Lq, Lk;               /* query and key lengths, >= 1 */
   int D, Dk, Dv;            /* query, key and value widths, >= 1 */
 
-  const float *q, *k, *v;   /* shapes above, contiguous */
+  const float *q, *k, *v;   /* shapes above, contiguous (dtype F32) */
+  int precision;            /* enum attn_precision */
+  int dtype;                /* enum attn_dtype */
+  const uint16_t *q16, *k16, *v16; /* the same shapes (dtype BF16) */
 
   float scale;              /* dot scoring: finite, non-zero (may be < 0) */
   int causal;               /* enum attn_causal */
@@ -209,7 +247,9 @@ void attn_problem_init(attn_problem *p);
  * tensors, scale 0 or not finite, H not a multiple of Hkv, dropout_p out of
  * [0, 1), gemm not an enum attn_gemm, softcap < 0 or not finite, packing
  * with B > 1, with valid_lens, with one cu_seqlens only, or cu_seqlens
- * that do not start at 0, decrease or do not end at the lengths).
+ * that do not start at 0, decrease or do not end at the lengths; BF16
+ * precision with additive scoring, dtype BF16 without BF16 precision,
+ * the tensors of the dtype missing).
  * Returns 0 or ATTND_EINVAL.  Reads no tensor contents but cu_seqlens
  * (the task split depends on them). */
 int attn_check(const attn_problem *p);
@@ -271,6 +311,12 @@ int attn_forward(const attn_problem *p, float *out, float *weights);
  * NULL), as attn_run_tasks_lse. */
 int attn_forward_lse(const attn_problem *p, float *out, float *weights,
                      float *lse);
+
+/* Which kernels the products of a problem with this precision run on
+ * this CPU: "avx512" (the native float32 kernels), "blas" (cblas_sgemm),
+ * "avx512bf16" (VDPBF16PS), or in BF16 mode "avx512"/"blas" on
+ * BF16-rounded operands.  A static string. */
+const char *attn_kernel_name(int precision);
 
 /* Per-row diagnostics (design.md), each shaped (B, H, Lq) and each
  * optional (NULL skips it), for query row (b, h, i):

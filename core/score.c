@@ -72,6 +72,8 @@ void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
                   float *s, int lds, char *scratch, const attn__scratch *lay) {
   if (p->scoring == ATTN_SCORING_ADDITIVE)
     scores_additive(p, t, j0, n, s, lds, scratch, lay);
+  else if (attn__is_bf16(p))
+    attn__bf16_scores(p, t, j0, n, s, lds, scratch, lay);
   else
     scores_dot(p, t, j0, n, s, lds, scratch, lay);
 }

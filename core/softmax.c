@@ -40,7 +40,7 @@ static float softmax_row(const attn_problem *p, const attn__task *t, int r,
     *m = sink;
     return p->sinks ? 1.0f : 0.0f;
   }
-  sum = attn__row_softmax(p, t, i, klo, &sp, s, n, sink, m);
+  sum = attn__row_softmax(p, t, i, klo, &sp, s, n, sink, 0, m);
   return p->sinks ? sum + attn__expf(sink - *m) : sum;
 }
 
@@ -72,13 +72,19 @@ static void drop_block(const attn_problem *p, const attn__task *t,
 
 /* o (+)= P V over keys [j0, j0 + n); beta 0 starts the sum. */
 static void p_times_v(const attn_problem *p, const attn__task *t,
-                      const float *s, int lds, int j0, int n, float beta,
-                      float *o, const attn__scratch *lay) {
-  size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
-  const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+                      float *s, int lds, int j0, int n, float beta,
+                      float *o, char *scratch, const attn__scratch *lay) {
   unsigned csr = attn__ftz_on();
-  attn__gemm_nn(lay->gemm, t->rows, p->Dv, n, s, lds, v, p->Dv, beta, o,
-                p->Dv);
+  if (attn__is_bf16(p)) {
+    /* dropout's copy is not BF16; P itself is (bf16_weights) */
+    attn__bf16_pv(p, t, s, lds, j0, n, p->dropout_p == 0.0f, beta, o,
+                  scratch, lay);
+  } else {
+    size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
+    const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+    attn__gemm_nn(lay->gemm, t->rows, p->Dv, n, s, lds, v, p->Dv, beta, o,
+                  p->Dv);
+  }
   attn__ftz_off(csr);
 }
 
@@ -86,18 +92,19 @@ static void p_times_v(const attn_problem *p, const attn__task *t,
  * (rows, KBLOCK) scratch. */
 static void dropped_times_v(const attn_problem *p, const attn__task *t,
                             const float *s, int klo, int khi, float *d,
-                            float *o, const attn__scratch *lay) {
+                            float *o, char *scratch,
+                            const attn__scratch *lay) {
   int lds = khi - klo;
   for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += ATTN__KBLOCK) {
     int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
     drop_block(p, t, s, lds, j0 - klo, j0, n, d);
-    p_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o, lay);
+    p_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o, scratch, lay);
   }
 }
 
 /* Raw scores for keys [klo, khi) into s (leading dimension khi - klo),
- * a key block at a time: additive scoring's projection scratch holds one
- * block, and the stop flag is read between blocks. */
+ * a key block at a time: additive scoring's and BF16 mode's scratch holds
+ * one block, and the stop flag is read between blocks. */
 static void chunk_scores(const attn_problem *p, const attn__task *t,
                          float *s, int klo, int khi, char *scratch,
                          const attn__scratch *lay) {
@@ -111,13 +118,13 @@ static void chunk_scores(const attn_problem *p, const attn__task *t,
 /* o = P V over keys [klo, khi), a key block at a time (the stop flag
  * read between blocks). */
 static void blocks_times_v(const attn_problem *p, const attn__task *t,
-                           const float *s, int klo, int khi, float *o,
-                           const attn__scratch *lay) {
+                           float *s, int klo, int khi, float *o,
+                           char *scratch, const attn__scratch *lay) {
   int lds = khi - klo;
   for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += ATTN__KBLOCK) {
     int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
     p_times_v(p, t, s + (j0 - klo), lds, j0, n, j0 == klo ? 0.0f : 1.0f, o,
-              lay);
+              scratch, lay);
   }
 }
 
@@ -140,13 +147,13 @@ static int finish_out(const attn_problem *p, const attn__task *t,
 /* o = P V (dropped when dropout is on), row r scaled by inv[r]; returns 0
  * when P V overflowed somewhere (rescale.c). */
 static int chunk_out(const attn_problem *p, const attn__task *t,
-                     const float *s, int klo, int khi, const float *inv,
+                     float *s, int klo, int khi, const float *inv,
                      float *o, char *scratch, const attn__scratch *lay) {
   if (p->dropout_p > 0.0f)
     dropped_times_v(p, t, s, klo, khi, (float *)(scratch + lay->drop), o,
-                    lay);
+                    scratch, lay);
   else
-    blocks_times_v(p, t, s, klo, khi, o, lay);
+    blocks_times_v(p, t, s, klo, khi, o, scratch, lay);
   return finish_out(p, t, inv, o);
 }
 
@@ -173,6 +180,17 @@ static void write_weights(const attn_problem *p, const attn__task *t,
     attn__write_weight_row(w + (size_t)r * p->Lk, p->Lk, klo, khi,
                            s + (size_t)r * lds, inv[r], lay->stream);
   attn__write_weights_done(lay->stream);
+}
+
+/* BF16 mode: the weights P inv[r] rounded to BF16 replace P, and inv
+ * becomes 1, so that the weights that multiply V are the ones returned. */
+static void bf16_weights(const attn__task *t, float *s, int n, float *inv) {
+  for (int r = 0; r < t->rows; r++) {
+    float *sr = s + (size_t)r * n, g = inv[r];
+    if (g == 0.0f) continue;
+    for (int c = 0; c < n; c++) sr[c] = attn__bf16_round(sr[c] * g);
+    inv[r] = 1.0f;
+  }
 }
 
 /* One chunk of a task's rows (t describes the chunk). */
@@ -212,6 +230,7 @@ static void chunk_weights(const attn_problem *p, const attn__task *t,
   write_lse(t, rm, inv, lse);
   for (int r = 0; r < t->rows; r++)
     inv[r] = inv[r] > 0.0f ? 1.0f / inv[r] : 0.0f;
+  if (attn__is_bf16(p)) bf16_weights(t, s, n, inv);
   int finite = 1;
   if (!any)
     zero(o, (size_t)t->rows * p->Dv);
