@@ -225,13 +225,16 @@ typedef struct attn_problem {
 
   /* Stopping a problem that runs: NULL, or a flag the caller (or any
    * other thread) may set non-zero at any time.  The core reads it,
-   * relaxed, between key blocks of the online path, between row chunks
-   * of the weights path and between tasks; once it reads non-zero,
+   * relaxed, between key blocks of the online path, between key blocks
+   * of both products and between rows of the softmax on the weights
+   * path, between query rows of additive scoring's key blocks (a row is
+   * 512 * Hd tanh), and between tasks; once it reads non-zero,
    * attn_run_tasks returns ATTND_ECANCELED and the rows of the task it
-   * stopped in are unspecified.  Between two reads: one key block (512
-   * keys) of a task's rows on the online path, about 4 MFLOP for D = Dv
-   * = 64 and 64 rows; on the weights path one row chunk against all Lk
-   * keys, whose scores are one matrix product. */
+   * stopped in are
+   * unspecified (on the weights path a stopped row chunk writes no
+   * weights).  Between two reads: one key block (512 keys) of a task's
+   * rows (a row chunk's on the weights path), about 4 MFLOP for D = Dv =
+   * 64 and 64 rows, or one row's softmax. */
   const _Atomic int *stop;
 } attn_problem;
 

@@ -1,15 +1,18 @@
 /* softmax.c - the weights path.  A task's rows are taken a chunk at a
  * time (lay->wrows rows, so that the chunk's scores stay in L2): scores
- * of the keys some row of the chunk may see, [klo, khi), in one sgemm
- * into scratch; per row the maximum (a read-only pass) and exp(s - m)
- * with its sum (one read-write pass); then O = P V straight from the
- * unnormalised P in scratch, each output row scaled by 1 / sum; last, the
+ * of the keys some row of the chunk may see, [klo, khi), into scratch,
+ * one sgemm per key block; per row the maximum (a read-only pass) and
+ * exp(s - m) with its sum (one read-write pass); then O = P V straight
+ * from the unnormalised P in scratch, again a key block at a time, each
+ * output row scaled by 1 / sum; last, the
  * weights P / sum are written to the caller's buffer once, together with
  * the zeros around [klo, khi).  Nothing is read back from the weights
  * buffer, so a large one is written without being read (streaming
  * stores where the CPU has them).  When P V overflows (huge values: see
  * rescale.c) the chunk's output is computed once more from P scaled by a
- * power of two, after the weights have gone out.
+ * power of two, after the weights have gone out.  The stop flag
+ * (attn_problem.stop) is read between key blocks of both products and
+ * between rows of the softmax; a stopped chunk writes no weights.
  *
  * Keys outside a row's span (valid_lens, causal, window) get weight 0
  * directly; keys inside it that the mask forbids hold -FLT_MAX as scores
@@ -92,26 +95,36 @@ static void dropped_times_v(const attn_problem *p, const attn__task *t,
                             float *o, char *scratch,
                             const attn__scratch *lay) {
   int lds = khi - klo;
-  for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
+  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += ATTN__KBLOCK) {
     int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
     drop_block(p, t, s, lds, j0 - klo, j0, n, d);
     p_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o, scratch, lay);
   }
 }
 
-/* Raw scores for keys [klo, khi) into s (leading dimension khi - klo):
- * dot in one sgemm, additive and BF16 mode in key blocks (their scratch
- * holds one block). */
+/* Raw scores for keys [klo, khi) into s (leading dimension khi - klo),
+ * a key block at a time: additive scoring's and BF16 mode's scratch holds
+ * one block, and the stop flag is read between blocks. */
 static void chunk_scores(const attn_problem *p, const attn__task *t,
                          float *s, int klo, int khi, char *scratch,
                          const attn__scratch *lay) {
   int lds = khi - klo;
-  int step = p->scoring == ATTN_SCORING_ADDITIVE || attn__is_bf16(p)
-                 ? ATTN__KBLOCK
-                 : lds;
-  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += step) {
-    int n = khi - j0 < step ? khi - j0 : step;
+  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += ATTN__KBLOCK) {
+    int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
     attn__scores(p, t, j0, n, s + (j0 - klo), lds, scratch, lay);
+  }
+}
+
+/* o = P V over keys [klo, khi), a key block at a time (the stop flag
+ * read between blocks). */
+static void blocks_times_v(const attn_problem *p, const attn__task *t,
+                           float *s, int klo, int khi, float *o,
+                           char *scratch, const attn__scratch *lay) {
+  int lds = khi - klo;
+  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += ATTN__KBLOCK) {
+    int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
+    p_times_v(p, t, s + (j0 - klo), lds, j0, n, j0 == klo ? 0.0f : 1.0f, o,
+              scratch, lay);
   }
 }
 
@@ -136,12 +149,11 @@ static int finish_out(const attn_problem *p, const attn__task *t,
 static int chunk_out(const attn_problem *p, const attn__task *t,
                      float *s, int klo, int khi, const float *inv,
                      float *o, char *scratch, const attn__scratch *lay) {
-  int n = khi - klo;
   if (p->dropout_p > 0.0f)
     dropped_times_v(p, t, s, klo, khi, (float *)(scratch + lay->drop), o,
                     scratch, lay);
   else
-    p_times_v(p, t, s, n, klo, n, 0.0f, o, scratch, lay);
+    blocks_times_v(p, t, s, klo, khi, o, scratch, lay);
   return finish_out(p, t, inv, o);
 }
 
@@ -203,8 +215,11 @@ static void chunk_weights(const attn_problem *p, const attn__task *t,
     return;
   }
   int n = khi - klo;
+  /* Stopped (attn_problem.stop): the chunk's rows are left as they are. */
   chunk_scores(p, t, s, klo, khi, scratch, lay);
   for (int r = 0; r < t->rows; r++) {
+    if (attn__stopped(p))
+      return;
     float den = softmax_row(p, t, r, lo[r], hi[r], klo, s + (size_t)r * n,
                             n, flags, &rm[r]);
     /* den >= 1 when the row has a key or a sink: the larger of its
@@ -221,6 +236,8 @@ static void chunk_weights(const attn_problem *p, const attn__task *t,
     zero(o, (size_t)t->rows * p->Dv);
   else
     finite = chunk_out(p, t, s, klo, khi, inv, o, scratch, lay);
+  if (attn__stopped(p))
+    return;
   /* The weights go out from the unscaled P, so they are the same bits
    * whether or not the output has to be redone. */
   write_weights(p, t, s, klo, khi, inv, w, lay);

@@ -79,7 +79,7 @@ static const struct config_opt config_opts[] = {
   {"drain-delay-ms", "ATTND_DRAIN_DELAY_MS", KIND_LONG, OFF(drain_delay_ms),
    0, 3600000, "0", "on SIGTERM, keep accepting this long after /readyz 503"},
   {"drain-s", "ATTND_DRAIN_S", KIND_LONG, OFF(drain_s), 1, 86400, "30",
-   "on SIGTERM, finish queued work within this many seconds"},
+   "on SIGTERM, finish work within this many seconds, then cancel it (503)"},
   {"max-conns", "ATTND_MAX_CONNS", KIND_INT, OFF(max_conns), 1, 1000000,
    "1000", "simultaneous connections"},
   /* 0 by default: behind a proxy or a Kubernetes Service every client

@@ -52,7 +52,8 @@ struct batcher_key {
 enum batcher_cancel {
   BATCHER_RUN = 0,
   BATCHER_GONE = 1,         /* its client closed the connection */
-  BATCHER_LATE = 2          /* its deadline passed */
+  BATCHER_LATE = 2,         /* its deadline passed */
+  BATCHER_DRAIN = 3         /* the drain ran out of time (batcher_cancel_all) */
 };
 
 struct batcher_job {
@@ -72,12 +73,15 @@ struct batcher_job {
                                answer dropped).  What writes v2 outputs
                                into shared memory regions. */
 
-  /* Set by anyone at any time, once (the HTTP layer's watcher): why the
-   * job is to stop, enum batcher_cancel.  A job found cancelled before
-   * it runs is not computed; one cancelled while it runs stops within a
-   * key block (attn_problem.stop).  err is then ATTND_ECANCELED (the
-   * client left) or ATTND_ETIMEDOUT (its deadline passed), and no other
-   * job of its batch is touched. */
+  /* Set by anyone at any time, once (the HTTP layer's watcher, or
+   * batcher_cancel_all): why the job is to stop, enum batcher_cancel.
+   * A queued job is then completed uncomputed once the batcher is told
+   * (batcher_wake_cancelled), giving back its queue place and budget at once; one
+   * that runs stops within a key block (attn_problem.stop) or before its
+   * next phase (diagnostics, encoding, compression).  err is then
+   * ATTND_ECANCELED (the client left), ATTND_ETIMEDOUT (its deadline
+   * passed) or ATTND_EDRAINING (the drain), and no other job of its
+   * batch is touched. */
   _Atomic int cancel;
 
   /* Set by the batcher before done(). */
@@ -99,6 +103,7 @@ struct batcher_job {
 
   /* Private to the batcher. */
   struct batcher_job *next;
+  struct batcher_job *run_prev, *run_next;  /* running jobs (b->mu) */
   struct batcher_key key;
 };
 
@@ -155,10 +160,18 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone);
  * waiting batches without their delay.  Queued jobs still run. */
 void batcher_close(struct batcher *b);
 
-/* Completes every job that has not started yet with ATTND_EDRAINING
- * (running jobs finish normally).  For the end of a drain that ran out of
- * time. */
-void batcher_abort_queued(struct batcher *b);
+/* Tells the batcher that a job's cancel word was set: its loop thread
+ * then completes every queued job whose word is set (batcher.h, cancel).
+ * Any thread, no lock held, until batcher_stop; a void * for
+ * watch_add's callback (the watch is stopped before the batcher). */
+void batcher_wake_cancelled(void *b);
+
+/* The end of a drain that ran out of time: stores BATCHER_DRAIN in the
+ * cancel word of every job reserved and not completed, queued or running
+ * (on a worker or its HTTP thread), and of every job that starts later;
+ * queued ones are completed at once.  All answer ATTND_EDRAINING within
+ * about a key block's work each. */
+void batcher_cancel_all(struct batcher *b);
 
 /* Jobs reserved and not yet completed (done() not yet returned). */
 size_t batcher_outstanding(struct batcher *b);
