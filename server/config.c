@@ -52,7 +52,7 @@ static const struct config_opt config_opts[] = {
    "100", "run cheaper requests on their HTTP thread, unqueued (0 = queue "
    "all)"},
   {"inline-idle-us", "ATTND_INLINE_IDLE_US", KIND_LONG, OFF(inline_idle_us),
-   0, 1000000, "5000", "with no other request in flight, run requests "
+   0, 60000000, "5000", "with no other request in flight, run requests "
    "up to this on their HTTP thread too"},
   {"max-queue", "ATTND_MAX_QUEUE", KIND_INT, OFF(max_queue), 1, 1000000,
    "1024", "queued requests beyond which attnd answers 503"},

@@ -330,7 +330,9 @@ class InlineCancelTest(Cases, harness.ServerTestCase):
     """A long request run on its HTTP thread (alone on the server, under
     --inline-idle-us) is watched as a queued one is: its client leaving
     stops it."""
-    server_args = ("--workers", "2", "--inline-us", "1", "--inline-idle-us", "1000000",
+    # the request is estimated at several seconds (work_ns), so the bound
+    # is far above it
+    server_args = ("--workers", "2", "--inline-us", "1", "--inline-idle-us", "60000000",
                    "--max-request-gflop", "0", "--max-body-mb", "8")
 
     def connect(self):
