@@ -80,8 +80,11 @@ static int check_packing(const attn_problem *p) {
 }
 
 static int check_variants(const attn_problem *p) {
-  /* Written so that NaN fails too. */
-  if (!(p->softcap == 0.0f || (p->softcap > 0.0f && p->softcap <= FLT_MAX)))
+  /* Written so that NaN fails too.  A subnormal cap is refused: its
+   * inverse, by which the scores are multiplied, would overflow and make
+   * a zero score NaN. */
+  if (!(p->softcap == 0.0f ||
+        (p->softcap >= FLT_MIN && p->softcap <= FLT_MAX)))
     return 0;
   if (p->window_align != ATTN_WINDOW_UPPER_LEFT &&
       p->window_align != ATTN_WINDOW_LOWER_RIGHT)
@@ -221,17 +224,11 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights) {
   return s.total;
 }
 
-/* Where the walk over packed sequences stands: sequence seq starts at
- * query block first (counted within one (b, h)).  Tasks taken in order
- * advance it, so a run of tasks walks cu_seqlens once. */
-typedef struct seq_cursor {
-  int seq;
-  size_t first;
-} seq_cursor;
-
-/* Task t with nqb query blocks of rows rows each per (b, h). */
+/* Task t with nqb query blocks of rows rows each per (b, h).  cur says
+ * where the walk over packed sequences stands: tasks taken in order
+ * advance it, so that a run of tasks walks cu_seqlens once per (b, h). */
 static void task_at(const attn_problem *p, size_t nqb, int rows, size_t t,
-                    seq_cursor *cur, attn__task *task) {
+                    attn__seq_cursor *cur, attn__task *task) {
   size_t qb = t % nqb, bh = t / nqb;
   task->b = (int)(bh / (size_t)p->H);
   task->h = (int)(bh % (size_t)p->H);
@@ -259,9 +256,19 @@ static void task_at(const attn_problem *p, size_t nqb, int rows, size_t t,
   task->rows = end - task->i0 < rows ? end - task->i0 : rows;
 }
 
-void attn__task_of(const attn_problem *p, size_t t, attn__task *task) {
-  seq_cursor cur = {0, 0};
-  task_at(p, query_blocks(p), attn__query_block(p), t, &cur, task);
+void attn__tasks_begin(const attn_problem *p, size_t nqb,
+                       attn__task_iter *it) {
+  memset(it, 0, sizeof *it);
+  it->p = p;
+  it->rows = attn__query_block(p);
+  it->nqb = nqb;
+  it->end = nqb;
+}
+
+int attn__tasks_next(attn__task_iter *it, attn__task *task) {
+  if (it->t >= it->end) return 0;
+  task_at(it->p, it->nqb, it->rows, it->t++, &it->cur, task);
+  return 1;
 }
 
 float attn__lse(float m, float den) {
@@ -277,7 +284,7 @@ int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1, float *out,
 int attn_run_tasks_lse(const attn_problem *p, size_t t0, size_t t1,
                        float *out, float *weights, float *lse,
                        void *scratch) {
-  seq_cursor cur = {0, 0};
+  attn__seq_cursor cur = {0, 0};
   attn__scratch lay;
   int with_weights = weights != NULL;
   if (attn_check(p) != 0 || !out || !scratch) return ATTND_EINVAL;

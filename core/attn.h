@@ -165,7 +165,8 @@ typedef struct attn_problem {
   const float *w_q, *w_k, *w_v;
 
   /* Learned attention sinks: NULL, or (H,) logits, one per query head,
-   * finite.  Soft-capping: 0 is off, else finite and > 0.  ALiBi: NULL,
+   * finite.  Soft-capping: 0 is off, else finite and at least FLT_MIN
+   * (a subnormal cap's inverse overflows).  ALiBi: NULL,
    * or slopes (H,) when alibi_per_item == 0, else (B, H); finite. */
   const float *sinks;
   float softcap;
@@ -204,7 +205,8 @@ void attn_problem_init(attn_problem *p);
 
 /* Checks a problem for programmer errors (inconsistent shapes, missing
  * tensors, scale 0 or not finite, H not a multiple of Hkv, dropout_p out of
- * [0, 1), gemm not an enum attn_gemm, softcap < 0 or not finite, packing
+ * [0, 1), gemm not an enum attn_gemm, softcap neither 0 nor a finite normal
+ * positive float, packing
  * with B > 1, with valid_lens, with one cu_seqlens only, or cu_seqlens
  * that do not start at 0, decrease or do not end at the lengths).
  * Returns 0 or ATTND_EINVAL.  Reads no tensor contents but cu_seqlens
@@ -284,7 +286,9 @@ int attn_forward_lse(const attn_problem *p, float *out, float *weights,
  * alone, and diag(a) - a a^T stays the exact Jacobian of the returned
  * weights with respect to the key scores (the sink is a constant in the
  * denominator).  Reads weights and the mask tensors, allocates
- * nothing.  Returns 0 or ATTND_EINVAL (attn_check fails, weights NULL). */
+ * nothing.  Reads p->stop before each task (as attn_run_tasks does).
+ * Returns 0, ATTND_EINVAL (attn_check fails, weights NULL) or
+ * ATTND_ECANCELED (p->stop was set: the figures are unspecified). */
 int attn_diagnostics(const attn_problem *p, const float *weights,
                      int32_t *allowed_keys, float *entropy,
                      float *max_weight, float *jacobian_norm);

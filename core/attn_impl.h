@@ -288,8 +288,28 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
 /* Query rows per task of a problem (ATTN__QBLOCK .. ATTN__QBLOCK_MAX). */
 int attn__query_block(const attn_problem *p);
 
-/* Task t of a (checked) problem: which (b, h) and which query rows. */
-void attn__task_of(const attn_problem *p, size_t t, attn__task *task);
+/* Where a walk over packed sequences stands: sequence seq starts at
+ * query block first (counted within one (b, h)). */
+typedef struct attn__seq_cursor {
+  int seq;
+  size_t first;
+} attn__seq_cursor;
+
+/* The tasks of a (checked) problem in order, from the first, walking
+ * cu_seqlens once: attn__tasks_begin(p, nqb, &it) with nqb the query
+ * blocks per (b, h) (attn__scratch.nqb), then while
+ * (attn__tasks_next(&it, &task)) ...  Set it.end to B * H * nqb to walk
+ * every head; it stops after the first (b, h) as begun. */
+typedef struct attn__task_iter {
+  const attn_problem *p;
+  size_t t, end, nqb;
+  int rows;
+  attn__seq_cursor cur;
+} attn__task_iter;
+
+void attn__tasks_begin(const attn_problem *p, size_t nqb,
+                       attn__task_iter *it);
+int attn__tasks_next(attn__task_iter *it, attn__task *task);
 
 /* Allowed key interval of each row of a task from valid_lens, causal and
  * window (the mask is element-wise and applied later).  Writes lo/hi and

@@ -29,37 +29,59 @@
 #define COST_DIAG 1100.0
 #define COST_TANH 40.0
 
-/* Scores one (b, h) computes, rows at a time: for each task (query
- * block, within its packed sequence), each group of `rows` of its rows
- * times the width of the union of their intervals under causal, the
- * window and packing, found by the core's own attn__row_intervals.
+/* What one (b, h) computes, chunk by chunk: scores, and for additive
+ * scoring the keys and query rows each attn__scores call projects. */
+typedef struct cost_work {
+  double scores;   /* rows times the width of the keys they score */
+  double keys;     /* keys projected, W_k K^T (a chunk's every call) */
+  double qrows;    /* query rows projected, W_q Q^T (once per call) */
+  double pairs;    /* (row, key) pairs within the rows' sequences */
+} cost_work;
+
+/* Adds one chunk of rows rows that scores keys [klo, khi): both paths
+ * call attn__scores for it in key blocks of at most ATTN__KBLOCK
+ * (additive; dot products on the weights path take the chunk in one
+ * call, which changes nothing counted here). */
+static void cost_chunk(cost_work *w, int rows, int klo, int khi) {
+  double width = (double)(khi - klo);
+  if (klo >= khi)
+    return;
+  w->scores += rows * width;
+  w->keys += width;
+  w->qrows += (double)rows * (double)((khi - klo + ATTN__KBLOCK - 1) /
+                                      ATTN__KBLOCK);
+}
+
+/* The work of one (b, h): each task (query block, within its packed
+ * sequence) in groups of `rows` of its rows, each group scoring the
+ * union of its rows' intervals under causal, the window and packing, as
+ * the core's own attn__row_intervals finds them.  The tasks are walked
+ * once, in order, so that this is linear in the number of sequences.
  * valid_lens are data: the problem is weighed without them. */
-static double cost_scores(const attn_problem *p, const attn__scratch *lay,
-                          int rows) {
+static void cost_scores(const attn_problem *p, const attn__scratch *lay,
+                        int rows, cost_work *w) {
   attn_problem q = *p;
   int lo[ATTN__QBLOCK_MAX], hi[ATTN__QBLOCK_MAX], klo, khi;
-  double total = 0.0;
-  if (!p->cu_seqlens_q && p->causal == ATTN_CAUSAL_NONE && !p->has_window)
-    return (double)p->Lq * p->Lk;
+  attn__task_iter it;
+  attn__task task;
   q.valid_lens = NULL;
-  for (size_t t = 0; t < lay->nqb; t++) {
-    attn__task task;
-    attn__task_of(&q, t, &task);
+  attn__tasks_begin(&q, lay->nqb, &it);
+  while (attn__tasks_next(&it, &task)) {
+    w->pairs += (double)task.rows * task.lk;
     for (int r0 = 0; r0 < task.rows; r0 += rows) {
       attn__task c = task;
       c.i0 = task.i0 + r0;
       c.rows = task.rows - r0 < rows ? task.rows - r0 : rows;
       attn__row_intervals(&q, &c, lo, hi, &klo, &khi);
-      if (klo < khi)
-        total += (double)c.rows * (double)(khi - klo);
+      cost_chunk(w, c.rows, klo, khi);
     }
   }
-  return total;
 }
 
 double attn_cost_flops(const attn_problem *p, int with_weights,
                        int diagnostics) {
   attn__scratch lay;
+  cost_work w = {0.0, 0.0, 0.0, 0.0};
   double heads, s, all, per_score, flops;
   if (p->B < 1 || p->H < 1 || p->Lq < 1 || p->Lk < 1 || p->D < 1 ||
       p->Dk < 1 || p->Dv < 1)
@@ -67,17 +89,16 @@ double attn_cost_flops(const attn_problem *p, int with_weights,
   attn__scratch_layout(p, with_weights, &lay);
   heads = (double)p->B * p->H;
   /* The weights path takes a task's rows lay.wrows at a time. */
-  s = cost_scores(p, &lay,
-                  with_weights ? (lay.wrows < lay.qrows ? lay.wrows
-                                                        : lay.qrows)
-                               : lay.qrows);
+  cost_scores(p, &lay,
+              with_weights ? (lay.wrows < lay.qrows ? lay.wrows : lay.qrows)
+                           : lay.qrows,
+              &w);
+  s = w.scores;
   all = (double)p->Lq * p->Lk;
   if (p->scoring == ATTN_SCORING_ADDITIVE) {
-    /* Q W_q^T once per row; W_k K^T for every computed key of every task
-     * (each task projects its own key blocks); then a tanh per hidden
-     * unit per score, and P V. */
-    double tasks_keys = s / (lay.qrows < p->Lq ? lay.qrows : p->Lq);
-    flops = 2.0 * p->Lq * p->Hd * p->D + 2.0 * tasks_keys * p->Hd * p->Dk +
+    /* Each attn__scores call projects its rows (Q W_q^T) and its keys
+     * (W_k K^T), then takes a tanh per hidden unit per score; then P V. */
+    flops = 2.0 * w.qrows * p->Hd * p->D + 2.0 * w.keys * p->Hd * p->Dk +
             s * p->Hd * COST_TANH + 2.0 * s * p->Dv;
   } else {
     flops = 2.0 * s * p->D + 2.0 * s * p->Dv;
@@ -87,7 +108,7 @@ double attn_cost_flops(const attn_problem *p, int with_weights,
   flops += s * per_score;
   if (with_weights || diagnostics)
     flops += all * COST_WEIGHT;  /* every weight is written, 0 or not */
-  if (diagnostics)
-    flops += all * COST_DIAG;
+  if (diagnostics)  /* over each row's own sequence's keys (diag.c) */
+    flops += w.pairs * COST_DIAG;
   return heads * flops;
 }

@@ -283,7 +283,8 @@ static int opt_return_lse(v1_ctx *c) {
   return 0;
 }
 
-/* "softcap": a finite number > 0 that float32 holds. */
+/* "softcap": a finite number that float32 holds as a normal number (at
+ * least FLT_MIN): below it 1 / softcap overflows (attn.h). */
 static int opt_softcap(v1_ctx *c) {
   const cJSON *j = c->f[F_SOFTCAP];
   float x;
@@ -294,11 +295,12 @@ static int opt_softcap(v1_ctx *c) {
     proto__describe(j, what, sizeof what);
     return ERR("softcap: expected a number > 0, got %s", what);
   }
-  if (proto__json_f32(j, &x) || !(x > 0.0f)) {
+  if (proto__json_f32(j, &x) || !(x >= FLT_MIN)) {
     char num[40];
     proto__fmt_f64(num, sizeof num, proto__json_num(j));
     return ERR("softcap: %s is not a finite number > 0 within float32 "
-               "range", num);
+               "range, at least %.9g (the smallest normal float32)", num,
+               (double)FLT_MIN);
   }
   c->p->softcap = x;
   return 0;

@@ -317,9 +317,10 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
     c->window[n[7] == 'r'] = j;
   } else if (!strcmp(n, "softcap")) {
     float cap;
-    if (!cJSON_IsNumber(j) || proto__json_f32(j, &cap) || !(cap > 0.0f))
+    if (!cJSON_IsNumber(j) || proto__json_f32(j, &cap) || !(cap >= FLT_MIN))
       return ERR("parameters.softcap: must be a finite number > 0 within "
-                 "float32 range");
+                 "float32 range, at least %.9g (the smallest normal "
+                 "float32)", (double)FLT_MIN);
     c->p->softcap = cap;
   } else if (!strcmp(n, "window_align")) {
     char what[48];

@@ -222,7 +222,7 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
   return http_answer(r, 200, empty, 0, 0, http_json, NULL);
 }
 
-/* Sets r->job.cost, what the request holds until it is answered: its
+/* Sets r->job.hold_bytes, what the request holds until it is answered: its
  * tensors and its encoded answer (twice when compressed, the plain text
  * and the compressed copy living together).  ATTND_ETOOBIG, with a
  * message in msg, when that alone exceeds the in-flight budget: it could
@@ -230,8 +230,8 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
 static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
   const proto_request *q = &r->job.req;
   size_t answer = proto_answer_bytes(q);
-  r->job.cost = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
-  if (r->job.cost <= r->h->cfg.max_inflight)
+  r->job.hold_bytes = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
+  if (r->job.hold_bytes <= r->h->cfg.max_inflight)
     return 0;
   if (q->weights)
     snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
@@ -239,12 +239,12 @@ static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
              "(--max-inflight-mb), mostly the weights; for the output "
              "alone send \"return_weights\": false (v2: \"outputs\" "
              "without \"weights\")",
-             (r->job.cost >> 20) + 1, r->h->cfg.max_inflight >> 20);
+             (r->job.hold_bytes >> 20) + 1, r->h->cfg.max_inflight >> 20);
   else
     snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
              "answer, more than the server's in-flight limit of %zu MiB "
              "(--max-inflight-mb); send smaller tensors, or split the batch",
-             (r->job.cost >> 20) + 1, r->h->cfg.max_inflight >> 20);
+             (r->job.hold_bytes >> 20) + 1, r->h->cfg.max_inflight >> 20);
   return ATTND_ETOOBIG;
 }
 
@@ -288,7 +288,7 @@ enum MHD_Result http_post_end(struct http_req *r) {
   if (rc == 0)
     rc = http_post_cost(r, msg, sizeof msg);
   if (rc == 0) {
-    rc = batcher_reserve_held(h->b, r->job.cost, r->held);
+    rc = batcher_reserve_held(h->b, r->job.hold_bytes, r->held);
     r->held = 0;
   }
   if (rc != 0) {

@@ -45,7 +45,7 @@
  *
  * Accounting (b->mu): `queued` counts reserved jobs that no worker has
  * taken (admission against max_queue), `outstanding` counts reserved jobs
- * whose done() has not returned, `bytes` sums their costs and the holds
+ * whose done() has not returned, `bytes` sums their hold_bytes and the holds
  * of bodies still arriving (batcher_hold), all against max_bytes.  Every
  * change to `bytes` is added to the metrics' gauge after the unlock, as a
  * difference, so that the gauge needs no lock of its own.
@@ -161,13 +161,13 @@ static void batcher_queue_remove(struct batcher *b, size_t i) {
 
 /* ---- completion (any thread) ------------------------------------------ */
 
-/* Gives back what batcher_reserve took for a job of this cost. */
-static void batcher_release(struct batcher *b, size_t cost) {
+/* Gives back what batcher_reserve took for a job holding this much. */
+static void batcher_release(struct batcher *b, size_t bytes) {
   pthread_mutex_lock(&b->mu);
   b->outstanding--;
-  b->bytes -= cost;
+  b->bytes -= bytes;
   pthread_mutex_unlock(&b->mu);
-  metrics_add_inflight_bytes(b->ex.m, -(int64_t)cost);
+  metrics_add_inflight_bytes(b->ex.m, -(int64_t)bytes);
 }
 
 /* Records a job's outcome and releases its request. */
@@ -180,10 +180,10 @@ static void batcher_settle(struct batcher_job *job, int err) {
 /* Completes a job: the last time the batcher touches it. */
 static void batcher_finish(struct batcher *b, struct batcher_job *job,
                            int err) {
-  size_t cost = job->cost;
+  size_t bytes = job->hold_bytes;
   batcher_settle(job, err);
   job->done(job);
-  batcher_release(b, cost);
+  batcher_release(b, bytes);
 }
 
 /* Completes every job of a queue list that never reached a worker. */
@@ -523,27 +523,27 @@ err:
   return NULL;
 }
 
-int batcher_reserve(struct batcher *b, size_t cost) {
-  return batcher_reserve_held(b, cost, 0);
+int batcher_reserve(struct batcher *b, size_t bytes) {
+  return batcher_reserve_held(b, bytes, 0);
 }
 
-int batcher_reserve_held(struct batcher *b, size_t cost, size_t held) {
+int batcher_reserve_held(struct batcher *b, size_t bytes, size_t held) {
   int rc = 0;
   pthread_mutex_lock(&b->mu);
   b->bytes -= held;
   if (b->closed)
     rc = ATTND_EDRAINING;
   else if (b->queued >= b->cfg.max_queue ||
-           cost > b->cfg.max_bytes - b->bytes)
+           bytes > b->cfg.max_bytes - b->bytes)
     rc = ATTND_EBUSY;
   else {
     b->queued++;
     b->outstanding++;
-    b->bytes += cost;
+    b->bytes += bytes;
   }
   pthread_mutex_unlock(&b->mu);
   metrics_add_inflight_bytes(b->ex.m,
-                             (rc == 0 ? (int64_t)cost : 0) - (int64_t)held);
+                             (rc == 0 ? (int64_t)bytes : 0) - (int64_t)held);
   if (rc == 0)
     metrics_add_queue_depth(b->ex.m, 1);
   return rc;
@@ -592,21 +592,7 @@ static void batcher_job_reset(struct batcher_job *job) {
   job->started_ns = job->finished_ns = job->computed_ns = 0;
 }
 
-/* What a request is expected to cost on one core, in nanoseconds: its two
- * products at a conservative 20 GFLOP/s, printing every number of a JSON
- * output at about 60 ns, and copying binary outputs at 4 GB/s.  Only
- * compared with the inline bounds, so rough is fine. */
-static double batcher_cost_ns(const proto_request *r) {
-  const attn_problem *p = &r->prob;
-  double macs = attn_score_pairs(p) *
-                (p->scoring == ATTN_SCORING_ADDITIVE ? p->Hd + 1.0
-                                                     : (double)(p->D + p->Dv));
-  size_t text, binary;
-  proto_answer_work(r, &text, &binary);
-  return macs * 2.0 / 20.0 + (double)text * 60.0 + (double)binary * 0.25;
-}
-
-/* May a job of this estimated cost run on the caller's thread?  1 when
+/* May a job of this much work (exec_work_ns) run on the caller's thread?  1 when
  * it is cheap; 2 when it took an idle worker's place, to be given back
  * with batcher_give_back; 0 when it must be queued.  On 1 and 2 the job
  * is no longer queued.  A place is borrowed only while this is the one
@@ -614,12 +600,12 @@ static double batcher_cost_ns(const proto_request *r) {
  * received, queued or computing, batching them together on the workers
  * serves many connections better than holding an HTTP thread, whose
  * other connections would wait. */
-static int batcher_take_here(struct batcher *b, double cost, int alone) {
+static int batcher_take_here(struct batcher *b, double work_ns, int alone) {
   int took = 0;
   pthread_mutex_lock(&b->mu);
-  if (cost <= (double)b->cfg.inline_ns)
+  if (work_ns <= (double)b->cfg.inline_ns)
     took = 1;
-  else if (alone && cost <= (double)b->cfg.inline_idle_ns &&
+  else if (alone && work_ns <= (double)b->cfg.inline_idle_ns &&
            b->outstanding == 1 && batcher_occupy(b))
     took = 2;
   if (took)
@@ -649,7 +635,7 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone) {
    * inline_ns 0 for every request queued. */
   if (b->cfg.max_delay_us > 0 || b->cfg.inline_ns == 0)
     return 0;
-  took = batcher_take_here(b, batcher_cost_ns(&job->req), alone);
+  took = batcher_take_here(b, exec_work_ns(&job->req), alone);
   if (!took)
     return 0;
   batcher_job_reset(job);
@@ -660,7 +646,7 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone) {
   batcher_settle(job, exec_job(&b->ex, job, NULL, 1));
   if (took == 2)
     batcher_give_back(b);
-  batcher_release(b, job->cost);
+  batcher_release(b, job->hold_bytes);
   return 1;
 }
 

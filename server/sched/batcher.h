@@ -2,9 +2,10 @@
  *
  * A submitter (an MHD thread) owns a struct batcher_job, usually embedded
  * in its per-request context, and:
- *   1. batcher_reserve(b, cost): admission control.  0, or ATTND_EBUSY
+ *   1. batcher_reserve(b, bytes): admission control.  0, or ATTND_EBUSY
  *      (queue full or tensor budget spent), or ATTND_EDRAINING (closed).
- *   2. fills job->req, job->deadline_ns, job->cost, job->done, job->arg;
+ *   2. fills job->req, job->deadline_ns, job->hold_bytes, job->done and
+ *      job->arg;
  *   3. batcher_submit(b, job): cannot fail.
  * Exactly once per submitted job, done(job) is called on a worker or on
  * the batcher's loop thread with job->err set (0: job->body, or for v2
@@ -37,7 +38,7 @@ struct batcher_config {
   int max_batch;            /* >= 1 */
   long max_delay_us;        /* 0 = greedy */
   size_t max_queue;         /* jobs reserved but not yet running */
-  size_t max_bytes;         /* budget of reserved job costs */
+  size_t max_bytes;         /* budget of the jobs' hold_bytes */
   uint64_t inline_ns;       /* batcher_run_here's bounds, 0 = never: */
   uint64_t inline_idle_ns;  /* always, and while nothing else is in flight */
 };
@@ -59,7 +60,7 @@ struct batcher_job {
   /* Set by the submitter before batcher_submit. */
   proto_request req;        /* decoded request; released by the batcher */
   uint64_t deadline_ns;     /* clock_now_ns() deadline, 0 = none */
-  size_t cost;              /* exactly what was passed to batcher_reserve */
+  size_t hold_bytes;        /* exactly what was passed to batcher_reserve */
   void (*done)(struct batcher_job *job);
   void *arg;                /* for the submitter; the batcher ignores it */
   const char *coding;       /* "gzip"/"deflate" to compress the response
@@ -109,9 +110,9 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
                               struct metrics *m);
 
 /* Admission control; see the top of this file.  A successful reserve must
- * be followed by exactly one batcher_submit of a job with job->cost ==
- * cost. */
-int batcher_reserve(struct batcher *b, size_t cost);
+ * be followed by exactly one batcher_submit of a job with job->hold_bytes
+ * == bytes. */
+int batcher_reserve(struct batcher *b, size_t bytes);
 
 /* The memory of a request body still arriving, counted from its headers
  * on against the same budget as reserved jobs (cfg.max_bytes): its
@@ -124,10 +125,10 @@ int batcher_hold(struct batcher *b, size_t n);
 void batcher_unhold(struct batcher *b, size_t n);
 
 /* batcher_reserve for a request whose body held `held` bytes: gives the
- * hold back and reserves cost in one step, so that a body turning into
+ * hold back and reserves bytes in one step, so that a body turning into
  * its tensors never counts twice nor lets another request in between.
  * The hold is given back whatever the result. */
-int batcher_reserve_held(struct batcher *b, size_t cost, size_t held);
+int batcher_reserve_held(struct batcher *b, size_t bytes, size_t held);
 
 /* Bytes of the budget in use right now: holds and reserved jobs. */
 size_t batcher_bytes_in_use(struct batcher *b);
@@ -137,8 +138,9 @@ void batcher_submit(struct batcher *b, struct batcher_job *job);
 
 /* Instead of batcher_submit, for a reserved job: runs it on the calling
  * thread, now, when that is cheaper than the hand-offs to the loop thread,
- * a worker and back (four wake-ups).  It does when its estimated cost is
- * below cfg.inline_ns; or below cfg.inline_idle_ns when `alone` (the
+ * a worker and back (four wake-ups).  It does when its work, exec_work_ns
+ * (exec.h: the one estimate, from attn_cost_flops), is below
+ * cfg.inline_ns; or below cfg.inline_idle_ns when `alone` (the
  * caller knows of no other request in progress: none being received,
  * queued or computing), no other reserved job is outstanding and a worker
  * place is vacant, which it holds while it runs (so that no more than

@@ -31,12 +31,43 @@
 #include "server/clock.h"
 #include "server/obs/log.h"
 
+/* ---- what a job costs (exec.h) ---------------------------------------- */
+
+/* attn_cost_flops per nanosecond assumed of one core: conservative (the
+ * products run at about 100 GFLOP/s on an AVX-512 core, docs/api.md),
+ * so that a request taken for cheap is cheap on a slower machine too. */
+#define EXEC_FLOPS_PER_NS 20.0
+
+/* Encoding an answer: printing one number of a JSON answer, and copying
+ * one byte of a binary one. */
+#define EXEC_NS_PER_TEXT_VALUE 60.0
+#define EXEC_NS_PER_BINARY_BYTE 0.25
+
+double exec_flops(const proto_request *req) {
+  return attn_cost_flops(&req->prob, req->return_weights || req->diagnostics,
+                         req->diagnostics);
+}
+
+double exec_core_ns(double flops) { return flops / EXEC_FLOPS_PER_NS; }
+
+double exec_work_ns(const proto_request *req) {
+  size_t text, binary;
+  proto_answer_work(req, &text, &binary);
+  return exec_core_ns(exec_flops(req)) +
+         (double)text * EXEC_NS_PER_TEXT_VALUE +
+         (double)binary * EXEC_NS_PER_BINARY_BYTE;
+}
+
 /* ---- splitting one request across idle workers ---------------------- */
 
 /* One large request split across workers by task ranges (b, h, query
  * block).  Lives on the stack of the worker that owns the request, which
  * returns only after every helper a worker took has finished with it. */
 #define EXEC_MAX_HELPERS 63
+
+/* Core work below this is not split: a hand-off to a helper and back
+ * costs tens of microseconds. */
+#define EXEC_SPLIT_NS 200000.0
 
 struct exec_split;
 
@@ -90,14 +121,14 @@ void exec_help(struct pool_item *item, struct pool_worker *w) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* How many idle workers should help with this request: none unless it is
- * big enough (about a millisecond of work) to repay the hand-off. */
-static int exec_helpers_wanted(struct exec_ctx *x, const attn_problem *p,
-                               size_t tasks) {
-  double macs = attn_score_pairs(p) * (p->D + p->Dv);
+/* How many idle workers should help with this request: none unless its
+ * core work (exec_core_ns) is big enough to repay the hand-off. */
+static int exec_helpers_wanted(struct exec_ctx *x,
+                               const struct batcher_job *job, size_t tasks) {
   int idle = atomic_load_explicit(&x->idle_hint, memory_order_relaxed);
   size_t n = (size_t)(idle > 0 ? idle : 0);
-  if (macs < (double)(1 << 21) || tasks < 2)
+  if (tasks < 2 || n == 0 ||
+      exec_core_ns(exec_flops(&job->req)) < EXEC_SPLIT_NS)
     return 0;
   if (n > tasks - 1)
     n = tasks - 1;
@@ -220,7 +251,7 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
               : mem_aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!scratch)
     return ATTND_ENOMEM;
-  nh = w ? exec_helpers_wanted(x, p, tasks) : 0;
+  nh = w ? exec_helpers_wanted(x, job, tasks) : 0;
   if (nh > 0)
     rc = exec_split_run(x, p, job->req.out, weights, job->req.lse, tasks,
                         bytes, scratch, nh);
@@ -234,9 +265,10 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
   if (rc != 0)
     return rc;
   if (job->req.diagnostics &&
-      attn_diagnostics(p, weights, job->req.allowed_keys, job->req.entropy,
-                       job->req.max_weight, job->req.jacobian_norm) != 0)
-    return ATTND_EINTERNAL;
+      (rc = attn_diagnostics(p, weights, job->req.allowed_keys,
+                             job->req.entropy, job->req.max_weight,
+                             job->req.jacobian_norm)) != 0)
+    return rc == ATTND_ECANCELED ? rc : ATTND_EINTERNAL;
   job->computed_ns = clock_now_ns();
   rc = exec_encode(job);
   if (rc == 0 && job->finish && (rc = job->finish(job)) != 0) {

@@ -86,14 +86,14 @@ static void decode(struct tjob *t, const char *json) {
   char err[PROTO_ERR_MAX];
   memset(t, 0, sizeof *t);
   ck_assert_int_eq(proto_v1_decode(json, strlen(json), &t->job.req, 0, err), 0);
-  t->job.cost = t->job.req.in_bytes + t->job.req.out_bytes;
+  t->job.hold_bytes = t->job.req.in_bytes + t->job.req.out_bytes;
   t->job.done = on_done;
   t->job.arg = t;
 }
 
 /* Reserves and submits; returns the reserve result (0: submitted). */
 static int submit(struct batcher *b, struct tjob *t) {
-  int rc = batcher_reserve(b, t->job.cost);
+  int rc = batcher_reserve(b, t->job.hold_bytes);
   if (rc == 0)
     batcher_submit(b, &t->job);
   else
@@ -138,7 +138,7 @@ static void finish(struct batcher *b, struct metrics *m, struct tjob *t, int n) 
 /* Reserves t's job, checks that batcher_run_here leaves it to the queue,
  * and submits it. */
 static void run_here_refused(struct batcher *b, struct tjob *t, int alone) {
-  ck_assert_int_eq(batcher_reserve(b, t->job.cost), 0);
+  ck_assert_int_eq(batcher_reserve(b, t->job.hold_bytes), 0);
   ck_assert_int_eq(batcher_run_here(b, &t->job, alone), 0);
   batcher_submit(b, &t->job);
 }
@@ -184,7 +184,7 @@ START_TEST(test_cheap_job_runs_on_the_calling_thread) {
   char *want = expected_body(SHAPE_A);
   b = start_cfg(&cfg, &m);
   decode(&t[0], SHAPE_A);
-  ck_assert_int_eq(batcher_reserve(b, t[0].job.cost), 0);
+  ck_assert_int_eq(batcher_reserve(b, t[0].job.hold_bytes), 0);
   ck_assert_int_eq(batcher_run_here(b, &t[0].job, 0), 1);
   ck_assert_int_eq(t[0].job.err, 0);
   ck_assert_int_eq(t[0].job.batch_size, 1);
@@ -226,7 +226,7 @@ START_TEST(test_dearer_job_runs_here_only_as_the_one_in_flight) {
   expect_answered(1, &t[0], want);
   for (i = 0; i < 10000 && batcher_outstanding(b) > 0; i++)
     usleep(1000);  /* t[0] leaves the count just after its done() */
-  ck_assert_int_eq(batcher_reserve(b, t[1].job.cost), 0);
+  ck_assert_int_eq(batcher_reserve(b, t[1].job.hold_bytes), 0);
   ck_assert_int_eq(batcher_run_here(b, &t[1].job, 1), 1);
   ck_assert_int_eq(t[1].job.err, 0);
   ck_assert_str_eq(t[1].job.body, want);
@@ -296,7 +296,7 @@ START_TEST(test_byte_budget_answers_busy) {
   decode(&t[0], SHAPE_A);
   decode(&t[1], SHAPE_A);
   /* Room for one request's tensors, not two. */
-  b = start(&m, 1, 1, 64, t[0].job.cost + t[0].job.cost / 2);
+  b = start(&m, 1, 1, 64, t[0].job.hold_bytes + t[0].job.hold_bytes / 2);
   t[0].is_gate = 1;
   ck_assert_int_eq(submit(b, &t[0]), 0);
   wait_gate();
@@ -313,7 +313,7 @@ START_TEST(test_body_holds_share_the_byte_budget) {
   struct tjob t[1];
   size_t c;
   decode(&t[0], SHAPE_A);
-  c = t[0].job.cost;
+  c = t[0].job.hold_bytes;
   b = start(&m, 1, 1, 64, 3 * c);
   /* Holds of bodies still arriving count against the same budget. */
   ck_assert_int_eq(batcher_hold(b, 2 * c), 0);

@@ -624,13 +624,18 @@ START_TEST(test_packed_tasks_never_cross_sequences) {
   c.p.cu_seqlens_q = c.p.cu_seqlens_k = NULL;
   ck_assert(attn_score_pairs(&c.p) == 2.0 * 700 * 700);
   c.p.cu_seqlens_q = c.p.cu_seqlens_k = cu;
-  for (size_t t = 0; t < 2 * want; t++) {
-    attn__task task;
-    attn__task_of(&c.p, t, &task);
+  attn__task_iter it;
+  attn__task task;
+  size_t seen = 0;
+  attn__tasks_begin(&c.p, want, &it);
+  it.end = 2 * want;
+  while (attn__tasks_next(&it, &task)) {
+    ck_assert_int_eq(task.h, (int)(seen++ / want));
     ck_assert_int_ge(task.i0, task.qoff);
     ck_assert_int_le(task.i0 + task.rows, task.qoff + task.lq);
     ck_assert_int_gt(task.rows, 0);
   }
+  ck_assert_uint_eq(seen, 2 * want);
   free_case(&c);
 }
 END_TEST
@@ -699,6 +704,12 @@ START_TEST(test_check_rejects_bad_new_fields) {
   ck_assert_int_eq(attn_check(&p), ATTND_EINVAL);
   p.softcap = INFINITY;
   ck_assert_int_eq(attn_check(&p), ATTND_EINVAL);
+  p.softcap = FLT_MIN / 2.0f;  /* subnormal: 1 / softcap overflows */
+  ck_assert_int_eq(attn_check(&p), ATTND_EINVAL);
+  p.softcap = FLT_TRUE_MIN;
+  ck_assert_int_eq(attn_check(&p), ATTND_EINVAL);
+  p.softcap = FLT_MIN;
+  ck_assert_int_eq(attn_check(&p), 0);
   p.softcap = 0.5f;
   ck_assert_int_eq(attn_check(&p), 0);
   p.window_align = 2;
@@ -771,7 +782,7 @@ START_TEST(softcap_and_alibi_loops_agree_with_float64) {
   for (int i = 0; i < N; i++)
     x[i] = i % 7 == 0 ? rng_sym(&r, 0.5f) : rng_sym(&r, 200.0f);
   x[3] = NAN; x[5] = INFINITY; x[6] = -INFINITY; x[8] = FLT_MAX; x[9] = 0.0f;
-  static const float caps[] = {0.25f, 1.0f, 30.0f, 50.0f, 1e6f};
+  static const float caps[] = {FLT_MIN, 0.25f, 1.0f, 30.0f, 50.0f, 1e6f};
   for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++)
     for (int z = 1; z <= N; z += 37) {
       float cap = caps[k];
@@ -816,6 +827,25 @@ START_TEST(softcap_and_alibi_loops_agree_with_float64) {
 }
 END_TEST
 
+/* The smallest cap attn_check allows, FLT_MIN, on both paths against
+ * float64: scores of zero (a query row of zeros) stay 0 rather than NaN
+ * (0 times an overflowed 1 / cap), every other score becomes +-cap, and
+ * the weights are those of the capped scores. */
+START_TEST(test_smallest_softcap_matches_reference) {
+  shape s = {1, 2, 1, 70, 33, 4, 6};
+  tcase c;
+  make_case(&c, &s, 0, 23);
+  c.p.softcap = FLT_MIN;
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 70; i += 3)
+      memset(c.q + ((size_t)h * 70 + i) * 4, 0, 4 * sizeof(float));
+  compare_with_ref(&c.p, "softcap FLT_MIN");
+  c.p.causal = ATTN_CAUSAL_LOWER_RIGHT;
+  compare_with_ref(&c.p, "softcap FLT_MIN, causal");
+  free_case(&c);
+}
+END_TEST
+
 static Suite *variants_suite(void) {
   Suite *s = suite_create("core_variants");
   int nold = (int)(sizeof older / sizeof older[0]);
@@ -848,6 +878,7 @@ static Suite *variants_suite(void) {
   tcase_add_test(edge, test_check_rejects_bad_new_fields);
   tcase_add_test(edge, test_diagnostics_with_sinks_describe_returned_weights);
   tcase_add_test(edge, softcap_and_alibi_loops_agree_with_float64);
+  tcase_add_test(edge, test_smallest_softcap_matches_reference);
   suite_add_tcase(s, edge);
   return s;
 }

@@ -1409,6 +1409,10 @@ START_TEST(variant_bad_values_are_named) {
   BAD("{" QKV4 ",\"softcap\":0}", "softcap: 0 is not a finite number > 0");
   BAD("{" QKV4 ",\"softcap\":-1}", "softcap: -1 is not");
   BAD("{" QKV4 ",\"softcap\":1e-46}", "softcap: 1e-46 is not");
+  /* subnormal in float32: 1 / softcap would overflow */
+  BAD("{" QKV4 ",\"softcap\":1e-40}",
+      "softcap: 1e-40 is not a finite number > 0 within float32 range, at "
+      "least 1.17549435e-38");
   BAD("{" QKV4 ",\"softcap\":true}", "softcap: expected a number > 0");
   BAD("{" QKV4 ",\"window_align\":\"lower\"}",
       "window_align: unknown value \"lower\" (allowed: \"upper_left\", "

@@ -1606,6 +1606,9 @@ START_TEST(variant_errors_name_the_input_or_parameter) {
      "cu_seqlens_q[1]=1: the last offset must be the query length 2"},
     {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 "],\"parameters\":{\"softcap\":0}}",
      "parameters.softcap: must be a finite number > 0"},
+    {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 "],\"parameters\":{\"softcap\":"
+     "1e-40}}", "parameters.softcap: must be a finite number > 0 within "
+     "float32 range, at least 1.17549435e-38"},
     {"{\"inputs\":[" IN_Q4 "," IN_K4 "," IN_V4 "],\"parameters\":"
      "{\"window_align\":\"center\"}}",
      "parameters.window_align: unknown value \"center\" (allowed: "
