@@ -846,6 +846,144 @@ START_TEST(test_smallest_softcap_matches_reference) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* attn_cost_flops against the work the core does, counted here from the
+ * reference's masks (ref_allowed) and the task split the core documents
+ * (attn_impl.h): tasks of qb rows that never cross a sequence, taken
+ * `rows` at a time (the weights path's chunks), each scoring the span of
+ * keys its rows may see, in attn__scores calls of at most ATTN__KBLOCK
+ * keys, each of which (additive) projects its rows and its keys. */
+typedef struct work { double scores, keys, qrows; } work;
+
+static void ref_chunk(const attn_problem *p, int i0, int n, work *w) {
+  int klo = p->Lk, khi = 0;
+  for (int i = i0; i < i0 + n; i++)
+    for (int j = 0; j < p->Lk; j++)
+      if (ref_allowed(p, 0, 0, i, j)) {
+        klo = j < klo ? j : klo;
+        khi = j + 1 > khi ? j + 1 : khi;
+      }
+  if (klo >= khi) return;
+  w->scores += (double)n * (khi - klo);
+  w->keys += khi - klo;
+  w->qrows += (double)n * ((khi - klo + ATTN__KBLOCK - 1) / ATTN__KBLOCK);
+}
+
+/* The work of one (b, h), chunks of `rows` rows of tasks of qb rows. */
+static work ref_work(const attn_problem *p, int qb, int rows) {
+  work w = {0, 0, 0};
+  int n = p->cu_seqlens_q ? p->n_seqs : 1;
+  for (int sq = 0; sq < n; sq++) {
+    int a = p->cu_seqlens_q ? p->cu_seqlens_q[sq] : 0;
+    int z = p->cu_seqlens_q ? p->cu_seqlens_q[sq + 1] : p->Lq;
+    for (int t0 = a; t0 < z; t0 += qb)
+      for (int c0 = t0; c0 < t0 + qb && c0 < z; c0 += rows) {
+        int end = t0 + qb < z ? t0 + qb : z;
+        ref_chunk(p, c0, end - c0 < rows ? end - c0 : rows, &w);
+      }
+  }
+  return w;
+}
+
+/* What the estimate charges per unit of one dimension: the products are
+ * 2 flops per multiply-add, so d flops / d dim over heads (and Hd) is
+ * 2 x the count the dimension multiplies. */
+static double cost_per(attn_problem *p, int *dim, int with_weights,
+                       double unit) {
+  double f0 = attn_cost_flops(p, with_weights, 0);
+  (*dim)++;
+  return (attn_cost_flops(p, with_weights, 0) - f0) / (2.0 * unit);
+}
+
+#define NEAR(a, b) (fabs((a) - (b)) <= 1e-9 * fabs(b) + 1e-6)
+
+static void cost_agrees(attn_problem *p, const char *what) {
+  double heads = (double)p->B * p->H;
+  for (int wt = 0; wt < 2; wt++) {
+    attn__scratch lay;
+    attn__scratch_layout(p, wt, &lay);
+    int qb = lay.qrows, rows = wt && lay.wrows < qb ? lay.wrows : qb;
+    work want = ref_work(p, qb, rows);
+    attn_problem q = *p;
+    double s;
+    if (p->scoring == ATTN_SCORING_ADDITIVE) {
+      double hd = heads * p->Hd;
+      s = cost_per(&q, &q.Dv, wt, heads);
+      q = *p;
+      double keys = cost_per(&q, &q.Dk, wt, hd);
+      q = *p;
+      double qrows = cost_per(&q, &q.D, wt, hd);
+      EXPECT(NEAR(keys, want.keys), "%s (weights %d): keys projected %.9g, "
+             "the core projects %.9g", what, wt, keys, want.keys);
+      EXPECT(NEAR(qrows, want.qrows), "%s (weights %d): query rows projected "
+             "%.9g, the core projects %.9g", what, wt, qrows, want.qrows);
+    } else {
+      /* D moved alone: the estimate does not check Dk = D */
+      s = cost_per(&q, &q.D, wt, heads);
+    }
+    EXPECT(NEAR(s, want.scores), "%s (weights %d): %.9g scores charged, the "
+           "core computes %.9g", what, wt, s, want.scores);
+  }
+}
+
+START_TEST(test_cost_counts_the_work_the_core_does) {
+  attn_problem p;
+  attn_problem_init(&p);
+  p.B = p.H = p.Hkv = 1;
+  p.Lq = 700; p.Lk = 1300;
+  p.D = p.Dk = p.Dv = 8;
+  p.scale = 1.0f;
+  p.causal = ATTN_CAUSAL_UPPER_LEFT;
+  cost_agrees(&p, "causal upper-left");
+  p.causal = ATTN_CAUSAL_LOWER_RIGHT;
+  cost_agrees(&p, "causal lower-right");
+  p.causal = ATTN_CAUSAL_NONE;
+  p.has_window = 1; p.window_left = 100; p.window_right = 30;
+  cost_agrees(&p, "window (100, 30)");
+  p.window_align = ATTN_WINDOW_LOWER_RIGHT;
+  cost_agrees(&p, "window (100, 30) lower-right");
+  p.has_window = 0; p.window_align = ATTN_WINDOW_UPPER_LEFT;
+  /* packed: one-row sequences, long ones, one without keys */
+  static const int32_t cq[7] = {0, 1, 2, 302, 302, 450, 700};
+  static const int32_t ck[7] = {0, 600, 600, 900, 1000, 1100, 1300};
+  p.cu_seqlens_q = cq; p.cu_seqlens_k = ck; p.n_seqs = 6;
+  cost_agrees(&p, "packed");
+  p.causal = ATTN_CAUSAL_LOWER_RIGHT;
+  cost_agrees(&p, "packed causal");
+  p.causal = ATTN_CAUSAL_NONE;
+  /* additive scoring projects each call's rows and keys: a one-row
+   * sequence projects all 600 of its keys for its one row */
+  p.scoring = ATTN_SCORING_ADDITIVE;
+  p.Hd = 16; p.Dk = 5;
+  cost_agrees(&p, "additive packed");
+  p.cu_seqlens_q = p.cu_seqlens_k = NULL; p.n_seqs = 0;
+  cost_agrees(&p, "additive");
+  p.H = p.Hkv = 3;
+  cost_agrees(&p, "additive, three heads");
+}
+END_TEST
+
+/* The diagnostics read each row's own sequence's keys (diag.c) and are
+ * charged so: their charge over a packed batch is the unpacked one's
+ * times the share of (row, key) pairs within the sequences. */
+START_TEST(test_cost_charges_diagnostics_by_sequence) {
+  static const int32_t cu[5] = {0, 1, 2, 3, 400};
+  attn_problem p;
+  attn_problem_init(&p);
+  p.B = p.H = p.Hkv = 1;
+  p.Lq = p.Lk = 400;
+  p.D = p.Dk = p.Dv = 8;
+  p.scale = 1.0f;
+  double whole = attn_cost_flops(&p, 1, 1) - attn_cost_flops(&p, 1, 0);
+  p.cu_seqlens_q = p.cu_seqlens_k = cu;
+  p.n_seqs = 4;
+  double packed = attn_cost_flops(&p, 1, 1) - attn_cost_flops(&p, 1, 0);
+  double share = (3.0 + 397.0 * 397.0) / (400.0 * 400.0);
+  ck_assert_msg(NEAR(packed, whole * share), "diagnostics %.9g, want %.9g",
+                packed, whole * share);
+}
+END_TEST
+
 static Suite *variants_suite(void) {
   Suite *s = suite_create("core_variants");
   int nold = (int)(sizeof older / sizeof older[0]);
@@ -879,6 +1017,8 @@ static Suite *variants_suite(void) {
   tcase_add_test(edge, test_diagnostics_with_sinks_describe_returned_weights);
   tcase_add_test(edge, softcap_and_alibi_loops_agree_with_float64);
   tcase_add_test(edge, test_smallest_softcap_matches_reference);
+  tcase_add_test(edge, test_cost_counts_the_work_the_core_does);
+  tcase_add_test(edge, test_cost_charges_diagnostics_by_sequence);
   suite_add_tcase(s, edge);
   return s;
 }
