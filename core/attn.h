@@ -230,15 +230,18 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights);
  * equivalent, from its shapes and options alone: the tensor pointers may
  * be NULL and no tensor is read, so that a server can refuse a request
  * before it has its data.  The two products count 2 flops per
- * multiply-add (additive scoring: its projections and a tanh per hidden
- * unit); every computed score adds a fixed charge for the softmax (and
- * the mask, bias and dropout when present), every weight written one
- * more, the diagnostics one more, so that D = 1 is not free.  Key blocks
+ * multiply-add (additive scoring: the rows and keys each block of keys
+ * projects, and a tanh per hidden unit); every computed score adds a
+ * fixed charge for the softmax (and the mask, bias and dropout when
+ * present), every weight written one more, and every weight the
+ * diagnostics read (a packed row's own sequence's) one more, so that
+ * D = 1 is not free.  Key blocks
  * that causal or window let the core skip are not charged; valid_lens
  * and the mask, which are data, are charged as if every key were
  * allowed.  with_weights: the weights path (1) or the online one (0);
  * diagnostics: 1 when attn_diagnostics runs afterwards.  0 for a problem
- * whose shapes are not set. */
+ * whose shapes are not set.  Linear in Lq and the number of sequences:
+ * the tasks are walked once, in order. */
 double attn_cost_flops(const attn_problem *p, int with_weights,
                        int diagnostics);
 

@@ -12,7 +12,11 @@
  *
  * Packed sequences (cu_seqlens) are weighed the same way: a task never
  * crosses a sequence and its rows see only their own sequence's keys, so
- * a packed batch costs what its sequences cost, not the square.
+ * a packed batch costs what its sequences cost, not the square.  Additive
+ * scoring projects, in each attn__scores call (a block of at most
+ * ATTN__KBLOCK keys of a chunk), the chunk's rows and the block's keys:
+ * charged per call, so that a one-row sequence pays for projecting every
+ * key of its sequence.
  */
 #include "attn_impl.h"
 
