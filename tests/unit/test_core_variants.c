@@ -751,6 +751,11 @@ START_TEST(test_diagnostics_with_sinks_describe_returned_weights) {
   int32_t al[18];
   double rw[13], ro[4], lse;
   ck_assert_int_eq(attn_forward(p, o, w), 0);
+  /* a set stop flag stops the diagnostics too (they run on a worker) */
+  _Atomic int stop = 1;
+  p->stop = &stop;
+  ck_assert_int_eq(attn_diagnostics(p, w, al, ent, mx, jac), ATTND_ECANCELED);
+  p->stop = NULL;
   ck_assert_int_eq(attn_diagnostics(p, w, al, ent, mx, jac), 0);
   for (int h = 0; h < 2; h++)
     for (int i = 0; i < 9; i++) {
