@@ -58,6 +58,22 @@ def read_answer(s):
     return status, hdrs, body[:n]
 
 
+def upload_v2(srv, header, body, between):
+    """POSTs a binary v2 body in two writes, its JSON part and 4 KiB
+    first, calling between() before the rest; returns read_answer's."""
+    s = connect(srv)
+    try:
+        s.sendall(b"POST /v2/models/attention/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: %d\r\nInference-Header-Content-Length: %d"
+                  b"\r\n\r\n" % (len(body), len(header)))
+        s.sendall(body[:len(header) + 4096])
+        between()
+        s.sendall(body[len(header) + 4096:])
+        return read_answer(s)
+    finally:
+        s.close()
+
+
 def metric(srv, name):
     _, _, body = srv.get("/metrics")
     m = re.search(r"^%s (\S+)$" % re.escape(name), body.decode(), re.M)
@@ -101,20 +117,13 @@ class CostTest(harness.ServerTestCase):
 
     def test_a_binary_v2_request_is_weighed_before_its_tensors_arrive(self):
         header, body = v2_binary(30000)  # 352 KiB of tensors to follow
-        s = connect(self.srv)
-        try:
-            s.sendall(b"POST /v2/models/attention/infer HTTP/1.1\r\nHost: x\r\n"
-                      b"Content-Length: %d\r\nInference-Header-Content-Length: %d"
-                      b"\r\n\r\n" % (len(body), len(header)))
-            s.sendall(body[:len(header) + 4096])
+
+        def released():
             # Its Content-Length was held from the headers on; refused by
             # its shapes, it holds nothing while the rest is still to come.
             self.assertTrue(harness.wait_for(
                 lambda: metric(self.srv, "attnd_inflight_bytes") == 0, 10 * SLOW))
-            s.sendall(body[len(header) + 4096:])
-            status, _, data = read_answer(s)
-        finally:
-            s.close()
+        status, _, data = upload_v2(self.srv, header, body, released)
         self.assertEqual(status, 413, data)
         self.assertIn("--max-request-gflop", json.loads(data)["error"])
 
@@ -144,17 +153,7 @@ class CostTest(harness.ServerTestCase):
                        for nm, dt, sh, data in tensors],
             "outputs": [{"name": "output"}]}).encode()
         body = header + b"".join(t[3] for t in tensors)
-        s = connect(self.srv)
-        try:
-            s.sendall(b"POST /v2/models/attention/infer HTTP/1.1\r\nHost: x\r\n"
-                      b"Content-Length: %d\r\nInference-Header-Content-Length: %d"
-                      b"\r\n\r\n" % (len(body), len(header)))
-            s.sendall(body[:len(header) + 4096])
-            time.sleep(0.2)
-            s.sendall(body[len(header) + 4096:])
-            status, _, data = read_answer(s)
-        finally:
-            s.close()
+        status, _, data = upload_v2(self.srv, header, body, lambda: time.sleep(0.2))
         self.assertEqual(status, 200, data[:300])
         out = json.loads(data)["outputs"][0]["data"]
         self.assertEqual(len(out), L * D)
