@@ -1,9 +1,7 @@
 /* diag.c - per-row diagnostics of returned attention weights: allowed key
  * count, entropy, largest weight and the Frobenius norm of the softmax
  * Jacobian.  Not on the hot path (one pass over the weights), so the sums
- * are kept in double for accuracy.  The tasks are walked once, in order,
- * and the problem's stop flag is read before each (it runs on a worker,
- * after the forward pass).
+ * are kept in double for accuracy.
  */
 #include <math.h>
 
@@ -38,42 +36,30 @@ static void task_allowed(const attn_problem *p, const attn__task *t,
     allowed[r] = attn__row_count(p, t, t->i0 + r, lo[r], hi[r]);
 }
 
-/* The statistics of every row of one task.  A packed row's weights
- * outside its sequence are exactly 0 and add nothing to any figure, so
- * only its sequence's keys are read. */
-static void task_stats(const attn_problem *p, const float *weights,
-                       const attn__task *t, const int32_t *allowed,
-                       int32_t *allowed_keys, float *entropy,
-                       float *max_weight, float *jacobian_norm) {
-  size_t row0 = ((size_t)t->b * p->H + t->h) * p->Lq + t->i0;
-  for (int r = 0; r < t->rows; r++) {
-    row_stats st = {0.0, 0.0, 0.0};
-    if (allowed[r] > 0)
-      stats_of(weights + (row0 + r) * p->Lk + t->koff, t->lk, &st);
-    if (allowed_keys) allowed_keys[row0 + r] = allowed[r];
-    if (entropy) entropy[row0 + r] = (float)st.entropy;
-    if (max_weight) max_weight[row0 + r] = (float)st.max;
-    if (jacobian_norm) jacobian_norm[row0 + r] = (float)st.jacobian;
-  }
-}
-
 int attn_diagnostics(const attn_problem *p, const float *weights,
                      int32_t *allowed_keys, float *entropy,
                      float *max_weight, float *jacobian_norm) {
   int lo[ATTN__QBLOCK_MAX], hi[ATTN__QBLOCK_MAX];
   int32_t allowed[ATTN__QBLOCK_MAX];
-  attn__scratch lay;
-  attn__task_iter it;
-  attn__task t;
+  attn__task_walk walk;
   if (attn_check(p) != 0 || !weights) return ATTND_EINVAL;
-  attn__scratch_layout(p, 1, &lay);
-  attn__tasks_begin(p, lay.nqb, &it);
-  it.end = (size_t)p->B * (size_t)p->H * lay.nqb;
-  while (attn__tasks_next(&it, &t)) {
+  size_t tasks = attn_task_count(p, 1);
+  attn__walk_start(p, &walk);
+  for (size_t k = 0; k < tasks; k++) {
+    attn__task t;
     if (attn__stopped(p)) return ATTND_ECANCELED;
+    attn__walk_task(p, &walk, k, &t);
     task_allowed(p, &t, lo, hi, allowed);
-    task_stats(p, weights, &t, allowed, allowed_keys, entropy, max_weight,
-               jacobian_norm);
+    size_t row0 = ((size_t)t.b * p->H + t.h) * p->Lq + t.i0;
+    for (int r = 0; r < t.rows; r++) {
+      row_stats st = {0.0, 0.0, 0.0};
+      if (allowed[r] > 0)
+        stats_of(weights + (row0 + r) * p->Lk, p->Lk, &st);
+      if (allowed_keys) allowed_keys[row0 + r] = allowed[r];
+      if (entropy) entropy[row0 + r] = (float)st.entropy;
+      if (max_weight) max_weight[row0 + r] = (float)st.max;
+      if (jacobian_norm) jacobian_norm[row0 + r] = (float)st.jacobian;
+    }
   }
   return 0;
 }

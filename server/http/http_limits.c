@@ -37,7 +37,7 @@
 #include "core/attn.h"
 #include "proto/mem.h"
 #include "server/clock.h"
-#include "server/sched/exec.h"
+#include "server/sched/work.h"
 
 /* A chunked or inflating body holds the budget this much at a time. */
 #define HTTP_HOLD_STEP ((size_t)1 << 20)
@@ -189,17 +189,17 @@ void http_limits_unhold_plain(struct http_req *r, size_t n) {
 static int http_cost_refusal(struct http_req *r, char *msg, size_t cap) {
   snprintf(msg, cap, "request would cost about %.3g GFLOP, more than the "
            "server's limit of %.3g GFLOP (--max-request-gflop); send "
-           "smaller shapes, or split the batch", r->flops / 1e9,
+           "smaller shapes, or split the batch", r->cost_flops / 1e9,
            r->h->cfg.max_request_flop / 1e9);
   return ATTND_ETOOBIG;
 }
 
 int http_limits_cost(struct http_req *r, const proto_request *q, char *msg,
                      size_t cap) {
-  r->flops = exec_flops(q);
-  metrics_record_cost(r->h->m, r->flops);
+  r->cost_flops = work_flops(q);
+  metrics_record_cost(r->h->m, r->cost_flops);
   if (r->h->cfg.max_request_flop <= 0 ||
-      r->flops <= r->h->cfg.max_request_flop)
+      r->cost_flops <= r->h->cfg.max_request_flop)
     return 0;
   return http_cost_refusal(r, msg, cap);
 }
@@ -207,10 +207,9 @@ int http_limits_cost(struct http_req *r, const proto_request *q, char *msg,
 /* The JSON part of a binary v2 body is in: weigh the request from its
  * shapes before its tensors arrive.  A refusal drops the body; anything
  * the shapes alone cannot decide is left to the whole body's decode.
- * Shapes weigh an unpacked request as the whole body will (valid_lens
- * and the mask are data, charged as if every key were allowed); a
- * packed one costs what its sequences cost, which only its cu_seqlens
- * tell, so it is weighed once the whole body is in. */
+ * Packed sequences are such a thing: what they cost is what their
+ * sequences cost, and the lengths are in cu_seqlens, binary data not yet
+ * read, so a packed request is weighed once its body is in. */
 void http_limits_early_cost(struct http_req *r) {
   proto_request q;
   char err[PROTO_ERR_MAX];
@@ -228,9 +227,9 @@ void http_limits_early_cost(struct http_req *r) {
   if (proto_v2_decode_shapes(r->body.p, hlen, r->model, &q,
                              r->h->cfg.max_elems, err) == 0 &&
       q.prob.n_seqs == 0) {
-    r->flops = exec_flops(&q);
-    if (r->flops > r->h->cfg.max_request_flop) {
-      metrics_record_cost(r->h->m, r->flops);
+    r->cost_flops = work_flops(&q);
+    if (r->cost_flops > r->h->cfg.max_request_flop) {
+      metrics_record_cost(r->h->m, r->cost_flops);
       http_limits_drop(r, REFUSE_COST);
     }
   }

@@ -49,22 +49,6 @@ struct exec_item {
   enum exec_item_kind kind;
 };
 
-/* ---- what a job costs: one model, three units ----------------------
- *
- * flops: exec_flops, attn_cost_flops for the request's options (weights
- *   computed when returned or for the diagnostics), the only estimate of
- *   the core's work; what --max-request-gflop is compared with.
- * nanoseconds: exec_core_ns (the core alone, what decides a split) and
- *   exec_work_ns (the core and encoding the answer, what the inline
- *   bounds --inline-us and --inline-idle-us are compared with), both
- *   from exec_flops at a conservative EXEC_FLOPS_PER_NS.
- * bytes: what a job holds of --max-inflight-mb (batcher_job.hold_bytes)
- *   is memory, not work, and is not estimated here.
- * Each is linear in the request's size (cu_seqlens are walked once). */
-double exec_flops(const proto_request *req);
-double exec_core_ns(double flops);
-double exec_work_ns(const proto_request *req);
-
 /* Runs job on worker w, or on the calling thread when w is NULL (see the
  * top of this file), as one of batch_size jobs of its batch.  The job
  * comes with its response fields empty and enqueued_ns set (what
@@ -75,6 +59,11 @@ double exec_work_ns(const proto_request *req);
  * sent. */
 int exec_job(struct exec_ctx *x, struct batcher_job *job,
              struct pool_worker *w, int batch_size);
+
+/* The error of a job stopped by its cancel word (batcher.h), counted in
+ * the metrics: ATTND_ETIMEDOUT, ATTND_ECANCELED or, for the drain,
+ * ATTND_EDRAINING.  For whoever completes it, run or not. */
+int exec_cancelled(struct exec_ctx *x, struct batcher_job *job);
 
 /* Runs a helper item (kind EXEC_ITEM_HELPER) on worker w: claims tasks of
  * the split it belongs to until none are left.  After it returns the item

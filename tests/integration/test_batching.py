@@ -427,34 +427,6 @@ class InlineTest(harness.CloseChecks, harness.ServerTestCase):
         self.assertEqual(line[0]["batch"], 1)
 
 
-class InlineEstimateTest(harness.CloseChecks, harness.ServerTestCase):
-    """The inline decision weighs a request as admission and the split do
-    (attn_cost_flops): the diagnostics' pass over every weight counts.  A
-    request of 4,096 scores at D = 2 runs inline; with diagnostics it is
-    about 4.5 MFLOP more, above the 100 us of --inline-us at the assumed
-    20 GFLOP/s, and queues (an estimate of its products alone ran it
-    inline)."""
-    server_args = ("--workers", "1", "--inline-idle-us", "0")
-
-    def cheap_runs(self):
-        return sample(scrape(self.srv), "attnd_inline_requests_total", reason="cheap")
-
-    def test_diagnostics_are_weighed_by_the_inline_decision(self):
-        req = reference.rand_request(91, B=1, Lq=64, Lk=64, D=2, Dv=2)
-        req["return_weights"] = False
-        before = self.cheap_runs()
-        status, _, data = post(self.srv, json.dumps(req).encode())
-        self.assertEqual(status, 200, data[:200])
-        self.assertEqual(self.cheap_runs() - before, 1, "the plain request queued")
-        req["diagnostics"] = True
-        before = self.cheap_runs()
-        status, _, data = post(self.srv, json.dumps(req).encode())
-        self.assertEqual(status, 200, data[:200])
-        self.assert_close(json.loads(data)["output"], reference.attention(req)[0], "output")
-        self.assertEqual(self.cheap_runs() - before, 0,
-                         "a request with diagnostics ran inline")
-
-
 class IdleInlineTest(harness.CloseChecks, harness.ServerTestCase):
     """A request too costly for --inline-us but under --inline-idle-us
     runs on its HTTP thread when it is the only request in flight, taking

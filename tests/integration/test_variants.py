@@ -383,22 +383,6 @@ class V1Variants(harness.ServerTestCase, Checks):
         # and the server still answers
         self.run_case(dict(base, sinks=[0.0, 1.0]), "after the errors")
 
-    def test_a_subnormal_softcap_is_refused_and_the_smallest_normal_one_computes(self):
-        # Below FLT_MIN, 1 / softcap overflows and a zero score would
-        # become NaN: refused, naming the field and the bound.
-        base = rand_request(15, B=1, H=2, Lq=6, Lk=5)
-        resp = self.post(dict(base, softcap=1e-40), status=400)
-        self.assertIn("softcap: 1e-40 is not a finite number > 0 within float32 range, "
-                      "at least 1.17549435e-38", resp["error"])
-        # FLT_MIN itself computes on both paths: every score becomes 0 or
-        # +-FLT_MIN, rows of zero queries score exactly 0, no NaN.
-        for h in range(2):
-            base["query"][0][h][1] = [0.0] * len(base["query"][0][h][1])
-        self.run_case(dict(base, softcap=1.1754943508222875e-38), "softcap FLT_MIN")
-        self.run_case(dict(base, softcap=1.1754943508222875e-38, causal=True),
-                      "softcap FLT_MIN, causal")
-        self.run_case(dict(base, sinks=[0.0, 1.0]), "after the errors")
-
 
 # ---------------------------------------------------------------- v2
 
@@ -537,8 +521,6 @@ class V2Variants(harness.ServerTestCase, Checks):
         req = self.request(4)
         cases = (
             (dict(req, softcap=0), "parameters.softcap: must be a finite number > 0"),
-            (dict(req, softcap=1e-40), "parameters.softcap: must be a finite number > 0 "
-             "within float32 range, at least 1.17549435e-38"),
             (dict(req, softcap="x"), "parameters.softcap"),
             (dict(req, window_align="lower"), "parameters.window_align: unknown value \"lower\""),
             (dict(req, sinks=[1.0, 2.0]), "sinks: shape [2] is not (H,) = [4]"),
