@@ -275,7 +275,8 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights);
  * multiply-add (additive scoring: its projections and a tanh per hidden
  * unit); every computed score adds a fixed charge for the softmax (and
  * the mask, bias and dropout when present), every weight written one
- * more, the diagnostics one more, so that D = 1 is not free.  Key blocks
+ * more, every weight the diagnostics read (a packed row's own
+ * sequence's) one more, so that D = 1 is not free.  Key blocks
  * that causal or window let the core skip are not charged; valid_lens
  * and the mask, which are data, are charged as if every key were
  * allowed.  with_weights: the weights path (1) or the online one (0);
@@ -333,8 +334,10 @@ const char *attn_kernel_name(int precision);
  * (never the sink), entropy and max_weight are over the keys' weights
  * alone, and diag(a) - a a^T stays the exact Jacobian of the returned
  * weights with respect to the key scores (the sink is a constant in the
- * denominator).  Reads weights and the mask tensors, allocates
- * nothing; linear in the size of weights.  Returns 0, ATTND_EINVAL
+ * denominator).  With packed sequences a row's weights outside its
+ * sequence are 0 and are not read: the figures are over its sequence's
+ * keys.  Reads weights and the mask tensors, allocates nothing; linear
+ * in the size of weights.  Returns 0, ATTND_EINVAL
  * (attn_check fails, weights NULL) or ATTND_ECANCELED (p->stop was set,
  * read once per task: the rows not reached are unspecified). */
 int attn_diagnostics(const attn_problem *p, const float *weights,

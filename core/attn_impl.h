@@ -312,6 +312,8 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
  * it. */
 typedef struct attn__cost_work {
   double scores, rows_projected, keys_projected;
+  double pairs;  /* (row, key) pairs within each row's sequence: what
+                    attn_diagnostics reads (Lq * Lk per (b, h) unpacked) */
 } attn__cost_work;
 
 void attn__cost_count(const attn_problem *p, int with_weights,

@@ -52,6 +52,7 @@ static void cost_walk(const attn_problem *p, const attn__scratch *lay,
   for (size_t t = 0; t < lay->nqb; t++) {
     attn__task task;
     attn__walk_task(&q, &walk, t, &task);
+    w->pairs += (double)task.rows * task.lk;
     for (int r0 = 0; r0 < task.rows; r0 += rows) {
       attn__task c = task;
       c.i0 = task.i0 + r0;
@@ -81,6 +82,7 @@ void attn__cost_count(const attn_problem *p, int with_weights,
   w->scores *= heads;
   w->keys_projected *= heads;
   w->rows_projected *= heads;
+  w->pairs *= heads;
 }
 
 double attn_cost_flops(const attn_problem *p, int with_weights,
@@ -108,7 +110,7 @@ double attn_cost_flops(const attn_problem *p, int with_weights,
   flops += s * per_score;
   if (with_weights || diagnostics)
     flops += all * COST_WEIGHT;  /* every weight is written, 0 or not */
-  if (diagnostics)
-    flops += all * COST_DIAG;
+  if (diagnostics)  /* each row's own sequence's weights (diag.c) */
+    flops += w.pairs * COST_DIAG;
   return flops;
 }

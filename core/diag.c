@@ -53,8 +53,10 @@ int attn_diagnostics(const attn_problem *p, const float *weights,
     size_t row0 = ((size_t)t.b * p->H + t.h) * p->Lq + t.i0;
     for (int r = 0; r < t.rows; r++) {
       row_stats st = {0.0, 0.0, 0.0};
+      /* A packed row's weights outside its sequence are exactly 0 and
+       * add nothing to any figure: only its sequence's keys are read. */
       if (allowed[r] > 0)
-        stats_of(weights + (row0 + r) * p->Lk, p->Lk, &st);
+        stats_of(weights + (row0 + r) * p->Lk + t.koff, t.lk, &st);
       if (allowed_keys) allowed_keys[row0 + r] = allowed[r];
       if (entropy) entropy[row0 + r] = (float)st.entropy;
       if (max_weight) max_weight[row0 + r] = (float)st.max;

@@ -216,6 +216,40 @@ START_TEST(test_diagnostics_stop_when_asked) {
 }
 END_TEST
 
+/* The diagnostics of a packed row read its own sequence's weights alone
+ * (the rest are 0 and change no figure), and attn_cost_flops charges
+ * them so: by the pairs within the sequences, not the square.  NaN put
+ * outside every sequence changes nothing they answer. */
+START_TEST(test_diagnostics_read_and_are_charged_by_sequence) {
+  tcase c;
+  int L = 600, seq = 3;
+  float *a = malloc((size_t)L * 4 * sizeof(float));
+  float *b = malloc((size_t)L * 4 * sizeof(float));
+  attn__cost_work w;
+  make(&c, 1, L, seq, 0);
+  ck_assert_int_eq(attn_forward(&c.p, c.out, c.w), 0);
+  ck_assert_int_eq(attn_diagnostics(&c.p, c.w, NULL, a, a + L, a + 2 * L), 0);
+  for (int i = 0; i < L; i++)
+    for (int j = 0; j < L; j++)
+      if (j / seq != i / seq)
+        c.w[(size_t)i * L + j] = NAN;
+  ck_assert_int_eq(attn_diagnostics(&c.p, c.w, NULL, b, b + L, b + 2 * L), 0);
+  ck_assert_int_eq(memcmp(a, b, (size_t)L * 3 * sizeof(float)), 0);
+  for (int i = 0; i < 3 * L; i++) ck_assert(isfinite(b[i]));
+  attn__cost_count(&c.p, 1, &w);
+  ck_assert(w.pairs == (double)L * seq);
+  double packed = attn_cost_flops(&c.p, 1, 1) - attn_cost_flops(&c.p, 1, 0);
+  c.p.cu_seqlens_q = c.p.cu_seqlens_k = NULL;
+  c.p.n_seqs = 0;
+  double whole = attn_cost_flops(&c.p, 1, 1) - attn_cost_flops(&c.p, 1, 0);
+  ck_assert_msg(fabs(packed - whole * seq / L) <= 1e-9 * whole,
+                "diagnostics charged %g packed, %g unpacked", packed, whole);
+  free(a);
+  free(b);
+  drop(&c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cost");
   TCase *tc = tcase_create("cost");
@@ -227,6 +261,7 @@ int main(void) {
   tcase_add_test(tc, test_additive_packed_flops_include_the_key_projections);
   tcase_add_test(tc, test_many_sequences_are_weighed_linearly);
   tcase_add_test(tc, test_diagnostics_stop_when_asked);
+  tcase_add_test(tc, test_diagnostics_read_and_are_charged_by_sequence);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
