@@ -24,14 +24,14 @@ import functools
 import socket
 import ssl
 import time
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar,
+from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar,
                     Union)
 
 from ._base import (DEFAULT_RETRIES, AttentionResult, ClientBase, TensorLike, _Call,
                     tensor_bytes)
 from ._errors import AttndConnectionError, AttndError
 from ._shm import ShmTensor
-from ._transport import UNIX_SNDBUF
+from ._transport import UNIX_SNDBUF, Headers
 
 T = TypeVar("T")
 
@@ -86,7 +86,7 @@ class _Conn(asyncio.BufferedProtocol):
         self._scratch = bytearray(256 << 10)
         self._writable = asyncio.Event()
         self._writable.set()
-        self._answer: "Optional[asyncio.Future[Tuple[int, Dict[str, str], bytes, bool]]]" = None
+        self._answer: "Optional[asyncio.Future[Tuple[int, Mapping[str, str], bytes, bool]]]" = None
         self._reset(None)
 
     def _reset(self, method: Optional[str]) -> None:
@@ -159,7 +159,8 @@ class _Conn(asyncio.BufferedProtocol):
 
     def _done(self, data: bytes) -> None:
         if self._answer is not None and not self._answer.done():
-            self._answer.set_result((self._status, self._hdrs, data, self._keep))
+            self._answer.set_result((self._status, Headers(self._hdrs.items()), data,
+                                     self._keep))
 
     def _parse_head(self) -> None:
         end = self._head.find(b"\r\n\r\n")
@@ -233,7 +234,7 @@ class _Conn(asyncio.BufferedProtocol):
         return not (self.closed or self.stray or t is None or t.is_closing())
 
     async def exchange(self, method: str, head: bytes, body: bytes,
-                       timeout: Optional[float]) -> Tuple[int, Dict[str, str], bytes, bool]:
+                       timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes, bool]:
         loop = asyncio.get_running_loop()
         self._reset(method)
         self._answer = fut = loop.create_future()
@@ -254,7 +255,7 @@ class _Conn(asyncio.BufferedProtocol):
                              timeout)
             finally:
                 waiter.cancel()
-        answer: Tuple[int, Dict[str, str], bytes, bool] = await _timed(fut, timeout)
+        answer: Tuple[int, Mapping[str, str], bytes, bool] = await _timed(fut, timeout)
         return answer
 
 
@@ -338,7 +339,7 @@ class AsyncTransport:
 
     async def request(self, method: str, path: str, body: Optional[bytes],
                       headers: Mapping[str, str],
-                      timeout: Optional[float]) -> Tuple[int, Dict[str, str], bytes]:
+                      timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes]:
         """As Transport.request: (status, headers, body in its
         Content-Encoding); timeout bounds the connect and each read."""
         what = self.describe(method, path)
@@ -385,7 +386,7 @@ class AsyncTransport:
             c.abort()
 
 
-class AsyncAttndClient(ClientBase):
+class AsyncAttndClient(ClientBase["Awaitable[AttentionResult]"]):
     """AttndClient for asyncio: the same constructor and methods, as
     coroutines (await c.attention(...)), the same answers and errors, the
     same retries (waiting with asyncio.sleep).
@@ -413,8 +414,8 @@ class AsyncAttndClient(ClientBase):
                                          unix_socket, self._describe)
         self._response: "contextvars.ContextVar[Optional[Dict[str, Any]]]" = \
             contextvars.ContextVar("attnd_last_response", default=None)
-        self._hdrs: "contextvars.ContextVar[Dict[str, str]]" = \
-            contextvars.ContextVar("attnd_last_headers", default={})
+        self._hdrs: "contextvars.ContextVar[Mapping[str, str]]" = \
+            contextvars.ContextVar("attnd_last_headers", default=Headers())
 
     def _describe(self, method: str, path: str) -> str:
         if self._unix_socket is not None:
@@ -438,8 +439,8 @@ class AsyncAttndClient(ClientBase):
         return self._response.get()
 
     @property
-    def last_headers(self) -> Dict[str, str]:
-        """The headers (lower-case names) of this task's last answer."""
+    def last_headers(self) -> Mapping[str, str]:
+        """The headers of this task's last answer (lookups ignore case)."""
         return self._hdrs.get()
 
     @staticmethod
@@ -476,7 +477,7 @@ class AsyncAttndClient(ClientBase):
 
     async def request(self, method: str, path: str, body: Optional[bytes] = None,
                       headers: Optional[Mapping[str, str]] = None
-                      ) -> Tuple[int, Dict[str, str], bytes]:
+                      ) -> Tuple[int, Mapping[str, str], bytes]:
         """AttndClient.request: one request, any status, not retried."""
         status, hdrs, data = await self._run(self._raw_call(method, path, body, headers))
         return status, hdrs, bytes(data)
@@ -554,40 +555,16 @@ class AsyncAttndClient(ClientBase):
 
     # ---- inference ----------------------------------------------------------------
 
-    async def attention(self, query: TensorLike, key: TensorLike, value: TensorLike, *,
-                        valid_lens: Optional[TensorLike] = None,
-                        mask: Optional[TensorLike] = None,
-                        bias: Optional[TensorLike] = None,
-                        causal: Union[bool, str, None] = None,
-                        window: Optional[Sequence[Optional[int]]] = None,
-                        scale: Optional[float] = None,
-                        scoring: Optional[str] = None,
-                        w_q: Optional[TensorLike] = None,
-                        w_k: Optional[TensorLike] = None,
-                        w_v: Optional[TensorLike] = None,
-                        dropout: Optional[Mapping[str, Any]] = None,
-                        return_weights: Optional[bool] = None,
-                        diagnostics: Optional[bool] = None,
-                        sinks: Optional[TensorLike] = None,
-                        softcap: Optional[float] = None,
-                        alibi_slopes: Optional[TensorLike] = None,
-                        cu_seqlens_q: Optional[TensorLike] = None,
-                        cu_seqlens_k: Optional[TensorLike] = None,
-                        return_lse: Optional[bool] = None,
-                        window_align: Optional[str] = None,
-                        id: Union[str, int, float, None] = None,
-                        extra: Optional[Mapping[str, Any]] = None,
-                        binary: bool = True,
-                        request_compression: Optional[str] = None,
-                        response_compression: Optional[str] = None) -> AttentionResult:
-        """AttndClient.attention as a coroutine: the same arguments, answer
-        and errors."""
-        big = tensor_bytes(query, key, value, mask, bias) > OFFLOAD_BYTES
-        call = await self._off_loop(
-            big, self._attention_call, query, key, value, valid_lens, mask, bias, causal,
-            window, scale, scoring, w_q, w_k, w_v, dropout, return_weights, diagnostics, id,
-            extra, binary, request_compression, response_compression, sinks, softcap,
-            alibi_slopes, cu_seqlens_q, cu_seqlens_k, return_lse, window_align)
+    def _attention(self, o: Dict[str, Any]) -> "Awaitable[AttentionResult]":
+        return self._attention_async(o)
+
+    async def _attention_async(self, o: Dict[str, Any]) -> AttentionResult:
+        if self._needs_served_name(o):
+            name: str = await self._run(self._served_models_call())
+            self._dot_model = name
+        big = tensor_bytes(o["query"], o["key"], o["value"], o["mask"], o["bias"]) > \
+            OFFLOAD_BYTES
+        call = await self._off_loop(big, self._attention_call, o)
         return await self._run(call)
 
     async def infer(self, model: str, inputs: Mapping[str, Union[TensorLike, ShmTensor]],
