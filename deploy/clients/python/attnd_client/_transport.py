@@ -6,10 +6,12 @@ threads without a lock around requests.  Before a connection is reused it
 is polled: one the server has closed while idle (attnd's --conn-timeout-s,
 a proxy's idle timeout) is reopened first.  When a reused connection still
 turns out closed as the request goes out (the server closed it at that
-moment), the request is sent once more on a new connection: attnd has not
-read it, so nothing happened twice.  Every other failure is an
-AttndConnectionError, which says whether it came before any byte of an
-answer (the client's retries send such a call again).
+moment), only a GET or HEAD is sent once more on a new connection: the
+request's bytes may have reached the server, and only a read is harmless
+twice.  Every other failure is an AttndConnectionError, which says whether
+it came before any byte of an answer; the client's retry policy, not the
+transport, decides whether such a call is sent again (never shared memory
+registration), and counts it in tries.
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ class Headers(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return "Headers(%r)" % self._d
+
+
+#: The methods sent again on a new connection when a reused one turns out
+#: closed under the request.
+IDEMPOTENT = ("GET", "HEAD")
 
 
 def _dropped(sock: socket.socket) -> bool:
@@ -213,7 +220,7 @@ class Transport:
                     resp = conn.getresponse()
             except _CLOSED_UNDER_US as e:
                 conn.close()
-                if reused and attempt == 0:
+                if reused and attempt == 0 and method in IDEMPOTENT:
                     continue
                 raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__),
                                            before_answer=True) from e
