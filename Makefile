@@ -128,10 +128,14 @@ $(BUILD)/attnd-test: $(BUILD)/obj-test/server/main.o $(BUILD)/libattnd-test.a
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
 
+# test_cost counts the scores and projections the core computes by
+# standing between the paths and attn__scores.
+$(BUILD)/tests/test_cost: UNIT_LDFLAGS := -Wl,--wrap=attn__scores
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libattnd-test.a
 	@mkdir -p $(dir $@)
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
-	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS) $(CHECK_LIBS)
+	$(Q)$(CC) $(FINAL_LDFLAGS) $(UNIT_LDFLAGS) -o $@ $^ $(FINAL_LIBS) $(CHECK_LIBS)
 
 unit: $(UNIT_BIN) $(BUILD)/attnd-test
 

@@ -80,13 +80,29 @@ static int check_packing(const attn_problem *p) {
 }
 
 static int check_variants(const attn_problem *p) {
-  /* Written so that NaN fails too. */
-  if (!(p->softcap == 0.0f || (p->softcap > 0.0f && p->softcap <= FLT_MAX)))
+  /* Written so that NaN fails too.  A subnormal cap would make s / cap
+   * infinite and a zero score NaN. */
+  if (!(p->softcap == 0.0f || (p->softcap >= FLT_MIN && p->softcap <= FLT_MAX)))
     return 0;
   if (p->window_align != ATTN_WINDOW_UPPER_LEFT &&
       p->window_align != ATTN_WINDOW_LOWER_RIGHT)
     return 0;
   return check_packing(p);
+}
+
+/* The tensors of the dtype are there; BF16 storage needs BF16 mode and
+ * BF16 mode needs dot scoring. */
+static int check_precision(const attn_problem *p) {
+  if (p->precision != ATTN_PRECISION_FP32 &&
+      p->precision != ATTN_PRECISION_BF16)
+    return 0;
+  if (p->precision == ATTN_PRECISION_BF16 &&
+      p->scoring != ATTN_SCORING_DOT)
+    return 0;
+  if (p->dtype == ATTN_DTYPE_BF16)
+    return p->precision == ATTN_PRECISION_BF16 && p->q16 && p->k16 &&
+           p->v16;
+  return p->dtype == ATTN_DTYPE_F32 && p->q && p->k && p->v;
 }
 
 int attn_check(const attn_problem *p) {
@@ -95,7 +111,7 @@ int attn_check(const attn_problem *p) {
       p->D < 1 || p->Dk < 1 || p->Dv < 1)
     return ATTND_EINVAL;
   if (p->H % p->Hkv != 0) return ATTND_EINVAL;
-  if (!p->q || !p->k || !p->v) return ATTND_EINVAL;
+  if (!check_precision(p)) return ATTND_EINVAL;
   if (!check_scoring(p)) return ATTND_EINVAL;
   if (p->causal != ATTN_CAUSAL_NONE && p->causal != ATTN_CAUSAL_UPPER_LEFT &&
       p->causal != ATTN_CAUSAL_LOWER_RIGHT)
@@ -105,7 +121,7 @@ int attn_check(const attn_problem *p) {
   /* Written so that NaN fails too. */
   if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f)) return ATTND_EINVAL;
   if (p->gemm != ATTN_GEMM_AUTO && p->gemm != ATTN_GEMM_BLAS &&
-      p->gemm != ATTN_GEMM_NATIVE)
+      p->gemm != ATTN_GEMM_NATIVE && p->gemm != ATTN_GEMM_BF16)
     return ATTND_EINVAL;
   if (!check_sizes(p)) return ATTND_EINVAL;
   if (!check_variants(p)) return ATTND_EINVAL;
@@ -209,6 +225,12 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
   s->gemm = attn__gemm_pick(p);
   if (s->gemm == ATTN_GEMM_NATIVE)
     s->pack = take(&off, attn__gemm_pack_floats(p) * f);
+  if (attn__is_bf16(p)) {
+    size_t a, b;
+    attn__bf16_scratch(p, qb, &a, &b);
+    s->b16a = take(&off, a);
+    s->b16b = take(&off, b);
+  }
   s->total = off;
   s->qrows = qrows;
   s->nqb = blocks_of(p, (size_t)qrows);
@@ -221,18 +243,13 @@ size_t attn_scratch_bytes(const attn_problem *p, int with_weights) {
   return s.total;
 }
 
-/* Where the walk over packed sequences stands: sequence seq starts at
- * query block first (counted within one (b, h)).  Tasks taken in order
- * advance it, so a run of tasks walks cu_seqlens once. */
-typedef struct seq_cursor {
-  int seq;
-  size_t first;
-} seq_cursor;
-
-/* Task t with nqb query blocks of rows rows each per (b, h). */
-static void task_at(const attn_problem *p, size_t nqb, int rows, size_t t,
-                    seq_cursor *cur, attn__task *task) {
-  size_t qb = t % nqb, bh = t / nqb;
+/* Task t with w->nqb query blocks of w->rows rows each per (b, h).  The
+ * cursor (w->seq, w->first) only moves forward within one (b, h); a task
+ * of an earlier block (the next (b, h)) starts it again from 0. */
+void attn__walk_task(const attn_problem *p, attn__task_walk *w, size_t t,
+                     attn__task *task) {
+  size_t qb = t % w->nqb, bh = t / w->nqb;
+  int rows = w->rows;
   task->b = (int)(bh / (size_t)p->H);
   task->h = (int)(bh % (size_t)p->H);
   task->kvh = task->h / (p->H / p->Hkv);
@@ -241,27 +258,29 @@ static void task_at(const attn_problem *p, size_t nqb, int rows, size_t t,
   task->lk = p->Lk;
   if (p->cu_seqlens_q) {
     const int32_t *cq = p->cu_seqlens_q, *ck = p->cu_seqlens_k;
-    if (qb < cur->first) cur->seq = 0, cur->first = 0;
+    if (qb < w->first) w->seq = 0, w->first = 0;
     for (;;) {
-      size_t n = seq_blocks(p, cur->seq, (size_t)rows);
-      if (qb < cur->first + n) break;
-      cur->first += n;
-      cur->seq++;
+      size_t n = seq_blocks(p, w->seq, (size_t)rows);
+      if (qb < w->first + n) break;
+      w->first += n;
+      w->seq++;
     }
-    task->qoff = cq[cur->seq];
-    task->koff = ck[cur->seq];
-    task->lq = cq[cur->seq + 1] - cq[cur->seq];
-    task->lk = ck[cur->seq + 1] - ck[cur->seq];
-    qb -= cur->first;
+    task->qoff = cq[w->seq];
+    task->koff = ck[w->seq];
+    task->lq = cq[w->seq + 1] - cq[w->seq];
+    task->lk = ck[w->seq + 1] - ck[w->seq];
+    qb -= w->first;
   }
   task->i0 = task->qoff + (int)qb * rows;
   int end = task->qoff + task->lq;
   task->rows = end - task->i0 < rows ? end - task->i0 : rows;
 }
 
-void attn__task_of(const attn_problem *p, size_t t, attn__task *task) {
-  seq_cursor cur = {0, 0};
-  task_at(p, query_blocks(p), attn__query_block(p), t, &cur, task);
+void attn__walk_start(const attn_problem *p, attn__task_walk *w) {
+  w->rows = attn__query_block(p);
+  w->nqb = blocks_of(p, (size_t)w->rows);
+  w->seq = 0;
+  w->first = 0;
 }
 
 float attn__lse(float m, float den) {
@@ -277,7 +296,7 @@ int attn_run_tasks(const attn_problem *p, size_t t0, size_t t1, float *out,
 int attn_run_tasks_lse(const attn_problem *p, size_t t0, size_t t1,
                        float *out, float *weights, float *lse,
                        void *scratch) {
-  seq_cursor cur = {0, 0};
+  attn__task_walk walk;
   attn__scratch lay;
   int with_weights = weights != NULL;
   if (attn_check(p) != 0 || !out || !scratch) return ATTND_EINVAL;
@@ -287,9 +306,13 @@ int attn_run_tasks_lse(const attn_problem *p, size_t t0, size_t t1,
   attn__scratch_layout(p, with_weights, &lay);
   if (t0 > t1 || t1 > (size_t)p->B * (size_t)p->H * lay.nqb)
     return ATTND_EINVAL;
+  walk.nqb = lay.nqb;
+  walk.rows = lay.qrows;
+  walk.seq = 0;
+  walk.first = 0;
   for (size_t t = t0; t < t1; t++) {
     attn__task task;
-    task_at(p, lay.nqb, lay.qrows, t, &cur, &task);
+    attn__walk_task(p, &walk, t, &task);
     if (with_weights)
       attn__task_weights(p, &task, out, weights, lse, scratch, &lay);
     else

@@ -92,6 +92,12 @@
  * The products P V run with the calling thread's flush-to-zero bit set
  * (and restored after): a term below FLT_MIN counts as 0, which spares
  * subnormal arithmetic and costs less than 1.2e-38 per term.
+ *
+ * BF16 mode (attn_problem.precision, enum attn_precision below): both
+ * products take BF16 operands and sum in float32; q, k and v may then
+ * be given as BF16 (attn_problem.dtype), read as they are.  Its kernels
+ * are the AVX512-BF16 ones where they outrun the float32 FMA, else the
+ * float32 ones on BF16-rounded operands (attn_kernel_name says which).
  */
 #ifndef ATTN_H
 #define ATTN_H
@@ -124,9 +130,38 @@ enum attn_gemm {
   ATTN_GEMM_AUTO = 0,   /* the core decides per call: native where the
                          * CPU has AVX-512F and FMA (gemm.c says why) */
   ATTN_GEMM_BLAS = 1,   /* always cblas_sgemm */
-  ATTN_GEMM_NATIVE = 2  /* the AVX-512F kernels; cblas_sgemm where the CPU
+  ATTN_GEMM_NATIVE = 2, /* the AVX-512F kernels; cblas_sgemm where the CPU
                          * lacks AVX-512F (or under valgrind, which hides
                          * it) */
+  ATTN_GEMM_BF16 = 3    /* BF16 mode: the AVX512-BF16 kernels (VDPBF16PS)
+                         * where the CPU has them, else as NATIVE; auto
+                         * picks them only where they outrun the float32
+                         * FMA kernels (AMD Zen 4 and 5).  In BF16 mode
+                         * NATIVE and BLAS run the float32 products on
+                         * BF16-rounded operands.  float32 mode: as
+                         * auto */
+};
+
+/* Arithmetic of the two matrix products (attn_problem.precision).  In
+ * BF16 mode each product takes BF16 operands, rounded to nearest even
+ * from float32 (q, k, v, and the probabilities that multiply v; values
+ * beyond BF16's largest finite 0x1.fep127 become it, float32 subnormals
+ * become 0), and accumulates in float32.  Everything else (scale, masks,
+ * bias, softcap, ALiBi, sinks, the softmax, lse) stays float32; the
+ * returned weights are the BF16-rounded probabilities that multiplied v
+ * (before dropout).  BF16 mode needs dot scoring.  docs/api.md gives the
+ * error bound. */
+enum attn_precision {
+  ATTN_PRECISION_FP32 = 0,
+  ATTN_PRECISION_BF16 = 1
+};
+
+/* How q, k and v are stored (attn_problem.dtype). */
+enum attn_dtype {
+  ATTN_DTYPE_F32 = 0,   /* q, k, v float32 */
+  ATTN_DTYPE_BF16 = 1   /* q16, k16, v16: BF16 bit patterns (the top half
+                         * of a float32), used as they are; BF16 mode
+                         * only */
 };
 
 /* A problem describes one request.  It points at tensors it does not own:
@@ -137,7 +172,10 @@ typedef struct attn_problem {
   int Lq, Lk;               /* query and key lengths, >= 1 */
   int D, Dk, Dv;            /* query, key and value widths, >= 1 */
 
-  const float *q, *k, *v;   /* shapes above, contiguous */
+  const float *q, *k, *v;   /* shapes above, contiguous (dtype F32) */
+  int precision;            /* enum attn_precision */
+  int dtype;                /* enum attn_dtype */
+  const uint16_t *q16, *k16, *v16; /* the same shapes (dtype BF16) */
 
   float scale;              /* dot scoring: finite, non-zero (may be < 0) */
   int causal;               /* enum attn_causal */
@@ -187,13 +225,16 @@ typedef struct attn_problem {
 
   /* Stopping a problem that runs: NULL, or a flag the caller (or any
    * other thread) may set non-zero at any time.  The core reads it,
-   * relaxed, between key blocks of the online path, between row chunks
-   * of the weights path and between tasks; once it reads non-zero,
+   * relaxed, between key blocks of the online path, between key blocks
+   * of both products and between rows of the softmax on the weights
+   * path, between query rows of additive scoring's key blocks (a row is
+   * 512 * Hd tanh), and between tasks; once it reads non-zero,
    * attn_run_tasks returns ATTND_ECANCELED and the rows of the task it
-   * stopped in are unspecified.  Between two reads: one key block (512
-   * keys) of a task's rows on the online path, about 4 MFLOP for D = Dv
-   * = 64 and 64 rows; on the weights path one row chunk against all Lk
-   * keys, whose scores are one matrix product. */
+   * stopped in are
+   * unspecified (on the weights path a stopped row chunk writes no
+   * weights).  Between two reads: one key block (512 keys) of a task's
+   * rows (a row chunk's on the weights path), about 4 MFLOP for D = Dv =
+   * 64 and 64 rows, or one row's softmax. */
   const _Atomic int *stop;
 } attn_problem;
 
@@ -204,9 +245,12 @@ void attn_problem_init(attn_problem *p);
 
 /* Checks a problem for programmer errors (inconsistent shapes, missing
  * tensors, scale 0 or not finite, H not a multiple of Hkv, dropout_p out of
- * [0, 1), gemm not an enum attn_gemm, softcap < 0 or not finite, packing
+ * [0, 1), gemm not an enum attn_gemm, softcap not 0 and not a normal
+ * positive float, packing
  * with B > 1, with valid_lens, with one cu_seqlens only, or cu_seqlens
- * that do not start at 0, decrease or do not end at the lengths).
+ * that do not start at 0, decrease or do not end at the lengths; BF16
+ * precision with additive scoring, dtype BF16 without BF16 precision,
+ * the tensors of the dtype missing).
  * Returns 0 or ATTND_EINVAL.  Reads no tensor contents but cu_seqlens
  * (the task split depends on them). */
 int attn_check(const attn_problem *p);
@@ -269,6 +313,12 @@ int attn_forward(const attn_problem *p, float *out, float *weights);
 int attn_forward_lse(const attn_problem *p, float *out, float *weights,
                      float *lse);
 
+/* Which kernels the products of a problem with this precision run on
+ * this CPU: "avx512" (the native float32 kernels), "blas" (cblas_sgemm),
+ * "avx512bf16" (VDPBF16PS), or in BF16 mode "avx512"/"blas" on
+ * BF16-rounded operands.  A static string. */
+const char *attn_kernel_name(int precision);
+
 /* Per-row diagnostics (design.md), each shaped (B, H, Lq) and each
  * optional (NULL skips it), for query row (b, h, i):
  *   allowed_keys   how many keys the row may attend to under p's masks;
@@ -284,7 +334,9 @@ int attn_forward_lse(const attn_problem *p, float *out, float *weights,
  * alone, and diag(a) - a a^T stays the exact Jacobian of the returned
  * weights with respect to the key scores (the sink is a constant in the
  * denominator).  Reads weights and the mask tensors, allocates
- * nothing.  Returns 0 or ATTND_EINVAL (attn_check fails, weights NULL). */
+ * nothing; linear in the size of weights.  Returns 0, ATTND_EINVAL
+ * (attn_check fails, weights NULL) or ATTND_ECANCELED (p->stop was set,
+ * read once per task: the rows not reached are unspecified). */
 int attn_diagnostics(const attn_problem *p, const float *weights,
                      int32_t *allowed_keys, float *entropy,
                      float *max_weight, float *jacobian_norm);

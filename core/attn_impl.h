@@ -51,10 +51,27 @@ static inline int attn__use_avx2_fma(void) {
 static inline int attn__use_avx512(void) {
   return attn__use_avx2_fma() && __builtin_cpu_supports("avx512f");
 }
+/* AVX512-BF16 (VDPBF16PS, with AVX512BW for the packing): the BF16
+ * mode's kernels of gemm_bf16_avx512.c can run.  attn__fast_avx512bf16:
+ * and they outrun the float32 FMA kernels, which is so where a VDPBF16PS
+ * costs what an FMA costs (AMD Zen 4 and 5: twice the multiply-adds).
+ * Intel's cores issue one every two cycles against two FMAs a cycle, so
+ * there the BF16 products take twice as long as the float32 ones on the
+ * same operands (docs/decisions.md has the figures), and the float32
+ * kernels run on the BF16-rounded operands. */
+static inline int attn__use_avx512bf16(void) {
+  return attn__use_avx512() && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512bf16");
+}
+static inline int attn__fast_avx512bf16(void) {
+  return attn__use_avx512bf16() && __builtin_cpu_is("amd");
+}
 #else
 #define ATTN__HAVE_AVX2_FMA 0
 static inline int attn__use_avx2_fma(void) { return 0; }
 static inline int attn__use_avx512(void) { return 0; }
+static inline int attn__use_avx512bf16(void) { return 0; }
+static inline int attn__fast_avx512bf16(void) { return 0; }
 #endif
 
 /* Flush-to-zero around the products P V.  A probability near FLT_MIN
@@ -274,10 +291,12 @@ typedef struct attn__scratch {
   size_t qproj;       /* float[QB * Hd]: additive W_q q */
   size_t kproj;       /* float[Hd * KB]: additive W_k k, transposed */
   size_t pack;        /* float[attn__gemm_pack_floats]: native NT panel */
+  size_t b16a, b16b;  /* BF16 mode: the products' operands (bf16.c) */
   size_t total;
   int wrows;          /* weights path: rows per chunk (scores wrows * Lk) */
   int stream;         /* weights path: write weights with streaming stores */
-  int gemm;           /* ATTN_GEMM_BLAS or _NATIVE (attn__gemm_pick) */
+  int gemm;           /* ATTN_GEMM_BLAS, _NATIVE or, in BF16 mode, _BF16
+                       * (attn__gemm_pick) */
   int qrows;          /* query rows per task (attn__query_block) */
   size_t nqb;         /* query blocks per (b, h), over every sequence */
 } attn__scratch;
@@ -285,11 +304,36 @@ typedef struct attn__scratch {
 void attn__scratch_layout(const attn_problem *p, int with_weights,
                           attn__scratch *s);
 
+/* The work attn_cost_flops charges, counted over every (b, h): scores
+ * computed, and for additive scoring the query rows and keys projected
+ * (each call of attn__scores projects its rows and its keys).  Upper
+ * bounds of what the paths do: valid_lens and the mask are not looked at,
+ * and a key block no row may see is counted though the online path skips
+ * it. */
+typedef struct attn__cost_work {
+  double scores, rows_projected, keys_projected;
+} attn__cost_work;
+
+void attn__cost_count(const attn_problem *p, int with_weights,
+                      attn__cost_work *w);
+
 /* Query rows per task of a problem (ATTN__QBLOCK .. ATTN__QBLOCK_MAX). */
 int attn__query_block(const attn_problem *p);
 
-/* Task t of a (checked) problem: which (b, h) and which query rows. */
-void attn__task_of(const attn_problem *p, size_t t, attn__task *task);
+/* A walk over the tasks of a (checked) problem: which (b, h) and which
+ * query rows task t has.  The walk keeps where it stands in cu_seqlens, so
+ * tasks taken in increasing order read cu_seqlens once per (b, h): a walk
+ * over every task is linear in the problem's size. */
+typedef struct attn__task_walk {
+  size_t nqb;   /* query blocks per (b, h) */
+  int rows;     /* query rows per task */
+  int seq;      /* packed sequence whose first query block is first */
+  size_t first;
+} attn__task_walk;
+
+void attn__walk_start(const attn_problem *p, attn__task_walk *w);
+void attn__walk_task(const attn_problem *p, attn__task_walk *w, size_t t,
+                     attn__task *task);
 
 /* Allowed key interval of each row of a task from valid_lens, causal and
  * window (the mask is element-wise and applied later).  Writes lo/hi and
@@ -332,10 +376,13 @@ int attn__row_count(const attn_problem *p, const attn__task *t, int i,
  * span (exactly 0 where the mask forbids a key, by flag and not by
  * underflow), zeroes the rest of [0, n), sets *m_out = m and returns the
  * sum.  Each term is in [0, 1] and the maximum contributes 1 when
- * floor is below it. */
+ * floor is below it.  In BF16 mode the exp is the cheaper one where
+ * AVX-512 runs (vexp.c), and with round != 0 s holds the terms rounded
+ * to BF16 while the sum is of the unrounded ones (the online path; the
+ * weights path rounds the normalised weights instead). */
 float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
                         int j0, const attn__span *sp, float *s, int n,
-                        float floor, float *m_out);
+                        float floor, int round, float *m_out);
 
 /* The exp-and-sum loop both ways, for the tests: s[c] = exp(s[c] - m)
  * (times f[c] when f is not NULL) over [a, z), returning the sum.  The
@@ -364,6 +411,12 @@ int attn__scale_sanitize_avx512(float *dst, const float *src, int n,
                                 float g);
 int attn__softmax_span_avx512(float *s, int n, int a, int z, float floor,
                               float *m_out, float *sum);
+/* The same with BF16 mode's cheaper exp (within 2^-17 of exp; vexp.c),
+ * for probabilities that are rounded to BF16 next; round != 0 stores
+ * them rounded (the sum stays that of the unrounded). */
+int attn__softmax_span_bf16_avx512(float *s, int n, int a, int z,
+                                   float floor, float *m_out, float *sum,
+                                   int round);
 /* Soft-capping and ALiBi of rowops.c over s[a, z) in sixteen lanes (FMA
  * rounding: they may differ from the portable loops in the last bit). */
 void attn__softcap_avx512(float *s, int a, int z, float cap);
@@ -419,6 +472,68 @@ void attn__gemm_nt_avx512(int m, int n, int k, float alpha, const float *a,
 void attn__gemm_nn_avx512(int m, int n, int k, const float *a, int lda,
                           const float *b, int ldb, float beta, float *c,
                           int ldc);
+#endif
+
+/* BF16 mode (bf16.c; the AVX512-BF16 kernels in gemm_bf16_avx512.c).
+ * ATTN__BF16_MAX is BF16's largest finite value. */
+#define ATTN__BF16_MAX 0x1.fep127f
+
+static inline int attn__is_bf16(const attn_problem *p) {
+  return p->precision == ATTN_PRECISION_BF16;
+}
+
+/* x rounded to BF16 (in float32): nearest even; zero and subnormals to
+ * a zero of their sign (as VCVTNE2PS2BF16 does), beyond ATTN__BF16_MAX
+ * to it.  x finite. */
+static inline float attn__bf16_round(float x) {
+  uint32_t u = attn__f2u(x), sign = u & 0x80000000u;
+  uint32_t mag = u & 0x7fffffffu;
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  r = mag < 0x00800000u ? sign : r; /* integer selects: loops vectorize */
+  r = mag >= 0x7f7f8000u ? (sign | 0x7f7f0000u) : r;
+  return attn__u2f(r);
+}
+
+static inline float attn__bf16_widen(uint16_t h) {
+  return attn__u2f((uint32_t)h << 16);
+}
+
+/* Bytes of the two operand buffers of a problem's BF16 products, for
+ * tasks of up to rows query rows. */
+void attn__bf16_scratch(const attn_problem *p, size_t rows, size_t *a,
+                        size_t *b);
+
+/* BF16 mode's scores of a task's rows against keys [j0, j0 + n), n <=
+ * ATTN__KBLOCK: s = scale bf16(Q) bf16(K)^T, as attn__scores. */
+void attn__bf16_scores(const attn_problem *p, const attn__task *t, int j0,
+                       int n, float *s, int lds, char *scratch,
+                       const attn__scratch *lay);
+
+/* BF16 mode's o (rows, Dv) = bf16(P) bf16(V[j0, j0 + n)) + beta o, P
+ * (t->rows, n) with leading dimension lds; the float32 kernels round P
+ * in place unless rounded says it holds BF16 values already (the
+ * AVX512-BF16 ones round their copy the same way). */
+void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
+                   int lds, int j0, int n, int rounded, float beta, float *o,
+                   char *scratch, const attn__scratch *lay);
+
+#if ATTN__HAVE_AVX2_FMA
+/* The AVX512-BF16 kernels; call only when attn__use_avx512bf16().  a and
+ * b are float32 or BF16 (adt, bdt: enum attn_dtype); a2 and pack are
+ * the pair buffers (bf16.c sizes them).
+ *   NT  C (m, n) = alpha A (m, k) B (n, k)^T
+ *   NN  C (m, n) = A (m, k) B (k, n) + beta C   (A float32) */
+void attn__bf16_nt_avx512(int m, int n, int k, float alpha, const void *a,
+                          int adt, size_t lda, const void *b, int bdt,
+                          size_t ldb, float *c, int ldc, uint32_t *a2,
+                          uint32_t *pack);
+void attn__bf16_nn_avx512(int m, int n, int k, const float *a, int lda,
+                          const void *b, int bdt, size_t ldb, float beta,
+                          float *c, int ldc, uint32_t *a2, uint32_t *pack);
+/* dst[0, n) = attn__bf16_round of src (floats) or of src widened (BF16),
+ * for the float32 kernels' operands; call only when attn__use_avx512(). */
+void attn__bf16_round_avx512(float *dst, const float *src, int n);
+void attn__bf16_widen_avx512(float *dst, const uint16_t *src, int n);
 #endif
 
 /* Overflowed outputs (rescale.c).  attn__value_scale is the power of two

@@ -12,8 +12,13 @@
  *
  * Packed sequences (cu_seqlens) are weighed the same way: a task never
  * crosses a sequence and its rows see only their own sequence's keys, so
- * a packed batch costs what its sequences cost, not the square.
+ * a packed batch costs what its sequences cost, not the square.  The
+ * tasks are walked in order with one cursor over cu_seqlens
+ * (attn__task_walk), so the estimate is linear in the problem's size: it
+ * runs before any limit is applied.
  */
+#include <string.h>
+
 #include "attn_impl.h"
 
 /* Flop-equivalents per score, beyond the products, measured on the
@@ -29,56 +34,72 @@
 #define COST_DIAG 1100.0
 #define COST_TANH 40.0
 
-/* Scores one (b, h) computes, rows at a time: for each task (query
- * block, within its packed sequence), each group of `rows` of its rows
- * times the width of the union of their intervals under causal, the
- * window and packing, found by the core's own attn__row_intervals.
- * valid_lens are data: the problem is weighed without them. */
-static double cost_scores(const attn_problem *p, const attn__scratch *lay,
-                          int rows) {
+/* The work of one (b, h), counted the way the paths do it: for each
+ * task (query block, within its packed sequence), each group of `rows` of
+ * its rows against the union [klo, khi) of their intervals under causal,
+ * the window and packing (the core's own attn__row_intervals), taken in
+ * key blocks of ATTN__KBLOCK; each block's call of attn__scores computes
+ * rows x width scores and, when additive, projects the group's rows and
+ * the block's keys.  valid_lens are data: the problem is weighed without
+ * them. */
+static void cost_walk(const attn_problem *p, const attn__scratch *lay,
+                      int rows, attn__cost_work *w) {
   attn_problem q = *p;
   int lo[ATTN__QBLOCK_MAX], hi[ATTN__QBLOCK_MAX], klo, khi;
-  double total = 0.0;
-  if (!p->cu_seqlens_q && p->causal == ATTN_CAUSAL_NONE && !p->has_window)
-    return (double)p->Lq * p->Lk;
+  attn__task_walk walk;
   q.valid_lens = NULL;
+  attn__walk_start(&q, &walk);
   for (size_t t = 0; t < lay->nqb; t++) {
     attn__task task;
-    attn__task_of(&q, t, &task);
+    attn__walk_task(&q, &walk, t, &task);
     for (int r0 = 0; r0 < task.rows; r0 += rows) {
       attn__task c = task;
       c.i0 = task.i0 + r0;
       c.rows = task.rows - r0 < rows ? task.rows - r0 : rows;
       attn__row_intervals(&q, &c, lo, hi, &klo, &khi);
-      if (klo < khi)
-        total += (double)c.rows * (double)(khi - klo);
+      if (klo >= khi) continue;
+      double width = (double)(khi - klo);
+      double blocks = (double)((khi - klo + ATTN__KBLOCK - 1) / ATTN__KBLOCK);
+      w->scores += (double)c.rows * width;
+      w->keys_projected += width;
+      w->rows_projected += (double)c.rows * blocks;
     }
   }
-  return total;
+}
+
+void attn__cost_count(const attn_problem *p, int with_weights,
+                      attn__cost_work *w) {
+  attn__scratch lay;
+  double heads = (double)p->B * p->H;
+  memset(w, 0, sizeof *w);
+  attn__scratch_layout(p, with_weights, &lay);
+  /* The weights path takes a task's rows lay.wrows at a time. */
+  cost_walk(p, &lay,
+            with_weights ? (lay.wrows < lay.qrows ? lay.wrows : lay.qrows)
+                         : lay.qrows,
+            w);
+  w->scores *= heads;
+  w->keys_projected *= heads;
+  w->rows_projected *= heads;
 }
 
 double attn_cost_flops(const attn_problem *p, int with_weights,
                        int diagnostics) {
-  attn__scratch lay;
-  double heads, s, all, per_score, flops;
+  attn__cost_work w;
+  double s, all, per_score, flops;
   if (p->B < 1 || p->H < 1 || p->Lq < 1 || p->Lk < 1 || p->D < 1 ||
       p->Dk < 1 || p->Dv < 1)
     return 0.0;
-  attn__scratch_layout(p, with_weights, &lay);
-  heads = (double)p->B * p->H;
-  /* The weights path takes a task's rows lay.wrows at a time. */
-  s = cost_scores(p, &lay,
-                  with_weights ? (lay.wrows < lay.qrows ? lay.wrows
-                                                        : lay.qrows)
-                               : lay.qrows);
-  all = (double)p->Lq * p->Lk;
+  attn__cost_count(p, with_weights, &w);
+  s = w.scores;
+  all = (double)p->B * p->H * p->Lq * (double)p->Lk;
   if (p->scoring == ATTN_SCORING_ADDITIVE) {
-    /* Q W_q^T once per row; W_k K^T for every computed key of every task
-     * (each task projects its own key blocks); then a tanh per hidden
-     * unit per score, and P V. */
-    double tasks_keys = s / (lay.qrows < p->Lq ? lay.qrows : p->Lq);
-    flops = 2.0 * p->Lq * p->Hd * p->D + 2.0 * tasks_keys * p->Hd * p->Dk +
-            s * p->Hd * COST_TANH + 2.0 * s * p->Dv;
+    /* W_q Q^T for the rows and W_k K^T for the keys of every block
+     * (each call projects its own), a tanh per hidden unit per score,
+     * and P V. */
+    flops = 2.0 * w.rows_projected * p->Hd * p->D +
+            2.0 * w.keys_projected * p->Hd * p->Dk + s * p->Hd * COST_TANH +
+            2.0 * s * p->Dv;
   } else {
     flops = 2.0 * s * p->D + 2.0 * s * p->Dv;
   }
@@ -89,5 +110,5 @@ double attn_cost_flops(const attn_problem *p, int with_weights,
     flops += all * COST_WEIGHT;  /* every weight is written, 0 or not */
   if (diagnostics)
     flops += all * COST_DIAG;
-  return heads * flops;
+  return flops;
 }

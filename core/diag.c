@@ -41,11 +41,14 @@ int attn_diagnostics(const attn_problem *p, const float *weights,
                      float *max_weight, float *jacobian_norm) {
   int lo[ATTN__QBLOCK_MAX], hi[ATTN__QBLOCK_MAX];
   int32_t allowed[ATTN__QBLOCK_MAX];
+  attn__task_walk walk;
   if (attn_check(p) != 0 || !weights) return ATTND_EINVAL;
   size_t tasks = attn_task_count(p, 1);
+  attn__walk_start(p, &walk);
   for (size_t k = 0; k < tasks; k++) {
     attn__task t;
-    attn__task_of(p, k, &t);
+    if (attn__stopped(p)) return ATTND_ECANCELED;
+    attn__walk_task(p, &walk, k, &t);
     task_allowed(p, &t, lo, hi, allowed);
     size_t row0 = ((size_t)t.b * p->H + t.h) * p->Lq + t.i0;
     for (int r = 0; r < t.rows; r++) {

@@ -59,32 +59,14 @@ static void blas_nn(int m, int n, int k, const float *a, int lda,
 
 #define AVX512 __attribute__((target("avx512f,fma")))
 #define INLINE inline __attribute__((always_inline))
+#include "transpose16_avx512.h"
 
-/* Tiles are up to TILE_MR rows by TILE_NV vectors, TILE_MR2 rows when
- * they are at most two vectors wide: 24 accumulators either way, and at
- * least 8 independent FMA chains (FMA latency 4 x 2 ports) for any tile
- * of 8 or more rows. */
-enum {
-  TILE_MR = 6, TILE_MR2 = 12, TILE_NV = 4, TILE_NC = 16 * TILE_NV,
-  NN_KC = 128
-};
+#define TILE_TARGET AVX512
+#define TILE_ELEM float
+#include "tile_avx512.h"
 
-/* One tile: C[0, mr) x [0, 16 nv) (the last vector's lanes by mask
- * last) = alpha * (init + sum_{j < kc} A[r][j] B[j][.]), where init is 0
- * (load_c 0), C (load_c 1) or beta C (load_c 2), added to the sum once
- * it is complete.  mr and nv are
- * constants after inlining.  The accumulators are named variables, not
- * an array: gcc keeps an array of vectors in memory across the loop. */
-#define TILE_VEC(v) (v == nv - 1 ? last : (__mmask16)0xffff)
-#define TILE_ROW(r, X) X(r, 0) X(r, 1) X(r, 2) X(r, 3)
-#define TILE_ALL(X)                                                        \
-  TILE_ROW(0, X) TILE_ROW(1, X) TILE_ROW(2, X) TILE_ROW(3, X)              \
-  TILE_ROW(4, X) TILE_ROW(5, X) TILE_ROW(6, X) TILE_ROW(7, X)              \
-  TILE_ROW(8, X) TILE_ROW(9, X) TILE_ROW(10, X) TILE_ROW(11, X)
-#define TILE_EACH(Y)                                                       \
-  Y(0) Y(1) Y(2) Y(3) Y(4) Y(5) Y(6) Y(7) Y(8) Y(9) Y(10) Y(11)
-#define TILE_DECL(r, v) __m512 c##r##v = _mm512_setzero_ps();
-#define TILE_LIVE(r, v) (mr > r && nv > v)
+enum { NN_KC = 128 };
+
 #define TILE_LOAD(v)                                                       \
   if (nv > v)                                                              \
     b##v = v == nv - 1 ? _mm512_maskz_loadu_ps(last, bj + 16 * v)          \
@@ -95,22 +77,6 @@ enum {
   __m512 a##r = mr > r ? _mm512_set1_ps(a[r * lda + j]) : b0;
 /* One k step of row r: its A value broadcast, one FMA per vector. */
 #define TILE_STEP(r) TILE_BCAST(r) TILE_ROW(r, TILE_FMA)
-/* The block's sums go onto C (times beta) only now: each is an FMA
- * chain of kc terms from zero, so a long row is summed in two levels,
- * not as one chain over every key. */
-#define TILE_STORE(r, v)                                                   \
-  if (TILE_LIVE(r, v)) {                                                   \
-    float *cv = c + r * ldc + 16 * v;                                      \
-    __m512 x = c##r##v;                                                    \
-    if (load_c) {                                                          \
-      __m512 old = _mm512_maskz_loadu_ps(TILE_VEC(v), cv);                 \
-      x = load_c == 2 ? _mm512_fmadd_ps(old, vbeta, x)                     \
-                      : _mm512_add_ps(old, x);                             \
-    }                                                                      \
-    if (alpha != 1.0f) x = _mm512_mul_ps(x, valpha);                       \
-    _mm512_mask_storeu_ps(cv, TILE_VEC(v), x);                             \
-  }
-
 AVX512 static INLINE void tile(const int mr, const int nv, int kc,
                                const float *a, size_t lda, const float *b,
                                size_t ldb, float *c, size_t ldc,
@@ -127,53 +93,7 @@ AVX512 static INLINE void tile(const int mr, const int nv, int kc,
   TILE_ALL(TILE_STORE)
 }
 
-#define TILE_ARGS kc, a, lda, b, ldb, c, ldc, last, load_c, beta, alpha
-#define TILE_PARAMS                                                        \
-  int mr, int kc, const float *a, size_t lda, const float *b, size_t ldb,  \
-      float *c, size_t ldc, __mmask16 last, int load_c, float beta,       \
-      float alpha
-
-/* tile_NV(mr, ...): the tile with NV vectors and a constant row count;
- * more than TILE_MR rows only for NV <= 2. */
-#define TILE_CASE(MR, NV) case MR: tile(MR, NV, TILE_ARGS); break;
-#define TILE_ROWS(NV, WIDE)                                                \
-  AVX512 static void tile_##NV(TILE_PARAMS) {                              \
-    switch (mr) {                                                          \
-    WIDE                                                                   \
-    TILE_CASE(6, NV) TILE_CASE(5, NV) TILE_CASE(4, NV)                     \
-    TILE_CASE(3, NV) TILE_CASE(2, NV)                                      \
-    default: tile(1, NV, TILE_ARGS); break;                                \
-    }                                                                      \
-  }
-#define TILE_WIDE(NV)                                                      \
-  TILE_CASE(12, NV) TILE_CASE(11, NV) TILE_CASE(10, NV) TILE_CASE(9, NV)   \
-  TILE_CASE(8, NV) TILE_CASE(7, NV)
-TILE_ROWS(1, TILE_WIDE(1))
-TILE_ROWS(2, TILE_WIDE(2))
-TILE_ROWS(3, )
-TILE_ROWS(4, )
-
-/* tile_NV by NV - 1. */
-static void (*const tiles_by_width[TILE_NV])(TILE_PARAMS) = {tile_1, tile_2,
-                                                          tile_3, tile_4};
-
-/* The tiles of rows [0, m) of one column strip of width w <= 64: as few
- * tiles as the height limit allows, of (nearly) equal heights, so that no
- * thin tile is left waiting on FMA latency. */
-AVX512 static void strip(int m, int w, int kc, const float *a, size_t lda,
-                         const float *b, size_t ldb, float *c, size_t ldc,
-                         int load_c, float beta, float alpha) {
-  int nv = (w + 15) / 16, mrmax = nv <= 2 ? TILE_MR2 : TILE_MR;
-  int tiles = (m + mrmax - 1) / mrmax;
-  __mmask16 last = (__mmask16)attn__lanes16(w - 16 * (nv - 1));
-  for (int i0 = 0, t = 0; t < tiles; t++) {
-    int mr = (m - i0) / (tiles - t) + ((m - i0) % (tiles - t) != 0);
-    tiles_by_width[nv - 1](mr, kc, a + (size_t)i0 * lda, lda, b, ldb,
-                           c + (size_t)i0 * ldc, ldc, last, load_c, beta,
-                           alpha);
-    i0 += mr;
-  }
-}
+TILE_DEFINE_STRIP()
 
 AVX512 void attn__gemm_nn_avx512(int m, int n, int k, const float *a,
                                  int lda, const float *b, int ldb,
@@ -188,33 +108,6 @@ AVX512 void attn__gemm_nn_avx512(int m, int n, int k, const float *a,
       strip(m, w, kc, a + p0, (size_t)lda, b + (size_t)p0 * ldb + j0,
             (size_t)ldb, c + j0, (size_t)ldc, load_c, beta, 1.0f);
     }
-  }
-}
-
-/* 16 x 16 transpose: out[x] lane y = in[y] lane x. */
-AVX512 static INLINE void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 16; g += 4) {
-    u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
-    u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xee);
-    u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-    u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xee);
-  }
-  for (int q = 0; q < 4; q++) {
-    t[q] = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88);
-    t[4 + q] = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xdd);
-    t[8 + q] = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
-    t[12 + q] = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xdd);
-  }
-  for (int q = 0; q < 4; q++) {
-    r[q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0x88);
-    r[4 + q] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0x88);
-    r[8 + q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0xdd);
-    r[12 + q] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0xdd);
   }
 }
 
@@ -263,11 +156,19 @@ size_t attn__gemm_pack_floats(const attn_problem *p) {
 }
 
 /* Native where it can run unless BLAS is asked for (the table at the
- * top says why).  __builtin_cpu_supports reads what libgcc found at
+ * top says why); in BF16 mode the AVX512-BF16 kernels where they are
+ * the faster, or where they can run when asked for (bf16.c).  __builtin_cpu_supports reads what libgcc found at
  * start-up: a load and a test, cheap enough for every call. */
 int attn__gemm_pick(const attn_problem *p) {
   if (p->gemm == ATTN_GEMM_BLAS || !attn__use_avx512())
     return ATTN_GEMM_BLAS;
+  /* BF16 mode: VDPBF16PS when asked for, or by default where it is the
+   * faster (attn_impl.h) */
+  if (attn__is_bf16(p) &&
+      (p->gemm == ATTN_GEMM_BF16 ? attn__use_avx512bf16()
+       : p->gemm == ATTN_GEMM_AUTO ? attn__fast_avx512bf16()
+                                   : 0))
+    return ATTN_GEMM_BF16;
   return ATTN_GEMM_NATIVE;
 }
 

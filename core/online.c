@@ -78,7 +78,7 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
     return;
   }
   float mnew, sum = attn__row_softmax(p, t, t->i0 + r, j0, sp, s, n,
-                                      st->m[r], &mnew);
+                                      st->m[r], attn__is_bf16(p), &mnew);
   /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot. */
   st->alpha[r] = attn__expf(st->m[r] - mnew);
   st->l[r] = st->l[r] * st->alpha[r] + sum;
@@ -89,9 +89,8 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
  * instead (beta 0), so acc needs no zeroing. */
 static void block_accumulate(const attn_problem *p, const attn__task *t,
                              const online_state *st, int j0, int n,
-                             int first, const attn__scratch *lay) {
-  size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
-  const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+                             int first, char *scratch,
+                             const attn__scratch *lay) {
   int dv = p->Dv;
   for (int r = 0; r < t->rows && !first; r++) {
     float a = st->alpha[r], *acc = st->acc + (size_t)r * dv;
@@ -99,8 +98,17 @@ static void block_accumulate(const attn_problem *p, const attn__task *t,
       for (int c = 0; c < dv; c++) acc[c] *= a;
   }
   unsigned csr = attn__ftz_on();
-  attn__gemm_nn(lay->gemm, t->rows, dv, n, st->s, n, v, dv,
-                first ? 0.0f : 1.0f, st->acc, dv);
+  if (attn__is_bf16(p)) {
+    /* the row softmax left BF16 values unless dropout or g scaled them */
+    int rounded = p->dropout_p == 0.0f && st->g == 1.0f;
+    attn__bf16_pv(p, t, st->s, n, j0, n, rounded, first ? 0.0f : 1.0f,
+                  st->acc, scratch, lay);
+  } else {
+    size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
+    const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+    attn__gemm_nn(lay->gemm, t->rows, dv, n, st->s, n, v, dv,
+                  first ? 0.0f : 1.0f, st->acc, dv);
+  }
   attn__ftz_off(csr);
 }
 
@@ -114,7 +122,7 @@ static int run_block(const attn_problem *p, const attn__task *t,
   if (p->dropout_p > 0.0f) block_dropout(p, t, st->s, j0, n);
   if (st->g != 1.0f)
     attn__scale_floats(st->s, (size_t)t->rows * n, st->g);
-  block_accumulate(p, t, st, j0, n, first, lay);
+  block_accumulate(p, t, st, j0, n, first, scratch, lay);
   return 1;
 }
 

@@ -29,11 +29,13 @@
 static float max_abs_value(const attn_problem *p, const attn__task *t,
                            int j0, int j1) {
   size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
-  const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+  size_t off = (kvhead * p->Lk + j0) * p->Dv;
   size_t n = (size_t)(j1 - j0) * p->Dv;
   float mx = 0.0f;
   for (size_t c = 0; c < n; c++) {
-    float a = __builtin_fabsf(v[c]);
+    float a = __builtin_fabsf(p->dtype == ATTN_DTYPE_BF16
+                                  ? attn__bf16_widen(p->v16[off + c])
+                                  : p->v[off + c]);
     mx = a > mx ? a : mx;
   }
   return mx;

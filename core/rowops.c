@@ -177,7 +177,7 @@ static float row_exp(float *s, int n, const attn__span *sp, float m) {
 
 float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
                         int j0, const attn__span *sp, float *s, int n,
-                        float floor, float *m_out) {
+                        float floor, int round, float *m_out) {
   if (p->softcap > 0.0f && sp->a < sp->z)
     row_softcap_any(s, sp->a, sp->z, p->softcap);
   if (p->bias && sp->a < sp->z) row_bias(p, t, i, j0, sp->a, sp->z, s);
@@ -186,12 +186,18 @@ float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
 #if ATTN__HAVE_AVX2_FMA
   float sum;
   if (!sp->flags && attn__use_avx512() &&
-      attn__softmax_span_avx512(s, n, sp->a, sp->z, floor, m_out, &sum))
+      (attn__is_bf16(p)
+           ? attn__softmax_span_bf16_avx512(s, n, sp->a, sp->z, floor, m_out,
+                                            &sum, round)
+           : attn__softmax_span_avx512(s, n, sp->a, sp->z, floor, m_out,
+                                       &sum)))
     return sum;
 #endif
   float bm = row_max(sp, s);
   *m_out = bm > floor ? bm : floor;
-  return row_exp(s, n, sp, *m_out);
+  float total = row_exp(s, n, sp, *m_out);
+  for (int c = sp->a; c < sp->z && round; c++) s[c] = attn__bf16_round(s[c]);
+  return total;
 }
 
 void attn__write_weight_row(float *w, int lk, int klo, int khi,

@@ -52,15 +52,28 @@ static void scores_additive(const attn_problem *p, const attn__task *t,
                 p->w_q, p->D, qp, hd, pack);
   attn__gemm_nt(lay->gemm, hd, n, p->Dk, 1.0f, p->w_k, p->Dk,
                 k_rows(p, t, j0), p->Dk, kt, n, pack);
-  for (int r = 0; r < t->rows; r++)
+  /* A row is n * Hd tanh, so a block of them is far more work than a
+   * dot product's: the stop flag is read between rows too.  Rows left
+   * are zeroed, so that the rest of the block's work (whose result no
+   * longer matters) reads no uninitialised scores before the caller
+   * next reads the flag. */
+  for (int r = 0; r < t->rows; r++) {
+    if (attn__stopped(p)) {
+      for (; r < t->rows; r++)
+        memset(s + (size_t)r * lds, 0, (size_t)n * sizeof *s);
+      return;
+    }
     additive_row(qp + (size_t)r * hd, kt, n, p->w_v, hd, n,
                  s + (size_t)r * lds);
+  }
 }
 
 void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
                   float *s, int lds, char *scratch, const attn__scratch *lay) {
   if (p->scoring == ATTN_SCORING_ADDITIVE)
     scores_additive(p, t, j0, n, s, lds, scratch, lay);
+  else if (attn__is_bf16(p))
+    attn__bf16_scores(p, t, j0, n, s, lds, scratch, lay);
   else
     scores_dot(p, t, j0, n, s, lds, scratch, lay);
 }

@@ -1,15 +1,18 @@
 /* softmax.c - the weights path.  A task's rows are taken a chunk at a
  * time (lay->wrows rows, so that the chunk's scores stay in L2): scores
- * of the keys some row of the chunk may see, [klo, khi), in one sgemm
- * into scratch; per row the maximum (a read-only pass) and exp(s - m)
- * with its sum (one read-write pass); then O = P V straight from the
- * unnormalised P in scratch, each output row scaled by 1 / sum; last, the
+ * of the keys some row of the chunk may see, [klo, khi), into scratch,
+ * one sgemm per key block; per row the maximum (a read-only pass) and
+ * exp(s - m) with its sum (one read-write pass); then O = P V straight
+ * from the unnormalised P in scratch, again a key block at a time, each
+ * output row scaled by 1 / sum; last, the
  * weights P / sum are written to the caller's buffer once, together with
  * the zeros around [klo, khi).  Nothing is read back from the weights
  * buffer, so a large one is written without being read (streaming
  * stores where the CPU has them).  When P V overflows (huge values: see
  * rescale.c) the chunk's output is computed once more from P scaled by a
- * power of two, after the weights have gone out.
+ * power of two, after the weights have gone out.  The stop flag
+ * (attn_problem.stop) is read between key blocks of both products and
+ * between rows of the softmax; a stopped chunk writes no weights.
  *
  * Keys outside a row's span (valid_lens, causal, window) get weight 0
  * directly; keys inside it that the mask forbids hold -FLT_MAX as scores
@@ -37,7 +40,7 @@ static float softmax_row(const attn_problem *p, const attn__task *t, int r,
     *m = sink;
     return p->sinks ? 1.0f : 0.0f;
   }
-  sum = attn__row_softmax(p, t, i, klo, &sp, s, n, sink, m);
+  sum = attn__row_softmax(p, t, i, klo, &sp, s, n, sink, 0, m);
   return p->sinks ? sum + attn__expf(sink - *m) : sum;
 }
 
@@ -69,13 +72,19 @@ static void drop_block(const attn_problem *p, const attn__task *t,
 
 /* o (+)= P V over keys [j0, j0 + n); beta 0 starts the sum. */
 static void p_times_v(const attn_problem *p, const attn__task *t,
-                      const float *s, int lds, int j0, int n, float beta,
-                      float *o, const attn__scratch *lay) {
-  size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
-  const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+                      float *s, int lds, int j0, int n, float beta,
+                      float *o, char *scratch, const attn__scratch *lay) {
   unsigned csr = attn__ftz_on();
-  attn__gemm_nn(lay->gemm, t->rows, p->Dv, n, s, lds, v, p->Dv, beta, o,
-                p->Dv);
+  if (attn__is_bf16(p)) {
+    /* dropout's copy is not BF16; P itself is (bf16_weights) */
+    attn__bf16_pv(p, t, s, lds, j0, n, p->dropout_p == 0.0f, beta, o,
+                  scratch, lay);
+  } else {
+    size_t kvhead = (size_t)t->b * p->Hkv + t->kvh;
+    const float *v = p->v + (kvhead * p->Lk + j0) * p->Dv;
+    attn__gemm_nn(lay->gemm, t->rows, p->Dv, n, s, lds, v, p->Dv, beta, o,
+                  p->Dv);
+  }
   attn__ftz_off(csr);
 }
 
@@ -83,26 +92,39 @@ static void p_times_v(const attn_problem *p, const attn__task *t,
  * (rows, KBLOCK) scratch. */
 static void dropped_times_v(const attn_problem *p, const attn__task *t,
                             const float *s, int klo, int khi, float *d,
-                            float *o, const attn__scratch *lay) {
+                            float *o, char *scratch,
+                            const attn__scratch *lay) {
   int lds = khi - klo;
-  for (int j0 = klo; j0 < khi; j0 += ATTN__KBLOCK) {
+  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += ATTN__KBLOCK) {
     int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
     drop_block(p, t, s, lds, j0 - klo, j0, n, d);
-    p_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o, lay);
+    p_times_v(p, t, d, n, j0, n, j0 == klo ? 0.0f : 1.0f, o, scratch, lay);
   }
 }
 
-/* Raw scores for keys [klo, khi) into s (leading dimension khi - klo):
- * dot in one sgemm, additive in key blocks (its projection scratch holds
- * one block). */
+/* Raw scores for keys [klo, khi) into s (leading dimension khi - klo),
+ * a key block at a time: additive scoring's and BF16 mode's scratch holds
+ * one block, and the stop flag is read between blocks. */
 static void chunk_scores(const attn_problem *p, const attn__task *t,
                          float *s, int klo, int khi, char *scratch,
                          const attn__scratch *lay) {
   int lds = khi - klo;
-  int step = p->scoring == ATTN_SCORING_ADDITIVE ? ATTN__KBLOCK : lds;
-  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += step) {
-    int n = khi - j0 < step ? khi - j0 : step;
+  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += ATTN__KBLOCK) {
+    int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
     attn__scores(p, t, j0, n, s + (j0 - klo), lds, scratch, lay);
+  }
+}
+
+/* o = P V over keys [klo, khi), a key block at a time (the stop flag
+ * read between blocks). */
+static void blocks_times_v(const attn_problem *p, const attn__task *t,
+                           float *s, int klo, int khi, float *o,
+                           char *scratch, const attn__scratch *lay) {
+  int lds = khi - klo;
+  for (int j0 = klo; j0 < khi && !attn__stopped(p); j0 += ATTN__KBLOCK) {
+    int n = khi - j0 < ATTN__KBLOCK ? khi - j0 : ATTN__KBLOCK;
+    p_times_v(p, t, s + (j0 - klo), lds, j0, n, j0 == klo ? 0.0f : 1.0f, o,
+              scratch, lay);
   }
 }
 
@@ -125,14 +147,13 @@ static int finish_out(const attn_problem *p, const attn__task *t,
 /* o = P V (dropped when dropout is on), row r scaled by inv[r]; returns 0
  * when P V overflowed somewhere (rescale.c). */
 static int chunk_out(const attn_problem *p, const attn__task *t,
-                     const float *s, int klo, int khi, const float *inv,
+                     float *s, int klo, int khi, const float *inv,
                      float *o, char *scratch, const attn__scratch *lay) {
-  int n = khi - klo;
   if (p->dropout_p > 0.0f)
     dropped_times_v(p, t, s, klo, khi, (float *)(scratch + lay->drop), o,
-                    lay);
+                    scratch, lay);
   else
-    p_times_v(p, t, s, n, klo, n, 0.0f, o, lay);
+    blocks_times_v(p, t, s, klo, khi, o, scratch, lay);
   return finish_out(p, t, inv, o);
 }
 
@@ -161,6 +182,17 @@ static void write_weights(const attn_problem *p, const attn__task *t,
   attn__write_weights_done(lay->stream);
 }
 
+/* BF16 mode: the weights P inv[r] rounded to BF16 replace P, and inv
+ * becomes 1, so that the weights that multiply V are the ones returned. */
+static void bf16_weights(const attn__task *t, float *s, int n, float *inv) {
+  for (int r = 0; r < t->rows; r++) {
+    float *sr = s + (size_t)r * n, g = inv[r];
+    if (g == 0.0f) continue;
+    for (int c = 0; c < n; c++) sr[c] = attn__bf16_round(sr[c] * g);
+    inv[r] = 1.0f;
+  }
+}
+
 /* One chunk of a task's rows (t describes the chunk). */
 static void chunk_weights(const attn_problem *p, const attn__task *t,
                           float *o, float *w, float *lse, char *scratch,
@@ -183,8 +215,11 @@ static void chunk_weights(const attn_problem *p, const attn__task *t,
     return;
   }
   int n = khi - klo;
+  /* Stopped (attn_problem.stop): the chunk's rows are left as they are. */
   chunk_scores(p, t, s, klo, khi, scratch, lay);
   for (int r = 0; r < t->rows; r++) {
+    if (attn__stopped(p))
+      return;
     float den = softmax_row(p, t, r, lo[r], hi[r], klo, s + (size_t)r * n,
                             n, flags, &rm[r]);
     /* den >= 1 when the row has a key or a sink: the larger of its
@@ -195,11 +230,14 @@ static void chunk_weights(const attn_problem *p, const attn__task *t,
   write_lse(t, rm, inv, lse);
   for (int r = 0; r < t->rows; r++)
     inv[r] = inv[r] > 0.0f ? 1.0f / inv[r] : 0.0f;
+  if (attn__is_bf16(p)) bf16_weights(t, s, n, inv);
   int finite = 1;
   if (!any)
     zero(o, (size_t)t->rows * p->Dv);
   else
     finite = chunk_out(p, t, s, klo, khi, inv, o, scratch, lay);
+  if (attn__stopped(p))
+    return;
   /* The weights go out from the unscaled P, so they are the same bits
    * whether or not the output has to be redone. */
   write_weights(p, t, s, klo, khi, inv, w, lay);

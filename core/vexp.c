@@ -22,6 +22,7 @@
 #include <immintrin.h>
 
 #define AVX2_FMA __attribute__((target("avx2,fma")))
+#include "bf16_avx512.h"
 
 /* exp(x) for x <= 0 in eight lanes.  x log2(e) + (1.5 * 2^23 + 127)
  * rounds to the nearest integer n in its low bits (one FMA): those bits,
@@ -97,21 +98,54 @@ AVX512 static inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e));
 }
 
+/* exp(x) for x <= 0 to BF16's accuracy, for BF16 mode's probabilities
+ * (they are rounded to BF16, relative error up to 2^-9, before they
+ * multiply V): the same 2^n split, one Cody-Waite step (r off by at most
+ * 126 times float ln2's error, 2.4e-7) and a degree-4 polynomial fitted
+ * for relative error on [-ln2/2, ln2/2] (5.3e-6): within 2^-17 of exp,
+ * for four FMAs where exp16 takes eight. */
+AVX512 static inline __m512 exp16_bf16(__m512 x) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f);
+  __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+  __m512 n = _mm512_sub_ps(t, magic);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.69314718056f), x);
+  __m512 y = _mm512_set1_ps(4.1277717799e-02f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6753515601e-01f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0005114079e-01f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);
+  __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f),
+                                    _CMP_GE_OQ);
+  return _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e));
+}
+
+/* exp16, or exp16_bf16 when bf16 (a constant after inlining). */
+AVX512 static inline __m512 exp16_of(__m512 x, const int bf16) {
+  return bf16 ? exp16_bf16(x) : exp16(x);
+}
+
+/* e rounded to BF16 (bf16_avx512.h). */
+AVX512 static inline __m512 round_ps(__m512 e) {
+  return _mm512_castsi512_ps(attn__bf16_round16(_mm512_castps_si512(e)));
+}
+
 /* Lanes [0, k) live (k >= 1; 16 and more is all of them). */
 AVX512 static inline __mmask16 live16(int k) {
   return (__mmask16)attn__lanes16(k);
 }
 
 AVX512 static inline float exp_sum16(float *s, const float *f, int a,
-                                     int z, float m) {
+                                     int z, float m, const int bf16,
+                                     const int round) {
   __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
   for (int c = a; c < z; c += 16) {
     __mmask16 live = live16(z - c);
     __m512 x = _mm512_maskz_loadu_ps(live, s + c);
-    __m512 e = exp16(_mm512_sub_ps(x, vm));
+    __m512 e = exp16_of(_mm512_sub_ps(x, vm), bf16);
     if (f) e = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(live, f + c));
     e = _mm512_maskz_mov_ps(live, e);
-    _mm512_mask_storeu_ps(s + c, live, e);
+    _mm512_mask_storeu_ps(s + c, live, round ? round_ps(e) : e);
     acc = _mm512_add_ps(acc, e);
   }
   return _mm512_reduce_add_ps(acc);
@@ -119,7 +153,7 @@ AVX512 static inline float exp_sum16(float *s, const float *f, int a,
 
 AVX512 float attn__exp_sum_avx512(float *s, const float *f, int a, int z,
                                   float m) {
-  return exp_sum16(s, f, a, z, m);
+  return exp_sum16(s, f, a, z, m, 0, 0);
 }
 
 /* attn__max_avx2 in sixteen lanes, the tail by mask: dead lanes keep the
@@ -159,9 +193,13 @@ AVX512 static void zero16(float *s, int c0, int c1) {
 
 /* One call per row instead of four: what the short rows of small
  * problems spend their time on is the calls.  A span of at most 16 keys
- * stays in one register from load to store. */
-AVX512 int attn__softmax_span_avx512(float *s, int n, int a, int z,
-                                     float floor, float *m_out, float *sum) {
+ * stays in one register from load to store.  bf16: exp16_bf16; round:
+ * the stored probabilities rounded to BF16 (the sum is of the
+ * unrounded). */
+AVX512 static inline int softmax_span16(float *s, int n, int a, int z,
+                                        float floor, float *m_out,
+                                        float *sum, const int bf16,
+                                        const int round) {
   const __m512 big = _mm512_set1_ps(FLT_MAX);
   float m;
   if (z - a <= 16) {
@@ -171,21 +209,33 @@ AVX512 int attn__softmax_span_avx512(float *s, int n, int a, int z,
       return 0;
     m = _mm512_mask_reduce_max_ps(live, x);
     m = m > floor ? m : floor;
-    __m512 e = exp16(_mm512_sub_ps(x, _mm512_set1_ps(m)));
+    __m512 e = exp16_of(_mm512_sub_ps(x, _mm512_set1_ps(m)), bf16);
     e = _mm512_maskz_mov_ps(live, e);
-    _mm512_mask_storeu_ps(s + a, live, e);
+    _mm512_mask_storeu_ps(s + a, live, round ? round_ps(e) : e);
     *sum = _mm512_reduce_add_ps(e);
   } else {
     int finite;
     m = max16(s, a, z, &finite);
     if (!finite) return 0;
     m = m > floor ? m : floor;
-    *sum = exp_sum16(s, NULL, a, z, m);
+    *sum = exp_sum16(s, NULL, a, z, m, bf16, round);
   }
   zero16(s, 0, a);
   zero16(s, z, n);
   *m_out = m;
   return 1;
+}
+
+AVX512 int attn__softmax_span_avx512(float *s, int n, int a, int z,
+                                     float floor, float *m_out, float *sum) {
+  return softmax_span16(s, n, a, z, floor, m_out, sum, 0, 0);
+}
+
+AVX512 int attn__softmax_span_bf16_avx512(float *s, int n, int a, int z,
+                                          float floor, float *m_out,
+                                          float *sum, int round) {
+  if (round) return softmax_span16(s, n, a, z, floor, m_out, sum, 1, 1);
+  return softmax_span16(s, n, a, z, floor, m_out, sum, 1, 0);
 }
 
 /* Soft-capping in sixteen lanes: s = cap * tanh(s / cap), NaN as 0 and

@@ -27,14 +27,15 @@ enum field {
   F_QUERY, F_KEY, F_VALUE, F_VALID_LENS, F_MASK, F_BIAS, F_CAUSAL, F_SCALE,
   F_RETURN_WEIGHTS, F_ID, F_SCORING, F_W_Q, F_W_K, F_W_V, F_DROPOUT,
   F_WINDOW, F_DIAGNOSTICS, F_SINKS, F_SOFTCAP, F_ALIBI_SLOPES,
-  F_CU_SEQLENS_Q, F_CU_SEQLENS_K, F_RETURN_LSE, F_WINDOW_ALIGN, F_COUNT
+  F_CU_SEQLENS_Q, F_CU_SEQLENS_K, F_RETURN_LSE, F_WINDOW_ALIGN, F_PRECISION,
+  F_COUNT
 };
 
 static const char *const field_names[F_COUNT] = {
   "query", "key", "value", "valid_lens", "mask", "bias", "causal", "scale",
   "return_weights", "id", "scoring", "w_q", "w_k", "w_v", "dropout",
   "window", "diagnostics", "sinks", "softcap", "alibi_slopes",
-  "cu_seqlens_q", "cu_seqlens_k", "return_lse", "window_align"
+  "cu_seqlens_q", "cu_seqlens_k", "return_lse", "window_align", "precision"
 };
 
 typedef struct v1_ctx {
@@ -283,7 +284,9 @@ static int opt_return_lse(v1_ctx *c) {
   return 0;
 }
 
-/* "softcap": a finite number > 0 that float32 holds. */
+/* "softcap": a finite number that float32 holds as a normal number (a
+ * subnormal cap would turn s / softcap into infinity, and a zero score
+ * into NaN). */
 static int opt_softcap(v1_ctx *c) {
   const cJSON *j = c->f[F_SOFTCAP];
   float x;
@@ -294,13 +297,34 @@ static int opt_softcap(v1_ctx *c) {
     proto__describe(j, what, sizeof what);
     return ERR("softcap: expected a number > 0, got %s", what);
   }
-  if (proto__json_f32(j, &x) || !(x > 0.0f)) {
+  if (proto__json_f32(j, &x) || !(x >= FLT_MIN)) {
     char num[40];
     proto__fmt_f64(num, sizeof num, proto__json_num(j));
-    return ERR("softcap: %s is not a finite number > 0 within float32 "
-               "range", num);
+    return ERR("softcap: %s is not a finite number > 0 that float32 holds "
+               "as a normal number (1.17549435e-38 to 3.40282347e+38)", num);
   }
   c->p->softcap = x;
+  return 0;
+}
+
+/* "precision": "fp32" (the default) or "bf16" (dot scoring only). */
+static int opt_precision(v1_ctx *c) {
+  const cJSON *j = c->f[F_PRECISION];
+  if (!j)
+    return 0;
+  if (cJSON_IsString(j) && !strcmp(j->valuestring, "fp32"))
+    return 0;
+  if (!cJSON_IsString(j) || strcmp(j->valuestring, "bf16")) {
+    char what[48];
+    proto__describe(j, what, sizeof what);
+    return ERR("precision: unknown value %s (allowed: \"fp32\", \"bf16\")",
+               what);
+  }
+  if (c->p->scoring == ATTN_SCORING_ADDITIVE)
+    return ERR("precision: \"bf16\" is for dot-product scoring; scoring "
+               "\"additive\" runs in float32 only (leave precision out or "
+               "send \"fp32\")");
+  c->p->precision = ATTN_PRECISION_BF16;
   return 0;
 }
 
@@ -509,6 +533,7 @@ static int decode_root(v1_ctx *c, const cJSON *root) {
       (rc = opt_causal(c)) || (rc = opt_return_weights(c)) ||
       (rc = opt_diagnostics(c)) || (rc = opt_return_lse(c)) ||
       (rc = opt_dropout(c)) || (rc = opt_softcap(c)) ||
+      (rc = opt_precision(c)) ||
       (rc = opt_window_align(c)) || (rc = qkv_shapes(c)) ||
       (rc = valid_lens_shape(c)) || (rc = mask_bias_shapes(c)) ||
       (rc = weight_shapes(c)) || (rc = variant_shapes(c)) ||

@@ -228,7 +228,8 @@ static int unsupported_param(v2_ctx *c, const cJSON *params,
 
 static const char *const param_names[] = {
   "causal", "scale", "binary_data_output", "dropout_p", "seed",
-  "window_left", "window_right", "timeout", "softcap", "window_align"};
+  "window_left", "window_right", "timeout", "softcap", "window_align",
+  "precision"};
 static const char *const input_fields[] = {"name", "shape", "datatype",
                                            "data", "parameters"};
 static const char *const output_fields[] = {"name", "parameters"};
@@ -291,6 +292,24 @@ static int param_bool(v2_ctx *c, const cJSON *j, const char *name, int *out) {
   return 0;
 }
 
+/* "fp32" (the default) or "bf16"; additive attention has no BF16 mode. */
+static int param_precision(v2_ctx *c, const cJSON *j) {
+  char what[48];
+  if (cJSON_IsString(j) && !strcmp(j->valuestring, "fp32"))
+    return 0;
+  if (!cJSON_IsString(j) || strcmp(j->valuestring, "bf16")) {
+    describe(j, what, sizeof what);
+    return ERR("parameters.precision: unknown value %s (allowed: \"fp32\", "
+               "\"bf16\")", what);
+  }
+  if (c->model == PROTO_MODEL_ADDITIVE)
+    return ERR("parameters.precision: \"bf16\" is not served for model "
+               "additive_attention (it runs in float32 only; leave "
+               "precision out or send \"fp32\")");
+  c->p->precision = ATTN_PRECISION_BF16;
+  return 0;
+}
+
 /* One request parameter, of a name proto__v2_check_params let through. */
 static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   const char *n = j->string;
@@ -317,9 +336,10 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
     c->window[n[7] == 'r'] = j;
   } else if (!strcmp(n, "softcap")) {
     float cap;
-    if (!cJSON_IsNumber(j) || proto__json_f32(j, &cap) || !(cap > 0.0f))
-      return ERR("parameters.softcap: must be a finite number > 0 within "
-                 "float32 range");
+    if (!cJSON_IsNumber(j) || proto__json_f32(j, &cap) || !(cap >= FLT_MIN))
+      return ERR("parameters.softcap: must be a finite number > 0 that "
+                 "float32 holds as a normal number (1.17549435e-38 to "
+                 "3.40282347e+38)");
     c->p->softcap = cap;
   } else if (!strcmp(n, "window_align")) {
     char what[48];
@@ -332,6 +352,8 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
       return ERR("parameters.window_align: unknown value %s (allowed: "
                  "\"upper_left\", \"lower_right\")", what);
     }
+  } else if (!strcmp(n, "precision")) {
+    return param_precision(c, j);
   } else if (!strcmp(n, "timeout")) {
     if (get_count(j, &x))
       return ERR("parameters.timeout: must be a whole number of "

@@ -239,7 +239,10 @@ int proto_v2_model_config(int model, int instances, char **body,
   proto__buf_puts(&b, n);
   proto__buf_puts(&b, ",\"gpus\":[],\"profile\":[]}],"
                       "\"model_transaction_policy\":{\"decoupled\":false},"
-                      "\"parameters\":{}}");
+                      "\"parameters\":{\"precision\":{\"string_value\":\"");
+  /* the request parameter precision's values (additive: float32 only) */
+  proto__buf_puts(&b, model == PROTO_MODEL_ADDITIVE ? "fp32" : "fp32,bf16");
+  proto__buf_puts(&b, "\"}}}");
   return finish(&b, body, len);
 }
 

@@ -2,11 +2,13 @@
  * elements, converted once into the buffer the core reads, straight from
  * the body's binary part, from a shared memory region or from the cJSON
  * tree; or, for an FP32 binary input of a body received as a proto_body,
- * its words where they lie, checked on arrival (body.c).  A refused
+ * its words where they lie, checked on arrival (body.c); in BF16 mode
+ * query, key and value sent as BF16 stay BF16 (fill_qkv_bf16).  A refused
  * element gets a message naming the input and its multi-index.
  * The decoder's state: v2_decode_impl.h. */
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "v2_decode_impl.h"
 
@@ -133,6 +135,85 @@ static int fill_one(v2_ctx *c, int in, const void **slot) {
   return c->in[in].binary ? fill_binary(c, in, buf) : fill_json(c, in, buf);
 }
 
+/* BF16 mode with query, key and value all sent as BF16: the core reads
+ * their BF16 bits as sent (attn_problem.dtype), with no float32 copy. */
+static int bf16_as_sent(const v2_ctx *c) {
+  if (c->p->precision != ATTN_PRECISION_BF16)
+    return 0;
+  for (int in = PROTO__IN_QUERY; in <= PROTO__IN_VALUE; in++)
+    if (c->in[in].dtype != PROTO__DT_BF16)
+      return 0;
+  return 1;
+}
+
+/* The index of the first BF16 word at src that is not finite, or n. */
+static size_t bf16_bad(const char *src, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint16_t h;
+    memcpy(&h, src + 2 * i, 2);
+    if ((h & 0x7f80u) == 0x7f80u)
+      return i;
+  }
+  return n;
+}
+
+/* One of query, key and value as BF16 bits.  A binary one is read where
+ * it lies when the body is kept (a proto_body) and it is 2-byte aligned,
+ * else copied; one from JSON or shared memory is converted as ever (onto
+ * the BF16 grid) and narrowed in its own buffer. */
+static int fill_bf16(v2_ctx *c, int in, const uint16_t **slot) {
+  const proto__tensor *t = &c->ck.t[in];
+  const v2_in *v = &c->in[in];
+  int rc;
+  if (v->binary && !v->shm.name) {
+    c->req->in_bytes += t->n * 2;
+    const char *at = c->body + v->bin_off;
+    size_t i = bf16_bad(at, t->n);
+    if (i != t->n) {
+      float f;
+      (void)proto__bin_to_f32(PROTO__DT_BF16, at + 2 * i, 1, &f);
+      return bad_element(c, in, i, 0, &f);
+    }
+    if (c->src && (uintptr_t)at % _Alignof(uint16_t) == 0) {
+      *slot = (const uint16_t *)(const void *)at;
+      c->in_place = 1;
+      return 0;
+    }
+    uint16_t *h = proto__own_filled(c->req, t->n * 2);
+    if (!h)
+      return ATTND_ENOMEM;
+    memcpy(h, at, t->n * 2);
+    *slot = h;
+    return 0;
+  }
+  float *f = proto__own_filled(c->req, t->n * 4);
+  if (!f)
+    return ATTND_ENOMEM;
+  c->req->in_bytes += t->n * 4;
+  rc = v->shm.name ? fill_shm(c, in, f) : fill_json(c, in, f);
+  if (rc)
+    return rc;
+  uint16_t *h = (uint16_t *)(void *)f; /* h[i] lies below f[i]: in place */
+  for (size_t i = 0; i < t->n; i++) {
+    uint32_t bits;
+    memcpy(&bits, &f[i], 4);
+    h[i] = (uint16_t)(bits >> 16); /* exact: f[i] is on the BF16 grid */
+  }
+  *slot = h;
+  return 0;
+}
+
+static int fill_qkv_bf16(v2_ctx *c) {
+  attn_problem *p = c->p;
+  const uint16_t **slots[3] = {&p->q16, &p->k16, &p->v16};
+  int rc;
+  p->dtype = ATTN_DTYPE_BF16;
+  for (int in = PROTO__IN_QUERY; in <= PROTO__IN_VALUE; in++)
+    if ((rc = fill_bf16(c, in, slots[in - PROTO__IN_QUERY])))
+      return rc;
+  return 0;
+}
+
 int proto__v2_fill_all(v2_ctx *c) {
   attn_problem *p = c->p;
   const void **slots[PROTO__IN_COUNT] = {
@@ -142,8 +223,10 @@ int proto__v2_fill_all(v2_ctx *c) {
     (const void **)&p->alibi_slopes, (const void **)&p->cu_seqlens_q,
     (const void **)&p->cu_seqlens_k, (const void **)&p->w_q,
     (const void **)&p->w_k, (const void **)&p->w_v};
-  int rc;
-  for (int in = 0; in < PROTO__IN_COUNT; in++)
+  int rc, bf16 = bf16_as_sent(c);
+  if (bf16 && (rc = fill_qkv_bf16(c)))
+    return rc;
+  for (int in = bf16 ? PROTO__IN_VALUE + 1 : 0; in < PROTO__IN_COUNT; in++)
     if ((rc = fill_one(c, in, slots[in])))
       return rc;
   if ((rc = proto__check_cu_seqlens(&c->ck)))

@@ -44,7 +44,7 @@
 /* Served names first, then Triton's that attnd does not serve. */
 static const char *const request_params[] = {
   "causal", "scale", "dropout_p", "seed", "window_left", "window_right",
-  "timeout", "binary_data_output", "softcap", "window_align",
+  "timeout", "binary_data_output", "softcap", "window_align", "precision",
   "sequence_id", "sequence_start", "sequence_end", "priority", "headers"};
 static const char *const request_why[] = {
   "Triton's sequence batching", "Triton's sequence batching",
@@ -76,7 +76,7 @@ static const struct level {
   int nfields;
   const char *fields_label;
 } levels[3] = {
-  [PROTO__V2_REQUEST] = {request_params, 10, COUNT(request_params),
+  [PROTO__V2_REQUEST] = {request_params, 11, COUNT(request_params),
                          request_why, "request parameters", request_fields,
                          COUNT(request_fields), "request fields"},
   [PROTO__V2_INPUT] = {input_params, 4, COUNT(input_params), NULL,

@@ -17,6 +17,7 @@
 #include <microhttpd.h>
 #include <uv.h>
 
+#include "core/attn.h"
 #include "core/attnd_err.h"
 #include "proto/proto.h"
 
@@ -78,7 +79,7 @@ static const struct config_opt config_opts[] = {
   {"drain-delay-ms", "ATTND_DRAIN_DELAY_MS", KIND_LONG, OFF(drain_delay_ms),
    0, 3600000, "0", "on SIGTERM, keep accepting this long after /readyz 503"},
   {"drain-s", "ATTND_DRAIN_S", KIND_LONG, OFF(drain_s), 1, 86400, "30",
-   "on SIGTERM, finish queued work within this many seconds"},
+   "on SIGTERM, finish work within this many seconds, then cancel it (503)"},
   {"max-conns", "ATTND_MAX_CONNS", KIND_INT, OFF(max_conns), 1, 1000000,
    "1000", "simultaneous connections"},
   /* 0 by default: behind a proxy or a Kubernetes Service every client
@@ -357,12 +358,16 @@ void config_usage(FILE *out) {
 }
 
 /* --version: attnd's own, then the libraries it runs with, as each
- * reports itself at run time (Debian 12 and 13 ship different ones). */
+ * reports itself at run time (Debian 12 and 13 ship different ones),
+ * then the core's matrix-product kernels on this CPU per precision. */
 static void config_print_version(FILE *out) {
   fprintf(out, "attnd %s\n", ATTND_VERSION);
   fprintf(out, "libmicrohttpd %s, libuv %s, cJSON %s\n", MHD_get_version(),
           uv_version_string(), cJSON_Version());
   fprintf(out, "%s\n", openblas_get_config());
+  fprintf(out, "kernels: fp32 %s, bf16 %s\n",
+          attn_kernel_name(ATTN_PRECISION_FP32),
+          attn_kernel_name(ATTN_PRECISION_BF16));
 }
 
 int config_parse(struct config *cfg, int argc, char **argv, FILE *out,

@@ -11,9 +11,12 @@
  *   sleeps in poll() on that pipe.  A second signal _exits at once.
  * - Drain: /readyz 503; after --drain-delay-ms stop accepting connections
  *   and close the batcher to new work; wait until every started request
- *   has been answered, bounded by --drain-s; then stop MHD (no connection
- *   is suspended by then), then the batcher, and free everything: the
- *   shared memory regions (shm.h) last, when no request holds one.
+ *   has been answered, bounded by --drain-s; then cancel what is left,
+ *   queued or running (batcher_cancel_all: each stops within a key block
+ *   and is answered 503), wait for those answers; then stop MHD (no
+ *   connection is suspended by then), then the batcher, and free
+ *   everything: the shared memory regions (shm.h) last, when no request
+ *   holds one.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -126,8 +129,9 @@ static int main_jobs_left(struct http *h, struct batcher *b) {
   return batcher_outstanding(b) > 0;
 }
 
-/* The graceful part of SIGTERM; returns 0, or -1 when a job could not
- * be finished in time (MHD cannot then be stopped safely). */
+/* The graceful part of SIGTERM; returns 0, or -1 when a cancelled job
+ * has still not stopped after a grace (a bug: MHD cannot then be stopped
+ * safely). */
 static int main_drain(struct http *h, struct batcher *b,
                       const struct config *cfg) {
   uint64_t start = clock_now_ns();
@@ -140,11 +144,12 @@ static int main_drain(struct http *h, struct batcher *b,
   batcher_close(b);
   if (main_wait_while(main_busy, h, b, deadline))
     return 0;
-  log_error("drain: %zu requests unfinished after %ld s; abandoning the "
-            "queued ones", http_active(h), cfg->drain_s);
-  batcher_abort_queued(b);
-  /* Running jobs cannot be interrupted; give them a short grace, then
-   * let their answers go out. */
+  log_error("drain: %zu requests unfinished after %ld s; cancelling them "
+            "(503)", http_active(h), cfg->drain_s);
+  /* Queued jobs complete at once; running ones stop within a key block
+   * or before their next phase.  The grace is for a loaded machine, then
+   * their answers go out. */
+  batcher_cancel_all(b);
   if (!main_wait_while(main_jobs_left, h, b, clock_now_ns() + 2000000000u))
     return -1;
   main_wait_while(main_busy, h, b, clock_now_ns() + 500000000u);
@@ -305,7 +310,8 @@ int main(int argc, char **argv) {
   while (!main_wait_signal(-1)) {
   }
   if (main_drain(h, b, &cfg) != 0) {
-    log_error("drain: jobs still running; exiting without cleanup");
+    log_error("drain: cancelled jobs still running; exiting without "
+              "cleanup");
     _exit(1);
   }
   main_fail_report();

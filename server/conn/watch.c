@@ -7,6 +7,11 @@
  * and for the stop), with a timeout of the earliest deadline.  HTTP
  * threads add entries; the threads that finish jobs remove them.
  *
+ * Callbacks: a slot may name a function to tell once its flag is set
+ * (the batcher's, which then sweeps its queues of cancelled jobs).  The
+ * watcher collects them under w.mu and calls them after the unlock, so
+ * that w.mu stays a leaf.
+ *
  * Shared state, under w.mu (the only lock, a leaf): the slot table, its
  * free list and the stop flag.  A slot is named by its index and a
  * generation that every removal bumps; an epoll event carries both, and
@@ -19,6 +24,7 @@
 #include "server/conn/watch.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -39,6 +45,8 @@ struct watch_slot {
   int fd;
   uint32_t gen;
   uint64_t deadline_ns;     /* 0: none */
+  void (*fired)(void *);    /* told after the flag is stored, or NULL */
+  void *arg;
   uint32_t next_free;       /* free list, as index + 1 (0: end) */
 };
 
@@ -50,6 +58,12 @@ struct watch {
   uint32_t cap, used;
   uint32_t free_head;       /* index + 1, 0: none */
   int stopping;
+  /* Watcher thread only: the fired callbacks of one pass over events
+   * and deadlines, to be called once w.mu is released, each distinct
+   * (callback, arg) once. */
+  void (*tell[WATCH_EVENTS + 1])(void *);
+  void *tell_arg[WATCH_EVENTS + 1];
+  int ntell;
 };
 
 static uint64_t watch_handle(uint32_t idx, uint32_t gen) {
@@ -69,13 +83,37 @@ static void watch_release(struct watch *w, uint32_t idx) {
   w->used--;
 }
 
+/* Notes that s's callback is to be called after the unlock; one call
+ * per distinct callback and argument suffices (it wakes whoever sweeps
+ * the flags).  Room for WATCH_EVENTS + 1 distinct ones a pass; attnd
+ * uses one.  Under w->mu. */
+static void watch_note(struct watch *w, const struct watch_slot *s) {
+  if (!s->fired)
+    return;
+  for (int i = 0; i < w->ntell; i++)
+    if (w->tell[i] == s->fired && w->tell_arg[i] == s->arg)
+      return;
+  if (w->ntell < WATCH_EVENTS + 1) {
+    w->tell[w->ntell] = s->fired;
+    w->tell_arg[w->ntell++] = s->arg;
+  }
+}
+
 /* Stores the slot's value for the event (late: the deadline) in its
  * flag unless one is there, and releases the slot.  Under w->mu. */
 static void watch_fire(struct watch *w, uint32_t idx, int late) {
   struct watch_slot *s = &w->slot[idx];
   int none = 0;
   atomic_compare_exchange_strong(s->flag, &none, late ? s->late : s->gone);
+  watch_note(w, s);
   watch_release(w, idx);
+}
+
+/* Calls the callbacks watch_note collected; w->mu NOT held (they take
+ * locks of their own).  Watcher thread only. */
+static void watch_tell(struct watch *w, int n) {
+  for (int i = 0; i < n; i++)
+    w->tell[i](w->tell_arg[i]);
 }
 
 /* The milliseconds to the earliest deadline (at least 1), or -1 when
@@ -93,21 +131,27 @@ static int watch_deadlines(struct watch *w) {
   }
   if (!due)
     return -1;
-  return (int)((due - now + 999999u) / 1000000u);
+  /* A far deadline (a v2 timeout may be 2^53 us) waits INT_MAX ms at a
+   * time rather than wrapping to a negative or zero timeout. */
+  due = (due - now + 999999u) / 1000000u;
+  return due > INT_MAX ? INT_MAX : (int)due;
 }
 
 static void *watch_main(void *arg) {
   struct watch *w = arg;
   struct epoll_event ev[WATCH_EVENTS];
-  int timeout, n;
+  int timeout, n, told;
   for (;;) {
     pthread_mutex_lock(&w->mu);
+    w->ntell = 0;
     timeout = w->stopping ? 0 : watch_deadlines(w);
+    told = w->ntell;
     if (w->stopping) {
       pthread_mutex_unlock(&w->mu);
       return NULL;
     }
     pthread_mutex_unlock(&w->mu);
+    watch_tell(w, told);
     n = epoll_wait(w->ep, ev, WATCH_EVENTS, timeout);
     if (n < 0 && errno != EINTR) {
       log_error("watch: epoll_wait: %s; clients that leave are no longer "
@@ -115,6 +159,7 @@ static void *watch_main(void *arg) {
       return NULL;
     }
     pthread_mutex_lock(&w->mu);
+    w->ntell = 0;
     for (int i = 0; i < n; i++) {
       uint64_t h = ev[i].data.u64, count;
       uint32_t idx = (uint32_t)h - 1;
@@ -127,7 +172,9 @@ static void *watch_main(void *arg) {
           w->slot[idx].gen == (uint32_t)(h >> 32))
         watch_fire(w, idx, 0);
     }
+    told = w->ntell;
     pthread_mutex_unlock(&w->mu);
+    watch_tell(w, told);
   }
 }
 
@@ -165,7 +212,8 @@ static int64_t watch_take(struct watch *w) {
     if (!s)
       return -1;
     for (uint32_t i = w->cap; i < cap; i++)
-      s[i] = (struct watch_slot){NULL, 0, 0, -1, 0, 0, i + 1 < cap ? i + 2 : 0};
+      s[i] = (struct watch_slot){NULL, 0, 0, -1, 0, 0, NULL, NULL,
+                                 i + 1 < cap ? i + 2 : 0};
     w->slot = s;
     w->free_head = w->cap + 1;
     w->cap = cap;
@@ -176,7 +224,8 @@ static int64_t watch_take(struct watch *w) {
 }
 
 uint64_t watch_add(struct watch *w, int fd, _Atomic int *flag, int gone,
-                   uint64_t deadline_ns, int late) {
+                   uint64_t deadline_ns, int late, void (*fired)(void *),
+                   void *arg) {
   struct epoll_event ev = {.events = EPOLLRDHUP};
   uint64_t one = 1, h;
   int64_t idx;
@@ -198,6 +247,8 @@ uint64_t watch_add(struct watch *w, int fd, _Atomic int *flag, int gone,
   w->slot[idx].late = late;
   w->slot[idx].fd = fd;
   w->slot[idx].deadline_ns = deadline_ns;
+  w->slot[idx].fired = fired;
+  w->slot[idx].arg = arg;
   w->used++;
   pthread_mutex_unlock(&w->mu);
   /* The thread's timeout may be later than this deadline. */

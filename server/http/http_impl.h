@@ -111,7 +111,7 @@ struct http_req {
   size_t declared;          /* its Content-Length, 0 when none */
   unsigned timeout_s;       /* the idle timeout set for its body, 0 none */
   int costed;               /* the early v2 cost check has run */
-  double cost;              /* estimated flops, once known */
+  double cost_flops;        /* attn_cost_flops, once known */
   int unauth;               /* enum http_auth: 401 at the end if not OK */
   int close;                /* answer with Connection: close */
   int linger_fd;            /* answered before its body: a duplicate of

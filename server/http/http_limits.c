@@ -37,6 +37,7 @@
 #include "core/attn.h"
 #include "proto/mem.h"
 #include "server/clock.h"
+#include "server/sched/work.h"
 
 /* A chunked or inflating body holds the budget this much at a time. */
 #define HTTP_HOLD_STEP ((size_t)1 << 20)
@@ -188,29 +189,27 @@ void http_limits_unhold_plain(struct http_req *r, size_t n) {
 static int http_cost_refusal(struct http_req *r, char *msg, size_t cap) {
   snprintf(msg, cap, "request would cost about %.3g GFLOP, more than the "
            "server's limit of %.3g GFLOP (--max-request-gflop); send "
-           "smaller shapes, or split the batch", r->cost / 1e9,
+           "smaller shapes, or split the batch", r->cost_flops / 1e9,
            r->h->cfg.max_request_flop / 1e9);
   return ATTND_ETOOBIG;
 }
 
-static double http_cost_of(const proto_request *q) {
-  return attn_cost_flops(&q->prob, q->return_weights || q->diagnostics,
-                         q->diagnostics);
-}
-
 int http_limits_cost(struct http_req *r, const proto_request *q, char *msg,
                      size_t cap) {
-  r->cost = http_cost_of(q);
-  metrics_record_cost(r->h->m, r->cost);
+  r->cost_flops = work_flops(q);
+  metrics_record_cost(r->h->m, r->cost_flops);
   if (r->h->cfg.max_request_flop <= 0 ||
-      r->cost <= r->h->cfg.max_request_flop)
+      r->cost_flops <= r->h->cfg.max_request_flop)
     return 0;
   return http_cost_refusal(r, msg, cap);
 }
 
 /* The JSON part of a binary v2 body is in: weigh the request from its
  * shapes before its tensors arrive.  A refusal drops the body; anything
- * the shapes alone cannot decide is left to the whole body's decode. */
+ * the shapes alone cannot decide is left to the whole body's decode.
+ * Packed sequences are such a thing: what they cost is what their
+ * sequences cost, and the lengths are in cu_seqlens, binary data not yet
+ * read, so a packed request is weighed once its body is in. */
 void http_limits_early_cost(struct http_req *r) {
   proto_request q;
   char err[PROTO_ERR_MAX];
@@ -226,10 +225,11 @@ void http_limits_early_cost(struct http_req *r) {
                                   MHD_HTTP_HEADER_CONTENT_ENCODING))
     return;
   if (proto_v2_decode_shapes(r->body.p, hlen, r->model, &q,
-                             r->h->cfg.max_elems, err) == 0) {
-    r->cost = http_cost_of(&q);
-    if (r->cost > r->h->cfg.max_request_flop) {
-      metrics_record_cost(r->h->m, r->cost);
+                             r->h->cfg.max_elems, err) == 0 &&
+      q.prob.n_seqs == 0) {
+    r->cost_flops = work_flops(&q);
+    if (r->cost_flops > r->h->cfg.max_request_flop) {
+      metrics_record_cost(r->h->m, r->cost_flops);
       http_limits_drop(r, REFUSE_COST);
     }
   }

@@ -12,7 +12,9 @@
  * on the watch thread touches neither r's cancel word nor its socket),
  * sets r->state to REQ_JOB_DONE and resumes the connection, and from
  * then on only the MHD thread touches r.  The watch thread may set the
- * job's cancel word at any time before that (an atomic).  The
+ * job's cancel word at any time before that (an atomic).  A job run
+ * here (batcher_run_here) is watched too, from before it starts until
+ * it returns, while this thread is inside MHD's callback.  The
  * suspend comes before the submit, and a suspended request cannot
  * complete, so r outlives its job (the states and why: the DESIGN
  * comment of http.c).  h->quiesced is an atomic the controlling thread
@@ -106,16 +108,20 @@ static void http_on_job_done(struct batcher_job *job) {
   MHD_resume_connection(r->conn);
 }
 
-/* Has the watcher (watch.h) look out, while r is suspended, for its
- * client leaving and its deadline passing: either stops its job, queued
- * or computing (batcher.h).  A connection the watcher cannot take runs
- * unwatched. */
+/* Has the watcher (watch.h) look out, while r's job runs on this
+ * thread or r is suspended, for its client leaving and its deadline
+ * passing: either stops its job, computing or queued (then the batcher
+ * is woken to complete it at once: batcher.h).  A connection the watcher
+ * cannot take runs unwatched.  MHD leaves the descriptor open while this
+ * thread is inside its callback and while the connection is suspended;
+ * the watch is removed before either ends. */
 static void http_watch(struct http_req *r) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (r->h->watch && ci)
     r->watch = watch_add(r->h->watch, ci->connect_fd, &r->job.cancel,
-                         BATCHER_GONE, r->job.deadline_ns, BATCHER_LATE);
+                         BATCHER_GONE, r->job.deadline_ns, BATCHER_LATE,
+                         batcher_wake_cancelled, r->h->b);
 }
 
 /* The body as sent, or inflated per Content-Encoding into *plain (which
@@ -222,7 +228,7 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
   return http_answer(r, 200, empty, 0, 0, http_json, NULL);
 }
 
-/* Sets r->job.cost, what the request holds until it is answered: its
+/* Sets r->job.hold_bytes, what the request holds until it is answered: its
  * tensors and its encoded answer (twice when compressed, the plain text
  * and the compressed copy living together).  ATTND_ETOOBIG, with a
  * message in msg, when that alone exceeds the in-flight budget: it could
@@ -230,8 +236,8 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
 static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
   const proto_request *q = &r->job.req;
   size_t answer = proto_answer_bytes(q);
-  r->job.cost = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
-  if (r->job.cost <= r->h->cfg.max_inflight)
+  r->job.hold_bytes = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
+  if (r->job.hold_bytes <= r->h->cfg.max_inflight)
     return 0;
   if (q->weights)
     snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
@@ -239,12 +245,12 @@ static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
              "(--max-inflight-mb), mostly the weights; for the output "
              "alone send \"return_weights\": false (v2: \"outputs\" "
              "without \"weights\")",
-             (r->job.cost >> 20) + 1, r->h->cfg.max_inflight >> 20);
+             (r->job.hold_bytes >> 20) + 1, r->h->cfg.max_inflight >> 20);
   else
     snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
              "answer, more than the server's in-flight limit of %zu MiB "
              "(--max-inflight-mb); send smaller tensors, or split the batch",
-             (r->job.cost >> 20) + 1, r->h->cfg.max_inflight >> 20);
+             (r->job.hold_bytes >> 20) + 1, r->h->cfg.max_inflight >> 20);
   return ATTND_ETOOBIG;
 }
 
@@ -288,7 +294,7 @@ enum MHD_Result http_post_end(struct http_req *r) {
   if (rc == 0)
     rc = http_post_cost(r, msg, sizeof msg);
   if (rc == 0) {
-    rc = batcher_reserve_held(h->b, r->job.cost, r->held);
+    rc = batcher_reserve_held(h->b, r->job.hold_bytes, r->held);
     r->held = 0;
   }
   if (rc != 0) {
@@ -300,16 +306,19 @@ enum MHD_Result http_post_end(struct http_req *r) {
   r->job.arg = r;
   if (r->shm.n)
     r->job.finish = http_job_finish;
+  /* Watched from here, whether it runs on this thread or is queued. */
+  http_watch(r);
   /* h->active counts this request and every other one from its first
    * byte to its completion: 1 means none is being received, queued or
    * computing besides it. */
   if (batcher_run_here(h->b, &r->job, atomic_load(&h->active) == 1)) {
+    watch_remove(h->watch, r->watch);  /* before MHD may close the fd */
+    r->watch = 0;
     r->state = REQ_JOB_DONE;
     return http_post_answer(r);
   }
   r->state = REQ_QUEUED;
   MHD_suspend_connection(r->conn);
-  http_watch(r);
   batcher_submit(h->b, &r->job);
   return MHD_YES;
 }
@@ -327,6 +336,10 @@ enum MHD_Result http_post_answer(struct http_req *r) {
    * connection closes after it, if it is still there to write to. */
   if (job->err == ATTND_ECANCELED)
     r->close = 1;
+  /* Only the drain stops an admitted job with ATTND_EDRAINING. */
+  if (job->err == ATTND_EDRAINING)
+    return http_fail(r, job->err, "server is shutting down: the request "
+                     "did not finish within the drain (--drain-s)", NULL);
   if (job->err != 0)
     return http_fail(r, job->err, r->shm.msg[0] ? r->shm.msg : NULL, NULL);
   if (binary) {

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/attn.h"
 #include "core/attnd_err.h"
 #include "proto/mem.h"
 #include "proto/proto.h"
@@ -399,6 +400,11 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
                                                           RELAXED));
   metrics_head(b, "attnd_build_info", "gauge", "attnd build information.");
   metrics_printf(b, "attnd_build_info{version=\"%s\"} 1\n", ATTND_VERSION);
+  metrics_head(b, "attnd_kernel_info", "gauge",
+               "The matrix-product kernels each precision runs on this CPU.");
+  metrics_printf(b, "attnd_kernel_info{fp32=\"%s\",bf16=\"%s\"} 1\n",
+                 attn_kernel_name(ATTN_PRECISION_FP32),
+                 attn_kernel_name(ATTN_PRECISION_BF16));
 }
 
 /* One gauge or counter of the process_* family, left out when its value

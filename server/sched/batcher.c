@@ -43,6 +43,17 @@
  * uv_async_send, no done()).  pool.c's lock and a split's lock (exec.c)
  * are leaves too; no two of these are ever held together.
  *
+ * Cancelling: a job's cancel word (batcher.h) is set by the watcher
+ * (server/conn/watch.c: the client left, the deadline passed), which
+ * then wakes the loop (batcher_wake_cancelled); every pass of the loop
+ * completes the queued jobs whose word is set, so a job whose client
+ * left gives its queue place and budget back at once.  Running jobs read
+ * the word themselves (exec.c, the core).  b->running lists the jobs
+ * that a worker or an HTTP thread has taken, from their start to just
+ * before done() (or, inline, before the reservation is given back), so
+ * that batcher_cancel_all can set every running job's word under b->mu;
+ * a job that starts after it finds b->cancel_all set.
+ *
  * Accounting (b->mu): `queued` counts reserved jobs that no worker has
  * taken (admission against max_queue), `outstanding` counts reserved jobs
  * whose done() has not returned, `bytes` sums their costs and the holds
@@ -63,6 +74,7 @@
 #include "server/sched/exec.h"
 #include "server/obs/log.h"
 #include "server/sched/pool.h"
+#include "server/sched/work.h"
 
 /* One in-flight batch; exactly cfg.workers of them exist. */
 struct batcher_batch {
@@ -96,6 +108,9 @@ struct batcher {
   int vacant;               /* worker places free: batch slots neither
                                running nor lent to an HTTP thread */
   int closed, aborting, stopping;
+  int cancel_all;           /* batcher_cancel_all was called */
+  struct batcher_job *running; /* jobs computing or about to, on a
+                               worker or an HTTP thread (run_prev/next) */
 
   /* Loop thread only. */
   struct batcher_queue *queues;
@@ -161,13 +176,13 @@ static void batcher_queue_remove(struct batcher *b, size_t i) {
 
 /* ---- completion (any thread) ------------------------------------------ */
 
-/* Gives back what batcher_reserve took for a job of this cost. */
-static void batcher_release(struct batcher *b, size_t cost) {
+/* Gives back what batcher_reserve took for a job holding these bytes. */
+static void batcher_release(struct batcher *b, size_t hold_bytes) {
   pthread_mutex_lock(&b->mu);
   b->outstanding--;
-  b->bytes -= cost;
+  b->bytes -= hold_bytes;
   pthread_mutex_unlock(&b->mu);
-  metrics_add_inflight_bytes(b->ex.m, -(int64_t)cost);
+  metrics_add_inflight_bytes(b->ex.m, -(int64_t)hold_bytes);
 }
 
 /* Records a job's outcome and releases its request. */
@@ -180,13 +195,14 @@ static void batcher_settle(struct batcher_job *job, int err) {
 /* Completes a job: the last time the batcher touches it. */
 static void batcher_finish(struct batcher *b, struct batcher_job *job,
                            int err) {
-  size_t cost = job->cost;
+  size_t hold_bytes = job->hold_bytes;
   batcher_settle(job, err);
   job->done(job);
-  batcher_release(b, cost);
+  batcher_release(b, hold_bytes);
 }
 
-/* Completes every job of a queue list that never reached a worker. */
+/* Completes every job of a queue list that never reached a worker, with
+ * err, or with err 0 each with what its cancel word says. */
 static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
                               int err) {
   size_t n = 0;
@@ -194,7 +210,7 @@ static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
     struct batcher_job *next = job->next;
     if (err == ATTND_ETIMEDOUT)
       metrics_record_cancel(b->ex.m, METRICS_CANCEL_DEADLINE);
-    batcher_finish(b, job, err);
+    batcher_finish(b, job, err ? err : exec_cancelled(&b->ex, job));
     job = next;
     n++;
   }
@@ -223,6 +239,43 @@ static void batcher_vacate(struct batcher *b) {
   atomic_store_explicit(&b->ex.idle_hint, b->vacant, memory_order_relaxed);
 }
 
+/* ---- running jobs (b->mu held) ----------------------------------------- */
+
+/* Stops job with BATCHER_DRAIN unless it has a reason already. */
+static void batcher_drain_job(struct batcher_job *job) {
+  int none = BATCHER_RUN;
+  atomic_compare_exchange_strong(&job->cancel, &none, BATCHER_DRAIN);
+}
+
+/* Lists a job that is about to run, so that batcher_cancel_all reaches
+ * it; one that starts after that call is stopped at once. */
+static void batcher_link(struct batcher *b, struct batcher_job *job) {
+  job->run_prev = NULL;
+  job->run_next = b->running;
+  if (b->running)
+    b->running->run_prev = job;
+  b->running = job;
+  if (b->cancel_all)
+    batcher_drain_job(job);
+}
+
+static void batcher_unlink(struct batcher *b, struct batcher_job *job) {
+  if (job->run_prev)
+    job->run_prev->run_next = job->run_next;
+  else
+    b->running = job->run_next;
+  if (job->run_next)
+    job->run_next->run_prev = job->run_prev;
+}
+
+/* batcher_unlink under the lock, for a job that ran: before done(),
+ * after which the job may be gone. */
+static void batcher_unlist(struct batcher *b, struct batcher_job *job) {
+  pthread_mutex_lock(&b->mu);
+  batcher_unlink(b, job);
+  pthread_mutex_unlock(&b->mu);
+}
+
 /* ---- workers ---------------------------------------------------------- */
 
 /* The pool's run function: a batch's jobs, executed (exec.c) and completed
@@ -241,9 +294,15 @@ static void batcher_run(struct pool_item *item, struct pool_worker *w,
   }
   job = batch->jobs;
   n = batch->n;
-  for (; job; job = next) {
+  pthread_mutex_lock(&b->mu);
+  for (; job; job = job->next)
+    batcher_link(b, job);
+  pthread_mutex_unlock(&b->mu);
+  for (job = batch->jobs; job; job = next) {
+    int err = exec_job(&b->ex, job, w, n);
     next = job->next;
-    batcher_finish(b, job, exec_job(&b->ex, job, w, n));
+    batcher_unlist(b, job);
+    batcher_finish(b, job, err);
   }
   pthread_mutex_lock(&b->mu);
   batch->next = b->done_batches;
@@ -261,24 +320,38 @@ static void batcher_due(uint64_t *due, uint64_t at) {
     *due = at;
 }
 
-/* Completes queued jobs whose deadline has passed with ATTND_ETIMEDOUT,
- * and lowers *due to the next deadline still ahead, so that a job stuck
- * behind busy workers hears 504 on time rather than when one frees up. */
+/* Moves *pp, a queued job, to the list whose tail link is **ep. */
+static void batcher_pull(struct batcher_queue *q, struct batcher_job **pp,
+                         struct batcher_job ***ep) {
+  struct batcher_job *job = *pp;
+  *pp = job->next;
+  job->next = NULL;
+  **ep = job;
+  *ep = &job->next;
+  q->n--;
+}
+
+/* Completes queued jobs whose cancel word is set (batcher.h: their
+ * client left, their deadline passed, the drain) with the error it names,
+ * and those whose deadline has passed with ATTND_ETIMEDOUT, giving their
+ * queue places and budget back; lowers *due to the next deadline still
+ * ahead, so that a job stuck behind busy workers hears 504 on time rather
+ * than when one frees up.  Every wake-up of the loop runs this, and the
+ * watcher wakes it when it sets a word (batcher_wake_cancelled). */
 static void batcher_expire(struct batcher *b, uint64_t now, uint64_t *due) {
   size_t i;
   for (i = 0; i < b->nq; i++) {
     struct batcher_queue *q = &b->queues[i];
     struct batcher_job **pp = &q->head, *expired = NULL, **ep = &expired;
+    struct batcher_job *stopped = NULL, **sp = &stopped;
     q->tail = NULL;
     while (*pp) {
       struct batcher_job *job = *pp;
-      if (job->deadline_ns && now > job->deadline_ns) {
-        *pp = job->next;
-        job->next = NULL;
-        *ep = job;
-        ep = &job->next;
-        q->n--;
-      } else {
+      if (atomic_load_explicit(&job->cancel, memory_order_relaxed))
+        batcher_pull(q, pp, &sp);
+      else if (job->deadline_ns && now > job->deadline_ns)
+        batcher_pull(q, pp, &ep);
+      else {
         if (job->deadline_ns)
           batcher_due(due, job->deadline_ns + 1);
         q->tail = job;
@@ -286,6 +359,7 @@ static void batcher_expire(struct batcher *b, uint64_t now, uint64_t *due) {
       }
     }
     batcher_fail_list(b, expired, ATTND_ETIMEDOUT);
+    batcher_fail_list(b, stopped, 0);
   }
 }
 
@@ -523,27 +597,27 @@ err:
   return NULL;
 }
 
-int batcher_reserve(struct batcher *b, size_t cost) {
-  return batcher_reserve_held(b, cost, 0);
+int batcher_reserve(struct batcher *b, size_t hold_bytes) {
+  return batcher_reserve_held(b, hold_bytes, 0);
 }
 
-int batcher_reserve_held(struct batcher *b, size_t cost, size_t held) {
+int batcher_reserve_held(struct batcher *b, size_t hold_bytes, size_t held) {
   int rc = 0;
   pthread_mutex_lock(&b->mu);
   b->bytes -= held;
   if (b->closed)
     rc = ATTND_EDRAINING;
   else if (b->queued >= b->cfg.max_queue ||
-           cost > b->cfg.max_bytes - b->bytes)
+           hold_bytes > b->cfg.max_bytes - b->bytes)
     rc = ATTND_EBUSY;
   else {
     b->queued++;
     b->outstanding++;
-    b->bytes += cost;
+    b->bytes += hold_bytes;
   }
   pthread_mutex_unlock(&b->mu);
   metrics_add_inflight_bytes(b->ex.m,
-                             (rc == 0 ? (int64_t)cost : 0) - (int64_t)held);
+                             (rc == 0 ? (int64_t)hold_bytes : 0) - (int64_t)held);
   if (rc == 0)
     metrics_add_queue_depth(b->ex.m, 1);
   return rc;
@@ -592,21 +666,8 @@ static void batcher_job_reset(struct batcher_job *job) {
   job->started_ns = job->finished_ns = job->computed_ns = 0;
 }
 
-/* What a request is expected to cost on one core, in nanoseconds: its two
- * products at a conservative 20 GFLOP/s, printing every number of a JSON
- * output at about 60 ns, and copying binary outputs at 4 GB/s.  Only
- * compared with the inline bounds, so rough is fine. */
-static double batcher_cost_ns(const proto_request *r) {
-  const attn_problem *p = &r->prob;
-  double macs = attn_score_pairs(p) *
-                (p->scoring == ATTN_SCORING_ADDITIVE ? p->Hd + 1.0
-                                                     : (double)(p->D + p->Dv));
-  size_t text, binary;
-  proto_answer_work(r, &text, &binary);
-  return macs * 2.0 / 20.0 + (double)text * 60.0 + (double)binary * 0.25;
-}
-
-/* May a job of this estimated cost run on the caller's thread?  1 when
+/* May a job expected to take ns nanoseconds (work_ns) run on the caller's
+ * thread?  1 when
  * it is cheap; 2 when it took an idle worker's place, to be given back
  * with batcher_give_back; 0 when it must be queued.  On 1 and 2 the job
  * is no longer queued.  A place is borrowed only while this is the one
@@ -614,16 +675,19 @@ static double batcher_cost_ns(const proto_request *r) {
  * received, queued or computing, batching them together on the workers
  * serves many connections better than holding an HTTP thread, whose
  * other connections would wait. */
-static int batcher_take_here(struct batcher *b, double cost, int alone) {
+static int batcher_take_here(struct batcher *b, struct batcher_job *job,
+                             double ns, int alone) {
   int took = 0;
   pthread_mutex_lock(&b->mu);
-  if (cost <= (double)b->cfg.inline_ns)
+  if (ns <= (double)b->cfg.inline_ns)
     took = 1;
-  else if (alone && cost <= (double)b->cfg.inline_idle_ns &&
+  else if (alone && ns <= (double)b->cfg.inline_idle_ns &&
            b->outstanding == 1 && batcher_occupy(b))
     took = 2;
-  if (took)
+  if (took) {
     b->queued--;
+    batcher_link(b, job);
+  }
   pthread_mutex_unlock(&b->mu);
   return took;
 }
@@ -644,12 +708,12 @@ static void batcher_give_back(struct batcher *b) {
  * rest is what a worker does for a batch of one, around the same exec_job,
  * without the hand-offs. */
 int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone) {
-  int took;
+  int took, err;
   /* With a batching delay the operator asked for batches, and with
    * inline_ns 0 for every request queued. */
   if (b->cfg.max_delay_us > 0 || b->cfg.inline_ns == 0)
     return 0;
-  took = batcher_take_here(b, batcher_cost_ns(&job->req), alone);
+  took = batcher_take_here(b, job, work_ns(&job->req), alone);
   if (!took)
     return 0;
   batcher_job_reset(job);
@@ -657,10 +721,12 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone) {
   metrics_record_batch(b->ex.m, 1);
   metrics_record_inline(b->ex.m, took == 2 ? METRICS_INLINE_IDLE
                                            : METRICS_INLINE_CHEAP);
-  batcher_settle(job, exec_job(&b->ex, job, NULL, 1));
+  err = exec_job(&b->ex, job, NULL, 1);
+  batcher_unlist(b, job);
+  batcher_settle(job, err);
   if (took == 2)
     batcher_give_back(b);
-  batcher_release(b, job->cost);
+  batcher_release(b, job->hold_bytes);
   return 1;
 }
 
@@ -686,7 +752,19 @@ static void batcher_flag(struct batcher *b, int *flag) {
 
 void batcher_close(struct batcher *b) { batcher_flag(b, &b->closed); }
 
-void batcher_abort_queued(struct batcher *b) { batcher_flag(b, &b->aborting); }
+void batcher_wake_cancelled(void *b) {
+  uv_async_send(&((struct batcher *)b)->async);
+}
+
+void batcher_cancel_all(struct batcher *b) {
+  pthread_mutex_lock(&b->mu);
+  b->cancel_all = 1;
+  b->aborting = 1;
+  for (struct batcher_job *job = b->running; job; job = job->run_next)
+    batcher_drain_job(job);
+  pthread_mutex_unlock(&b->mu);
+  uv_async_send(&b->async);
+}
 
 size_t batcher_outstanding(struct batcher *b) {
   size_t n;

@@ -2,9 +2,9 @@
  *
  * A submitter (an MHD thread) owns a struct batcher_job, usually embedded
  * in its per-request context, and:
- *   1. batcher_reserve(b, cost): admission control.  0, or ATTND_EBUSY
+ *   1. batcher_reserve(b, hold_bytes): admission control.  0, or ATTND_EBUSY
  *      (queue full or tensor budget spent), or ATTND_EDRAINING (closed).
- *   2. fills job->req, job->deadline_ns, job->cost, job->done, job->arg;
+ *   2. fills job->req, job->deadline_ns, job->hold_bytes, job->done, job->arg;
  *   3. batcher_submit(b, job): cannot fail.
  * Exactly once per submitted job, done(job) is called on a worker or on
  * the batcher's loop thread with job->err set (0: job->body, or for v2
@@ -52,14 +52,16 @@ struct batcher_key {
 enum batcher_cancel {
   BATCHER_RUN = 0,
   BATCHER_GONE = 1,         /* its client closed the connection */
-  BATCHER_LATE = 2          /* its deadline passed */
+  BATCHER_LATE = 2,         /* its deadline passed */
+  BATCHER_DRAIN = 3         /* the drain ran out of time (batcher_cancel_all) */
 };
 
 struct batcher_job {
   /* Set by the submitter before batcher_submit. */
   proto_request req;        /* decoded request; released by the batcher */
   uint64_t deadline_ns;     /* clock_now_ns() deadline, 0 = none */
-  size_t cost;              /* exactly what was passed to batcher_reserve */
+  size_t hold_bytes;        /* bytes of the budget it holds: exactly what
+                               was passed to batcher_reserve */
   void (*done)(struct batcher_job *job);
   void *arg;                /* for the submitter; the batcher ignores it */
   const char *coding;       /* "gzip"/"deflate" to compress the response
@@ -71,12 +73,15 @@ struct batcher_job {
                                answer dropped).  What writes v2 outputs
                                into shared memory regions. */
 
-  /* Set by anyone at any time, once (the HTTP layer's watcher): why the
-   * job is to stop, enum batcher_cancel.  A job found cancelled before
-   * it runs is not computed; one cancelled while it runs stops within a
-   * key block (attn_problem.stop).  err is then ATTND_ECANCELED (the
-   * client left) or ATTND_ETIMEDOUT (its deadline passed), and no other
-   * job of its batch is touched. */
+  /* Set by anyone at any time, once (the HTTP layer's watcher, or
+   * batcher_cancel_all): why the job is to stop, enum batcher_cancel.
+   * A queued job is then completed uncomputed once the batcher is told
+   * (batcher_wake_cancelled), giving back its queue place and budget at once; one
+   * that runs stops within a key block (attn_problem.stop) or before its
+   * next phase (diagnostics, encoding, compression).  err is then
+   * ATTND_ECANCELED (the client left), ATTND_ETIMEDOUT (its deadline
+   * passed) or ATTND_EDRAINING (the drain), and no other job of its
+   * batch is touched. */
   _Atomic int cancel;
 
   /* Set by the batcher before done(). */
@@ -98,6 +103,7 @@ struct batcher_job {
 
   /* Private to the batcher. */
   struct batcher_job *next;
+  struct batcher_job *run_prev, *run_next;  /* running jobs (b->mu) */
   struct batcher_key key;
 };
 
@@ -109,9 +115,9 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
                               struct metrics *m);
 
 /* Admission control; see the top of this file.  A successful reserve must
- * be followed by exactly one batcher_submit of a job with job->cost ==
- * cost. */
-int batcher_reserve(struct batcher *b, size_t cost);
+ * be followed by exactly one batcher_submit of a job with job->hold_bytes ==
+ * hold_bytes. */
+int batcher_reserve(struct batcher *b, size_t hold_bytes);
 
 /* The memory of a request body still arriving, counted from its headers
  * on against the same budget as reserved jobs (cfg.max_bytes): its
@@ -124,10 +130,10 @@ int batcher_hold(struct batcher *b, size_t n);
 void batcher_unhold(struct batcher *b, size_t n);
 
 /* batcher_reserve for a request whose body held `held` bytes: gives the
- * hold back and reserves cost in one step, so that a body turning into
+ * hold back and reserves hold_bytes in one step, so that a body turning into
  * its tensors never counts twice nor lets another request in between.
  * The hold is given back whatever the result. */
-int batcher_reserve_held(struct batcher *b, size_t cost, size_t held);
+int batcher_reserve_held(struct batcher *b, size_t hold_bytes, size_t held);
 
 /* Bytes of the budget in use right now: holds and reserved jobs. */
 size_t batcher_bytes_in_use(struct batcher *b);
@@ -137,8 +143,8 @@ void batcher_submit(struct batcher *b, struct batcher_job *job);
 
 /* Instead of batcher_submit, for a reserved job: runs it on the calling
  * thread, now, when that is cheaper than the hand-offs to the loop thread,
- * a worker and back (four wake-ups).  It does when its estimated cost is
- * below cfg.inline_ns; or below cfg.inline_idle_ns when `alone` (the
+ * a worker and back (four wake-ups).  It does when its expected time
+ * (work_ns, work.h) is below cfg.inline_ns; or below cfg.inline_idle_ns when `alone` (the
  * caller knows of no other request in progress: none being received,
  * queued or computing), no other reserved job is outstanding and a worker
  * place is vacant, which it holds while it runs (so that no more than
@@ -154,10 +160,18 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone);
  * waiting batches without their delay.  Queued jobs still run. */
 void batcher_close(struct batcher *b);
 
-/* Completes every job that has not started yet with ATTND_EDRAINING
- * (running jobs finish normally).  For the end of a drain that ran out of
- * time. */
-void batcher_abort_queued(struct batcher *b);
+/* Tells the batcher that a job's cancel word was set: its loop thread
+ * then completes every queued job whose word is set (batcher.h, cancel).
+ * Any thread, no lock held, until batcher_stop; a void * for
+ * watch_add's callback (the watch is stopped before the batcher). */
+void batcher_wake_cancelled(void *b);
+
+/* The end of a drain that ran out of time: stores BATCHER_DRAIN in the
+ * cancel word of every job reserved and not completed, queued or running
+ * (on a worker or its HTTP thread), and of every job that starts later;
+ * queued ones are completed at once.  All answer ATTND_EDRAINING within
+ * about a key block's work each. */
+void batcher_cancel_all(struct batcher *b);
 
 /* Jobs reserved and not yet completed (done() not yet returned). */
 size_t batcher_outstanding(struct batcher *b);

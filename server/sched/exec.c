@@ -30,6 +30,7 @@
 #include "proto/mem.h"
 #include "server/clock.h"
 #include "server/obs/log.h"
+#include "server/sched/work.h"
 
 /* ---- splitting one request across idle workers ---------------------- */
 
@@ -90,14 +91,14 @@ void exec_help(struct pool_item *item, struct pool_worker *w) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* How many idle workers should help with this request: none unless it is
- * big enough (about a millisecond of work) to repay the hand-off. */
-static int exec_helpers_wanted(struct exec_ctx *x, const attn_problem *p,
+/* How many idle workers should help with this request: none unless its
+ * computing (work_compute_ns) is long enough to repay the hand-offs. */
+static int exec_helpers_wanted(struct exec_ctx *x, const proto_request *r,
                                size_t tasks) {
-  double macs = attn_score_pairs(p) * (p->D + p->Dv);
+  double ns = work_compute_ns(work_flops(r));
   int idle = atomic_load_explicit(&x->idle_hint, memory_order_relaxed);
   size_t n = (size_t)(idle > 0 ? idle : 0);
-  if (macs < (double)(1 << 21) || tasks < 2)
+  if (ns < WORK_SPLIT_NS || tasks < 2)
     return 0;
   if (n > tasks - 1)
     n = tasks - 1;
@@ -153,6 +154,12 @@ static int exec_split_run(struct exec_ctx *x, const attn_problem *p,
 
 /* ---- one job: compute, encode, compress, statistics ------------------ */
 
+/* Has the job's cancel word been set (batcher.h)?  Read between the
+ * phases after the core, which read it themselves no more. */
+static int exec_stopped(struct batcher_job *job) {
+  return atomic_load_explicit(&job->cancel, memory_order_relaxed) != 0;
+}
+
 /* Compresses the encoded response on the worker, where the CPU time is
  * parallel.  Whenever the client asked, so that what it gets is
  * predictable.  A compression failure is not the client's problem: the
@@ -162,6 +169,8 @@ static int exec_compress(struct batcher_job *job) {
   size_t zlen;
   if (!job->coding)
     return 0;
+  if (exec_stopped(job))
+    return ATTND_ECANCELED;
   if (proto_deflate(job->coding, job->body, job->body_len, &z, &zlen) != 0)
     return 0;
   mem_free(job->body);
@@ -220,7 +229,7 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
               : mem_aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!scratch)
     return ATTND_ENOMEM;
-  nh = w ? exec_helpers_wanted(x, p, tasks) : 0;
+  nh = w ? exec_helpers_wanted(x, &job->req, tasks) : 0;
   if (nh > 0)
     rc = exec_split_run(x, p, job->req.out, weights, job->req.lse, tasks,
                         bytes, scratch, nh);
@@ -233,13 +242,20 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
     mem_free(scratch);
   if (rc != 0)
     return rc;
+  if (exec_stopped(job))
+    return ATTND_ECANCELED;
   if (job->req.diagnostics &&
-      attn_diagnostics(p, weights, job->req.allowed_keys, job->req.entropy,
-                       job->req.max_weight, job->req.jacobian_norm) != 0)
-    return ATTND_EINTERNAL;
+      (rc = attn_diagnostics(p, weights, job->req.allowed_keys,
+                             job->req.entropy, job->req.max_weight,
+                             job->req.jacobian_norm)) != 0)
+    return rc == ATTND_ECANCELED ? rc : ATTND_EINTERNAL;
+  if (exec_stopped(job))
+    return ATTND_ECANCELED;
   job->computed_ns = clock_now_ns();
   rc = exec_encode(job);
-  if (rc == 0 && job->finish && (rc = job->finish(job)) != 0) {
+  if (rc == 0 && job->finish)
+    rc = job->finish(job);
+  if (rc != 0) {  /* an answer encoded, then stopped or refused */
     mem_free(job->body);
     job->body = NULL;
     proto_parts_free(&job->parts);
@@ -262,12 +278,13 @@ static void exec_record_model(struct exec_ctx *x,
                        end_ns - job->computed_ns);
 }
 
-/* The error of a job stopped by its cancel word, counted. */
-static int exec_cancelled(struct exec_ctx *x, struct batcher_job *job) {
-  int late = atomic_load(&job->cancel) == BATCHER_LATE;
-  metrics_record_cancel(x->m, late ? METRICS_CANCEL_DEADLINE
-                                   : METRICS_CANCEL_DISCONNECT);
-  return late ? ATTND_ETIMEDOUT : ATTND_ECANCELED;
+int exec_cancelled(struct exec_ctx *x, struct batcher_job *job) {
+  int why = atomic_load(&job->cancel);
+  if (why == BATCHER_DRAIN)
+    return ATTND_EDRAINING;
+  metrics_record_cancel(x->m, why == BATCHER_LATE ? METRICS_CANCEL_DEADLINE
+                                                  : METRICS_CANCEL_DISCONNECT);
+  return why == BATCHER_LATE ? ATTND_ETIMEDOUT : ATTND_ECANCELED;
 }
 
 /* Runs a job taken from its queue by worker w, or by its submitter (w

@@ -60,6 +60,11 @@ struct exec_item {
 int exec_job(struct exec_ctx *x, struct batcher_job *job,
              struct pool_worker *w, int batch_size);
 
+/* The error of a job stopped by its cancel word (batcher.h), counted in
+ * the metrics: ATTND_ETIMEDOUT, ATTND_ECANCELED or, for the drain,
+ * ATTND_EDRAINING.  For whoever completes it, run or not. */
+int exec_cancelled(struct exec_ctx *x, struct batcher_job *job);
+
 /* Runs a helper item (kind EXEC_ITEM_HELPER) on worker w: claims tasks of
  * the split it belongs to until none are left.  After it returns the item
  * and its split may be gone. */

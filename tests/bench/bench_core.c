@@ -43,6 +43,15 @@
  *                                            forces attn_problem.gemm)
  *   attnd-bench mem L D [--threads N]        the memory figure
  *   attnd-bench variants                     the variant figures
+ *   attnd-bench precision                    the BF16 mode figures
+ *
+ *   {"kind":"precision", ...} (mode "precision") one shape, one thread,
+ *                             no weights: best CPU seconds per call in
+ *                             float32 and in BF16 mode, rounds that
+ *                             alternate the two, their ratio, the target
+ *                             ratio and the kernels that ran; and BF16
+ *                             mode on VDPBF16PS forced, where the CPU
+ *                             has it (0 where not)
  */
 #include <cblas.h>
 #include <pthread.h>
@@ -516,6 +525,70 @@ static int bench_variants(int quick) {
 }
 
 /* ------------------------------------------------------------------ */
+/* BF16 mode against float32: (B, H, L, D, target ratio with
+ * AVX512-BF16), one thread, no weights, rounds alternating the two. */
+
+typedef struct precision_case { int B, H, L, D; double target; } precision_case;
+
+static const precision_case precision_cases[] = {
+  {1, 16, 2048, 64, 1.5}, {1, 16, 2048, 128, 1.6}, {1, 8, 128, 64, 1.3},
+};
+
+static double precision_cpu(pool *pl, problem *pb, int rounds) {
+  double best = 1e30, cpu;
+  for (int r = 0; r < rounds; r++) {
+    (void)time_calls(pl, pb, NULL, 1, 0.0, &cpu);
+    best = cpu < best ? cpu : best;
+  }
+  return best;
+}
+
+static int bench_precision(int quick) {
+  uint64_t seed = 5;
+  int rounds = quick ? 2 : 8;
+  pool pl;
+  pool_init(&pl, 1);
+  for (size_t i = 0; i < sizeof precision_cases / sizeof precision_cases[0];
+       i++) {
+    const precision_case *c = &precision_cases[i];
+    shape s = {"precision", c->B, c->H, c->L, c->D, 0, 0, 1, 0.0};
+    problem pb;
+    double f32 = 1e30, b16 = 1e30, dp = 1e30;
+    int small = c->L <= 256;
+    problem_init(&pb, &s, 0, ATTN_GEMM_AUTO, &seed);
+    pb.p.valid_lens = NULL;
+    for (int r = 0; r < rounds; r++) {
+      double t;
+      pb.p.precision = ATTN_PRECISION_FP32;
+      t = precision_cpu(&pl, &pb, small ? 20 : 1);
+      f32 = t < f32 ? t : f32;
+      pb.p.precision = ATTN_PRECISION_BF16;
+      t = precision_cpu(&pl, &pb, small ? 20 : 1);
+      b16 = t < b16 ? t : b16;
+      if (!attn__use_avx512bf16()) continue;
+      pb.p.gemm = ATTN_GEMM_BF16; /* VDPBF16PS, wherever it runs */
+      t = precision_cpu(&pl, &pb, small ? 20 : 1);
+      dp = t < dp ? t : dp;
+      pb.p.gemm = ATTN_GEMM_AUTO;
+    }
+    printf("{\"kind\":\"precision\",\"B\":%d,\"H\":%d,\"Lq\":%d,"
+           "\"Lk\":%d,\"D\":%d,\"threads\":1,\"weights\":0,"
+           "\"fp32_cpu_sec\":%.9g,\"bf16_cpu_sec\":%.9g,\"ratio\":%.4g,"
+           "\"target\":%.2g,\"fp32_kernel\":\"%s\","
+           "\"bf16_kernel\":\"%s\",\"vdpbf16ps_cpu_sec\":%.9g,"
+           "\"vdpbf16ps_ratio\":%.4g}\n",
+           c->B, c->H, c->L, c->L, c->D, f32, b16, f32 / b16, c->target,
+           attn_kernel_name(ATTN_PRECISION_FP32),
+           attn_kernel_name(ATTN_PRECISION_BF16), dp < 1e30 ? dp : 0.0,
+           dp < 1e30 ? f32 / dp : 0.0);
+    fflush(stdout);
+    problem_free(&pb);
+  }
+  pool_free(&pl);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
 
 /* The shared machines this runs on are noisy: the best of many calls
  * over a second or more per figure finds the quiet moments. */
@@ -566,6 +639,8 @@ int main(int argc, char **argv) {
     return bench_mem(atoi(argv[2]), atoi(argv[3]), threads);
   if (argc >= 2 && !strcmp(argv[1], "variants"))
     return bench_variants(quick);
+  if (argc >= 2 && !strcmp(argv[1], "precision"))
+    return bench_precision(quick);
 
   ceiling cl;
   ceiling_init(&cl, &seed);

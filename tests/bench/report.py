@@ -166,6 +166,32 @@ def variant_lines(variants, out):
     return checks
 
 
+def precision_lines(rows, out):
+    """BF16 mode against float32, one thread, no weights: the ratio of
+    CPU seconds per call against its target, for what auto runs and for
+    VDPBF16PS forced where the CPU has it."""
+    checks = []
+    if not rows:
+        return checks
+    out.append("")
+    out.append("BF16 mode vs float32, no weights, one thread, best CPU seconds "
+               "per call (kernels: fp32 %s, bf16 %s):"
+               % (rows[0]["fp32_kernel"], rows[0]["bf16_kernel"]))
+    for r in rows:
+        ok = r["ratio"] >= r["target"]
+        checks.append(ok)
+        line = ("- (%d,%d,%d,%d,%d): float32 %.3f ms, bf16 %.3f ms, %.2fx "
+                "(target >= %.1fx: %s)" % (
+                    r["B"], r["H"], r["Lq"], r["Lk"], r["D"],
+                    r["fp32_cpu_sec"] * 1e3, r["bf16_cpu_sec"] * 1e3,
+                    r["ratio"], r["target"], mark(ok)))
+        if r.get("vdpbf16ps_cpu_sec"):
+            line += "; VDPBF16PS forced %.3f ms, %.2fx" % (
+                r["vdpbf16ps_cpu_sec"] * 1e3, r["vdpbf16ps_ratio"])
+        out.append(line)
+    return checks
+
+
 def client_table(rows, out):
     """attention() and infer(), binary and JSON, per problem; the ratios
     against infer() with binary tensors on the same problem."""
@@ -253,6 +279,7 @@ def main():
         checks += xl_lines(by_kind.get("core", []), by_kind.get("mem", []),
                            ceiling["workers"], out)
     checks += variant_lines(by_kind.get("variant", []), out)
+    checks += precision_lines(by_kind.get("precision", []), out)
     for r in by_kind.get("checks", []):
         out.append("cost estimate before running, %s (%d,%d,%d,%d,%d): %.0f ns a "
                    "request, %.3f %% of its %.1f us compute on one thread"
@@ -262,7 +289,7 @@ def main():
         out.append("")
         checks += client_table(by_kind["client"], out)
     known = {"env", "numpy_env", "ceiling", "gemm", "core", "numpy", "mem",
-             "variant", "checks", "client"}
+             "variant", "checks", "client", "precision"}
     for kind in sorted(set(by_kind) - known):
         out.append("(%d %s lines not tabulated)" % (len(by_kind[kind]), kind))
     out.append("")

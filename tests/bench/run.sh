@@ -46,6 +46,13 @@ core_variants() {
   build/attnd-bench variants > "$dir/variants.jsonl"
 }
 
+# BF16 mode against float32 on the three target shapes: one thread, no
+# weights, rounds alternating the two.
+core_precision() {
+  echo "bench: BF16 mode against float32, one thread..." >&2
+  build/attnd-bench precision > "$dir/precision.jsonl"
+}
+
 numpy_peer() {
   if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
     echo "bench: /usr/bin/python3 has no numpy (apt-get install" \
@@ -78,6 +85,7 @@ env_line > "$dir/env.jsonl"
 core_bench
 core_memory
 core_variants
+core_precision
 numpy_peer
 client_bench
 python3 tests/bench/report.py "$dir"/*.jsonl | tee "$dir/report.txt"

@@ -7,7 +7,11 @@ socket, and with its tensors in shared memory, or its deadline (the v2 "timeout"
 attnd's CPU time, read from /proc, must fall to idle within a second, the
 client that waited must get 504 for a deadline, the access log must say
 499 for a client that left, and attnd_cancelled_total must count each.  A
-request queued behind a busy worker whose client leaves is never computed.
+request queued behind a busy worker whose client leaves is never computed,
+and gives its queue place and budget back at once: a full queue whose
+clients left admits the next request.  The same holds for a request run
+on its HTTP thread (--inline-idle-us) and for one with diagnostics; the
+largest v2 timeout is a deadline like any other.
 The server keeps answering everyone else throughout.  (The request costs
 more than --max-request-gflop admits by default, which is the other way
 attnd bounds work: these servers run with the limit off.)
@@ -25,6 +29,7 @@ import time
 import unittest
 
 import harness
+from test_limits import read_answer
 from test_security import make_cert
 
 SLOW = 10 if harness.VALGRIND else 1
@@ -110,6 +115,8 @@ class Cases:
         leave()
         time.sleep(0.2 * SLOW)   # within about 100 ms on each worker
         idle = cpu_over(pid, 1.0 * SLOW)
+        print("%s: %.2f CPU-seconds in a second while computing, %.2f in the second "
+              "after the client left" % (type(self).__name__, busy, idle))
         self.assertLess(idle, max(0.05, min(0.25, busy / 2)) * SLOW,
                         "attnd used %.2f CPU-seconds in the second after, %.2f in one "
                         "while computing" % (idle, busy))
@@ -308,6 +315,138 @@ class QueuedCancelTest(harness.ServerTestCase):
             b.close()
         self.assertTrue(harness.wait_for(
             lambda: cancelled(self.srv, "disconnect") == before + 1, 10 * SLOW))
+
+
+def metric(srv, line):
+    """The value of the /metrics line that starts with `line `."""
+    status, _, body = srv.get("/metrics")
+    assert status == 200
+    m = re.search(r"^%s (\S+)$" % re.escape(line), body.decode(), re.M)
+    assert m, "no %s in /metrics" % line
+    return float(m.group(1))
+
+
+class InlineCancelTest(Cases, harness.ServerTestCase):
+    """A long request run on its HTTP thread (alone on the server, under
+    --inline-idle-us) is watched as a queued one is: its client leaving
+    stops it."""
+    server_args = ("--workers", "2", "--inline-us", "1", "--inline-idle-us", "1000000",
+                   "--max-request-gflop", "0", "--max-body-mb", "8")
+
+    def connect(self):
+        return socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
+
+    def assert_busy_then_idle(self, leave):
+        inline = 'attnd_inline_requests_total{reason="idle"}'
+        before = metric(self.srv, inline)
+        Cases.assert_busy_then_idle(self, leave)
+        self.assertTrue(harness.wait_for(lambda: metric(self.srv, inline) == before + 1,
+                                         10 * SLOW), "the request did not run inline")
+
+
+class DiagnosticsCancelTest(harness.ServerTestCase):
+    """A request with diagnostics (the weights path, then the diagnostics,
+    then the encoding) whose client leaves mid-compute stops.  Additive
+    scoring, a tanh per hidden unit per score, makes seconds of work of
+    weights that fit in memory."""
+    server_args = ("--workers", "2", "--inline-idle-us", "0", "--max-request-gflop", "0",
+                   "--max-body-mb", "16")
+
+    def test_a_client_that_leaves_a_diagnostics_request_stops_it(self):
+        # Many keys and few rows: a key block of the weights path is then
+        # 64 rows by 512 keys by Hd tanh, milliseconds even under the
+        # sanitizers, while the request is seconds of work.
+        Lq, Lk, D, Hd = (128 if harness.VALGRIND else 512), 65536, 8, 128
+
+        def tensor(name, shape, value):
+            n = 1
+            for x in shape:
+                n *= x
+            return name, shape, struct.pack("<%df" % n, *[value] * n)
+        ts = [tensor("query", [1, 1, Lq, D], 0.25), tensor("key", [1, 1, Lk, D], 0.25),
+              tensor("value", [1, 1, Lk, D], 0.25), tensor("w_q", [Hd, D], 0.01),
+              tensor("w_k", [Hd, D], 0.01), tensor("w_v", [Hd], 0.01)]
+        header = {"inputs": [{"name": n, "datatype": "FP32", "shape": shape,
+                              "parameters": {"binary_data_size": len(raw)}}
+                             for n, shape, raw in ts],
+                  "outputs": [{"name": n, "parameters": {"binary_data": True}}
+                              for n in ("output", "entropy", "jacobian_norm")]}
+        head = json.dumps(header).encode()
+        body = head + b"".join(raw for _, _, raw in ts)
+        request = ("POST /v2/models/additive_attention/infer HTTP/1.1\r\nHost: x\r\n"
+                   "Content-Type: application/octet-stream\r\n"
+                   "Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+                   % (len(head), len(body))).encode() + body
+        before = cancelled(self.srv, "disconnect")
+        s = socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
+        try:
+            s.sendall(request)
+            Cases.assert_stops(self, self.srv.proc.pid, s.close)
+        finally:
+            s.close()
+        self.assertTrue(harness.wait_for(
+            lambda: cancelled(self.srv, "disconnect") == before + 1, 10 * SLOW))
+        status, _, body = self.srv.request("POST", "/v1/attention", SMALL)
+        self.assertEqual(status, 200, body)
+
+
+class QueueGiveBackTest(harness.ServerTestCase):
+    """Queued requests whose clients leave give their queue places and
+    budget back at once, not when a worker would have taken them."""
+    server_args = ("--workers", "1", "--max-queue", "2", "--inline-idle-us", "0",
+                   "--max-request-gflop", "0", "--max-body-mb", "8")
+
+    def test_a_full_queue_whose_clients_left_admits_at_once(self):
+        pid = self.srv.proc.pid
+        before = cancelled(self.srv, "disconnect")
+        busy = socket.create_connection((self.srv.host, self.srv.port), timeout=120 * SLOW)
+        queued = [socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
+                  for _ in range(2)]
+        try:
+            # holds the one worker for about 10 s, longer than the waits below
+            busy.sendall(long_request(2 * N))
+            self.assertTrue(wait_busy(pid, timeout=20 * SLOW), "attnd is not computing")
+            for q in queued:
+                q.sendall(long_request())
+            self.assertTrue(harness.wait_for(
+                lambda: metric(self.srv, "attnd_queue_depth") == 2, 20 * SLOW),
+                "the two requests are not queued")
+            held = metric(self.srv, "attnd_inflight_bytes")
+            status, _, _ = self.srv.request("POST", "/v1/attention", SMALL)
+            self.assertEqual(status, 503, "the queue is not full")
+            for q in queued:
+                q.close()
+            self.assertTrue(harness.wait_for(
+                lambda: cancelled(self.srv, "disconnect") == before + 2, 5 * SLOW),
+                "the queued requests were not completed when their clients left")
+            print("queue: %d requests queued, %.1f MiB held; after their clients left: "
+                  "queue %d, %.1f MiB" % (2, held / 2**20, metric(self.srv, "attnd_queue_depth"),
+                                          metric(self.srv, "attnd_inflight_bytes") / 2**20))
+            self.assertEqual(metric(self.srv, "attnd_queue_depth"), 0)
+            self.assertLess(metric(self.srv, "attnd_inflight_bytes"), held * 0.5)
+            status, _, body = self.srv.request("POST", "/v1/attention", SMALL)
+            self.assertEqual(status, 200, body)
+        finally:
+            busy.close()
+            for q in queued:
+                q.close()
+
+
+class FarDeadlineTest(harness.ServerTestCase):
+    """A v2 timeout of 2^53 - 1 us, the largest, is a deadline the watcher
+    waits for without wrapping: the request completes normally."""
+    server_args = ("--workers", "1", "--inline-idle-us", "0", "--max-request-gflop", "0",
+                   "--max-body-mb", "8")
+
+    def test_the_largest_timeout_completes_normally(self):
+        s = socket.create_connection((self.srv.host, self.srv.port), timeout=120 * SLOW)
+        try:
+            s.sendall(long_request(N // 8, params={"timeout": 2**53 - 1}))
+            status, _, body = read_answer(s)
+            self.assertEqual(status, 200, body[:200])
+        finally:
+            s.close()
+        self.assertEqual(cancelled(self.srv, "deadline"), 0)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Runs the real build/attnd.  SIGTERM while requests are in flight must
 answer every started request (200, or 503 once draining) and exit 0,
-also under keep-alive load; readiness turns 503 at once; a second signal
+also under keep-alive load, and cancel with 503 what outlasts --drain-s;
+readiness turns 503 at once; a second signal
 exits at once; bad
 configuration exits 2 with a message naming the flag or variable.
 """
@@ -13,6 +14,7 @@ import random
 import re
 import http.client
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -222,6 +224,40 @@ class DrainTest(unittest.TestCase):
         self.assertEqual(len(results), n)
         self.assertTrue(all(r in (200, 503) for r in results), results)
         self.assertIn(200, results)
+
+    def test_work_that_outlasts_the_drain_is_cancelled_with_503_and_exit_0(self):
+        # One worker: one long request computing, one queued behind it,
+        # each seconds of work; --drain-s 1 cannot wait for them.  Both
+        # are answered 503 naming the drain, and attnd exits 0 promptly.
+        from test_cancel import N, long_request, wait_busy
+        from test_limits import read_answer
+        srv = harness.Attnd(["--workers", "1", "--inline-idle-us", "0",
+                             "--max-request-gflop", "0", "--max-body-mb", "8",
+                             "--drain-delay-ms", "0", "--drain-s", "1"])
+        socks = []
+        try:
+            for _ in range(2):   # the second once the first computes, not batched with it
+                s = socket.create_connection((srv.host, srv.port), timeout=60 * SLOW)
+                s.sendall(long_request(2 * N))   # about 10 s of work each
+                socks.append(s)
+                self.assertTrue(wait_busy(srv.proc.pid, timeout=20 * SLOW))
+            self.assertTrue(wait_for(lambda: metric(srv, "attnd_queue_depth") == 1, 20 * SLOW))
+            t0 = time.time()
+            srv.proc.send_signal(signal.SIGTERM)
+            answers = [read_answer(s) for s in socks]
+            code = srv.proc.wait(60 * SLOW)
+            took = time.time() - t0
+        finally:
+            for s in socks:
+                s.close()
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+        print("drain: --drain-s 1, attnd exited %d after %.2f s" % (code, took))
+        for status, _, body in answers:
+            self.assertEqual(status, 503, body)
+            self.assertIn(b"--drain-s", body)
+        self.assertEqual(code, 0, "".join(srv.log[-10:]))
+        self.assertLess(took, 10 * SLOW)
 
     def test_readiness_503_at_once_while_work_is_still_served(self):
         with harness.Attnd(["--drain-delay-ms", "3000" if not VALGRIND else "15000"]) as srv:

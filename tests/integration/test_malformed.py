@@ -104,7 +104,8 @@ def cases():
         "unknown field 'querry' (did you mean 'query'? fields: query, key, "
         "value, valid_lens, mask, bias, causal, scale, return_weights, id, "
         "scoring, w_q, w_k, w_v, dropout, window, diagnostics, sinks, softcap, "
-        "alibi_slopes, cu_seqlens_q, cu_seqlens_k, return_lse, window_align)")
+        "alibi_slopes, cu_seqlens_q, cu_seqlens_k, return_lse, window_align, "
+        "precision)")
     add("misspelt causal", with_(casual=True),
         "unknown field 'casual' (did you mean 'causal'?")
     add("unknown field nothing near", with_(temperature=0.5),

@@ -636,7 +636,7 @@ class ErrorTest(V2Case):
         self.assertEqual(msg, "parameters.causl: unknown parameter (did you mean "
                          "'causal'? request parameters: causal, scale, dropout_p, "
                          "seed, window_left, window_right, timeout, binary_data_output, "
-                         "softcap, window_align)")
+                         "softcap, window_align, precision)")
         self.infer_error(self.qkv(), 400, "parameters.temperature: unknown parameter "
                          "(request parameters: causal,", parameters={"temperature": 0.7})
         inputs = self.qkv()

@@ -1702,7 +1702,7 @@ START_TEST(test_gemm_override_is_checked_and_picked) {
   ck_assert_int_eq(attn__gemm_pick(&c.p), native);
   attn__scratch_layout(&c.p, 1, &lay);
   ck_assert_int_eq(lay.gemm, native);
-  for (int bad = -1; bad <= 3; bad += 4) {
+  for (int bad = -1; bad <= 4; bad += 5) { /* 3 is ATTN_GEMM_BF16 */
     c.p.gemm = bad;
     ck_assert_int_eq(attn_check(&c.p), ATTND_EINVAL);
     ck_assert_uint_eq(attn_scratch_bytes(&c.p, 0), 0);
@@ -1908,6 +1908,53 @@ START_TEST(test_stop_set_by_another_thread_ends_one_long_task) {
 }
 END_TEST
 
+/* The weights path stops within one key block, counted rather than
+ * timed: the stop flag is the first score of the chunk's scratch, 0
+ * until the first key block's product writes it, and the rest of the
+ * scores hold a marker.  The run must return ATTND_ECANCELED with the
+ * scores of every later key block, and every weight, untouched: one key
+ * block's product done, none after it.  Dot and additive scoring. */
+START_TEST(test_the_weights_path_stops_within_one_key_block) {
+  static const shape sh = {1, 1, 1, 64, 4 * ATTN__KBLOCK, 8, 4};
+  const uint32_t mark = 0x7fc0beefu;  /* a NaN no product writes */
+  for (int add = 0; add < 2; add++) {
+    tcase c;
+    attn__scratch lay;
+    size_t nw = (size_t)sh.Lq * sh.Lk, bytes, untouched = 0, blocks = 0;
+    float *o = calloc((size_t)sh.Lq * sh.Dv, sizeof *o);
+    uint32_t *w = malloc(nw * sizeof *w), *sc;
+    char *scratch;
+    make_case(&c, &sh, add ? K_ADD : 0, 23);
+    attn__scratch_layout(&c.p, 1, &lay);
+    ck_assert_int_eq(lay.wrows, sh.Lq);  /* one chunk of every row */
+    bytes = attn_scratch_bytes(&c.p, 1);
+    scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(scratch);
+    sc = (uint32_t *)(scratch + lay.scores);
+    for (size_t i = 0; i < nw; i++) sc[i] = w[i] = mark;
+    sc[0] = 0;
+    c.p.stop = (const _Atomic int *)(const void *)sc;
+    ck_assert_int_eq(attn_run_tasks_lse(&c.p, 0, attn_task_count(&c.p, 1), o,
+                                        (float *)w, NULL, scratch),
+                     ATTND_ECANCELED);
+    for (size_t i = 0; i < nw; i++) untouched += w[i] == mark;
+    ck_assert_uint_eq(untouched, nw);
+    /* key blocks with any score written, over all rows */
+    for (int j0 = 0; j0 < sh.Lk; j0 += ATTN__KBLOCK) {
+      size_t written = 0;
+      for (int r = 0; r < sh.Lq; r++)
+        for (int j = j0; j < j0 + ATTN__KBLOCK; j++)
+          written += sc[(size_t)r * sh.Lk + j] != mark;
+      blocks += written > 0;
+    }
+    ck_assert_msg(blocks == 1, "%zu of %d key blocks scored after the stop",
+                  blocks, sh.Lk / ATTN__KBLOCK);
+    free(scratch); free(o); free(w);
+    free_case(&c);
+  }
+}
+END_TEST
+
 /* attn_cost_flops: the products at 2 flops per multiply-add, a charge
  * per score so that D = 1 is not free, and nothing for what causal and
  * window let the core skip. */
@@ -2047,6 +2094,7 @@ static Suite *core_suite(void) {
   tcase_add_test(api, test_weight_rows_are_written_exactly);
   tcase_add_test(api, test_a_set_stop_flag_cancels_the_run);
   tcase_add_test(api, test_stop_set_by_another_thread_ends_one_long_task);
+  tcase_add_test(api, test_the_weights_path_stops_within_one_key_block);
   tcase_add_test(edge, test_weights_path_row_chunks_match_reference);
   tcase_add_test(edge, test_streamed_weights_match_reference);
   suite_add_tcase(s, api);

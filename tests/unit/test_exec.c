@@ -25,7 +25,7 @@ static void decode(struct batcher_job *job, const char *json) {
   char err[PROTO_ERR_MAX];
   memset(job, 0, sizeof *job);
   ck_assert_int_eq(proto_v1_decode(json, strlen(json), &job->req, 0, err), 0);
-  job->cost = job->req.in_bytes + job->req.out_bytes;
+  job->hold_bytes = job->req.in_bytes + job->req.out_bytes;
   job->enqueued_ns = clock_now_ns();
 }
 

@@ -493,7 +493,7 @@ START_TEST(unknown_field_suggests_the_nearest_and_lists_the_fields) {
       "value, valid_lens, mask, bias, causal, scale, return_weights, id, "
       "scoring, w_q, w_k, w_v, dropout, window, diagnostics, sinks, "
       "softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, return_lse, "
-      "window_align)");
+      "window_align, precision)");
   BAD("{" QKV3 ",\"vaild_lens\":[1,1]}", "did you mean 'valid_lens'?");
   BAD("{" QKV3 ",\"Query\":1}", "did you mean 'query'?");
   BAD("{" QKV3 ",\"causl\":true}", "unknown field 'causl' (did you mean "
@@ -1087,7 +1087,8 @@ START_TEST(field_names_in_messages_are_sanitised) {
 #define FIELDS "(fields: query, key, value, valid_lens, mask, bias, causal, " \
                "scale, return_weights, id, scoring, w_q, w_k, w_v, dropout, " \
                "window, diagnostics, sinks, softcap, alibi_slopes, " \
-               "cu_seqlens_q, cu_seqlens_k, return_lse, window_align)"
+               "cu_seqlens_q, cu_seqlens_k, return_lse, window_align, "      \
+               "precision)"
   ck_assert_str_eq(err, "unknown field 'bad?\"name' " FIELDS);
   ck_assert_int_eq(proto_error_body(err, &body, &len), 0);
   ck_assert_str_eq(body,

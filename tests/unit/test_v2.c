@@ -516,7 +516,8 @@ START_TEST(unknown_names_are_refused_with_the_nearest_known_one) {
     {"{\"parameters\":{\"causl\":true}," QKV "}",
      "parameters.causl: unknown parameter (did you mean 'causal'? request "
      "parameters: causal, scale, dropout_p, seed, window_left, "
-     "window_right, timeout, binary_data_output, softcap, window_align)"},
+     "window_right, timeout, binary_data_output, softcap, window_align, "
+     "precision)"},
     {"{\"parameters\":{\"windowleft\":1}," QKV "}",
      "parameters.windowleft: unknown parameter (did you mean "
      "'window_left'?"},
@@ -1045,6 +1046,71 @@ START_TEST(received_body_lends_fp32_inputs_in_place) {
       ck_assert_int_eq(mem_live(), live);
     }
   }
+  free(b.bytes);
+}
+END_TEST
+
+static uint16_t bf16_bits_of(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return (uint16_t)(u >> 16);
+}
+
+/* precision "bf16" with query, key and value sent as BF16: the core gets
+ * their BF16 bits as sent (in the received body itself, or one BF16 copy
+ * when the body is copied), no float32 copy; the same answer either way,
+ * and the same as float32 inputs of the same values in BF16 mode. */
+START_TEST(bf16_inputs_in_bf16_mode_are_used_as_sent) {
+  static uint16_t q16[RB_Q], k16[RB_K], v16[RB_V];
+  rbody b;
+  rb_start(&b);
+  b.jlen = (size_t)snprintf(b.json, sizeof b.json,
+                            "{\"parameters\":{\"precision\":\"bf16\"},"
+                            "\"inputs\":[");
+  rb_floats(rb_q, RB_Q, 1);
+  rb_floats(rb_k, RB_K, 2);
+  rb_floats(rb_v, RB_V, 3);
+  for (int i = 0; i < RB_Q; i++) q16[i] = bf16_bits_of(rb_q[i]);
+  for (int i = 0; i < RB_K; i++) k16[i] = bf16_bits_of(rb_k[i]);
+  for (int i = 0; i < RB_V; i++) v16[i] = bf16_bits_of(rb_v[i]);
+  rb_input(&b, "query", "BF16", "[1,2,5,8]", q16, sizeof q16);
+  rb_input(&b, "key", "BF16", "[1,2,7,8]", k16, sizeof k16);
+  rb_input(&b, "value", "BF16", "[1,2,7,3]", v16, sizeof v16);
+  rb_finish(&b);
+  proto_body pb;
+  proto_request r, c;
+  char err[PROTO_ERR_MAX];
+  rb_receive(&pb, &b, b.len, b.hlen, 100);
+  const char *p = pb.p;
+  ck_assert_msg(proto_v2_decode_body(&pb, b.hlen, PROTO_MODEL_ATTENTION, &r,
+                                     0, err) == 0, "%s", err);
+  ck_assert_int_eq(r.prob.precision, ATTN_PRECISION_BF16);
+  ck_assert_int_eq(r.prob.dtype, ATTN_DTYPE_BF16);
+  ck_assert_ptr_null(r.prob.q);
+  ck_assert_ptr_eq(r.prob.q16, (const uint16_t *)(p + b.jlen));
+  ck_assert_ptr_eq(r.prob.v16, (const uint16_t *)(p + b.jlen + sizeof q16 +
+                                                  sizeof k16));
+  ck_assert_uint_eq(r.in_bytes, sizeof q16 + sizeof k16 + sizeof v16);
+  ck_assert_int_eq(proto_v2_decode(b.bytes, b.len, b.hlen,
+                                   PROTO_MODEL_ATTENTION, &c, 0, err), 0);
+  ck_assert_int_eq(c.prob.dtype, ATTN_DTYPE_BF16);
+  ck_assert(!rb_inside(c.prob.k16, b.bytes, b.len));
+  ck_assert(!memcmp(c.prob.k16, k16, sizeof k16));
+  size_t no = 2 * 5 * 3, nw = 2 * 5 * 7;
+  ck_assert_int_eq(attn_forward(&r.prob, r.out, r.weights), 0);
+  ck_assert_int_eq(attn_forward(&c.prob, c.out, c.weights), 0);
+  ck_assert(!memcmp(r.out, c.out, no * 4));
+  ck_assert(!memcmp(r.weights, c.weights, nw * 4));
+  /* float32 inputs of the same values (rb_floats' are BF16 values) */
+  attn_problem f = c.prob;
+  float out[2 * 5 * 3], w[2 * 5 * 7];
+  f.dtype = ATTN_DTYPE_F32;
+  f.q = rb_q; f.k = rb_k; f.v = rb_v;
+  ck_assert_int_eq(attn_forward(&f, out, w), 0);
+  ck_assert(!memcmp(out, c.out, sizeof out) && !memcmp(w, c.weights, sizeof w));
+  proto_request_free(&r);
+  proto_request_free(&c);
+  proto_body_free(&pb);
   free(b.bytes);
 }
 END_TEST
@@ -1654,7 +1720,8 @@ static Suite *v2_suite(void) {
                 mutated_bodies_are_refused_cleanly}},
     {"received", {received_body_lends_fp32_inputs_in_place,
                   received_body_reports_a_bad_value_like_the_copy,
-                  received_body_copies_what_it_cannot_lend}},
+                  received_body_copies_what_it_cannot_lend,
+                  bf16_inputs_in_bf16_mode_are_used_as_sent}},
     {"models", {models_and_metadata, model_renamed}},
     {"diagnostics", {window_parameters_decode,
                      diagnostics_outputs_decode_and_encode,

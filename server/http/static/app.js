@@ -212,6 +212,7 @@
     if ($('window_align').value === 'lower_right') req.window_align = 'lower_right';
     const sinks = readNumbers('sinks', 'sinks');
     if (sinks !== undefined) req.sinks = sinks;
+    if ($('precision').value === 'bf16') req.precision = 'bf16';
     const capText = $('softcap').value.trim();
     if (capText !== '') {
       const c = Number(capText);
@@ -310,6 +311,7 @@
     $('window_align').value = o.align || 'upper_left';
     $('sinks').value = o.sinks || '';
     $('softcap').value = o.softcap === undefined ? '' : o.softcap;
+    $('precision').value = o.precision || 'fp32';
     $('alibi_slopes').value = o.alibi || '';
     $('cu_seqlens_q').value = o.cuq || '';
     $('cu_seqlens_k').value = o.cuk || '';

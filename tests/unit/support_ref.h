@@ -1,0 +1,59 @@
+/* support_ref.h - random attention problems of every variant and a
+ * naive float64 reference of attn.h's formulas, shared by the core's
+ * reference suites (test_core_variants.c, test_core_bf16.c).
+ *
+ * The reference is independent of core/: loops over (b, h, i, j) in
+ * double, its own reading of which keys a query sees (packed sequences in
+ * local coordinates), its own softmax with the sink term.  make_case
+ * builds a problem of the kinds asked for (K_*) with float32 tensors the
+ * case owns (free_case frees them).
+ */
+#ifndef ATTND_TESTS_SUPPORT_REF_H
+#define ATTND_TESTS_SUPPORT_REF_H
+
+#include <stdint.h>
+
+#include "core/attn.h"
+
+typedef struct rng { uint64_t s; } rng;
+
+enum {
+  K_VL1 = 1 << 0, K_VL2 = 1 << 1, K_MASK = 1 << 2, K_UL = 1 << 3,
+  K_LR = 1 << 4, K_WIN = 1 << 5, K_BIAS = 1 << 6, K_DROP = 1 << 7,
+  K_ADD = 1 << 8,
+  K_SINK = 1 << 9, K_CAP = 1 << 10, K_ALIBI = 1 << 11, K_ALIBI2 = 1 << 12,
+  K_PACK = 1 << 13, K_WINLR = 1 << 14
+};
+#define K_NEW (K_SINK | K_CAP | K_ALIBI)
+
+typedef struct shape { int B, H, Hkv, Lq, Lk, D, Dv; } shape;
+
+typedef struct tcase {
+  attn_problem p;
+  float *q, *k, *v, *bias, *wq, *wk, *wv, *sinks, *slopes;
+  uint8_t *mask;
+  int32_t *vl, *cuq, *cuk;
+} tcase;
+
+/* The query's sequence: offsets and lengths (the whole problem unpacked). */
+typedef struct seq { int qo, ko, lq, lk; } seq;
+
+uint64_t rng_next(rng *r);
+double rng_unit(rng *r);
+float rng_sym(rng *r, float a);
+int rng_int(rng *r, int n);
+float *rand_floats(rng *r, size_t n, float a);
+size_t rand_strides(rng *r, const shape *s, int64_t st[4]);
+int32_t *rand_cu(rng *r, int n, int len);
+void make_new_kinds(tcase *c, const shape *s, int kinds, rng *r);
+void make_case(tcase *c, const shape *s0, int kinds, uint64_t seed);
+void free_case(tcase *c);
+seq ref_seq(const attn_problem *p, int i);
+int ref_allowed(const attn_problem *p, int b, int h, int i, int j);
+double ref_score(const attn_problem *p, int b, int h, int i, int j);
+uint64_t ref_mix(uint64_t x);
+int ref_keep(const attn_problem *p, int b, int h, int i, int j);
+int ref_row(const attn_problem *p, int b, int h, int i, double *w,
+            double *o, double *lse);
+
+#endif
