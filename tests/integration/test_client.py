@@ -1731,6 +1731,10 @@ class RenamedModelTest(Case):
                 if e.status == 400 and "precision" in e.message:
                     self.skipTest("server has no precision parameter")
                 raise
+            same = self.c.attention(req["query"], req["key"], req["value"], binary=binary)
+            r32 = self.c.attention(req["query"], req["key"], req["value"], precision="fp32",
+                                   binary=binary)
+            self.assertEqual(r32["output"].tolist(), same["output"].tolist())
             want = attention(req)
             for n, (a, b) in enumerate(zip(r["output"].reshape(-1).tolist(),
                                            flatten(want[0]))):
