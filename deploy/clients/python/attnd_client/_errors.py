@@ -11,7 +11,8 @@ class AttndError(Exception):
 
     Attributes:
         status: the HTTP status attnd answered (400, 401, 404, 413, 503, ...);
-            None when no answer arrived (AttndConnectionError).
+            None when no answer arrived (AttndConnectionError) or nothing was
+            sent (AttndInputError).
         message: attnd's own text, the "error" member of its JSON error body
             (or the start of the body when it is not JSON), or what went wrong
             on the client's side.
