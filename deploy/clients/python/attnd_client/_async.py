@@ -27,8 +27,8 @@ import functools
 import socket
 import ssl
 import time
-from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar,
-                    Union)
+from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 from ._base import (DEFAULT_RETRIES, AttentionResult, ClientBase, TensorLike, _Call,
                     tensor_bytes)
@@ -64,8 +64,7 @@ class _Dechunker:
     _SIZE, _DATA, _TRAILER = range(3)
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._pos = 0
+        self._buf = bytearray()  # from the first byte not yet decoded
         self._state = self._SIZE
         self._size = 0
         self._out: List[bytes] = []
@@ -75,7 +74,7 @@ class _Dechunker:
         None.  ValueError for a chunk size that is not hexadecimal."""
         buf = self._buf
         buf += data
-        pos = self._pos
+        pos = 0
         while True:
             if self._state == self._DATA:
                 if len(buf) < pos + self._size + 2:
@@ -95,7 +94,6 @@ class _Dechunker:
                 self._size = int(line.split(b";")[0], 16)
                 self._state = self._DATA if self._size else self._TRAILER
         del buf[:pos]
-        self._pos = 0
         return None
 
 

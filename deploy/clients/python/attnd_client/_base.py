@@ -296,7 +296,8 @@ class ClientBase(Generic[R]):
         return path
 
     def _raw_call(self, method: str, path: str, body: Optional[bytes],
-                  headers: Optional[Mapping[str, str]]) -> "_Call[Tuple[int, Mapping[str, str], bytes]]":
+                  headers: Optional[Mapping[str, str]]
+                  ) -> "_Call[Tuple[int, Mapping[str, str], bytes]]":
         def parse(status: int, hdrs: Mapping[str, str],
                   data: bytes) -> Tuple[Tuple[int, Mapping[str, str], bytes], None]:
             return (status, hdrs, data), None

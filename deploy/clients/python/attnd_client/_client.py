@@ -126,7 +126,8 @@ class AttndClient(ClientBase[AttentionResult]):
             time.sleep(wait)
 
     def request(self, method: str, path: str, body: Optional[bytes] = None,
-                headers: Optional[Mapping[str, str]] = None) -> Tuple[int, Mapping[str, str], bytes]:
+                headers: Optional[Mapping[str, str]] = None
+                ) -> Tuple[int, Mapping[str, str], bytes]:
         """One HTTP request to path (after the url's prefix), any status, not
         retried.  Returns (status, headers (lookups ignore case), body
         decompressed).  Raises AttndConnectionError when no answer comes."""
