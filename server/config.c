@@ -299,15 +299,20 @@ static int config_defaults_and_env(struct config *cfg, FILE *err) {
   return 0;
 }
 
-/* Help columns: option names from column 2, their text from column 25
- * (or after a longer name), wrapped at CONFIG_HELP_WIDTH. */
+/* Help columns: option names from column 2, their text from column 25,
+ * wrapped at CONFIG_HELP_WIDTH.  A name too long to leave two spaces
+ * before column 25 has its text start on the next line. */
 #define CONFIG_HELP_WIDTH 100
 #define CONFIG_HELP_NAME 22
 
 /* Writes one option: its name, then text wrapped at word boundaries. */
 static void config_usage_item(FILE *out, const char *name, const char *text) {
-  int col = fprintf(out, "  %-*s", CONFIG_HELP_NAME, name);
-  int indent = col + 1;
+  int col;
+  int indent = CONFIG_HELP_NAME + 3;
+  if (strlen(name) > CONFIG_HELP_NAME - 1)
+    fprintf(out, "  %s\n", name);
+  col = fprintf(out, "  %-*s", CONFIG_HELP_NAME,
+                strlen(name) > CONFIG_HELP_NAME - 1 ? "" : name);
   while (*text) {
     size_t word = strcspn(text, " ");
     if (col + 1 + (int)word > CONFIG_HELP_WIDTH && col > indent) {

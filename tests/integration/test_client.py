@@ -30,6 +30,7 @@ exact rational rounding.  Shared memory: test_client_shm.py.
 import asyncio
 import atexit
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -355,7 +356,9 @@ class Case(harness.ServerTestCase):
         """The message of the AttndInputError fn raises."""
         with self.assertRaises(AttndInputError) as cm:
             fn(*args, **kw)
-        self.assertEqual(cm.exception.status, 400)
+        # refused before sending: no HTTP status, no try, no "HTTP 400"
+        self.assertEqual((cm.exception.status, cm.exception.tries), (None, 0))
+        self.assertNotIn("HTTP", str(cm.exception))
         self.assertIsInstance(cm.exception, ValueError)
         return cm.exception.message
 
@@ -779,19 +782,26 @@ class HealthTest(Case):
                 proxy.close()
             self.assertEqual(srv.stop(), 0)
 
-    def test_request_sent_on_a_connection_closed_under_it_is_sent_again(self):
+    def test_request_sent_on_a_connection_closed_under_it_is_not_resent(self):
+        """A POST on a reused connection that attnd's proxy drops is not sent
+        again by the transport; the retry policy sends inference again,
+        counted in tries."""
         proxy = Proxy(self.srv.port)
         try:
-            c = self.client(proxy.url, retries=0)  # the transport's own resend alone
             req = rand_request(27, B=1, Lq=2, Lk=3)
-            self.check(c.infer("attention", req), {n: rounded(t, "FP32") for n, t in req.items()})
+            want = {n: rounded(t, "FP32") for n, t in req.items()}
+            c = self.client(proxy.url, retries=0)
+            self.check(c.infer("attention", req), want)
             proxy.drop_next = True
-            self.check(c.infer("attention", req), {n: rounded(t, "FP32") for n, t in req.items()})
-            self.assertEqual(proxy.accepted, 2)
-            # once only: a new connection that fails is an error
-            proxy.drop_all = True
-            with self.assertRaises(AttndConnectionError):
+            with self.assertRaises(AttndConnectionError) as cm:
                 c.infer("attention", req)
+            self.assertEqual(cm.exception.tries, 1)
+            self.assertEqual(proxy.accepted, 1)
+            c.close()
+            c = self.client(proxy.url, retries=1)
+            self.check(c.infer("attention", req), want)
+            proxy.drop_next = True
+            self.check(c.infer("attention", req), want)
             self.assertEqual(proxy.accepted, 3)
             c.close()
         finally:
@@ -1069,6 +1079,9 @@ class AttentionOverV2Test(Case):
             req = rand_request(61, B=2, H=2, Lq=3, Lk=5, D=4, Dv=3)
             arrays = {n: np.asarray(t, np.float32) for n, t in req.items()}
             lens = [[5, 1, 0], [3, 5, 2]]
+            # the first call learns the served name
+            c.attention([[[1.0]]], [[[1.0]]], [[[1.0]]])
+            self.assertTrue(bytes(proxy.sent).startswith(b"GET /v2/models/stats HTTP/1.1\r\n"))
             for q in (arrays["query"], req["query"]):
                 del proxy.sent[:]
                 res = c.attention(q, arrays["key"], arrays["value"], valid_lens=lens,
@@ -1133,9 +1146,16 @@ class AttentionOverV2Test(Case):
             want = self.server_error("/v1/attention", dict({"query": q, "key": k, "value": v},
                                                            **opts))
             with self.assertRaises(AttndError) as cm:
-                self.c.attention(np.asarray(q, np.float32), k, v, **opts)
+                self.c.attention(np.asarray(q, np.float32), k, v, binary=False, **opts)
             self.assertEqual(cm.exception.status, 400)
             self.assertEqual(cm.exception.message, want, opts)
+            with self.assertRaises(AttndError) as cm:
+                self.c.attention(np.asarray(q, np.float32), k, v, **opts)
+            self.assertEqual(cm.exception.status, 400)
+            # over v2 attnd's own text, naming the option (v2 or /v1 words)
+            self.assertEqual(json.loads(cm.exception.body)["error"], cm.exception.message)
+            self.assertTrue(cm.exception.message.startswith("parameters.") or
+                            any(n in cm.exception.message for n in opts), cm.exception.message)
 
 
 class VariantsTest(Case):
@@ -1263,7 +1283,10 @@ class VariantsTest(Case):
                         self.c.attention(np.asarray(q, np.float32), k, v, binary=binary,
                                          **opts)
                     self.assertEqual(cm.exception.status, 400)
-                    self.assertEqual(cm.exception.message, want)
+                    if not binary:
+                        self.assertEqual(cm.exception.message, want)
+                    self.assertEqual(json.loads(cm.exception.body)["error"],
+                                     cm.exception.message)
                     self.assertIn(field, cm.exception.message)
 
     def test_infer_decodes_lse_with_minus_inf_binary_and_json(self):
@@ -1469,13 +1492,14 @@ class Synced:
 
     def __getattr__(self, name):
         attr = getattr(self.ac, name)
-        if not asyncio.iscoroutinefunction(attr):
+        if name.startswith("_") or not callable(attr):
             return attr
 
         def call(*args, **kw):
             async def run():
                 try:
-                    return await attr(*args, **kw)
+                    r = attr(*args, **kw)  # attention() returns an awaitable
+                    return await r if inspect.isawaitable(r) else r
                 finally:
                     self.last_response = self.ac.last_response
                     self.last_headers = self.ac.last_headers
@@ -1587,7 +1611,7 @@ class AsyncHealthTest(OnAsyncio, HealthTest):
         q = np.ones((1, 4, 256, 64), np.float32)
 
         async def main():
-            task = asyncio.ensure_future(ac.attention(q, q, q))
+            task = asyncio.ensure_future(ac.attention(q, q, q, model="attention"))
             while got["bytes"] < 3 * q.nbytes:  # the whole request is in
                 await asyncio.sleep(0.01)
             task.cancel()
@@ -1660,6 +1684,237 @@ class AsyncRetryTest(OnAsyncio, RetryTest):
 
 class AsyncVariantsTest(OnAsyncio, VariantsTest):
     pass
+
+
+# ---- the served model name, deadlines, precision ----------------------------------
+
+class RenamedModelTest(Case):
+    """attnd --model-name sdpa: attention() learns the dot-product model's
+    name once and sends there, binary and JSON alike."""
+
+    server_args = ("--workers", "1", "--model-name", "sdpa")
+
+    def test_attention_follows_the_served_name(self):
+        req = rand_request(451, B=1, Lq=3, Lk=4)
+        for binary in (True, False):
+            c = self.client(self.url)
+            self.check(c.attention(req["query"], req["key"], req["value"], binary=binary),
+                       req)
+            if binary:
+                self.assertEqual(c.last_response["model_name"], "sdpa")
+                self.check(c.attention(req["query"], req["key"], req["value"]), req)
+            c.close()
+        with self.assertRaises(AttndError) as cm:
+            self.c.attention(req["query"], req["key"], req["value"], model="attention")
+        self.assertEqual(cm.exception.status, 404)
+        self.check(self.c.attention(req["query"], req["key"], req["value"], model="sdpa"), req)
+
+    def test_timeout_us_is_the_v2_deadline(self):
+        req = rand_request(452, B=1, Lq=3, Lk=4)
+        self.check(self.c.attention(req["query"], req["key"], req["value"],
+                                    timeout_us=60 * 10**6), req)
+        with self.assertRaises(AttndError) as cm:
+            self.c.attention(req["query"], req["key"], req["value"], timeout_us=1)
+        self.assertEqual(cm.exception.status, 504)
+        with self.assertRaises(ValueError) as cm:
+            self.c.attention(req["query"], req["key"], req["value"], timeout_us=1,
+                             binary=False)
+        self.assertIn("timeout_us", str(cm.exception))
+
+    def test_precision_reaches_the_server(self):
+        req = rand_request(453, B=1, Lq=3, Lk=4)
+        for binary in (True, False):
+            try:
+                r = self.c.attention(req["query"], req["key"], req["value"],
+                                     precision="bf16", binary=binary)
+            except AttndError as e:
+                if e.status == 400 and "precision" in e.message:
+                    self.skipTest("server has no precision parameter")
+                raise
+            same = self.c.attention(req["query"], req["key"], req["value"], binary=binary)
+            r32 = self.c.attention(req["query"], req["key"], req["value"], precision="fp32",
+                                   binary=binary)
+            self.assertEqual(r32["output"].tolist(), same["output"].tolist())
+            want = attention(req)
+            for n, (a, b) in enumerate(zip(r["output"].reshape(-1).tolist(),
+                                           flatten(want[0]))):
+                self.assertLessEqual(abs(a - b), 3e-2 + 3e-2 * abs(b), "output[%d]" % n)
+
+    def test_headers_case_insensitive(self):
+        self.c.attention([[[1.0]]], [[[1.0]]], [[[2.0]]])
+        h = self.c.last_headers
+        self.assertEqual(h["Content-Type"], h["content-type"])
+        self.assertEqual(h.get("CONTENT-TYPE"), h["content-type"])
+        self.assertIn("Content-Type", h)
+        self.assertIsNone(h.get("X-Not-There"))
+
+
+class AsyncRenamedModelTest(OnAsyncio, RenamedModelTest):
+    pass
+
+
+class RequestTest(unittest.TestCase):
+    """The request attention() builds, without a server."""
+
+    def built(self, cls, **kw):
+        class Client(cls):
+            def _attention(self, o):
+                return self._attention_call(o)
+        call = Client("127.0.0.1:9").attention([[[1.0, 0.0]]], [[[1.0, 1.0]]], [[[2.0]]],
+                                               model="m", **kw)
+        if call.path.endswith("/infer"):
+            n = int(call.headers["Inference-Header-Content-Length"])
+            return call.path, json.loads(call.body[:n])
+        return call.path, json.loads(call.body)
+
+    def test_precision_and_timeout_on_the_wire(self):
+        for cls in (AttndClient, attnd_client.AsyncAttndClient):
+            path, head = self.built(cls, precision="bf16", timeout_us=5000)
+            self.assertEqual(path, "/v2/models/m/infer")
+            self.assertEqual(head["parameters"], {"precision": "bf16", "timeout": 5000})
+            path, body = self.built(cls, precision="fp32", binary=False)
+            self.assertEqual(path, "/v1/attention")
+            self.assertEqual(body["precision"], "fp32")
+            path, head = self.built(cls)
+            self.assertNotIn("parameters", head)
+
+    def test_one_signature_and_docstring(self):
+        a, s = AttndClient.attention, attnd_client.AsyncAttndClient.attention
+        self.assertIs(a, s)
+        params = inspect.signature(a).parameters
+        for n in ("model", "timeout_us", "precision", "window_align"):
+            self.assertEqual(params[n].kind, inspect.Parameter.KEYWORD_ONLY)
+        with self.assertRaises(TypeError):
+            AttndClient("127.0.0.1:9").attention([[[1.0]]], [[[1.0]]], [[[1.0]]], None)
+
+    def test_module_help(self):
+        p = run([VENV_PYTHON, "-m", "attnd_client", "--help"], cwd=tempfile.gettempdir())
+        self.assertIn("usage: python3 -m attnd_client", p.stdout)
+        self.assertIn("url", p.stdout)
+
+
+# ---- a server that closes a kept-alive connection ---------------------------------
+
+class CloseAfterFirst:
+    """HTTP/1.1 on a local socket: on each connection it answers the first
+    request with `answer` (keep-alive), reads the next one whole and closes
+    the connection without answering, as a server closing an idle
+    connection just as a request arrives.  got: (method, path) of every
+    request read."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.got = []
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(8)
+        self.url = "http://127.0.0.1:%d" % self.lsock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        with conn, conn.makefile("rb") as f:
+            for first in (True, False):
+                line = f.readline()
+                if not line:
+                    return
+                method, path = line.decode().split()[:2]
+                length = 0
+                while True:
+                    h = f.readline()
+                    if h in (b"\r\n", b""):
+                        break
+                    name, _, v = h.decode().partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(v)
+                f.read(length)
+                self.got.append((method, path))
+                if first:
+                    conn.sendall(self.answer)
+
+    def close(self):
+        self.lsock.close()
+
+
+def json_answer(doc, chunk=None):
+    """An HTTP/1.1 200 with doc as JSON, in chunks of chunk bytes when given."""
+    body = json.dumps(doc).encode()
+    if chunk is None:
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    parts = [b"%x\r\n%s\r\n" % (len(body[i:i + chunk]), body[i:i + chunk])
+             for i in range(0, len(body), chunk)]
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(parts) + b"0\r\n\r\n")
+
+
+class ResendTest(unittest.TestCase):
+    """Only what is safe twice goes again on a new connection: a GET;
+    never shared memory registration, and inference only by the retry
+    policy (counted in tries)."""
+
+    kind = staticmethod(lambda *a, **kw: AttndClient(*a, **kw))
+    META = {"name": "attnd", "version": "0", "extensions": []}
+
+    def test_closed_under_a_request(self):
+        srv = CloseAfterFirst(json_answer(self.META))
+        self.addCleanup(srv.close)
+        c = self.kind(srv.url, retries=0)
+        self.assertEqual(c.server_metadata(), self.META)
+        with self.assertRaises(AttndConnectionError) as cm:
+            c.register_system_shared_memory("r", "/attnd-test", 4096)
+        self.assertEqual(cm.exception.tries, 1)
+        self.assertEqual([m for m, _ in srv.got], ["GET", "POST"])
+        del srv.got[:]
+        self.assertEqual(c.server_metadata(), self.META)  # a new connection
+        self.assertEqual(c.server_metadata(), self.META)  # closed under it, sent again
+        self.assertEqual(srv.got, [("GET", "/v2")] * 3)
+        del srv.got[:]
+        with self.assertRaises(AttndConnectionError):
+            c.infer("attention", {"query": [[[1.0]]], "key": [[[1.0]]], "value": [[[1.0]]]})
+        self.assertEqual([m for m, _ in srv.got], ["POST"])
+        c.close()
+
+    def test_many_chunk_answer(self):
+        doc = dict(self.META, extensions=["x%05d" % i for i in range(4000)])
+        srv = CloseAfterFirst(json_answer(doc, chunk=7))
+        self.addCleanup(srv.close)
+        c = self.kind(srv.url)
+        self.assertEqual(c.server_metadata(), doc)
+        c.close()
+
+
+class AsyncResendTest(ResendTest):
+    def setUp(self):
+        self.loop = asyncio.new_event_loop()
+        self.addCleanup(self.loop.close)
+        self.kind = lambda *a, **kw: Synced(attnd_client.AsyncAttndClient(*a, **kw), self.loop)
+
+
+class EventLoopsTest(Case):
+    server_args = ("--workers", "1")
+
+    def test_one_client_across_two_asyncio_runs(self):
+        req = rand_request(454, B=1, Lq=3, Lk=4)
+        ac = attnd_client.AsyncAttndClient(self.url)
+
+        async def work():
+            r = await ac.attention(req["query"], req["key"], req["value"])
+            r2 = await ac.infer("attention", req)
+            return r, r2
+        for _ in range(3):
+            r, r2 = asyncio.run(work())
+            self.check(r, req)
+            self.check(r2, {n: rounded(t, "FP32") for n, t in req.items()})
+        asyncio.run(ac.aclose())
+
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@
     right modes, ExecStart pointing at the installed binary, which runs;
     the default PREFIX is /usr/local; `make uninstall` removes them all.
   * deploy/attnd.1 renders with `man -l` and groff without a warning, and
-    names every flag of `attnd --help` with its default and variable, the
-    signals and the exit statuses, which are checked against the binary.
+    names every flag of `attnd --help` with its default and variable, every
+    /v1 field of proto/json_v1.c's table (docs/api.md too), the signals and
+    the exit statuses, which are checked against the binary; the README's
+    table has a row for every flag; --help's texts start in their column.
   * the unit passes `systemd-analyze verify` (syntax, unknown keys, the
     ExecStart binary - the copy installed under DESTDIR - and the man page
     of Documentation=, found through MANPATH in DESTDIR), and broken copies
@@ -62,6 +64,14 @@ def groff_problem():
 
 
 GROFF_PROBLEM = groff_problem()
+
+
+def v1_fields():
+    """The /v1 fields, from proto/json_v1.c's field_names table."""
+    with open(os.path.join(ROOT, "proto", "json_v1.c")) as f:
+        src = f.read()
+    table = re.search(r"field_names\[F_COUNT\] = \{(.*?)\};", src, re.S).group(1)
+    return re.findall(r'"(\w+)"', table)
 
 
 def files_under(d):
@@ -206,6 +216,49 @@ class InstallTest(unittest.TestCase):
         for word in ("SIGTERM", "SIGINT", "SIGPIPE", "Retry-After", "/openapi.json",
                      "/v2/models/"):
             self.assertIn(word, text)
+
+    def test_every_v1_field_in_the_man_page_and_api_md(self):
+        """proto/json_v1.c's field table, the one /v1 reads, is the source:
+        each field is named in the man page's POST /v1/attention and in
+        docs/api.md's POST /v1/attention section."""
+        fields = v1_fields()
+        self.assertGreaterEqual(len(fields), 24)
+        text = self.render()
+        v1 = text.split("\nHTTP API\n")[1].split("GET /v2,")[0]
+        with open(os.path.join(ROOT, "docs", "api.md")) as f:
+            api = f.read().split("\n## POST /v1/attention\n")[1].split("\n## ")[0]
+        for name in fields:
+            self.assertRegex(v1, r"\b%s\b" % name, name + " is missing from attnd(1)")
+            self.assertIn("`%s`" % name, api, name + " is missing from docs/api.md")
+
+    def test_every_flag_in_the_readme_table(self):
+        """Each flag of --help has its row in the README's table, with its
+        variable."""
+        help_text = run([os.path.join(ROOT, "build", "attnd"), "--help"]).stdout
+        opts = re.findall(r"^  (--[a-z-]+)(?: \S+)?\s+.*\n(?: {20,}(?!default ).*\n)*"
+                          r"\s+default (.*), env (ATTND_\w+)$", help_text, re.M)
+        self.assertGreaterEqual(len(opts), 30)
+        with open(os.path.join(ROOT, "README.md")) as f:
+            rows = {flag: m.group(2) for m in
+                    re.finditer(r"(?m)^\| (`--[^|]*) \|(.*)$", f.read())
+                    for flag in re.findall(r"`(--[a-z-]+)`", m.group(1))}
+        for flag, default, env in opts:
+            self.assertIn(flag, rows, flag + " has no row in the README's table")
+            self.assertIn("`%s`" % env, rows[flag], flag)
+
+    def test_help_text_starts_in_its_column(self):
+        """Every option's text starts at column 25, a long name's on the
+        next line: no name runs into its description."""
+        help_text = run([os.path.join(ROOT, "build", "attnd"), "--help"]).stdout
+        lines = help_text.splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"^  (--[a-z-]+(?: [A-Z]+)?)( *)(.*)$", line)
+            if not m:
+                continue
+            if m.group(3):
+                self.assertEqual(len(line) - len(m.group(3)), 25, line)
+            else:
+                self.assertRegex(lines[i + 1], r"^ {25}\S", line)
 
     def test_exit_statuses(self):
         exe = os.path.join(ROOT, "build", "attnd")

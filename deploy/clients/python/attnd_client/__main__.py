@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import List, Optional
 
@@ -9,9 +10,14 @@ from . import AttndClient, AttndError
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    url = argv[0] if argv else "http://127.0.0.1:8000"
-    with AttndClient(url) as c:
+    ap = argparse.ArgumentParser(
+        prog="python3 -m attnd_client",
+        description="Asks attnd whether it is ready, then sends the README's example "
+                    "request and prints its output and weights.")
+    ap.add_argument("url", nargs="?", default="http://127.0.0.1:8000",
+                    help="attnd's address (default: %(default)s)")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    with AttndClient(args.url) as c:
         try:
             print("ready:", c.ready())
             r = c.attention([[[1, 0], [0, 2]]], [[[1, 1], [2, 0], [0, 3]]],

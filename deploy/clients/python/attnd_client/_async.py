@@ -13,7 +13,10 @@ above OFFLOAD_BYTES, so that a large encode or decode does not stall every
 other coroutine.  A call cancelled while it talks to attnd aborts its
 connection (no answer can come on it any more), so attnd sees its client
 leave.  The pool belongs to the loop it was filled on: a client used from
-another loop (a second asyncio.run) drops the old loop's connections.
+another loop (a second asyncio.run, pytest-asyncio's loop per test) drops
+the old loop's connections, closing their sockets itself when that loop is
+closed (its transports can no longer be aborted): the client opens every
+socket itself and keeps it for that.
 """
 
 from __future__ import annotations
@@ -24,14 +27,14 @@ import functools
 import socket
 import ssl
 import time
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar,
-                    Union)
+from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 from ._base import (DEFAULT_RETRIES, AttentionResult, ClientBase, TensorLike, _Call,
                     tensor_bytes)
 from ._errors import AttndConnectionError, AttndError
 from ._shm import ShmTensor
-from ._transport import UNIX_SNDBUF
+from ._transport import IDEMPOTENT, UNIX_SNDBUF, Headers
 
 T = TypeVar("T")
 
@@ -45,32 +48,53 @@ POOL_SIZE = 16
 
 
 class _Closed(Exception):
-    """The connection ended before any byte of the answer."""
+    """The connection ended before any byte of the answer.  sent: whether
+    any byte of the request had been written to it."""
+
+    def __init__(self, message: str, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
-def _dechunk(raw: bytes) -> Optional[bytes]:
-    """A chunked body, or None while it is incomplete."""
-    out: List[bytes] = []
-    i = 0
-    while True:
-        j = raw.find(b"\r\n", i)
-        if j < 0:
-            return None
-        size = int(raw[i:j].split(b";")[0], 16)
-        i = j + 2
-        if size == 0:
-            # trailers, then an empty line
-            while True:
-                j = raw.find(b"\r\n", i)
-                if j < 0:
-                    return None
-                if j == i:
-                    return b"".join(out)
-                i = j + 2
-        if len(raw) < i + size + 2:
-            return None
-        out.append(raw[i:i + size])
-        i += size + 2
+class _Dechunker:
+    """A chunked body decoded as it arrives: each read is looked at once,
+    whatever the number of chunks (only a size line or trailer cut by a
+    read is searched again, from its start)."""
+
+    _SIZE, _DATA, _TRAILER = range(3)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()  # from the first byte not yet decoded
+        self._state = self._SIZE
+        self._size = 0
+        self._out: List[bytes] = []
+
+    def feed(self, data: bytes) -> Optional[bytes]:
+        """Takes the next bytes; returns the body once it is complete, else
+        None.  ValueError for a chunk size that is not hexadecimal."""
+        buf = self._buf
+        buf += data
+        pos = 0
+        while True:
+            if self._state == self._DATA:
+                if len(buf) < pos + self._size + 2:
+                    break
+                self._out.append(bytes(buf[pos:pos + self._size]))
+                pos += self._size + 2
+                self._state = self._SIZE
+                continue
+            j = buf.find(b"\r\n", pos)
+            if j < 0:
+                break
+            line, pos = bytes(buf[pos:j]), j + 2
+            if self._state == self._TRAILER:
+                if not line:  # the empty line after the trailers
+                    return b"".join(self._out)
+            else:
+                self._size = int(line.split(b";")[0], 16)
+                self._state = self._DATA if self._size else self._TRAILER
+        del buf[:pos]
+        return None
 
 
 class _Conn(asyncio.BufferedProtocol):
@@ -81,12 +105,14 @@ class _Conn(asyncio.BufferedProtocol):
 
     def __init__(self) -> None:
         self.transport: Optional[asyncio.BaseTransport] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.sock: Optional[socket.socket] = None  # the socket under transport
         self.closed = False
         self.stray = False
         self._scratch = bytearray(256 << 10)
         self._writable = asyncio.Event()
         self._writable.set()
-        self._answer: "Optional[asyncio.Future[Tuple[int, Dict[str, str], bytes, bool]]]" = None
+        self._answer: "Optional[asyncio.Future[Tuple[int, Mapping[str, str], bytes, bool]]]" = None
         self._reset(None)
 
     def _reset(self, method: Optional[str]) -> None:
@@ -97,13 +123,14 @@ class _Conn(asyncio.BufferedProtocol):
         self._keep = True
         self._body: Optional[bytearray] = None
         self._got = 0
-        self._raw: Optional[bytearray] = None  # chunked, or up to the close
-        self._chunked = False
+        self._raw: Optional[bytearray] = None  # a body up to the close
+        self._chunks: Optional[_Dechunker] = None
         self._any = False
 
     # -- asyncio's callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+        self.loop = asyncio.get_running_loop()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None and self._got < len(self._body):
@@ -121,9 +148,10 @@ class _Conn(asyncio.BufferedProtocol):
             self.stray = True  # bytes nobody asked for: out of step
             return
         self._any = True
-        if self._raw is not None:
+        if self._chunks is not None:
+            self._more_chunks(data)
+        elif self._raw is not None:
             self._raw += data
-            self._more_raw()
         else:
             self._head += data
             self._parse_head()
@@ -137,11 +165,12 @@ class _Conn(asyncio.BufferedProtocol):
         fut = self._answer
         if fut is None or fut.done():
             return
-        if self._raw is not None and not self._chunked and exc is None:
+        if self._raw is not None and exc is None:
             self._done(bytes(self._raw))
         elif not self._any:
             fut.set_exception(_Closed(str(exc) if exc else
-                                      "the server closed the connection without an answer"))
+                                      "the server closed the connection without an answer",
+                                      sent=True))
         else:
             fut.set_exception(ConnectionError("the answer broke off: %s"
                                               % (exc or "the server closed the connection")))
@@ -159,7 +188,8 @@ class _Conn(asyncio.BufferedProtocol):
 
     def _done(self, data: bytes) -> None:
         if self._answer is not None and not self._answer.done():
-            self._answer.set_result((self._status, self._hdrs, data, self._keep))
+            self._answer.set_result((self._status, Headers(self._hdrs.items()), data,
+                                     self._keep))
 
     def _parse_head(self) -> None:
         end = self._head.find(b"\r\n\r\n")
@@ -182,9 +212,8 @@ class _Conn(asyncio.BufferedProtocol):
         h = self._hdrs
         self._keep = parts[0] != "HTTP/1.0" and "close" not in h.get("connection", "").lower()
         if "chunked" in h.get("transfer-encoding", "").lower():
-            self._chunked = True
-            self._raw = bytearray(rest)
-            self._more_raw()
+            self._chunks = _Dechunker()
+            self._more_chunks(rest)
         elif "content-length" in h:
             n = int(h["content-length"])
             if len(rest) > n:
@@ -201,21 +230,27 @@ class _Conn(asyncio.BufferedProtocol):
             self._keep = False
             self._raw = bytearray(rest)
 
-    def _more_raw(self) -> None:
-        if self._chunked and self._raw is not None:
-            try:
-                body = _dechunk(bytes(self._raw))
-            except ValueError as e:
-                self._fail(e)
-                return
-            if body is not None:
-                self._done(body)
+    def _more_chunks(self, data: bytes) -> None:
+        assert self._chunks is not None
+        try:
+            body = self._chunks.feed(data)
+        except ValueError as e:
+            self._fail(e)
+            return
+        if body is not None:
+            self._done(body)
 
     # -- the request
     def abort(self) -> None:
         """Closes at once, unsent data dropped (the peer sees the
         connection end right away).  An answer still awaited is dropped
         too: its caller has gone."""
+        if self.loop is not None and self.loop.is_closed():
+            # nothing runs on that loop any more: close the socket directly
+            self.closed = True
+            if self.sock is not None:
+                self.sock.close()
+            return
         fut = self._answer
         if fut is not None:
             if not fut.done():
@@ -233,7 +268,7 @@ class _Conn(asyncio.BufferedProtocol):
         return not (self.closed or self.stray or t is None or t.is_closing())
 
     async def exchange(self, method: str, head: bytes, body: bytes,
-                       timeout: Optional[float]) -> Tuple[int, Dict[str, str], bytes, bool]:
+                       timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes, bool]:
         loop = asyncio.get_running_loop()
         self._reset(method)
         self._answer = fut = loop.create_future()
@@ -241,7 +276,7 @@ class _Conn(asyncio.BufferedProtocol):
         assert t is not None
         if self.closed or t.is_closing():
             # closed between the pool's check and now: nothing was sent
-            raise _Closed("the server closed the connection")
+            raise _Closed("the server closed the connection", sent=False)
         t.write(head)  # type: ignore[attr-defined]
         if body:
             t.write(body)  # type: ignore[attr-defined]
@@ -254,7 +289,7 @@ class _Conn(asyncio.BufferedProtocol):
                              timeout)
             finally:
                 waiter.cancel()
-        answer: Tuple[int, Dict[str, str], bytes, bool] = await _timed(fut, timeout)
+        answer: Tuple[int, Mapping[str, str], bytes, bool] = await _timed(fut, timeout)
         return answer
 
 
@@ -314,7 +349,9 @@ class AsyncTransport:
             c.abort()
 
     async def _open(self) -> _Conn:
+        """A new connection, on a socket opened here (_Conn.sock)."""
         loop = asyncio.get_running_loop()
+        conn: _Conn
         if self.unix_socket is not None:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -325,20 +362,44 @@ class AsyncTransport:
                 s.close()
                 raise
             _, conn = await loop.create_unix_connection(_Conn, sock=s)
-        elif self.scheme == "https":
-            ctx = self.ssl_context or ssl.create_default_context()
-            _, conn = await loop.create_connection(_Conn, self.host, self.port, ssl=ctx,
-                                                   server_hostname=self.host)
         else:
-            t, conn = await loop.create_connection(_Conn, self.host, self.port)
-            sock = t.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s = await self._tcp_socket(loop)
+            try:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.scheme == "https":
+                    ctx = self.ssl_context or ssl.create_default_context()
+                    _, conn = await loop.create_connection(_Conn, sock=s, ssl=ctx,
+                                                           server_hostname=self.host)
+                else:
+                    _, conn = await loop.create_connection(_Conn, sock=s)
+            except BaseException:
+                s.close()
+                raise
+        conn.sock = s
         return conn
+
+    async def _tcp_socket(self, loop: asyncio.AbstractEventLoop) -> socket.socket:
+        """A socket connected to host:port, each of its addresses tried in
+        turn."""
+        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        last: Optional[OSError] = None
+        for family, type_, proto, _, addr in infos:
+            s = socket.socket(family, type_, proto)
+            try:
+                s.setblocking(False)
+                await loop.sock_connect(s, addr)
+                return s
+            except OSError as e:
+                s.close()
+                last = e
+            except BaseException:
+                s.close()
+                raise
+        raise last or OSError("%s: no address" % self.host)
 
     async def request(self, method: str, path: str, body: Optional[bytes],
                       headers: Mapping[str, str],
-                      timeout: Optional[float]) -> Tuple[int, Dict[str, str], bytes]:
+                      timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes]:
         """As Transport.request: (status, headers, body in its
         Content-Encoding); timeout bounds the connect and each read."""
         what = self.describe(method, path)
@@ -361,7 +422,9 @@ class AsyncTransport:
                 # in step on this connection, and closing it tells attnd
                 conn.abort()
                 if isinstance(e, _Closed):
-                    if reused and attempt == 0:
+                    # again on a new connection only what cannot happen
+                    # twice: nothing was written, or a read
+                    if reused and attempt == 0 and (not e.sent or method in IDEMPOTENT):
                         continue
                     raise AttndConnectionError("%s: %s" % (what, e),
                                                before_answer=True) from e.__cause__
@@ -385,7 +448,7 @@ class AsyncTransport:
             c.abort()
 
 
-class AsyncAttndClient(ClientBase):
+class AsyncAttndClient(ClientBase["Awaitable[AttentionResult]"]):
     """AttndClient for asyncio: the same constructor and methods, as
     coroutines (await c.attention(...)), the same answers and errors, the
     same retries (waiting with asyncio.sleep).
@@ -413,8 +476,8 @@ class AsyncAttndClient(ClientBase):
                                          unix_socket, self._describe)
         self._response: "contextvars.ContextVar[Optional[Dict[str, Any]]]" = \
             contextvars.ContextVar("attnd_last_response", default=None)
-        self._hdrs: "contextvars.ContextVar[Dict[str, str]]" = \
-            contextvars.ContextVar("attnd_last_headers", default={})
+        self._hdrs: "contextvars.ContextVar[Mapping[str, str]]" = \
+            contextvars.ContextVar("attnd_last_headers", default=Headers())
 
     def _describe(self, method: str, path: str) -> str:
         if self._unix_socket is not None:
@@ -438,8 +501,8 @@ class AsyncAttndClient(ClientBase):
         return self._response.get()
 
     @property
-    def last_headers(self) -> Dict[str, str]:
-        """The headers (lower-case names) of this task's last answer."""
+    def last_headers(self) -> Mapping[str, str]:
+        """The headers of this task's last answer (lookups ignore case)."""
         return self._hdrs.get()
 
     @staticmethod
@@ -476,7 +539,7 @@ class AsyncAttndClient(ClientBase):
 
     async def request(self, method: str, path: str, body: Optional[bytes] = None,
                       headers: Optional[Mapping[str, str]] = None
-                      ) -> Tuple[int, Dict[str, str], bytes]:
+                      ) -> Tuple[int, Mapping[str, str], bytes]:
         """AttndClient.request: one request, any status, not retried."""
         status, hdrs, data = await self._run(self._raw_call(method, path, body, headers))
         return status, hdrs, bytes(data)
@@ -554,40 +617,16 @@ class AsyncAttndClient(ClientBase):
 
     # ---- inference ----------------------------------------------------------------
 
-    async def attention(self, query: TensorLike, key: TensorLike, value: TensorLike, *,
-                        valid_lens: Optional[TensorLike] = None,
-                        mask: Optional[TensorLike] = None,
-                        bias: Optional[TensorLike] = None,
-                        causal: Union[bool, str, None] = None,
-                        window: Optional[Sequence[Optional[int]]] = None,
-                        scale: Optional[float] = None,
-                        scoring: Optional[str] = None,
-                        w_q: Optional[TensorLike] = None,
-                        w_k: Optional[TensorLike] = None,
-                        w_v: Optional[TensorLike] = None,
-                        dropout: Optional[Mapping[str, Any]] = None,
-                        return_weights: Optional[bool] = None,
-                        diagnostics: Optional[bool] = None,
-                        sinks: Optional[TensorLike] = None,
-                        softcap: Optional[float] = None,
-                        alibi_slopes: Optional[TensorLike] = None,
-                        cu_seqlens_q: Optional[TensorLike] = None,
-                        cu_seqlens_k: Optional[TensorLike] = None,
-                        return_lse: Optional[bool] = None,
-                        window_align: Optional[str] = None,
-                        id: Union[str, int, float, None] = None,
-                        extra: Optional[Mapping[str, Any]] = None,
-                        binary: bool = True,
-                        request_compression: Optional[str] = None,
-                        response_compression: Optional[str] = None) -> AttentionResult:
-        """AttndClient.attention as a coroutine: the same arguments, answer
-        and errors."""
-        big = tensor_bytes(query, key, value, mask, bias) > OFFLOAD_BYTES
-        call = await self._off_loop(
-            big, self._attention_call, query, key, value, valid_lens, mask, bias, causal,
-            window, scale, scoring, w_q, w_k, w_v, dropout, return_weights, diagnostics, id,
-            extra, binary, request_compression, response_compression, sinks, softcap,
-            alibi_slopes, cu_seqlens_q, cu_seqlens_k, return_lse, window_align)
+    def _attention(self, o: Dict[str, Any]) -> "Awaitable[AttentionResult]":
+        return self._attention_async(o)
+
+    async def _attention_async(self, o: Dict[str, Any]) -> AttentionResult:
+        if self._needs_served_name(o):
+            name: str = await self._run(self._served_models_call())
+            self._dot_model = name
+        big = tensor_bytes(o["query"], o["key"], o["value"], o["mask"], o["bias"]) > \
+            OFFLOAD_BYTES
+        call = await self._off_loop(big, self._attention_call, o)
         return await self._run(call)
 
     async def infer(self, model: str, inputs: Mapping[str, Union[TensorLike, ShmTensor]],

@@ -9,7 +9,6 @@ import json
 import math
 import numbers
 import random
-import re
 import ssl
 import time
 import urllib.parse
@@ -30,15 +29,20 @@ TensorLike = Union[Array, np.generic, Sequence[Any], float, int, bool]
 
 _V1_TENSORS = ("query", "key", "value", "valid_lens", "mask", "bias", "w_q", "w_k", "w_v",
                "sinks", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k")
+#: attention()'s options that are /v1 fields of the same name
+_V1_OPTIONS = ("causal", "window", "window_align", "scale", "scoring", "softcap",
+               "return_lse", "dropout", "return_weights", "diagnostics", "precision", "id")
 _DIAGNOSTICS = ("allowed_keys", "entropy", "max_weight", "jacobian_norm")
 
 #: Retries of a call after its first try, unless the client says otherwise.
 DEFAULT_RETRIES = 2
 
 T = TypeVar("T")
+#: What attention() returns: AttentionResult, or an awaitable of it.
+R = TypeVar("R")
 #: (status, headers, body decompressed) -> (the method's result, the JSON
 #: part of the answer to keep as last_response, or None)
-Parser = Callable[[int, Dict[str, str], bytes], Tuple[T, Optional[Dict[str, Any]]]]
+Parser = Callable[[int, Mapping[str, str], bytes], Tuple[T, Optional[Dict[str, Any]]]]
 
 
 class AttentionResult(TypedDict, total=False):
@@ -141,31 +145,6 @@ def error_from(status: int, hdrs: Mapping[str, str], data: bytes) -> AttndError:
     return AttndError(status, msg, _retry_after(hdrs.get("retry-after")), data)
 
 
-# attnd's v2 words for a request parameter -> /v1's words for the same
-# field, for attention() sent over v2.  Tensor messages are the same on
-# both (the inputs carry /v1's field names).
-_V1_WORDS: List[Tuple["re.Pattern[str]", Callable[["re.Match[str]"], str]]] = [
-    (re.compile(r"^parameters\.window_(left|right): must be an integer in \[0, 2\^53\] "
-                r"\(or null: unbounded\)$"),
-     lambda m: "window[%d]: expected an integer in [0, 2^53] or null"
-     % (m.group(1) == "right")),
-    (re.compile(r"^parameters\.window_(left|right)\b"),
-     lambda m: "window[%d]" % (m.group(1) == "right")),
-    (re.compile(r"^parameters\.dropout_p\b"), lambda m: "dropout.p"),
-    (re.compile(r"^parameters\.seed\b"), lambda m: "dropout.seed"),
-    (re.compile(r"^parameters\.(causal|scale|softcap|window_align)\b"), lambda m: m.group(1)),
-]
-
-
-def v1_words(message: str) -> str:
-    """A v2 error message about a request parameter in /v1's words."""
-    for pattern, repl in _V1_WORDS:
-        m = pattern.search(message)
-        if m:
-            return repl(m) + message[m.end():]
-    return message
-
-
 def _v2_outputs(data: bytes, hdrs: Mapping[str, str],
                 places: Mapping[str, Optional[ShmTensor]]) -> Tuple[Dict[str, Any],
                                                                     Dict[str, Any]]:
@@ -225,8 +204,10 @@ def tensor_bytes(*values: Any) -> int:
     return total
 
 
-class ClientBase:
-    """The URL, headers, retry policy and request builders of a client."""
+class ClientBase(Generic[R]):
+    """The URL, headers, retry policy and request builders of a client, and
+    attention()'s one signature: R is what it returns (AttentionResult, or
+    an awaitable of it)."""
 
     def __init__(self, url: str = "http://127.0.0.1:8000", *, token: Optional[str] = None,
                  timeout: Optional[float] = 60.0,
@@ -257,6 +238,8 @@ class ClientBase:
         self._port = u.port or (443 if u.scheme == "https" else 80)
         self._ssl_context = ssl_context
         self._unix_socket = unix_socket
+        # the served name of the dot-product model, once learned
+        self._dot_model: Optional[str] = None
 
     # ---- retries ---------------------------------------------------------------
 
@@ -313,21 +296,22 @@ class ClientBase:
         return path
 
     def _raw_call(self, method: str, path: str, body: Optional[bytes],
-                  headers: Optional[Mapping[str, str]]) -> "_Call[Tuple[int, Dict[str, str], bytes]]":
-        def parse(status: int, hdrs: Dict[str, str],
-                  data: bytes) -> Tuple[Tuple[int, Dict[str, str], bytes], None]:
+                  headers: Optional[Mapping[str, str]]
+                  ) -> "_Call[Tuple[int, Mapping[str, str], bytes]]":
+        def parse(status: int, hdrs: Mapping[str, str],
+                  data: bytes) -> Tuple[Tuple[int, Mapping[str, str], bytes], None]:
             return (status, hdrs, data), None
         return _Call(method, path, body, self._headers(headers), False, parse)
 
     def _get_call(self, path: str, text: bool = False) -> "_Call[Any]":
-        def parse(status: int, hdrs: Dict[str, str], data: bytes) -> Tuple[Any, None]:
+        def parse(status: int, hdrs: Mapping[str, str], data: bytes) -> Tuple[Any, None]:
             if status != 200:
                 raise error_from(status, hdrs, data)
             return (data.decode("utf-8") if text else json.loads(data)), None
         return _Call("GET", path, None, self._headers(), True, parse)
 
     def _probe_call(self, path: str) -> "_Call[bool]":
-        def parse(status: int, hdrs: Dict[str, str], data: bytes) -> Tuple[bool, None]:
+        def parse(status: int, hdrs: Mapping[str, str], data: bytes) -> Tuple[bool, None]:
             if status == 200:
                 return True, None
             if status == 503:
@@ -337,7 +321,7 @@ class ClientBase:
 
     def _post_call(self, path: str, body: bytes, headers: Mapping[str, str],
                    retry: bool) -> "_Call[None]":
-        def parse(status: int, hdrs: Dict[str, str], data: bytes) -> Tuple[None, None]:
+        def parse(status: int, hdrs: Mapping[str, str], data: bytes) -> Tuple[None, None]:
             if status != 200:
                 raise error_from(status, hdrs, data)
             return None, None
@@ -378,19 +362,141 @@ class ClientBase:
 
     # ---- attention ------------------------------------------------------------------
 
-    def _attention_call(self, query: Any, key: Any, value: Any, valid_lens: Any, mask: Any,
-                        bias: Any, causal: Any, window: Any, scale: Any, scoring: Any,
-                        w_q: Any, w_k: Any, w_v: Any, dropout: Any, return_weights: Any,
-                        diagnostics: Any, id: Any, extra: Optional[Mapping[str, Any]],
-                        binary: bool, request_compression: Optional[str],
-                        response_compression: Optional[str], sinks: Any = None,
-                        softcap: Any = None, alibi_slopes: Any = None,
-                        cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
-                        return_lse: Any = None,
-                        window_align: Any = None) -> "_Call[AttentionResult]":
-        """attention()'s request: KServe v2 with binary tensors when every
-        option has a v2 form (v2_form), else /v1 JSON.  Tensors are checked
-        first, in /v1's words, either way."""
+    def attention(self, query: TensorLike, key: TensorLike, value: TensorLike, *,
+                  valid_lens: Optional[TensorLike] = None,
+                  mask: Optional[TensorLike] = None,
+                  bias: Optional[TensorLike] = None,
+                  causal: Union[bool, str, None] = None,
+                  window: Optional[Sequence[Optional[int]]] = None,
+                  scale: Optional[float] = None,
+                  scoring: Optional[str] = None,
+                  w_q: Optional[TensorLike] = None,
+                  w_k: Optional[TensorLike] = None,
+                  w_v: Optional[TensorLike] = None,
+                  dropout: Optional[Mapping[str, Any]] = None,
+                  return_weights: Optional[bool] = None,
+                  diagnostics: Optional[bool] = None,
+                  sinks: Optional[TensorLike] = None,
+                  softcap: Optional[float] = None,
+                  alibi_slopes: Optional[TensorLike] = None,
+                  cu_seqlens_q: Optional[TensorLike] = None,
+                  cu_seqlens_k: Optional[TensorLike] = None,
+                  return_lse: Optional[bool] = None,
+                  window_align: Optional[str] = None,
+                  precision: Optional[str] = None,
+                  id: Union[str, int, float, None] = None,
+                  extra: Optional[Mapping[str, Any]] = None,
+                  model: Optional[str] = None,
+                  timeout_us: Optional[int] = None,
+                  binary: bool = True,
+                  request_compression: Optional[str] = None,
+                  response_compression: Optional[str] = None) -> R:
+        """POST /v1/attention, or the same over KServe v2: masked
+        scaled-dot-product (or additive) attention.  AsyncAttndClient's is a
+        coroutine (await c.attention(...)), with the same arguments.
+
+        Args:
+            query: (B, Lq, D) or (B, H, Lq, D).
+            key: (B, Lk, Dk) or (B, Hkv, Lk, Dk).
+            value: (B, Lk, Dv) or (B, Hkv, Lk, Dv).
+            valid_lens: integers (B,) or (B, Lq): key j allowed when j < len.
+            mask: booleans broadcastable to (B, [H,] Lq, Lk); True may attend.
+            bias: floats broadcastable like mask, added to the scores.
+            causal: False, True ("upper_left") or "lower_right".
+            window: [left, right], each an integer or None (unbounded).
+            scale: non-zero; default 1/sqrt(D).
+            scoring: "dot" (default) or "additive" (with w_q, w_k, w_v).
+            w_q, w_k, w_v: additive weights (Hd, D), (Hd, Dk), (Hd,).
+            dropout: {"p": 0.1, "seed": 7}.
+            return_weights: False skips the (Lq, Lk) weights.
+            diagnostics: True adds per-row diagnostics.
+            sinks: floats (H,): a learned sink logit per query head.
+            softcap: > 0: scores become softcap * tanh(s / softcap).
+            alibi_slopes: floats (H,) or (B, H): ALiBi slope per query head.
+            cu_seqlens_q, cu_seqlens_k: integers (N + 1,), both or neither:
+                N sequences packed along the length axis (B = 1).
+            return_lse: True adds the rows' log-sum-exp "lse".
+            window_align: "upper_left" (default) or "lower_right".
+            precision: "fp32" (the server's default) or "bf16": sent as the
+                v2 parameter and the /v1 field "precision" when given.
+            id: echoed in the answer.
+            extra: other members of the request body, sent as they are
+                (as /v1 JSON).
+            model: the v2 model the request goes to.  By default the
+                dot-product model's name is learned from the server once
+                (GET /v2/models/stats, which lists attnd's --model-name)
+                and kept; additive scoring goes to "additive_attention".
+            timeout_us: the request's deadline in microseconds (the v2
+                parameter "timeout"; 504 after), as infer() takes it.  /v1
+                has no such field: with binary=False (or extra) it is
+                refused before sending.
+            binary: False sends /v1 JSON, whatever the options.
+            request_compression: "gzip" or "deflate" compresses the body.
+            response_compression: "gzip" or "deflate" asks for a compressed
+                answer (Accept-Encoding).
+
+        Tensors are numpy arrays of any float dtype, nested lists or numbers;
+        they are checked first (AttndInputError: ragged lists, NaN,
+        infinities, numbers out of float32 range, in /v1's words).  The
+        request goes as KServe v2 binary tensors (float16 as FP16, other
+        floats rounded to float32 as FP32, lengths INT64, masks BOOL) to
+        the model, with the options as v2 parameters: the same answer as
+        /v1, without turning numbers into text.  attnd's error text comes
+        back verbatim, so an option refused over v2 is named by its v2
+        parameter (parameters.window_left, ...).  When an option has no v2
+        form (extra, or a value of a type /v1 refuses), or with
+        binary=False, the request goes as /v1 JSON, float32 values as
+        their shortest digits.
+
+        Returns:
+            {"output", "weights", "diagnostics", "lse", "id"} as
+            AttentionResult describes, numpy arrays in their own dtypes; the
+            lse is -inf for a row with nothing allowed and no sink, over
+            binary and JSON alike.
+        """
+        o = dict(locals())
+        del o["self"]
+        return self._attention(o)
+
+    def _attention(self, o: Dict[str, Any]) -> R:
+        """Sends attention()'s request, o its arguments by name."""
+        raise NotImplementedError
+
+    def _needs_served_name(self, o: Mapping[str, Any]) -> bool:
+        """Whether attention() would go to the dot-product model over v2
+        without a model named: then the served name is learned first."""
+        return o["model"] is None and self._dot_model is None and o["binary"] and \
+            not o["extra"] and o["scoring"] in (None, "dot")
+
+    def _served_models_call(self) -> "_Call[str]":
+        """GET /v2/models/stats -> the dot-product model's served name (the
+        first model not named additive_attention); "attention" from a
+        server without that route."""
+        def parse(status: int, hdrs: Mapping[str, str], data: bytes) -> Tuple[str, None]:
+            if status == 404:
+                return "attention", None
+            if status != 200:
+                raise error_from(status, hdrs, data)
+            try:
+                names = [m["name"] for m in json.loads(data)["model_stats"]]
+            except (ValueError, KeyError, TypeError) as e:
+                raise AttndError(status, "GET /v2/models/stats: no model names: %s" % e,
+                                 body=data) from e
+            return next((n for n in names if n != "additive_attention"), "attention"), None
+        return _Call("GET", "/v2/models/stats", None, self._headers(), True, parse)
+
+    def _attention_call(self, o: Mapping[str, Any]) -> "_Call[AttentionResult]":
+        """attention()'s request, o its arguments by name: KServe v2 with
+        binary tensors when every option has a v2 form (v2_form), else /v1
+        JSON.  Tensors are checked first, in /v1's words, either way."""
+        query, key, value = o["query"], o["key"], o["value"]
+        valid_lens, mask, bias = o["valid_lens"], o["mask"], o["bias"]
+        w_q, w_k, w_v = o["w_q"], o["w_k"], o["w_v"]
+        sinks, alibi_slopes = o["sinks"], o["alibi_slopes"]
+        cu_seqlens_q, cu_seqlens_k = o["cu_seqlens_q"], o["cu_seqlens_k"]
+        extra, binary = o["extra"], o["binary"]
+        request_compression = o["request_compression"]
+        response_compression = o["response_compression"]
         tensors = {"query": query, "key": key, "value": value, "valid_lens": valid_lens,
                    "mask": mask, "bias": bias, "w_q": w_q, "w_k": w_k, "w_v": w_v,
                    "sinks": sinks, "alibi_slopes": alibi_slopes, "cu_seqlens_q": cu_seqlens_q,
@@ -404,16 +510,18 @@ class ClientBase:
             if _tensors.kind_of(name) == _tensors.FLOAT:
                 _tensors.check_floats(name, a, "float32", binary=False)
             arrays[name] = a
-        fields = {"causal": causal, "window": window, "window_align": window_align,
-                  "scale": scale, "scoring": scoring, "softcap": softcap,
-                  "return_lse": return_lse,
-                  "dropout": dropout, "return_weights": return_weights,
-                  "diagnostics": diagnostics, "id": id}
-        opts = {n: _plain(n, v) for n, v in fields.items() if v is not None}
+        opts = {n: _plain(n, o[n]) for n in _V1_OPTIONS if o[n] is not None}
         form = None if extra or not binary else _v2_form(arrays, opts)
         if form is not None:
-            return self._attention_v2(arrays, opts, form, request_compression,
-                                      response_compression)
+            named, params, outputs = form
+            model: str = o["model"] or named or self._dot_model or "attention"
+            if o["timeout_us"] is not None:
+                params["timeout"] = int(o["timeout_us"])
+            return self._attention_v2(arrays, opts, (model, params, outputs),
+                                      request_compression, response_compression)
+        if o["timeout_us"] is not None:
+            raise ValueError("timeout_us: /v1 JSON has no deadline field; it goes as the v2 "
+                             "parameter \"timeout\" (binary=True, no extra)")
         members: List[str] = []
         for name, a in arrays.items():
             text = (_tensors.json_numbers(a, "float32") if a.ndim == 0 else
@@ -427,7 +535,7 @@ class ClientBase:
         body = self._encoded(("{" + ",".join(members) + "}").encode(), headers,
                              request_compression, response_compression)
 
-        def parse(status: int, hdrs: Dict[str, str],
+        def parse(status: int, hdrs: Mapping[str, str],
                   data: bytes) -> Tuple[AttentionResult, Dict[str, Any]]:
             if status != 200:
                 raise error_from(status, hdrs, data)
@@ -481,15 +589,10 @@ class ClientBase:
         body = self._encoded(header + b"".join(raws), headers, request_compression,
                              response_compression)
 
-        def parse(status: int, hdrs: Dict[str, str],
+        def parse(status: int, hdrs: Mapping[str, str],
                   data: bytes) -> Tuple[AttentionResult, Dict[str, Any]]:
             if status != 200:
-                e = error_from(status, hdrs, data)
-                msg = v1_words(e.message)
-                if msg.endswith(" exceeds key length"):
-                    # attnd's binary reader leaves Lk out; /v1 names it
-                    msg += " %d" % arrays["key"].shape[-2]
-                raise AttndError(status, msg, e.retry_after, data)
+                raise error_from(status, hdrs, data)
             got, res = _v2_outputs(data, hdrs, {})
             out: Dict[str, Any] = {"output": got["output"]}
             if "weights" in got:
@@ -571,7 +674,7 @@ class ClientBase:
         body = self._encoded(header + b"".join(raws), headers, request_compression,
                              response_compression)
 
-        def parse(status: int, hdrs: Dict[str, str],
+        def parse(status: int, hdrs: Mapping[str, str],
                   data: bytes) -> Tuple[Dict[str, Any], Dict[str, Any]]:
             if status != 200:
                 raise error_from(status, hdrs, data)
@@ -580,9 +683,10 @@ class ClientBase:
                      parse)
 
 
-def _v2_form(arrays: Mapping[str, Array],
-             opts: Mapping[str, Any]) -> Optional[Tuple[str, Dict[str, Any], List[str]]]:
-    """attention()'s request as (model, v2 parameters, outputs), or None when
+def _v2_form(arrays: Mapping[str, Array], opts: Mapping[str, Any]
+             ) -> Optional[Tuple[Optional[str], Dict[str, Any], List[str]]]:
+    """attention()'s request as (model, None for the dot-product one; v2
+    parameters; outputs), or None when
     some option has no v2 form or is not of a type attnd takes (sent as
     /v1 JSON then, so that attnd's /v1 answers it in its own words)."""
     if any(a.ndim == 0 for a in arrays.values()):
@@ -641,6 +745,10 @@ def _v2_form(arrays: Mapping[str, Array],
     rid = opts.get("id")
     if rid is not None and not isinstance(rid, str) and not _is_number(rid):
         return None
+    if "precision" in opts:
+        if not isinstance(opts["precision"], str):
+            return None
+        params["precision"] = opts["precision"]
     outputs = ["output"] + (["weights"] if flags[0] else []) + \
         (list(_DIAGNOSTICS) if flags[1] else []) + (["lse"] if flags[2] else [])
-    return ("additive_attention" if additive else "attention"), params, outputs
+    return ("additive_attention" if additive else None), params, outputs

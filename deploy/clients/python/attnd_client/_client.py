@@ -11,14 +11,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar,
 from ._base import DEFAULT_RETRIES, AttentionResult, ClientBase, TensorLike, _Call
 from ._errors import AttndConnectionError, AttndError
 from ._shm import ShmTensor
-from ._transport import Transport
+from ._transport import Headers, Transport
 
 __all__ = ["AttndClient", "AttentionResult", "TensorLike", "DEFAULT_RETRIES"]
 
 T = TypeVar("T")
+_NO_HEADERS = Headers()
 
 
-class AttndClient(ClientBase):
+class AttndClient(ClientBase[AttentionResult]):
     """A client of one attnd server.
 
     Args:
@@ -96,9 +97,10 @@ class AttndClient(ClientBase):
         return getattr(self._local, "response", None)
 
     @property
-    def last_headers(self) -> Dict[str, str]:
-        """The headers (lower-case names) of this thread's last answer."""
-        return getattr(self._local, "headers", {})
+    def last_headers(self) -> Mapping[str, str]:
+        """The headers of this thread's last answer, a Mapping whose
+        lookups ignore case (last_headers["X-Request-ID"])."""
+        return getattr(self._local, "headers", _NO_HEADERS)
 
     def _run(self, call: "_Call[T]", retries: Optional[int] = None) -> T:
         """Sends call, again after a 503 or a connection that failed before
@@ -124,9 +126,10 @@ class AttndClient(ClientBase):
             time.sleep(wait)
 
     def request(self, method: str, path: str, body: Optional[bytes] = None,
-                headers: Optional[Mapping[str, str]] = None) -> Tuple[int, Dict[str, str], bytes]:
+                headers: Optional[Mapping[str, str]] = None
+                ) -> Tuple[int, Mapping[str, str], bytes]:
         """One HTTP request to path (after the url's prefix), any status, not
-        retried.  Returns (status, headers with lower-case names, body
+        retried.  Returns (status, headers (lookups ignore case), body
         decompressed).  Raises AttndConnectionError when no answer comes."""
         return self._run(self._raw_call(method, path, body, headers))
 
@@ -211,88 +214,10 @@ class AttndClient(ClientBase):
 
     # ---- inference ----------------------------------------------------------------
 
-    def attention(self, query: TensorLike, key: TensorLike, value: TensorLike, *,
-                  valid_lens: Optional[TensorLike] = None,
-                  mask: Optional[TensorLike] = None,
-                  bias: Optional[TensorLike] = None,
-                  causal: Union[bool, str, None] = None,
-                  window: Optional[Sequence[Optional[int]]] = None,
-                  scale: Optional[float] = None,
-                  scoring: Optional[str] = None,
-                  w_q: Optional[TensorLike] = None,
-                  w_k: Optional[TensorLike] = None,
-                  w_v: Optional[TensorLike] = None,
-                  dropout: Optional[Mapping[str, Any]] = None,
-                  return_weights: Optional[bool] = None,
-                  diagnostics: Optional[bool] = None,
-                  sinks: Optional[TensorLike] = None,
-                  softcap: Optional[float] = None,
-                  alibi_slopes: Optional[TensorLike] = None,
-                  cu_seqlens_q: Optional[TensorLike] = None,
-                  cu_seqlens_k: Optional[TensorLike] = None,
-                  return_lse: Optional[bool] = None,
-                  window_align: Optional[str] = None,
-                  id: Union[str, int, float, None] = None,
-                  extra: Optional[Mapping[str, Any]] = None,
-                  binary: bool = True,
-                  request_compression: Optional[str] = None,
-                  response_compression: Optional[str] = None) -> AttentionResult:
-        """POST /v1/attention: masked scaled-dot-product (or additive) attention.
-
-        Args:
-            query: (B, Lq, D) or (B, H, Lq, D).
-            key: (B, Lk, Dk) or (B, Hkv, Lk, Dk).
-            value: (B, Lk, Dv) or (B, Hkv, Lk, Dv).
-            valid_lens: integers (B,) or (B, Lq): key j allowed when j < len.
-            mask: booleans broadcastable to (B, [H,] Lq, Lk); True may attend.
-            bias: floats broadcastable like mask, added to the scores.
-            causal: False, True ("upper_left") or "lower_right".
-            window: [left, right], each an integer or None (unbounded).
-            scale: non-zero; default 1/sqrt(D).
-            scoring: "dot" (default) or "additive" (with w_q, w_k, w_v).
-            w_q, w_k, w_v: additive weights (Hd, D), (Hd, Dk), (Hd,).
-            dropout: {"p": 0.1, "seed": 7}.
-            return_weights: False skips the (Lq, Lk) weights.
-            diagnostics: True adds per-row diagnostics.
-            sinks: floats (H,): a learned sink logit per query head.
-            softcap: > 0: scores become softcap * tanh(s / softcap).
-            alibi_slopes: floats (H,) or (B, H): ALiBi slope per query head.
-            cu_seqlens_q, cu_seqlens_k: integers (N + 1,), both or neither:
-                N sequences packed along the length axis (B = 1).
-            return_lse: True adds the rows' log-sum-exp "lse".
-            window_align: "upper_left" (default) or "lower_right".
-            id: echoed in the answer.
-            extra: other members of the request body, sent as they are
-                (as /v1 JSON).
-            binary: False sends /v1 JSON, whatever the options.
-            request_compression: "gzip" or "deflate" compresses the body.
-            response_compression: "gzip" or "deflate" asks for a compressed
-                answer (Accept-Encoding).
-
-        Tensors are numpy arrays of any float dtype, nested lists or numbers;
-        they are checked first (AttndInputError: ragged lists, NaN,
-        infinities, numbers out of float32 range, in /v1's words).  The
-        request goes as KServe v2 binary tensors (float16 as FP16, other
-        floats rounded to float32 as FP32, lengths INT64, masks BOOL) to
-        the model the scoring names, with the options as v2 parameters:
-        the same answer as /v1, without turning numbers into text.  Errors
-        name /v1's fields (window[0], dropout.p, ...).  When an option has
-        no v2 form (extra, or a value of a type /v1 refuses), or with
-        binary=False, the request goes as /v1 JSON, float32 values as
-        their shortest digits.
-
-        Returns:
-            {"output", "weights", "diagnostics", "lse", "id"} as
-            AttentionResult describes, numpy arrays in their own dtypes; the
-            lse is -inf for a row with nothing allowed and no sink, over
-            binary and JSON alike.
-        """
-        return self._run(self._attention_call(
-            query, key, value, valid_lens, mask, bias, causal, window, scale, scoring,
-            w_q, w_k, w_v, dropout, return_weights, diagnostics, id, extra, binary,
-            request_compression, response_compression, sinks=sinks, softcap=softcap,
-            alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-            return_lse=return_lse, window_align=window_align))
+    def _attention(self, o: Dict[str, Any]) -> AttentionResult:
+        if self._needs_served_name(o):
+            self._dot_model = self._run(self._served_models_call())
+        return self._run(self._attention_call(o))
 
     def infer(self, model: str, inputs: Mapping[str, Union[TensorLike, ShmTensor]],
               outputs: Union[Sequence[str], Mapping[str, Optional[ShmTensor]], None] = None, *,

@@ -11,14 +11,16 @@ class AttndError(Exception):
 
     Attributes:
         status: the HTTP status attnd answered (400, 401, 404, 413, 503, ...);
-            None when no answer arrived (AttndConnectionError).
+            None when no answer arrived (AttndConnectionError) or nothing was
+            sent (AttndInputError).
         message: attnd's own text, the "error" member of its JSON error body
             (or the start of the body when it is not JSON), or what went wrong
             on the client's side.
         retry_after: seconds from the Retry-After header (503s), else None.
         body: the raw response body (b"" when there was none).
-        tries: how many times the call was sent (1 plus its retries); the
-            exception's text ends with "(after N tries)" when N > 1.
+        tries: how many times the call was sent (1 plus its retries, 0 for
+            input refused before sending); the exception's text ends with
+            "(after N tries)" when N > 1.
     """
 
     def __init__(self, status: Optional[int], message: str,
@@ -56,8 +58,9 @@ class AttndConnectionError(AttndError):
 class AttndInputError(AttndError, ValueError):
     """The client refused a tensor before sending it (ragged nesting, NaN or
     infinity, a number out of the datatype's range, a wrong element type).
-    The message is worded as attnd words the same refusal, and status is 400,
-    what attnd answers for it."""
+    The message is worded as attnd words the same refusal (attnd would
+    answer it with a 400); nothing was sent, so status is None and tries 0."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(400, message)
+        super().__init__(None, message)
+        self.tries = 0

@@ -6,10 +6,12 @@ threads without a lock around requests.  Before a connection is reused it
 is polled: one the server has closed while idle (attnd's --conn-timeout-s,
 a proxy's idle timeout) is reopened first.  When a reused connection still
 turns out closed as the request goes out (the server closed it at that
-moment), the request is sent once more on a new connection: attnd has not
-read it, so nothing happened twice.  Every other failure is an
-AttndConnectionError, which says whether it came before any byte of an
-answer (the client's retries send such a call again).
+moment), only a GET or HEAD is sent once more on a new connection: the
+request's bytes may have reached the server, and only a read is harmless
+twice.  Every other failure is an AttndConnectionError, which says whether
+it came before any byte of an answer; the client's retry policy, not the
+transport, decides whether such a call is sent again (never shared memory
+registration), and counts it in tries.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import ssl
 import threading
 import weakref
 import zlib
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
 from ._errors import AttndConnectionError
 
@@ -30,6 +32,41 @@ from ._errors import AttndConnectionError
 # the request (no byte of an answer came back).
 _CLOSED_UNDER_US = (http.client.RemoteDisconnected, BrokenPipeError,
                     ConnectionResetError, ConnectionAbortedError)
+
+
+class Headers(Mapping[str, str]):
+    """An answer's headers: lookups ignore the name's case
+    (h["X-Request-ID"] is h["x-request-id"]); iteration gives the names in
+    lower case.  A header sent more than once is joined with ", "."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, items: Iterable[Tuple[str, str]] = ()) -> None:
+        d: Dict[str, str] = {}
+        for k, v in items:
+            k = k.lower()
+            d[k] = d[k] + ", " + v if k in d else v
+        self._d = d
+
+    def __getitem__(self, name: str) -> str:
+        return self._d[name.lower()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._d
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __repr__(self) -> str:
+        return "Headers(%r)" % self._d
+
+
+#: The methods sent again on a new connection when a reused one turns out
+#: closed under the request.
+IDEMPOTENT = ("GET", "HEAD")
 
 
 def _dropped(sock: socket.socket) -> bool:
@@ -148,8 +185,8 @@ class Transport:
 
     def request(self, method: str, path: str, body: Optional[bytes],
                 headers: Mapping[str, str],
-                timeout: Optional[float] = None) -> Tuple[int, Dict[str, str], bytes]:
-        """(status, headers with lower-case names, body as sent); the body is
+                timeout: Optional[float] = None) -> Tuple[int, Mapping[str, str], bytes]:
+        """(status, headers (lookups ignore case), body as sent); the body is
         still in its Content-Encoding.  timeout: seconds to connect and per
         read for this request (default: the transport's).
 
@@ -183,7 +220,7 @@ class Transport:
                     resp = conn.getresponse()
             except _CLOSED_UNDER_US as e:
                 conn.close()
-                if reused and attempt == 0:
+                if reused and attempt == 0 and method in IDEMPOTENT:
                     continue
                 raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__),
                                            before_answer=True) from e
@@ -195,7 +232,7 @@ class Transport:
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 raise AttndConnectionError("%s: the answer broke off: %s" % (what, e)) from e
-            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            hdrs = Headers(resp.getheaders())
             return resp.status, hdrs, data
         raise AssertionError("unreachable")
 
