@@ -282,6 +282,7 @@ int proto__check_budget(proto__check *c) {
   int bad = 0;
   for (int i = 0; i < PROTO__IN_COUNT; i++)
     bad |= add_elems(&total, c->t[i].json ? c->t[i].n : 0);
+  size_t in = total;
   bad |= __builtin_mul_overflow((size_t)p->B * (size_t)p->H, (size_t)p->Lq,
                                 &rows);
   bad |= __builtin_mul_overflow(rows, (size_t)p->Dv, &out);
@@ -307,7 +308,14 @@ int proto__check_budget(proto__check *c) {
     return ATTND_ETOOBIG;
   }
   c->req->out_bytes = (out + w + diag) * sizeof(float);
-  return 0;
+  /* Held before they are allocated: the inputs (four bytes an element at
+   * most) and the outputs.  More than the whole budget is left to the
+   * request's cost, which refuses it (413) right after the decode. */
+  int rc = proto__hold(in * sizeof(float) + c->req->out_bytes,
+                       "the request's tensors", c->err);
+  if (rc == ATTND_ETOOBIG)
+    c->err[0] = '\0';
+  return rc == ATTND_ETOOBIG ? 0 : rc;
 }
 
 int proto__alloc_outputs(proto__check *c) {

@@ -45,8 +45,8 @@
 #include "mem.h"
 #include "proto_impl.h"
 
-/* Deeper than any request attnd accepts (v2 "data" nests at most 32). */
-#define MAX_DEPTH 64
+/* The body was checked (jsoncheck.c): it nests no deeper than this. */
+#define MAX_DEPTH PROTO_JSON_MAX_DEPTH
 
 /* Where a container sits. */
 enum ctx {
@@ -75,6 +75,8 @@ typedef struct scan {
   size_t olen;
   arr_rec *arrs;
   size_t narr, cap;
+  char *err;        /* a refused hold's message */
+  int hold_rc;      /* a refused hold (proto__hold), or 0 */
 } scan;
 
 static const char *const v1_tensors[] = {
@@ -110,6 +112,9 @@ static int key_class(const scan *s, int ctx, const char *k, size_t n) {
 static int push_rec(scan *s, size_t off, size_t len, size_t n) {
   if (s->narr == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 256;
+    if ((s->hold_rc = proto__hold((cap - s->cap) * sizeof *s->arrs,
+                                  "the list of the body's arrays", s->err)))
+      return -1;
     arr_rec *a = mem_realloc(s->arrs, cap * sizeof *a);
     if (!a)
       return -1;
@@ -455,16 +460,40 @@ static int walk_root(cJSON *root, int codec, const scan *s, int mode) {
   return mode == 0 && k != s->narr ? -1 : 0;
 }
 
+#ifdef ATTND_TEST_HOOKS
+static _Thread_local int cjson_path_only;
+
+void proto__test_cjson_path(int on) { cjson_path_only = on; }
+#endif
+
 int proto__json_parse_leaves(const char *body, size_t len, int codec,
-                              cJSON **rootp) {
-  scan s = {.body = body, .len = len, .codec = codec};
+                              cJSON **rootp, char err[PROTO_ERR_MAX]) {
+  scan s = {.body = body, .len = len, .codec = codec, .err = err};
+  proto__json_stats st;
   cJSON *root = NULL;
   const char *end = NULL;
   unsigned long failed = mem_thread_failures();
   int rc = ATTND_EINVAL;
+  char skip[PROTO_ERR_MAX];
+#ifdef ATTND_TEST_HOOKS
+  if (cjson_path_only) {
+    *rootp = NULL;
+    return ATTND_EINVAL;
+  }
+#endif
+  if ((rc = proto__hold(len + 1, "a copy of the body", err)))
+    goto out;
+  rc = ATTND_EINVAL;
   s.out = mem_malloc(len + 1);
   if (!s.out || scan_body(&s))
     goto out;
+  /* the copy's tree: the envelope, and whatever tensor array is not a
+   * list of numbers; held before cJSON builds it */
+  if (proto__json_check(s.out, s.olen, codec, "", &st, skip) ||
+      (rc = proto__hold(proto__json_tree_bytes(&st),
+                        "the cJSON tree of the body", err)))
+    goto out;
+  rc = ATTND_EINVAL;
   root = cJSON_ParseWithLengthOpts(s.out, s.olen, &end, 0);
   if (!root)
     goto out;
@@ -483,6 +512,8 @@ out:
   mem_free(s.out);
   mem_free(s.arrs);
   *rootp = root;
+  if (s.hold_rc)
+    rc = s.hold_rc;
   /* cJSON says NULL for bad JSON and for a failed allocation alike */
   if (rc && mem_thread_failures() != failed)
     rc = ATTND_ENOMEM;

@@ -267,14 +267,24 @@ static inline int proto__is_leaf(const cJSON *a) {
 
 /* Parses body[0..len) (codec: enum proto_codec) with its tensor arrays as
  * leaves.  Returns 0 with *root the object (cJSON_Delete frees it),
- * ATTND_ENOMEM, or ATTND_EINVAL when this path does not apply (cJSON on
- * the original body then decides); *root is NULL on error. */
+ * ATTND_ENOMEM, ATTND_EBUSY or ATTND_ETOOBIG with a message in err when
+ * the budget cannot hold the copy or its tree (proto__hold), or
+ * ATTND_EINVAL when this path does not apply (cJSON on the original body
+ * then decides); *root is NULL on error.  The body must have passed
+ * proto__json_check. */
 int proto__json_parse_leaves(const char *body, size_t len, int codec,
-                             cJSON **root);
+                             cJSON **root, char err[PROTO_ERR_MAX]);
 
 /* 1 when every leaf under root has been converted (PROTO__LEAF_READ), so
  * that no element went unchecked. */
 int proto__json_leaves_read(cJSON *root, int codec);
+
+#ifdef ATTND_TEST_HOOKS
+/* on != 0: proto__json_parse_leaves does not apply, on the calling
+ * thread, so that the decoders take the cJSON path alone (the unit tests
+ * compare the two paths). */
+void proto__test_cjson_path(int on);
+#endif
 
 /* ---- the top of a float range, from text (numscan.c, tensor.c) ---------
  *
@@ -351,6 +361,52 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
  * and proto__vector_bytes: fpconv.h. */
 
 /* ---- a body cJSON refused (jsonerr.c) ----------------------------------- */
+
+/* ---- the syntax of a JSON body (jsoncheck.c) ---------------------------
+ *
+ * proto__json_check reads text[0..len) once: blanks, one JSON value, and
+ * stops after it (st->end; what follows is the caller's to judge).  0, or
+ * ATTND_EINVAL with a message naming the byte and what was expected
+ * ("body is not valid JSON at byte N<where>: expected a value, got '}'"),
+ * a nesting deeper than PROTO_JSON_MAX_DEPTH ("body nests deeper than
+ * 1000 levels"), or jsonerr.c's messages for a NUL byte and for NaN and
+ * infinity.  Linear in len, no allocation.  st counts what a cJSON tree
+ * of the text holds, for proto__json_tree_bytes. */
+#define PROTO_JSON_MAX_DEPTH 1000 /* cJSON's CJSON_NESTING_LIMIT */
+typedef struct proto__json_stats {
+  size_t values;       /* every value, containers included */
+  size_t strings;      /* member names and string values */
+  size_t string_bytes; /* their bytes */
+  size_t end;          /* the offset after the value */
+  char first;          /* the value's first byte ('{' for an object) */
+  int valid;           /* the decoder's: the body is one JSON value */
+} proto__json_stats;
+int proto__json_check(const char *text, size_t len, int codec,
+                      const char *where, proto__json_stats *st,
+                      char err[PROTO_ERR_MAX]);
+
+/* 1 when a first decode (numscan) that returned rc is to be followed by
+ * cJSON's on the whole body, for its message: the body is valid JSON and
+ * rc a refusal of the request's own (not memory, the budget or a
+ * limit). */
+int proto__json_retry(int rc, const proto__json_stats *st);
+
+/* The outcome of the two decodes: the second's, unless the budget could
+ * not hold its tree (then the first's rc and message, first, in err). */
+int proto__json_retried(int rc, const char first[PROTO_ERR_MAX], int rc2,
+                        char err[PROTO_ERR_MAX]);
+
+/* An upper bound on the bytes of the cJSON tree of a text with st. */
+size_t proto__json_tree_bytes(const proto__json_stats *st);
+
+/* Holds n bytes of the in-flight budget for what (a phrase: "the cJSON
+ * tree of the body") before the decoder allocates them (mem_hold).  0, or
+ * ATTND_EBUSY (not now: 503) or ATTND_ETOOBIG (never) with a message. */
+int proto__hold(size_t n, const char *what, char err[PROTO_ERR_MAX]);
+
+/* The length of a NaN or infinity token at p (a sign, then "NaN",
+ * "Infinity" or "Inf" in any case), or 0 (jsonerr.c). */
+size_t proto__json_non_finite_len(const char *p, const char *end);
 
 /* Writes the message for text[0..len), which cJSON failed to parse,
  * stopping at offset at, and returns ATTND_EINVAL.  A NUL byte outside

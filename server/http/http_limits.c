@@ -170,18 +170,22 @@ size_t http_limits_inflate_room(struct http_req *r) {
   return left < r->h->cfg.max_body ? left : r->h->cfg.max_body;
 }
 
-int http_limits_hold_plain(struct http_req *r, size_t n, char *msg,
-                           size_t cap) {
+/* mem_hold's holder while r's body is inflated and decoded (mem.h). */
+static int http_limits_decode_hold(void *arg, size_t n) {
+  struct http_req *r = arg;
+  if (n > r->h->cfg.max_inflight)
+    return MEM_HOLD_NEVER;
   if (batcher_hold(r->h->b, n) != 0)
-    return http_budget_full(r, n, "inflated request body", msg, cap);
+    return MEM_HOLD_BUSY;
   r->held += n;
   return 0;
 }
 
-void http_limits_unhold_plain(struct http_req *r, size_t n) {
-  batcher_unhold(r->h->b, n);
-  r->held -= n;
+void http_limits_decode_begin(struct http_req *r) {
+  mem_hold_begin(http_limits_decode_hold, r);
 }
+
+void http_limits_decode_end(void) { mem_hold_end(); }
 
 /* ---- cost --------------------------------------------------------------- */
 

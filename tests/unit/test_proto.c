@@ -619,7 +619,8 @@ START_TEST(non_finite_literals_name_their_place) {
   BAD("[1,[NaN]]", "body[1][0]: NaN is not a JSON number");
   BAD("NaN", "body: NaN is not a JSON number");
   /* a name where a member name belongs is not a value */
-  BAD("{NaN:1}", "body is not valid JSON (near byte");
+  BAD("{NaN:1}", "body is not valid JSON at byte 1: expected a member "
+      "name");
   /* row 0 of 200 numbers, the NaN at 137 */
   char json[4096];
   size_t o = (size_t)snprintf(json, sizeof json, "{\"query\":[[[");
@@ -651,11 +652,12 @@ START_TEST(nul_bytes_are_pointed_at) {
   static const char raw[4] = {0, 0, (char)0x80, 0x3f};
   ck_assert_int_eq(proto_v1_decode(raw, 4, &r, 0, err), ATTND_EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "byte 0 is a NUL"));
-  /* a NUL after the point cJSON stopped is not the first bad byte */
+  /* a NUL after the first bad byte is not the error */
   static const char late[] = "{\"query\" [[[1]]]\0";
   ck_assert_int_eq(proto_v1_decode(late, sizeof late - 1, &r, 0, err),
                    ATTND_EINVAL);
-  ck_assert_ptr_nonnull(strstr(err, "body is not valid JSON (near byte 9)"));
+  ck_assert_str_eq(err, "body is not valid JSON at byte 9: expected ':' "
+                   "after the member name, got '['");
 }
 END_TEST
 
