@@ -72,7 +72,7 @@ typedef struct scan {
   size_t len;
   int codec;
   char *out;        /* the copy for cJSON */
-  size_t olen;
+  size_t olen, ocap;
   arr_rec *arrs;
   size_t narr, cap;
   char *err;        /* a refused hold's message */
@@ -283,10 +283,35 @@ static size_t leaf_at(scan *s, size_t i, int *err) {
   return j;
 }
 
-/* Appends body[from, to) to the copy. */
-static void emit(scan *s, size_t from, size_t to) {
+/* Room for n more bytes in the copy, and its NUL: the copy grows as it
+ * is written (a body of large leaves has a small copy), each step held in
+ * the budget first.  0, or -1 (s->hold_rc set, or out of memory). */
+static int room(scan *s, size_t n) {
+  size_t need = s->olen + n + 1, cap = s->ocap ? s->ocap : 4096;
+  if (need <= s->ocap)
+    return 0;
+  while (cap < need)
+    cap = cap > s->len / 2 ? s->len + 1 : cap * 2;
+  if (cap < need)
+    cap = need;
+  if ((s->hold_rc = proto__hold(cap - s->ocap, "a copy of the body",
+                                s->err)))
+    return -1;
+  char *o = mem_realloc(s->out, cap);
+  if (!o)
+    return -1;
+  s->out = o;
+  s->ocap = cap;
+  return 0;
+}
+
+/* Appends body[from, to) to the copy.  0 or -1 (room). */
+static int emit(scan *s, size_t from, size_t to) {
+  if (room(s, to - from + 1))
+    return -1;
   memcpy(s->out + s->olen, s->body + from, to - from);
   s->olen += to - from;
+  return 0;
 }
 
 static int num_char(char ch) {
@@ -377,8 +402,9 @@ static int scan_body(scan *s) {
         if (err)
           return -1;
         if (j) { /* a leaf: the copy gets "[]" */
-          emit(s, done, i + 1);
-          s->out[s->olen++] = ']';
+          if (emit(s, done, i + 1))
+            return -1;
+          s->out[s->olen++] = ']'; /* emit left room for it */
           done = j + 1;
           i = j;
           continue;
@@ -396,7 +422,8 @@ static int scan_body(scan *s) {
         break; /* cJSON judges whatever follows the object */
     }
   }
-  emit(s, done, s->len);
+  if (emit(s, done, s->len))
+    return -1;
   s->out[s->olen] = '\0';
   return 0;
 }
@@ -481,11 +508,7 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
     return ATTND_EINVAL;
   }
 #endif
-  if ((rc = proto__hold(len + 1, "a copy of the body", err)))
-    goto out;
-  rc = ATTND_EINVAL;
-  s.out = mem_malloc(len + 1);
-  if (!s.out || scan_body(&s))
+  if (scan_body(&s))
     goto out;
   /* the copy's tree: the envelope, and whatever tensor array is not a
    * list of numbers; held before cJSON builds it */
