@@ -240,7 +240,8 @@ budget-bench: all
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
 # The JSON number path (tests/bench/bench_json.c): decode and encode,
-# numscan against the cJSON path and the simdjson peer
+# numscan against the cJSON path (through the test build's hook, hence
+# libattnd-test.a) and the simdjson peer
 # (tests/bench/bench_simdjson.cc) in the same run.  simdjson is the
 # benchmark's package only: bench-deps installs it, make test never
 # needs it.
@@ -254,7 +255,7 @@ bench-deps:
 
 $(BUILD)/attnd-bench-json: $(BUILD)/obj/tests/bench/bench_json.o \
                            $(BUILD)/obj/tests/bench/bench_simdjson.o \
-                           $(BUILD)/libattnd.a
+                           $(BUILD)/libattnd-test.a
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS) $(SIMDJSON_LIBS)
 

@@ -72,13 +72,16 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
     return ATTND_ETOOBIG;
   }
   if (leaves) {
-    if ((rc = proto__json_check(body, len, PROTO_CODEC_V1, "", c->st,
+    if ((rc = proto__json_check(body, len, PROTO_CODEC_V1, "", 1, c->st,
                                 c->err)))
       return rc;
     for (size_t j = c->st->end; j < len; j++)
       if (!is_ws(body[j]))
-        return ERR("body has unexpected data after the JSON object at byte "
-                   "%zu", j);
+        return proto__json_strict(c->st, c->err) ? ATTND_EINVAL
+               : ERR("body has unexpected data after the JSON object at "
+                     "byte %zu", j);
+    if (c->st->first != '{' && (rc = proto__json_strict(c->st, c->err)))
+      return rc;
     if (c->st->first != '{')
       return ERR("body must be a JSON object, got %s",
                  c->st->first == '[' ? "an array" : c->st->first == '"'
@@ -571,7 +574,7 @@ int proto_v1_decode(const char *body, size_t len, proto_request *req,
   proto__json_stats st = {0};
   char first[PROTO_ERR_MAX];
   int rc = decode(body, len, req, max_elems, err, 1, &st);
-  if (!proto__json_retry(rc, &st))
+  if (!proto__json_retry(&rc, &st, err))
     return rc;
   memcpy(first, err, PROTO_ERR_MAX);
   return proto__json_retried(rc, first,

@@ -25,6 +25,8 @@ typedef struct jc {
   int codec;
   const char *where;
   char *err;
+  int lazy;
+  size_t strict_to; /* lazy: no skipping before this offset */
 } jc;
 
 static int is_ws(char ch) {
@@ -176,17 +178,40 @@ static size_t literal(const jc *c, size_t i) {
   return 0;
 }
 
-int proto__json_check(const char *t, size_t len, int codec, const char *where,
-                      proto__json_stats *st, char err[PROTO_ERR_MAX]) {
-  jc c = {.t = t, .len = len, .codec = codec, .where = where, .err = err};
+/* lazy: at i, where a value of an array starts, the index of the ']'
+ * that closes an array holding no container or string from here, its
+ * values counted into st; 0 when there is none (the next stop byte is
+ * another, and the array is then read token by token up to it). */
+static size_t skip_list(jc *c, size_t i, proto__json_stats *st) {
+  size_t commas = 0, j;
+  if (!c->lazy || i < c->strict_to)
+    return 0;
+  j = proto__find_stop((const unsigned char *)c->t, i, c->len, &commas);
+  if (j == c->len || c->t[j] != ']') {
+    c->strict_to = j;
+    return 0;
+  }
+  st->values += commas + 1;
+  return j;
+}
+
+static int check(const char *t, size_t len, int codec, const char *where,
+                 int lazy, proto__json_stats *st, char err[PROTO_ERR_MAX]) {
+  jc c = {.t = t, .len = len, .codec = codec, .where = where, .err = err,
+          .lazy = lazy};
   char stack[PROTO_JSON_MAX_DEPTH];
   int depth = 0;
   size_t i = skip_ws(&c, 0), next;
-  memset(st, 0, sizeof *st);
+  *st = (proto__json_stats){.text = t, .len = len, .where = where,
+                            .codec = codec, .lazy = lazy};
   st->first = i < len ? t[i] : 0;
 value:
   if (i >= len)
     return fail(&c, i, "a value");
+  if (depth && stack[depth - 1] == '[' && (next = skip_list(&c, i, st))) {
+    i = next;
+    goto after;
+  }
   st->values++;
   switch (t[i]) {
   case '{':
@@ -256,6 +281,17 @@ key:
   goto value;
 }
 
+/* A lazy check that fails checks again token by token, so that the
+ * message is always of the first error in the text. */
+int proto__json_check(const char *t, size_t len, int codec, const char *where,
+                      int lazy, proto__json_stats *st,
+                      char err[PROTO_ERR_MAX]) {
+  int rc = check(t, len, codec, where, lazy, st, err);
+  if (rc && lazy)
+    rc = check(t, len, codec, where, 0, st, err);
+  return rc;
+}
+
 /* What malloc takes for a block of n bytes, its header included. */
 static size_t block_bytes(size_t n) { return (n + 8 + 15) & ~(size_t)15; }
 
@@ -281,9 +317,30 @@ int proto__hold(size_t n, const char *what, char err[PROTO_ERR_MAX]) {
   return ATTND_EBUSY;
 }
 
-int proto__json_retry(int rc, const proto__json_stats *st) {
-  return rc && st->valid && rc != ATTND_ENOMEM && rc != ATTND_EBUSY &&
-         rc != ATTND_ETOOBIG;
+int proto__json_strict(proto__json_stats *st, char err[PROTO_ERR_MAX]) {
+  proto__json_stats full;
+  char why[PROTO_ERR_MAX];
+  if (!st->lazy)
+    return 0;
+  if (proto__json_check(st->text, st->len, st->codec, st->where, 0, &full,
+                        why)) {
+    memcpy(err, why, PROTO_ERR_MAX);
+    return ATTND_EINVAL;
+  }
+  full.valid = st->valid;
+  *st = full;
+  return 0;
+}
+
+int proto__json_retry(int *rc, proto__json_stats *st,
+                      char err[PROTO_ERR_MAX]) {
+  if (!*rc || !st->valid || *rc == ATTND_ENOMEM)
+    return 0;
+  if (proto__json_strict(st, err)) {
+    *rc = ATTND_EINVAL;
+    return 0;
+  }
+  return *rc != ATTND_EBUSY && *rc != ATTND_ETOOBIG;
 }
 
 int proto__json_retried(int rc, const char first[PROTO_ERR_MAX], int rc2,

@@ -227,7 +227,7 @@ int proto__vector_bytes(void) {
  * commas before it added to *commas.  SSE2 (every x86-64) takes 16 bytes
  * a step, AVX2 32 and AVX-512BW 64 where the CPU has them; leaves are
  * most of a large body. */
-static size_t find_stop(const unsigned char *b, size_t j, size_t len,
+size_t proto__find_stop(const unsigned char *b, size_t j, size_t len,
                         size_t *commas) {
 #ifdef SCAN_WIDE
   /* either stops at the stop byte, or leaves the last bytes to the loops
@@ -271,7 +271,7 @@ static size_t find_stop(const unsigned char *b, size_t j, size_t len,
  * otherwise records it as an inner array and returns 0. */
 static size_t leaf_at(scan *s, size_t i, int *err) {
   const unsigned char *b = (const unsigned char *)s->body;
-  size_t commas = 0, j = find_stop(b, i + 1, s->len, &commas);
+  size_t commas = 0, j = proto__find_stop(b, i + 1, s->len, &commas);
   int empty = !commas;
   for (size_t k = i + 1; empty && k < j; k++)
     empty = b[k] <= ' ';
@@ -512,7 +512,7 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
     goto out;
   /* the copy's tree: the envelope, and whatever tensor array is not a
    * list of numbers; held before cJSON builds it */
-  if (proto__json_check(s.out, s.olen, codec, "", &st, skip) ||
+  if (proto__json_check(s.out, s.olen, codec, "", 0, &st, skip) ||
       (rc = proto__hold(proto__json_tree_bytes(&st),
                         "the cJSON tree of the body", err)))
     goto out;

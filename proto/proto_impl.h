@@ -279,6 +279,12 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
  * that no element went unchecked. */
 int proto__json_leaves_read(cJSON *root, int codec);
 
+/* The index of the first byte of b[j, len) that opens or closes a
+ * container or a string ([ ] { } "), len when none; the commas before it
+ * added to *commas.  16 to 64 bytes a step (SSE2, AVX2, AVX-512BW). */
+size_t proto__find_stop(const unsigned char *b, size_t j, size_t len,
+                        size_t *commas);
+
 #ifdef ATTND_TEST_HOOKS
 /* on != 0: proto__json_parse_leaves does not apply, on the calling
  * thread, so that the decoders take the cJSON path alone (the unit tests
@@ -371,7 +377,18 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
  * a nesting deeper than PROTO_JSON_MAX_DEPTH ("body nests deeper than
  * 1000 levels"), or jsonerr.c's messages for a NUL byte and for NaN and
  * infinity.  Linear in len, no allocation.  st counts what a cJSON tree
- * of the text holds, for proto__json_tree_bytes. */
+ * of the text holds, for proto__json_tree_bytes (with lazy, an upper
+ * bound).
+ *
+ * lazy != 0: the inside of an array that holds no container or string
+ * (a list of numbers, the bulk of a body) is only scanned for its end,
+ * not checked token by token.  The decoders check a body lazily: such a
+ * list is either a leaf, whose every token numscan's reader checks as it
+ * converts it, or lands in numscan's copy, which is checked fully before
+ * cJSON reads it.  Whenever the decode fails, proto__json_retry checks
+ * the whole body fully, so that a syntax error anywhere is the answer;
+ * and a lazy check that fails checks fully, so that the message is of the
+ * first error. */
 #define PROTO_JSON_MAX_DEPTH 1000 /* cJSON's CJSON_NESTING_LIMIT */
 typedef struct proto__json_stats {
   size_t values;       /* every value, containers included */
@@ -380,16 +397,27 @@ typedef struct proto__json_stats {
   size_t end;          /* the offset after the value */
   char first;          /* the value's first byte ('{' for an object) */
   int valid;           /* the decoder's: the body is one JSON value */
+  const char *text, *where; /* what was checked, how */
+  size_t len;
+  int codec, lazy;
 } proto__json_stats;
 int proto__json_check(const char *text, size_t len, int codec,
-                      const char *where, proto__json_stats *st,
+                      const char *where, int lazy, proto__json_stats *st,
                       char err[PROTO_ERR_MAX]);
 
-/* 1 when a first decode (numscan) that returned rc is to be followed by
- * cJSON's on the whole body, for its message: the body is valid JSON and
- * rc a refusal of the request's own (not memory, the budget or a
+/* When st is of a lazy check: the text checked again, token by token.  0
+ * (st then holds the full counts), or ATTND_EINVAL with the message. */
+int proto__json_strict(proto__json_stats *st, char err[PROTO_ERR_MAX]);
+
+/* After a first decode (numscan) that returned *rc, over a body checked
+ * into st: when the decode failed on a body checked lazily, the body is
+ * checked fully (a syntax error is then *rc, ATTND_EINVAL, with its
+ * message in err; else st holds the full counts).  1 when cJSON's decode
+ * of the whole body is to follow, for its message: the body is valid JSON
+ * and *rc a refusal of the request's own (not memory, the budget or a
  * limit). */
-int proto__json_retry(int rc, const proto__json_stats *st);
+int proto__json_retry(int *rc, proto__json_stats *st,
+                      char err[PROTO_ERR_MAX]);
 
 /* The outcome of the two decodes: the second's, unless the budget could
  * not hold its tree (then the first's rc and message, first, in err). */

@@ -110,10 +110,13 @@ static int is_ws(char ch) {
 static int check_after(v2_ctx *c) {
   for (size_t j = c->st->end; j < c->hlen; j++)
     if (!is_ws(c->body[j]))
-      return ERR("body has unexpected data after the JSON object at byte "
-                 "%zu%s", j, c->has_header ? " (binary data must start at "
-                 "Inference-Header-Content-Length)" : " (binary inputs need "
-                 "an Inference-Header-Content-Length header)");
+      return proto__json_strict(c->st, c->err) ? ATTND_EINVAL
+             : ERR("body has unexpected data after the JSON object at byte "
+                   "%zu%s", j, c->has_header ? " (binary data must start "
+                   "at Inference-Header-Content-Length)" : " (binary inputs "
+                   "need an Inference-Header-Content-Length header)");
+  if (c->st->first != '{' && proto__json_strict(c->st, c->err))
+    return ATTND_EINVAL;
   if (c->st->first != '{')
     return ERR("body must be a JSON object, got %s",
                c->st->first == '[' ? "an array" : c->st->first == '"'
@@ -142,7 +145,7 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
     return ATTND_ETOOBIG;
   }
   if (leaves) {
-    if ((rc = proto__json_check(c->body, c->hlen, PROTO_CODEC_V2, where,
+    if ((rc = proto__json_check(c->body, c->hlen, PROTO_CODEC_V2, where, 1,
                                 c->st, c->err)) ||
         (rc = check_after(c)))
       return rc;
@@ -823,7 +826,7 @@ static int decode_twice(const char *body, size_t len, const char *hdr,
   char first[PROTO_ERR_MAX];
   int rc = decode(body, len, hdr, model, shm, req, max_elems, err, 1, src, 0,
                   &st);
-  if (!proto__json_retry(rc, &st))
+  if (!proto__json_retry(&rc, &st, err))
     return rc;
   memcpy(first, err, PROTO_ERR_MAX);
   return proto__json_retried(rc, first,

@@ -357,7 +357,7 @@ int proto_shm_register_decode(const char *body, size_t len, const char *name,
   memset(out, 0, sizeof *out);
   err[0] = '\0';
   /* the syntax first, then the tree held in the budget (jsoncheck.c) */
-  if (len && proto__json_check(body, len, PROTO_CODEC_V2, "", &st, why))
+  if (len && proto__json_check(body, len, PROTO_CODEC_V2, "", 0, &st, why))
     return ERR("failed to parse the request JSON buffer: %.200s", why);
   if (len && (rc = proto__hold(proto__json_tree_bytes(&st),
                                "the cJSON tree of the body", err)))

@@ -633,6 +633,112 @@ START_TEST(non_finite_literals_name_their_place) {
 }
 END_TEST
 
+/* Exactly the message for a syntax error: the byte and the reason. */
+static void syntax_err(const char *json, size_t len, const char *want,
+                       int line) {
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  int rc = proto_v1_decode(json, len, &r, 0, err);
+  ck_assert_msg(rc == ATTND_EINVAL, "line %d: rc %d", line, rc);
+  ck_assert_msg(!strcmp(err, want), "line %d: \"%s\", want \"%s\"", line,
+                err, want);
+}
+#define SYNTAX(json, want) syntax_err(json, strlen(json), want, __LINE__)
+
+/* Every kind of syntax error is refused by the one-pass check with its
+ * byte and its reason, inside the numbers of a tensor too (which the
+ * check reads lazily, then token by token once the decode fails). */
+START_TEST(syntax_errors_name_the_byte_and_the_reason) {
+  const char *pre = "body is not valid JSON at byte ";
+  char want[PROTO_ERR_MAX];
+#define AT(n, why) (snprintf(want, sizeof want, "%s%d: %s", pre, n, why), want)
+  SYNTAX("{\"query\":[[[1]]],\"id\": }", AT(23, "expected a value, got '}'"));
+  SYNTAX("{\"query\":[[[1]]],}", AT(17, "expected a member name (a string "
+                                        "in double quotes), got '}'"));
+  SYNTAX("{\"query\" [[[1]]]}", AT(9, "expected ':' after the member name, "
+                                      "got '['"));
+  SYNTAX("{\"query\":[[[1]]]", AT(16, "expected ',' or '}', got the end of "
+                                      "the body"));
+  SYNTAX("{\"query\":[[[1]]}", AT(15, "expected ',' or ']', got '}'"));
+  SYNTAX("{\"query\":[[[1,2 3]]]}", AT(16, "expected ',' or ']', got '3'"));
+  SYNTAX("{\"query\":[[[1,]]]}", AT(14, "expected a value, got ']'"));
+  SYNTAX("{\"query\":[[[1,,2]]]}", AT(14, "expected a value, got ','"));
+  SYNTAX("{\"query\":[[[1,\x01 2]]]}", AT(14, "expected a value, got byte "
+                                             "0x01"));
+  SYNTAX("{\"query\":[[[1,01]]]}", AT(14, "01 is not a JSON number"));
+  SYNTAX("{\"query\":[[[1.]]]}", AT(12, "1. is not a JSON number"));
+  SYNTAX("{\"query\":[[[-.5]]]}", AT(12, "-.5 is not a JSON number"));
+  SYNTAX("{\"query\":[[[1e+]]]}", AT(12, "1e+ is not a JSON number"));
+  SYNTAX("{\"query\":[[[+1]]]}", AT(12, "expected a value, got '+'"));
+  SYNTAX("{\"query\":[[[tru]]]}", AT(12, "expected true, got 't'"));
+  SYNTAX("{\"causal\":nul}", AT(10, "expected null, got 'n'"));
+  SYNTAX("{\"id\":\"abc}", AT(6, "the string that starts there has no "
+                                 "closing '\"'"));
+  SYNTAX("{\"id\":\"a\tb\"}", AT(8, "control byte 0x09 in a string (write "
+                                    "it as an escape, \\u0009)"));
+  SYNTAX("{\"id\":\"a\\qb\"}", AT(8, "not a JSON escape (\\\" \\\\ \\/ \\b "
+                                     "\\f \\n \\r \\t or \\u and four hex "
+                                     "digits)"));
+  SYNTAX("{\"id\":\"\\u12g4\"}", AT(7, "not a JSON escape (\\\" \\\\ \\/ \\b "
+                                       "\\f \\n \\r \\t or \\u and four hex "
+                                       "digits)"));
+  SYNTAX("", "empty body: expected a JSON object with query, key and value");
+  SYNTAX("{} x", "body has unexpected data after the JSON object at byte 3");
+  SYNTAX("[1,2]", "body must be a JSON object, got an array");
+  /* a syntax error inside a long list of numbers, behind a field the
+   * decode would refuse first: the syntax error is the answer */
+  char json[8192];
+  size_t o = (size_t)snprintf(json, sizeof json, "{\"nope\":1,\"query\":[[[");
+  for (int i = 0; i < 1000; i++)
+    o += (size_t)snprintf(json + o, sizeof json - o, "%s%s", i ? "," : "",
+                          i == 900 ? "1 2" : "0.5");
+  snprintf(json + o, sizeof json - o, "]]]}");
+  size_t at = (size_t)(strstr(json, "1 2") - json) + 2;
+  snprintf(want, sizeof want, "%s%zu: expected ',' or ']', got '2'", pre, at);
+  syntax_err(json, strlen(json), want, __LINE__);
+  /* the same on the v2 codec, with where it is */
+  static const char v2[] = "{\"inputs\":[{\"name\":\"query\",\"datatype\":"
+                           "\"FP32\",\"shape\":[2],\"data\":[1,2 3]}]}";
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  ck_assert_int_eq(proto_v2_decode(v2, sizeof v2 - 1, NULL,
+                                   PROTO_MODEL_ATTENTION, &r, 0, err),
+                   ATTND_EINVAL);
+  ck_assert_str_eq(err, "body is not valid JSON at byte 69: expected ',' or "
+                   "']', got '3'");
+#undef AT
+}
+END_TEST
+
+/* Nesting deeper than the reader's limit says so, with the limit; at the
+ * limit the body is read (and refused for what it holds). */
+START_TEST(nesting_deeper_than_the_limit_names_it) {
+  static char json[2 * PROTO_JSON_MAX_DEPTH + 64];
+  proto_request r;
+  char err[PROTO_ERR_MAX], want[PROTO_ERR_MAX];
+  for (int depth = PROTO_JSON_MAX_DEPTH; depth <= PROTO_JSON_MAX_DEPTH + 1;
+       depth++) {
+    size_t o = (size_t)snprintf(json, sizeof json, "{\"id\":");
+    for (int i = 1; i < depth; i++)
+      json[o++] = '[';
+    for (int i = 1; i < depth; i++)
+      json[o++] = ']';
+    json[o++] = '}';
+    int rc = proto_v1_decode(json, o, &r, 0, err);
+    ck_assert_int_eq(rc, ATTND_EINVAL);
+    if (depth == PROTO_JSON_MAX_DEPTH) {
+      ck_assert_msg(!strstr(err, "deeper") && !strstr(err, "not valid"),
+                    "%s", err);
+    } else {
+      snprintf(want, sizeof want, "body nests deeper than %d levels (at byte "
+               "%d), the limit of attnd's JSON reader", PROTO_JSON_MAX_DEPTH,
+               6 + PROTO_JSON_MAX_DEPTH - 1);
+      ck_assert_str_eq(err, want);
+    }
+  }
+}
+END_TEST
+
 /* cJSON skips every byte up to 0x20 as a blank, NUL too; the message
  * points at the first NUL, not where cJSON gave up. */
 START_TEST(nul_bytes_are_pointed_at) {
@@ -1526,6 +1632,8 @@ static Suite *proto_suite(void) {
                    body_is_read_by_length_not_nul,
                    non_finite_literals_name_their_place,
                    nul_bytes_are_pointed_at,
+                   syntax_errors_name_the_byte_and_the_reason,
+                   nesting_deeper_than_the_limit_names_it,
                    booleans_strings_and_nulls_are_not_numbers,
                    numbers_beyond_float_range_are_rejected,
                    ragged_arrays_name_the_position, wrong_ranks_are_named,
