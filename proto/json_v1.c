@@ -2,9 +2,9 @@
  *
  * The decode runs in phases so that nothing is allocated before the whole
  * request is known to fit:
- *   1. the body: not empty, within the element budget (a cheap comma count
- *      bounds the size of the cJSON tree before cJSON builds it), JSON, one
- *      object, nothing after it;
+ *   1. the body: not empty, within the element budget (a cheap comma count),
+ *      JSON (jsoncheck.c, one pass, before any tree), one object, nothing
+ *      after it; cJSON's tree held in the budget before it is built;
  *   2. fields: every top-level name known and seen once;
  *   3. shapes of every tensor and how they relate (no element is read;
  *      the relations are check.c's, shared with the v2 codec);

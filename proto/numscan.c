@@ -19,10 +19,15 @@
  * and the tagging walk over cJSON's tree apply the same rules; they must
  * agree on every tensor array, in order, or the tree is not used.
  *
- * This path only ever decides a request it can decode: a body it cannot
- * scan, a copy cJSON refuses, a leaf that is not a list of JSON numbers
- * (or true/false for a mask), or any other error sends the decoder back
- * to cJSON on the original body, which gives today's answer and message.
+ * The body has passed jsoncheck.c's check (lazily: its lists of numbers
+ * only scanned for their end) before it comes here; the copy is checked
+ * fully, and it and cJSON's tree of it are held in the budget
+ * (proto__hold) before they are allocated.  This path only ever decides
+ * a request it can decode: a leaf that is not a list of JSON numbers (or
+ * true/false for a mask), or any other error, has the body checked fully
+ * and, when it is valid JSON, sends the decoder back to cJSON on the
+ * original body, which gives today's answer and message (when the
+ * budget holds that tree; proto__json_retry).
  *
  * A tagged leaf node: cJSON_Array | cJSON_IsReference (so cJSON_Delete
  * frees neither child nor valuestring), valuestring = first byte after

@@ -16,9 +16,12 @@
  * arrive (a body that does not fit is refused at once, 503, before it
  * is read), else what has arrived, in steps of HTTP_HOLD_STEP so that a
  * chunked upload does not take the lock for every piece; a compressed
- * body also holds what it inflates to.  A body that stops fitting while
- * it arrives is dropped (its hold given back) and refused when it ends:
- * libmicrohttpd cannot answer in the middle of an upload.
+ * body also holds what it inflates to, as it grows.  While the body is
+ * inflated and decoded, what that allocates is held first as well
+ * (http_limits_decode_begin: mem_hold's holder is the request), into
+ * r->held.  A body that stops fitting while it arrives is dropped (its
+ * hold given back) and refused when it ends: libmicrohttpd cannot answer
+ * in the middle of an upload.
  *
  * The body's deadline (--body-timeout-s) runs from the end of the
  * headers.  Each piece of body checks it; total silence is left to
