@@ -80,13 +80,8 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
         return proto__json_strict(c->st, c->err) ? ATTND_EINVAL
                : ERR("body has unexpected data after the JSON object at "
                      "byte %zu", j);
-    if (c->st->first != '{' && (rc = proto__json_strict(c->st, c->err)))
+    if ((rc = proto__json_want_object(c->st, c->err)))
       return rc;
-    if (c->st->first != '{')
-      return ERR("body must be a JSON object, got %s",
-                 c->st->first == '[' ? "an array" : c->st->first == '"'
-                 ? "a string" : "a number, true, false or null");
-    c->st->valid = 1;
     return proto__json_parse_leaves(body, len, PROTO_CODEC_V1, root,
                                     c->err);
   }

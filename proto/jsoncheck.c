@@ -332,6 +332,19 @@ int proto__json_strict(proto__json_stats *st, char err[PROTO_ERR_MAX]) {
   return 0;
 }
 
+int proto__json_want_object(proto__json_stats *st, char err[PROTO_ERR_MAX]) {
+  if (st->first == '{') {
+    st->valid = 1;
+    return 0;
+  }
+  if (proto__json_strict(st, err))
+    return ATTND_EINVAL;
+  snprintf(err, PROTO_ERR_MAX, "body must be a JSON object, got %s",
+           st->first == '[' ? "an array" : st->first == '"' ? "a string"
+           : "a number, true, false or null");
+  return ATTND_EINVAL;
+}
+
 int proto__json_retry(int *rc, proto__json_stats *st,
                       char err[PROTO_ERR_MAX]) {
   if (!*rc || !st->valid || *rc == ATTND_ENOMEM)

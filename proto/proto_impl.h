@@ -409,6 +409,12 @@ int proto__json_check(const char *text, size_t len, int codec,
  * (st then holds the full counts), or ATTND_EINVAL with the message. */
 int proto__json_strict(proto__json_stats *st, char err[PROTO_ERR_MAX]);
 
+/* 0 when the checked value is an object (st->valid is then set: the
+ * body is one JSON object), else ATTND_EINVAL with the message: the first
+ * syntax error of a lazily checked text, or "body must be a JSON object,
+ * got an array". */
+int proto__json_want_object(proto__json_stats *st, char err[PROTO_ERR_MAX]);
+
 /* After a first decode (numscan) that returned *rc, over a body checked
  * into st: when the decode failed on a body checked lazily, the body is
  * checked fully (a syntax error is then *rc, ATTND_EINVAL, with its

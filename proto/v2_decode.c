@@ -115,14 +115,7 @@ static int check_after(v2_ctx *c) {
                    "%zu%s", j, c->has_header ? " (binary data must start "
                    "at Inference-Header-Content-Length)" : " (binary inputs "
                    "need an Inference-Header-Content-Length header)");
-  if (c->st->first != '{' && proto__json_strict(c->st, c->err))
-    return ATTND_EINVAL;
-  if (c->st->first != '{')
-    return ERR("body must be a JSON object, got %s",
-               c->st->first == '[' ? "an array" : c->st->first == '"'
-               ? "a string" : "a number, true, false or null");
-  c->st->valid = 1;
-  return 0;
+  return proto__json_want_object(c->st, c->err);
 }
 
 /* leaves: check the syntax (jsoncheck.c), then parse with numscan
