@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mem.h"
 #include "proto_impl.h"
 
 #define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
@@ -309,13 +310,14 @@ int proto__check_budget(proto__check *c) {
   }
   c->req->out_bytes = (out + w + diag) * sizeof(float);
   /* Held before they are allocated: the inputs (four bytes an element at
-   * most) and the outputs.  More than the whole budget is left to the
-   * request's cost, which refuses it (413) right after the decode. */
-  int rc = proto__hold(in * sizeof(float) + c->req->out_bytes,
-                       "the request's tensors", c->err);
-  if (rc == ATTND_ETOOBIG)
-    c->err[0] = '\0';
-  return rc == ATTND_ETOOBIG ? 0 : rc;
+   * most) and the outputs.  More than the whole budget alone is left to
+   * the request's cost, which refuses it right after the decode (413,
+   * with advice on the weights). */
+  size_t need = in * sizeof(float) + c->req->out_bytes;
+  int why = mem_hold(need);
+  if (why == 0 || why == MEM_HOLD_OVER)
+    return 0;
+  return proto__hold_refused(why, need, "the request's tensors", c->err);
 }
 
 int proto__alloc_outputs(proto__check *c) {

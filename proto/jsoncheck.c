@@ -9,6 +9,12 @@
  * got '}'".  NaN and infinity tokens, and NUL bytes, keep the messages of
  * jsonerr.c (the place in the request, the NUL's offset).
  *
+ * The decoders run it lazily: the inside of an array holding no container
+ * or string (a list of numbers, most of a large body) is scanned 16-64
+ * bytes a step for its end, and checked token by token only when the
+ * decode fails (numscan's reader checks those tokens as it converts
+ * them; proto_impl.h says how the two together cover every byte).
+ *
  * It also counts what a cJSON tree of the text would hold (values,
  * strings and their bytes), so that the decoder can hold that memory in
  * the in-flight budget before cJSON allocates it (proto__json_tree_bytes,
@@ -169,9 +175,7 @@ static size_t literal(const jc *c, size_t i) {
       continue;
     if (c->len - i >= n && !memcmp(c->t + i, words[k], n))
       return i + n;
-    char want[16];
-    snprintf(want, sizeof want, "%s", words[k]);
-    fail(c, i, want);
+    fail(c, i, words[k]);
     return 0;
   }
   fail(c, i, "a value");
@@ -301,13 +305,16 @@ size_t proto__json_tree_bytes(const proto__json_stats *st) {
 }
 
 int proto__hold(size_t n, const char *what, char err[PROTO_ERR_MAX]) {
-  int rc = mem_hold(n);
-  if (rc == 0)
-    return 0;
-  if (rc == MEM_HOLD_NEVER) {
+  int why = mem_hold(n);
+  return why ? proto__hold_refused(why, n, what, err) : 0;
+}
+
+int proto__hold_refused(int why, size_t n, const char *what,
+                        char err[PROTO_ERR_MAX]) {
+  if (why != MEM_HOLD_BUSY) {
     snprintf(err, PROTO_ERR_MAX, "decoding the request needs %zu MiB more "
-             "for %s, more than the server's whole in-flight memory "
-             "(--max-inflight-mb); send a smaller request",
+             "for %s, more than the server's in-flight memory holds "
+             "(--max-inflight-mb) with its body; send a smaller request",
              (n >> 20) + 1, what);
     return ATTND_ETOOBIG;
   }

@@ -1,4 +1,6 @@
-/* jsonerr.c - what is wrong with a body cJSON could not parse.
+/* jsonerr.c - what is wrong with a body that is not JSON, for two
+ * mistakes that deserve a message of their own (jsoncheck.c calls it at
+ * the byte it stopped at, the cJSON path where cJSON stopped).
  *
  * cJSON says only where it stopped.  Two mistakes are common enough to
  * deserve a message of their own:

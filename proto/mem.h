@@ -62,11 +62,13 @@ void mem_json_arena_end(void);
  * mem_hold_end on one thread, mem_hold(n) asks fn(arg, n) to hold n more
  * bytes of the budget, before the caller allocates them; the holder gives
  * them back when its request ends.  fn returns 0 (held), MEM_HOLD_BUSY
- * (not now) or MEM_HOLD_NEVER (more than the whole budget).  Outside a
- * bracket (unit tests, benchmarks) mem_hold holds nothing and returns 0.
- * Brackets do not nest. */
+ * (not now), MEM_HOLD_NEVER (not with what the request holds already,
+ * even in an empty budget) or MEM_HOLD_OVER (n alone is more than the
+ * whole budget).  Outside a bracket (unit tests, benchmarks) mem_hold
+ * holds nothing and returns 0.  Brackets do not nest. */
 #define MEM_HOLD_BUSY 1
 #define MEM_HOLD_NEVER 2
+#define MEM_HOLD_OVER 3
 typedef int (*mem_hold_fn)(void *arg, size_t n);
 void mem_hold_begin(mem_hold_fn fn, void *arg);
 void mem_hold_end(void);

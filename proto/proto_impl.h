@@ -438,6 +438,11 @@ size_t proto__json_tree_bytes(const proto__json_stats *st);
  * ATTND_EBUSY (not now: 503) or ATTND_ETOOBIG (never) with a message. */
 int proto__hold(size_t n, const char *what, char err[PROTO_ERR_MAX]);
 
+/* The message of a hold mem_hold refused (why: MEM_HOLD_*): ATTND_EBUSY
+ * or ATTND_ETOOBIG. */
+int proto__hold_refused(int why, size_t n, const char *what,
+                        char err[PROTO_ERR_MAX]);
+
 /* The length of a NaN or infinity token at p (a sign, then "NaN",
  * "Infinity" or "Inf" in any case), or 0 (jsonerr.c). */
 size_t proto__json_non_finite_len(const char *p, const char *end);

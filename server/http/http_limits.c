@@ -177,6 +177,8 @@ size_t http_limits_inflate_room(struct http_req *r) {
 static int http_limits_decode_hold(void *arg, size_t n) {
   struct http_req *r = arg;
   if (n > r->h->cfg.max_inflight)
+    return MEM_HOLD_OVER;
+  if (n > r->h->cfg.max_inflight - r->held)
     return MEM_HOLD_NEVER;
   if (batcher_hold(r->h->b, n) != 0)
     return MEM_HOLD_BUSY;

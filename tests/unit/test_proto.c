@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "proto/mem.h"
 #include "proto/proto.h"
 #include "proto/proto_impl.h"
 
@@ -707,6 +708,73 @@ START_TEST(syntax_errors_name_the_byte_and_the_reason) {
   ck_assert_str_eq(err, "body is not valid JSON at byte 69: expected ',' or "
                    "']', got '3'");
 #undef AT
+}
+END_TEST
+
+/* A holder of a budget of hold_cap bytes, for mem_hold. */
+static size_t held_bytes, hold_cap;
+static int hold_some(void *arg, size_t n) {
+  (void)arg;
+  if (n > hold_cap - held_bytes)
+    return MEM_HOLD_BUSY;
+  held_bytes += n;
+  return 0;
+}
+
+/* A body of 2000 rows of 64 numbers (key and value), its tail as given. */
+static char *rows_body(const char *tail, size_t *len) {
+  proto__buf b = {0};
+  proto__buf_puts(&b, "{\"query\":[[[");
+  for (int i = 0; i < 64; i++)
+    proto__buf_puts(&b, i ? ",0.5" : "0.5");
+  proto__buf_puts(&b, "]]]");
+  for (int t = 0; t < 2; t++) {
+    proto__buf_puts(&b, t ? ",\"value\":[[" : ",\"key\":[[");
+    for (int r = 0; r < 2000; r++) {
+      proto__buf_puts(&b, r ? ",[" : "[");
+      for (int i = 0; i < 64; i++)
+        proto__buf_puts(&b, i ? ",1" : "1");
+      proto__buf_puts(&b, "]");
+    }
+    proto__buf_puts(&b, "]]");
+  }
+  proto__buf_puts(&b, tail);
+  ck_assert(!b.oom);
+  *len = b.len;
+  return b.p;
+}
+
+/* What the decode allocates is held first (mem_hold): at least its
+ * tensors; a holder that refuses gets a 503's message naming the flag; a
+ * body that is not JSON holds nothing. */
+START_TEST(decoding_holds_what_it_allocates) {
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  size_t len;
+  char *ok = rows_body(",\"id\":\"x\"}", &len);
+  mem_hold_begin(hold_some, NULL);
+  held_bytes = 0;
+  hold_cap = SIZE_MAX;
+  ck_assert_int_eq(proto_v1_decode(ok, len, &r, 0, err), 0);
+  size_t need = held_bytes;
+  ck_assert_msg(need >= r.in_bytes + r.out_bytes, "held %zu of %zu", need,
+                r.in_bytes + r.out_bytes);
+  proto_request_free(&r);
+  held_bytes = 0;
+  hold_cap = need / 2;
+  ck_assert_int_eq(proto_v1_decode(ok, len, &r, 0, err), ATTND_EBUSY);
+  ck_assert_msg(strstr(err, "decoding the request needs") &&
+                strstr(err, "--max-inflight-mb"), "%s", err);
+  ck_assert_int_eq(r.n_owned, 0);
+  mem_free(ok);
+  char *bad = rows_body(",\"id\": }", &len);
+  held_bytes = 0;
+  hold_cap = SIZE_MAX;
+  ck_assert_int_eq(proto_v1_decode(bad, len, &r, 0, err), ATTND_EINVAL);
+  ck_assert_msg(strstr(err, "expected a value, got '}'"), "%s", err);
+  ck_assert_int_eq(held_bytes, 0);
+  mem_hold_end();
+  mem_free(bad);
 }
 END_TEST
 
@@ -1634,6 +1702,7 @@ static Suite *proto_suite(void) {
                    nul_bytes_are_pointed_at,
                    syntax_errors_name_the_byte_and_the_reason,
                    nesting_deeper_than_the_limit_names_it,
+                   decoding_holds_what_it_allocates,
                    booleans_strings_and_nulls_are_not_numbers,
                    numbers_beyond_float_range_are_rejected,
                    ragged_arrays_name_the_position, wrong_ranks_are_named,
