@@ -652,37 +652,37 @@ static void syntax_err(const char *json, size_t len, const char *want,
 START_TEST(syntax_errors_name_the_byte_and_the_reason) {
   const char *pre = "body is not valid JSON at byte ";
   char want[PROTO_ERR_MAX];
-#define AT(n, why) (snprintf(want, sizeof want, "%s%d: %s", pre, n, why), want)
-  SYNTAX("{\"query\":[[[1]]],\"id\": }", AT(23, "expected a value, got '}'"));
-  SYNTAX("{\"query\":[[[1]]],}", AT(17, "expected a member name (a string "
-                                        "in double quotes), got '}'"));
-  SYNTAX("{\"query\" [[[1]]]}", AT(9, "expected ':' after the member name, "
-                                      "got '['"));
-  SYNTAX("{\"query\":[[[1]]]", AT(16, "expected ',' or '}', got the end of "
-                                      "the body"));
-  SYNTAX("{\"query\":[[[1]]}", AT(15, "expected ',' or ']', got '}'"));
-  SYNTAX("{\"query\":[[[1,2 3]]]}", AT(16, "expected ',' or ']', got '3'"));
-  SYNTAX("{\"query\":[[[1,]]]}", AT(14, "expected a value, got ']'"));
-  SYNTAX("{\"query\":[[[1,,2]]]}", AT(14, "expected a value, got ','"));
-  SYNTAX("{\"query\":[[[1,\x01 2]]]}", AT(14, "expected a value, got byte "
-                                             "0x01"));
-  SYNTAX("{\"query\":[[[1,01]]]}", AT(14, "01 is not a JSON number"));
-  SYNTAX("{\"query\":[[[1.]]]}", AT(12, "1. is not a JSON number"));
-  SYNTAX("{\"query\":[[[-.5]]]}", AT(12, "-.5 is not a JSON number"));
-  SYNTAX("{\"query\":[[[1e+]]]}", AT(12, "1e+ is not a JSON number"));
-  SYNTAX("{\"query\":[[[+1]]]}", AT(12, "expected a value, got '+'"));
-  SYNTAX("{\"query\":[[[tru]]]}", AT(12, "expected true, got 't'"));
-  SYNTAX("{\"causal\":nul}", AT(10, "expected null, got 'n'"));
-  SYNTAX("{\"id\":\"abc}", AT(6, "the string that starts there has no "
-                                 "closing '\"'"));
-  SYNTAX("{\"id\":\"a\tb\"}", AT(8, "control byte 0x09 in a string (write "
-                                    "it as an escape, \\u0009)"));
-  SYNTAX("{\"id\":\"a\\qb\"}", AT(8, "not a JSON escape (\\\" \\\\ \\/ \\b "
-                                     "\\f \\n \\r \\t or \\u and four hex "
-                                     "digits)"));
-  SYNTAX("{\"id\":\"\\u12g4\"}", AT(7, "not a JSON escape (\\\" \\\\ \\/ \\b "
-                                       "\\f \\n \\r \\t or \\u and four hex "
-                                       "digits)"));
+  static const struct { const char *json; int at; const char *why; } cases[] = {
+    {"{\"query\":[[[1]]],\"id\": }", 23, "expected a value, got '}'"},
+    {"{\"query\":[[[1]]],}", 17,
+     "expected a member name (a string in double quotes), got '}'"},
+    {"{\"query\" [[[1]]]}", 9, "expected ':' after the member name, got '['"},
+    {"{\"query\":[[[1]]]", 16, "expected ',' or '}', got the end of the body"},
+    {"{\"query\":[[[1]]}", 15, "expected ',' or ']', got '}'"},
+    {"{\"query\":[[[1,2 3]]]}", 16, "expected ',' or ']', got '3'"},
+    {"{\"query\":[[[1,]]]}", 14, "expected a value, got ']'"},
+    {"{\"query\":[[[1,,2]]]}", 14, "expected a value, got ','"},
+    {"{\"query\":[[[1,\x01 2]]]}", 14, "expected a value, got byte 0x01"},
+    {"{\"query\":[[[1,01]]]}", 14, "01 is not a JSON number"},
+    {"{\"query\":[[[1.]]]}", 12, "1. is not a JSON number"},
+    {"{\"query\":[[[-.5]]]}", 12, "-.5 is not a JSON number"},
+    {"{\"query\":[[[1e+]]]}", 12, "1e+ is not a JSON number"},
+    {"{\"query\":[[[+1]]]}", 12, "expected a value, got '+'"},
+    {"{\"query\":[[[tru]]]}", 12, "expected true, got 't'"},
+    {"{\"causal\":nul}", 10, "expected null, got 'n'"},
+    {"{\"id\":\"abc}", 6,
+     "the string that starts there has no closing '\"'"},
+    {"{\"id\":\"a\tb\"}", 8,
+     "control byte 0x09 in a string (write it as an escape, \\u0009)"},
+    {"{\"id\":\"a\\qb\"}", 8, "not a JSON escape (\\\" \\\\ \\/ \\b \\f "
+     "\\n \\r \\t or \\u and four hex digits)"},
+    {"{\"id\":\"\\u12g4\"}", 7, "not a JSON escape (\\\" \\\\ \\/ \\b "
+     "\\f \\n \\r \\t or \\u and four hex digits)"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    snprintf(want, sizeof want, "%s%d: %s", pre, cases[k].at, cases[k].why);
+    SYNTAX(cases[k].json, want);
+  }
   SYNTAX("", "empty body: expected a JSON object with query, key and value");
   SYNTAX("{} x", "body has unexpected data after the JSON object at byte 3");
   SYNTAX("[1,2]", "body must be a JSON object, got an array");
@@ -707,7 +707,6 @@ START_TEST(syntax_errors_name_the_byte_and_the_reason) {
                    ATTND_EINVAL);
   ck_assert_str_eq(err, "body is not valid JSON at byte 69: expected ',' or "
                    "']', got '3'");
-#undef AT
 }
 END_TEST
 
