@@ -72,10 +72,10 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC
            $(patsubst %.cc,$(BUILD)/obj/%.o,$(PROTO_CXX_SRC))
 MAIN_OBJ := $(BUILD)/obj/server/main.o
 # Test hooks (failure injection, ATTND_FAIL_ALLOC_AT, counters only tests
-# read) exist in the test build alone: the unit tests and build/attnd-test
+# read, the decoders' cJSON path on its own) exist in the test build alone: the unit tests and build/attnd-test
 # link these files compiled with -DATTND_TEST_HOOKS (in build/obj-test);
 # build/attnd has none of them.
-HOOKED_SRC := proto/mem.c server/shm/fault.c
+HOOKED_SRC := proto/mem.c proto/numscan.c server/shm/fault.c
 HOOKED_OBJ := $(patsubst %.c,$(BUILD)/obj-test/%.o,$(HOOKED_SRC))
 TEST_LIB_OBJ := $(filter-out $(patsubst %.c,$(BUILD)/obj/%.o,$(HOOKED_SRC)),\
                   $(LIB_OBJ)) $(HOOKED_OBJ)
@@ -244,7 +244,8 @@ budget-bench: all
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
 # The JSON number path (tests/bench/bench_json.c): decode and encode,
-# numscan against the cJSON path and the simdjson peer
+# numscan against the cJSON path (through the test build's hook, hence
+# libattnd-test.a) and the simdjson peer
 # (tests/bench/bench_simdjson.cc) in the same run.  simdjson is the
 # benchmark's package only: bench-deps installs it, make test never
 # needs it.
@@ -258,7 +259,7 @@ bench-deps:
 
 $(BUILD)/attnd-bench-json: $(BUILD)/obj/tests/bench/bench_json.o \
                            $(BUILD)/obj/tests/bench/bench_simdjson.o \
-                           $(BUILD)/libattnd.a
+                           $(BUILD)/libattnd-test.a
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS) $(SIMDJSON_LIBS)
 

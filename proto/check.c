@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mem.h"
 #include "proto_impl.h"
 
 #define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
@@ -282,6 +283,7 @@ int proto__check_budget(proto__check *c) {
   int bad = 0;
   for (int i = 0; i < PROTO__IN_COUNT; i++)
     bad |= add_elems(&total, c->t[i].json ? c->t[i].n : 0);
+  size_t in = total;
   bad |= __builtin_mul_overflow((size_t)p->B * (size_t)p->H, (size_t)p->Lq,
                                 &rows);
   bad |= __builtin_mul_overflow(rows, (size_t)p->Dv, &out);
@@ -307,7 +309,15 @@ int proto__check_budget(proto__check *c) {
     return ATTND_ETOOBIG;
   }
   c->req->out_bytes = (out + w + diag) * sizeof(float);
-  return 0;
+  /* Held before they are allocated: the inputs (four bytes an element at
+   * most) and the outputs.  More than the whole budget alone is left to
+   * the request's cost, which refuses it right after the decode (413,
+   * with advice on the weights). */
+  size_t need = in * sizeof(float) + c->req->out_bytes;
+  int why = mem_hold(need);
+  if (why == 0 || why == MEM_HOLD_OVER)
+    return 0;
+  return proto__hold_refused(why, need, "the request's tensors", c->err);
 }
 
 int proto__alloc_outputs(proto__check *c) {

@@ -27,11 +27,15 @@
 #define WB_RAW (-15)
 
 /* Grows *buf toward need (never past cap + 1, so that a stream one byte
- * over the cap is seen as over).  0 or ATTND_ENOMEM. */
+ * over the cap is seen as over), holding the growth in the budget first
+ * (mem_hold).  0, ATTND_EBUSY (the budget cannot hold it) or
+ * ATTND_ENOMEM. */
 static int grow(char **buf, size_t *size, size_t cap) {
   size_t n = *size ? *size * 2 : 64 * 1024;
   if (n > cap + 1)
     n = cap + 1;
+  if (mem_hold(n - *size))
+    return ATTND_EBUSY;
   char *p = mem_realloc(*buf, n);
   if (!p)
     return ATTND_ENOMEM;

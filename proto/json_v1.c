@@ -2,9 +2,9 @@
  *
  * The decode runs in phases so that nothing is allocated before the whole
  * request is known to fit:
- *   1. the body: not empty, within the element budget (a cheap comma count
- *      bounds the size of the cJSON tree before cJSON builds it), JSON, one
- *      object, nothing after it;
+ *   1. the body: not empty, within the element budget (a cheap comma count),
+ *      JSON (jsoncheck.c, one pass, before any tree), one object, nothing
+ *      after it; cJSON's tree held in the budget before it is built;
  *   2. fields: every top-level name known and seen once;
  *   3. shapes of every tensor and how they relate (no element is read;
  *      the relations are check.c's, shared with the v2 codec);
@@ -45,6 +45,7 @@ typedef struct v1_ctx {
   proto_request *req;
   attn_problem *p;
   size_t max_elems;
+  proto__json_stats *st;    /* the body's syntax, once checked */
   char *err;
 } v1_ctx;
 
@@ -54,10 +55,12 @@ static int is_ws(char ch) {
   return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
 }
 
-/* leaves: parse with numscan (tensor arrays as leaves); 0: cJSON on the
- * whole body. */
+/* leaves: check the syntax (jsoncheck.c), then parse with numscan
+ * (tensor arrays as leaves); 0: cJSON on the whole body, which passed the
+ * check, with its tree held in the budget first. */
 static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
                       cJSON **root) {
+  int rc;
   size_t i = 0;
   while (i < len && is_ws(body[i]))
     i++;
@@ -69,8 +72,23 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
              "elements, the server's limit", c->max_elems);
     return ATTND_ETOOBIG;
   }
-  if (leaves)
-    return proto__json_parse_leaves(body, len, PROTO_CODEC_V1, root);
+  if (leaves) {
+    if ((rc = proto__json_check(body, len, PROTO_CODEC_V1, "", 1, c->st,
+                                c->err)))
+      return rc;
+    for (size_t j = c->st->end; j < len; j++)
+      if (!is_ws(body[j]))
+        return proto__json_strict(c->st, c->err) ? ATTND_EINVAL
+               : ERR("body has unexpected data after the JSON object at "
+                     "byte %zu", j);
+    if ((rc = proto__json_want_object(c->st, c->err)))
+      return rc;
+    return proto__json_parse_leaves(body, len, PROTO_CODEC_V1, root,
+                                    c->err);
+  }
+  if ((rc = proto__hold(proto__json_tree_bytes(c->st),
+                        "the cJSON tree of the body", c->err)))
+    return rc;
   const char *end = NULL;
   unsigned long failed = mem_thread_failures();
   *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
@@ -83,17 +101,9 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
     return proto__json_syntax_err(body, len, at, PROTO_CODEC_V1, "",
                                   c->err);
   }
-  for (size_t j = (size_t)(end - body); j < len; j++)
-    if (!is_ws(body[j]))
-      return ERR("body has unexpected data after the JSON object at byte "
-                 "%zu", j);
   if (proto__json_refuse_bad_number(body, end, "", c->err))
     return ATTND_EINVAL;
-  if (!cJSON_IsObject(*root)) {
-    char what[48];
-    proto__describe(*root, what, sizeof what);
-    return ERR("body must be a JSON object, got %s", what);
-  }
+  /* what follows the value, and the value's type: checked before */
   proto__json_mark_ties(*root, body, end);
   return 0;
 }
@@ -546,9 +556,10 @@ static int decode_root(v1_ctx *c, const cJSON *root) {
 }
 
 static int decode(const char *body, size_t len, proto_request *req,
-                  size_t max_elems, char *err, int leaves) {
+                  size_t max_elems, char *err, int leaves,
+                  proto__json_stats *st) {
   v1_ctx c = {.req = req, .p = &req->prob, .max_elems = max_elems,
-              .err = err};
+              .st = st, .err = err};
   c.ck.req = req;
   c.ck.p = &req->prob;
   c.ck.max_elems = max_elems;
@@ -573,14 +584,20 @@ static int decode(const char *body, size_t len, proto_request *req,
   return rc;
 }
 
-/* The tensors' numbers are read by numscan (numscan.c) when it can.  On
- * any failure but memory, the cJSON path decodes the body again and
- * decides: the same answer and message as ever, for a second pass over a
- * bad request. */
+/* The body's syntax is checked first, in one pass (jsoncheck.c), and the
+ * tensors' numbers are read by numscan (numscan.c).  When that fails on a
+ * body that is valid JSON, for a reason of the request's own, the cJSON
+ * path decodes the body again and words the message, when the budget
+ * holds its tree; otherwise the first pass's message stands. */
 int proto_v1_decode(const char *body, size_t len, proto_request *req,
                     size_t max_elems, char err[PROTO_ERR_MAX]) {
-  int rc = decode(body, len, req, max_elems, err, 1);
-  if (rc && rc != ATTND_ENOMEM)
-    rc = decode(body, len, req, max_elems, err, 0);
-  return rc;
+  proto__json_stats st = {0};
+  char first[PROTO_ERR_MAX];
+  int rc = decode(body, len, req, max_elems, err, 1, &st);
+  if (!proto__json_retry(&rc, &st, err))
+    return rc;
+  memcpy(first, err, PROTO_ERR_MAX);
+  return proto__json_retried(rc, first,
+                             decode(body, len, req, max_elems, err, 0, &st),
+                             err);
 }

@@ -1,4 +1,6 @@
-/* jsonerr.c - what is wrong with a body cJSON could not parse.
+/* jsonerr.c - what is wrong with a body that is not JSON, for two
+ * mistakes that deserve a message of their own (jsoncheck.c calls it at
+ * the byte it stopped at, the cJSON path where cJSON stopped).
  *
  * cJSON says only where it stopped.  Two mistakes are common enough to
  * deserve a message of their own:
@@ -155,7 +157,7 @@ static void input_name(const char *t, size_t len, size_t start, char *s,
 
 /* The length of a NaN or infinity token at p (sign, then the word), or
  * 0 when there is none. */
-static size_t non_finite_at(const char *p, const char *end) {
+size_t proto__json_non_finite_len(const char *p, const char *end) {
   static const char *const words[] = {"nan", "infinity", "inf"};
   const char *q = p + (p < end && (*p == '-' || *p == '+'));
   size_t n = 0;
@@ -196,13 +198,12 @@ int proto__json_syntax_err(const char *text, size_t len, size_t at,
              "between tokens", bad, where);
     return ATTND_EINVAL;
   }
-  if (at >= len || !(n = non_finite_at(text + at, text + len)))
+  if (at >= len || !(n = proto__json_non_finite_len(text + at, text + len)))
     goto generic;
   follow(text, at, &w);
-  if (w.depth < 0)
-    goto generic;
-  if (w.depth && w.f[w.depth - 1].type == '{' && w.f[w.depth - 1].want_key)
-    goto generic; /* where a member name belongs */
+  if (w.depth < 0 ||
+      (w.depth && w.f[w.depth - 1].type == '{' && w.f[w.depth - 1].want_key))
+    goto unplaced; /* too deep to name, or where a member name belongs */
   if (codec == PROTO_CODEC_V2 && w.depth >= 3 && w.f[0].type == '{' &&
       w.f[0].key_len == 6 && !memcmp(text + w.f[0].key, "inputs", 6) &&
       w.f[1].type == '[' && w.f[2].type == '{')
@@ -215,6 +216,11 @@ int proto__json_syntax_err(const char *text, size_t len, size_t at,
     path_from(text, &w, 0, path, sizeof path);
   snprintf(err, PROTO_ERR_MAX, "%s: %.*s is not a JSON number; attnd needs "
            "finite values", path[0] ? path : "body", (int)n, text + at);
+  return ATTND_EINVAL;
+unplaced:
+  snprintf(err, PROTO_ERR_MAX, "body is not valid JSON at byte %zu%s: %.*s "
+           "is not a JSON number; attnd needs finite values", at, where,
+           (int)n, text + at);
   return ATTND_EINVAL;
 generic:
   snprintf(err, PROTO_ERR_MAX, "body is not valid JSON (near byte %zu%s)",

@@ -36,6 +36,24 @@ typedef struct mem_arena {
 } mem_arena;
 static _Thread_local mem_arena mem_json_arena;
 
+/* The calling thread's decode hold (mem.h). */
+static _Thread_local mem_hold_fn mem_hold_f;
+static _Thread_local void *mem_hold_arg;
+
+void mem_hold_begin(mem_hold_fn fn, void *arg) {
+  mem_hold_f = fn;
+  mem_hold_arg = arg;
+}
+
+void mem_hold_end(void) {
+  mem_hold_f = NULL;
+  mem_hold_arg = NULL;
+}
+
+int mem_hold(size_t n) {
+  return mem_hold_f && n ? mem_hold_f(mem_hold_arg, n) : 0;
+}
+
 #ifdef ATTND_TEST_HOOKS
 /* 1 when this allocation is to fail. */
 static int mem_should_fail(void) {

@@ -58,6 +58,22 @@ void mem_init(void);
 void mem_json_arena_begin(void);
 void mem_json_arena_end(void);
 
+/* The decode's hold on the in-flight budget: between mem_hold_begin and
+ * mem_hold_end on one thread, mem_hold(n) asks fn(arg, n) to hold n more
+ * bytes of the budget, before the caller allocates them; the holder gives
+ * them back when its request ends.  fn returns 0 (held), MEM_HOLD_BUSY
+ * (not now), MEM_HOLD_NEVER (not with what the request holds already,
+ * even in an empty budget) or MEM_HOLD_OVER (n alone is more than the
+ * whole budget).  Outside a bracket (unit tests, benchmarks) mem_hold
+ * holds nothing and returns 0.  Brackets do not nest. */
+#define MEM_HOLD_BUSY 1
+#define MEM_HOLD_NEVER 2
+#define MEM_HOLD_OVER 3
+typedef int (*mem_hold_fn)(void *arg, size_t n);
+void mem_hold_begin(mem_hold_fn fn, void *arg);
+void mem_hold_end(void);
+int mem_hold(size_t n);
+
 void *mem_malloc(size_t n);
 void *mem_calloc(size_t count, size_t size);
 /* As realloc; mem_realloc(NULL, n) allocates.  On failure the old block

@@ -19,10 +19,15 @@
  * and the tagging walk over cJSON's tree apply the same rules; they must
  * agree on every tensor array, in order, or the tree is not used.
  *
- * This path only ever decides a request it can decode: a body it cannot
- * scan, a copy cJSON refuses, a leaf that is not a list of JSON numbers
- * (or true/false for a mask), or any other error sends the decoder back
- * to cJSON on the original body, which gives today's answer and message.
+ * The body has passed jsoncheck.c's check (lazily: its lists of numbers
+ * only scanned for their end) before it comes here; the copy is checked
+ * fully, and it and cJSON's tree of it are held in the budget
+ * (proto__hold) before they are allocated.  This path only ever decides
+ * a request it can decode: a leaf that is not a list of JSON numbers (or
+ * true/false for a mask), or any other error, has the body checked fully
+ * and, when it is valid JSON, sends the decoder back to cJSON on the
+ * original body, which gives today's answer and message (when the
+ * budget holds that tree; proto__json_retry).
  *
  * A tagged leaf node: cJSON_Array | cJSON_IsReference (so cJSON_Delete
  * frees neither child nor valuestring), valuestring = first byte after
@@ -45,8 +50,8 @@
 #include "mem.h"
 #include "proto_impl.h"
 
-/* Deeper than any request attnd accepts (v2 "data" nests at most 32). */
-#define MAX_DEPTH 64
+/* The body was checked (jsoncheck.c): it nests no deeper than this. */
+#define MAX_DEPTH PROTO_JSON_MAX_DEPTH
 
 /* Where a container sits. */
 enum ctx {
@@ -72,9 +77,11 @@ typedef struct scan {
   size_t len;
   int codec;
   char *out;        /* the copy for cJSON */
-  size_t olen;
+  size_t olen, ocap;
   arr_rec *arrs;
   size_t narr, cap;
+  char *err;        /* a refused hold's message */
+  int hold_rc;      /* a refused hold (proto__hold), or 0 */
 } scan;
 
 static const char *const v1_tensors[] = {
@@ -110,6 +117,9 @@ static int key_class(const scan *s, int ctx, const char *k, size_t n) {
 static int push_rec(scan *s, size_t off, size_t len, size_t n) {
   if (s->narr == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 256;
+    if ((s->hold_rc = proto__hold((cap - s->cap) * sizeof *s->arrs,
+                                  "the list of the body's arrays", s->err)))
+      return -1;
     arr_rec *a = mem_realloc(s->arrs, cap * sizeof *a);
     if (!a)
       return -1;
@@ -222,7 +232,7 @@ int proto__vector_bytes(void) {
  * commas before it added to *commas.  SSE2 (every x86-64) takes 16 bytes
  * a step, AVX2 32 and AVX-512BW 64 where the CPU has them; leaves are
  * most of a large body. */
-static size_t find_stop(const unsigned char *b, size_t j, size_t len,
+size_t proto__find_stop(const unsigned char *b, size_t j, size_t len,
                         size_t *commas) {
 #ifdef SCAN_WIDE
   /* either stops at the stop byte, or leaves the last bytes to the loops
@@ -266,7 +276,7 @@ static size_t find_stop(const unsigned char *b, size_t j, size_t len,
  * otherwise records it as an inner array and returns 0. */
 static size_t leaf_at(scan *s, size_t i, int *err) {
   const unsigned char *b = (const unsigned char *)s->body;
-  size_t commas = 0, j = find_stop(b, i + 1, s->len, &commas);
+  size_t commas = 0, j = proto__find_stop(b, i + 1, s->len, &commas);
   int empty = !commas;
   for (size_t k = i + 1; empty && k < j; k++)
     empty = b[k] <= ' ';
@@ -278,10 +288,35 @@ static size_t leaf_at(scan *s, size_t i, int *err) {
   return j;
 }
 
-/* Appends body[from, to) to the copy. */
-static void emit(scan *s, size_t from, size_t to) {
+/* Room for n more bytes in the copy, and its NUL: the copy grows as it
+ * is written (a body of large leaves has a small copy), each step held in
+ * the budget first.  0, or -1 (s->hold_rc set, or out of memory). */
+static int room(scan *s, size_t n) {
+  size_t need = s->olen + n + 1, cap = s->ocap ? s->ocap : 4096;
+  if (need <= s->ocap)
+    return 0;
+  while (cap < need)
+    cap = cap > s->len / 2 ? s->len + 1 : cap * 2;
+  if (cap < need)
+    cap = need;
+  if ((s->hold_rc = proto__hold(cap - s->ocap, "a copy of the body",
+                                s->err)))
+    return -1;
+  char *o = mem_realloc(s->out, cap);
+  if (!o)
+    return -1;
+  s->out = o;
+  s->ocap = cap;
+  return 0;
+}
+
+/* Appends body[from, to) to the copy.  0 or -1 (room). */
+static int emit(scan *s, size_t from, size_t to) {
+  if (room(s, to - from + 1))
+    return -1;
   memcpy(s->out + s->olen, s->body + from, to - from);
   s->olen += to - from;
+  return 0;
 }
 
 static int num_char(char ch) {
@@ -372,8 +407,9 @@ static int scan_body(scan *s) {
         if (err)
           return -1;
         if (j) { /* a leaf: the copy gets "[]" */
-          emit(s, done, i + 1);
-          s->out[s->olen++] = ']';
+          if (emit(s, done, i + 1))
+            return -1;
+          s->out[s->olen++] = ']'; /* emit left room for it */
           done = j + 1;
           i = j;
           continue;
@@ -391,7 +427,8 @@ static int scan_body(scan *s) {
         break; /* cJSON judges whatever follows the object */
     }
   }
-  emit(s, done, s->len);
+  if (emit(s, done, s->len))
+    return -1;
   s->out[s->olen] = '\0';
   return 0;
 }
@@ -455,16 +492,36 @@ static int walk_root(cJSON *root, int codec, const scan *s, int mode) {
   return mode == 0 && k != s->narr ? -1 : 0;
 }
 
+#ifdef ATTND_TEST_HOOKS
+static _Thread_local int cjson_path_only;
+
+void proto__test_cjson_path(int on) { cjson_path_only = on; }
+#endif
+
 int proto__json_parse_leaves(const char *body, size_t len, int codec,
-                              cJSON **rootp) {
-  scan s = {.body = body, .len = len, .codec = codec};
+                              cJSON **rootp, char err[PROTO_ERR_MAX]) {
+  scan s = {.body = body, .len = len, .codec = codec, .err = err};
+  proto__json_stats st;
   cJSON *root = NULL;
   const char *end = NULL;
   unsigned long failed = mem_thread_failures();
   int rc = ATTND_EINVAL;
-  s.out = mem_malloc(len + 1);
-  if (!s.out || scan_body(&s))
+  char skip[PROTO_ERR_MAX];
+#ifdef ATTND_TEST_HOOKS
+  if (cjson_path_only) {
+    *rootp = NULL;
+    return ATTND_EINVAL;
+  }
+#endif
+  if (scan_body(&s))
     goto out;
+  /* the copy's tree: the envelope, and whatever tensor array is not a
+   * list of numbers; held before cJSON builds it */
+  if (proto__json_check(s.out, s.olen, codec, "", 0, &st, skip) ||
+      (rc = proto__hold(proto__json_tree_bytes(&st),
+                        "the cJSON tree of the body", err)))
+    goto out;
+  rc = ATTND_EINVAL;
   root = cJSON_ParseWithLengthOpts(s.out, s.olen, &end, 0);
   if (!root)
     goto out;
@@ -483,6 +540,8 @@ out:
   mem_free(s.out);
   mem_free(s.arrs);
   *rootp = root;
+  if (s.hold_rc)
+    rc = s.hold_rc;
   /* cJSON says NULL for bad JSON and for a failed allocation alike */
   if (rc && mem_thread_failures() != failed)
     rc = ATTND_ENOMEM;

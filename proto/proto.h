@@ -429,7 +429,9 @@ int proto_v2_decode_shapes(const char *json, size_t len, int model,
  * identity).  Inflates as a stream and stops once the output would pass
  * max_out bytes, so a small bomb costs at most max_out.  On success *out
  * is malloc'd (free()) and *out_len set; for identity *out is NULL (use
- * the input as it is).  Returns 0, ATTND_ETOOBIG (past max_out),
+ * the input as it is).  The output buffer's growth is held in the budget
+ * as it grows (mem_hold).  Returns 0, ATTND_ETOOBIG (past max_out),
+ * ATTND_EBUSY (the budget cannot hold the output; no message),
  * ATTND_EINVAL (unknown coding, corrupt or truncated stream; message in
  * err) or ATTND_ENOMEM. */
 int proto_inflate(const char *coding, const char *in, size_t len,

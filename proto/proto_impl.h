@@ -267,14 +267,30 @@ static inline int proto__is_leaf(const cJSON *a) {
 
 /* Parses body[0..len) (codec: enum proto_codec) with its tensor arrays as
  * leaves.  Returns 0 with *root the object (cJSON_Delete frees it),
- * ATTND_ENOMEM, or ATTND_EINVAL when this path does not apply (cJSON on
- * the original body then decides); *root is NULL on error. */
+ * ATTND_ENOMEM, ATTND_EBUSY or ATTND_ETOOBIG with a message in err when
+ * the budget cannot hold the copy or its tree (proto__hold), or
+ * ATTND_EINVAL when this path does not apply (cJSON on the original body
+ * then decides); *root is NULL on error.  The body must have passed
+ * proto__json_check. */
 int proto__json_parse_leaves(const char *body, size_t len, int codec,
-                             cJSON **root);
+                             cJSON **root, char err[PROTO_ERR_MAX]);
 
 /* 1 when every leaf under root has been converted (PROTO__LEAF_READ), so
  * that no element went unchecked. */
 int proto__json_leaves_read(cJSON *root, int codec);
+
+/* The index of the first byte of b[j, len) that opens or closes a
+ * container or a string ([ ] { } "), len when none; the commas before it
+ * added to *commas.  16 to 64 bytes a step (SSE2, AVX2, AVX-512BW). */
+size_t proto__find_stop(const unsigned char *b, size_t j, size_t len,
+                        size_t *commas);
+
+#ifdef ATTND_TEST_HOOKS
+/* on != 0: proto__json_parse_leaves does not apply, on the calling
+ * thread, so that the decoders take the cJSON path alone (the unit tests
+ * compare the two paths). */
+void proto__test_cjson_path(int on);
+#endif
 
 /* ---- the top of a float range, from text (numscan.c, tensor.c) ---------
  *
@@ -351,6 +367,85 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
  * and proto__vector_bytes: fpconv.h. */
 
 /* ---- a body cJSON refused (jsonerr.c) ----------------------------------- */
+
+/* ---- the syntax of a JSON body (jsoncheck.c) ---------------------------
+ *
+ * proto__json_check reads text[0..len) once: blanks, one JSON value, and
+ * stops after it (st->end; what follows is the caller's to judge).  0, or
+ * ATTND_EINVAL with a message naming the byte and what was expected
+ * ("body is not valid JSON at byte N<where>: expected a value, got '}'"),
+ * a nesting deeper than PROTO_JSON_MAX_DEPTH ("body nests deeper than
+ * 1000 levels"), or jsonerr.c's messages for a NUL byte and for NaN and
+ * infinity.  Linear in len, no allocation.  st counts what a cJSON tree
+ * of the text holds, for proto__json_tree_bytes (with lazy, an upper
+ * bound).
+ *
+ * lazy != 0: the inside of an array that holds no container or string
+ * (a list of numbers, the bulk of a body) is only scanned for its end,
+ * not checked token by token.  The decoders check a body lazily: such a
+ * list is either a leaf, whose every token numscan's reader checks as it
+ * converts it, or lands in numscan's copy, which is checked fully before
+ * cJSON reads it.  Whenever the decode fails, proto__json_retry checks
+ * the whole body fully, so that a syntax error anywhere is the answer;
+ * and a lazy check that fails checks fully, so that the message is of the
+ * first error. */
+#define PROTO_JSON_MAX_DEPTH 1000 /* cJSON's CJSON_NESTING_LIMIT */
+typedef struct proto__json_stats {
+  size_t values;       /* every value, containers included */
+  size_t strings;      /* member names and string values */
+  size_t string_bytes; /* their bytes */
+  size_t end;          /* the offset after the value */
+  char first;          /* the value's first byte ('{' for an object) */
+  int valid;           /* the decoder's: the body is one JSON value */
+  const char *text, *where; /* what was checked, how */
+  size_t len;
+  int codec, lazy;
+} proto__json_stats;
+int proto__json_check(const char *text, size_t len, int codec,
+                      const char *where, int lazy, proto__json_stats *st,
+                      char err[PROTO_ERR_MAX]);
+
+/* When st is of a lazy check: the text checked again, token by token.  0
+ * (st then holds the full counts), or ATTND_EINVAL with the message. */
+int proto__json_strict(proto__json_stats *st, char err[PROTO_ERR_MAX]);
+
+/* 0 when the checked value is an object (st->valid is then set: the
+ * body is one JSON object), else ATTND_EINVAL with the message: the first
+ * syntax error of a lazily checked text, or "body must be a JSON object,
+ * got an array". */
+int proto__json_want_object(proto__json_stats *st, char err[PROTO_ERR_MAX]);
+
+/* After a first decode (numscan) that returned *rc, over a body checked
+ * into st: when the decode failed on a body checked lazily, the body is
+ * checked fully (a syntax error is then *rc, ATTND_EINVAL, with its
+ * message in err; else st holds the full counts).  1 when cJSON's decode
+ * of the whole body is to follow, for its message: the body is valid JSON
+ * and *rc a refusal of the request's own (not memory, the budget or a
+ * limit). */
+int proto__json_retry(int *rc, proto__json_stats *st,
+                      char err[PROTO_ERR_MAX]);
+
+/* The outcome of the two decodes: the second's, unless the budget could
+ * not hold its tree (then the first's rc and message, first, in err). */
+int proto__json_retried(int rc, const char first[PROTO_ERR_MAX], int rc2,
+                        char err[PROTO_ERR_MAX]);
+
+/* An upper bound on the bytes of the cJSON tree of a text with st. */
+size_t proto__json_tree_bytes(const proto__json_stats *st);
+
+/* Holds n bytes of the in-flight budget for what (a phrase: "the cJSON
+ * tree of the body") before the decoder allocates them (mem_hold).  0, or
+ * ATTND_EBUSY (not now: 503) or ATTND_ETOOBIG (never) with a message. */
+int proto__hold(size_t n, const char *what, char err[PROTO_ERR_MAX]);
+
+/* The message of a hold mem_hold refused (why: MEM_HOLD_*): ATTND_EBUSY
+ * or ATTND_ETOOBIG. */
+int proto__hold_refused(int why, size_t n, const char *what,
+                        char err[PROTO_ERR_MAX]);
+
+/* The length of a NaN or infinity token at p (a sign, then "NaN",
+ * "Infinity" or "Inf" in any case), or 0 (jsonerr.c). */
+size_t proto__json_non_finite_len(const char *p, const char *end);
 
 /* Writes the message for text[0..len), which cJSON failed to parse,
  * stopping at offset at, and returns ATTND_EINVAL.  A NUL byte outside

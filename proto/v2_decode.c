@@ -106,12 +106,27 @@ static int is_ws(char ch) {
   return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
 }
 
-/* leaves: parse with numscan (tensor arrays as leaves); 0: cJSON on the
- * whole JSON part. */
+/* The JSON part after its value (st->end): blanks only. */
+static int check_after(v2_ctx *c) {
+  for (size_t j = c->st->end; j < c->hlen; j++)
+    if (!is_ws(c->body[j]))
+      return proto__json_strict(c->st, c->err) ? ATTND_EINVAL
+             : ERR("body has unexpected data after the JSON object at byte "
+                   "%zu%s", j, c->has_header ? " (binary data must start "
+                   "at Inference-Header-Content-Length)" : " (binary inputs "
+                   "need an Inference-Header-Content-Length header)");
+  return proto__json_want_object(c->st, c->err);
+}
+
+/* leaves: check the syntax (jsoncheck.c), then parse with numscan
+ * (tensor arrays as leaves); 0: cJSON on the whole JSON part, which
+ * passed the check, with its tree held in the budget first. */
 static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
                       cJSON **root) {
   const char *end = NULL;
+  const char *where = c->has_header ? " of the inference header" : "";
   size_t i = 0;
+  int rc;
   while (i < c->hlen && is_ws(c->body[i]))
     i++;
   if (i == c->hlen)
@@ -122,8 +137,17 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
              "elements, the server's limit", max_elems);
     return ATTND_ETOOBIG;
   }
-  if (leaves)
-    return proto__json_parse_leaves(c->body, c->hlen, PROTO_CODEC_V2, root);
+  if (leaves) {
+    if ((rc = proto__json_check(c->body, c->hlen, PROTO_CODEC_V2, where, 1,
+                                c->st, c->err)) ||
+        (rc = check_after(c)))
+      return rc;
+    return proto__json_parse_leaves(c->body, c->hlen, PROTO_CODEC_V2, root,
+                                    c->err);
+  }
+  if ((rc = proto__hold(proto__json_tree_bytes(c->st),
+                        "the cJSON tree of the body", c->err)))
+    return rc;
   unsigned long failed = mem_thread_failures();
   *root = cJSON_ParseWithLengthOpts(c->body, c->hlen, &end, 0);
   /* cJSON returns NULL for bad JSON and for a failed allocation alike */
@@ -132,25 +156,12 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   if (!*root) {
     size_t at = end && end >= c->body && end <= c->body + c->hlen
                     ? (size_t)(end - c->body) : 0;
-    return proto__json_syntax_err(
-        c->body, c->hlen, at, PROTO_CODEC_V2,
-        c->has_header ? " of the inference header" : "", c->err);
+    return proto__json_syntax_err(c->body, c->hlen, at, PROTO_CODEC_V2,
+                                  where, c->err);
   }
-  for (size_t j = (size_t)(end - c->body); j < c->hlen; j++)
-    if (!is_ws(c->body[j]))
-      return ERR("body has unexpected data after the JSON object at byte "
-                 "%zu%s", j, c->has_header ? " (binary data must start at "
-                 "Inference-Header-Content-Length)" : " (binary inputs need "
-                 "an Inference-Header-Content-Length header)");
-  if (proto__json_refuse_bad_number(
-          c->body, end, c->has_header ? " of the inference header" : "",
-          c->err))
+  if (proto__json_refuse_bad_number(c->body, end, where, c->err))
     return ATTND_EINVAL;
-  if (!cJSON_IsObject(*root)) {
-    char what[48];
-    proto__describe(*root, what, sizeof what);
-    return ERR("body must be a JSON object, got %s", what);
-  }
+  /* what follows the value, and the value's type: checked before */
   proto__json_mark_ties(*root, c->body, end);
   return 0;
 }
@@ -776,10 +787,11 @@ static int decode_root(v2_ctx *c, const cJSON *root) {
 
 static int decode(const char *body, size_t len, const char *hdr, int model,
                   const proto_shm *shm, proto_request *req, size_t max_elems,
-                  char *err, int leaves, proto_body *src, int shapes_only) {
+                  char *err, int leaves, proto_body *src, int shapes_only,
+                  proto__json_stats *st) {
   v2_ctx c = {.body = body, .len = len, .src = src, .shm = shm,
               .model = model, .req = req, .p = &req->prob, .err = err,
-              .shapes_only = shapes_only};
+              .shapes_only = shapes_only, .st = st};
   cJSON *root = NULL;
   memset(req, 0, sizeof *req);
   attn_problem_init(&req->prob);
@@ -819,29 +831,36 @@ static int decode(const char *body, size_t len, const char *hdr, int model,
   return rc;
 }
 
-/* As proto_v1_decode: numscan first; on any failure but memory the cJSON
- * path decodes the body again and decides. */
+/* As proto_v1_decode: the syntax checked, numscan, and on a refusal of
+ * the request's own the cJSON path again for its message, when the
+ * budget holds its tree. */
+static int decode_twice(const char *body, size_t len, const char *hdr,
+                        int model, const proto_shm *shm, proto_request *req,
+                        size_t max_elems, char *err, proto_body *src) {
+  proto__json_stats st = {0};
+  char first[PROTO_ERR_MAX];
+  int rc = decode(body, len, hdr, model, shm, req, max_elems, err, 1, src, 0,
+                  &st);
+  if (!proto__json_retry(&rc, &st, err))
+    return rc;
+  memcpy(first, err, PROTO_ERR_MAX);
+  return proto__json_retried(rc, first,
+                             decode(body, len, hdr, model, shm, req,
+                                    max_elems, err, 0, src, 0, &st),
+                             err);
+}
+
 int proto_v2_decode_shm(const char *body, size_t len, const char *hdr,
                         int model, const proto_shm *shm, proto_request *req,
                         size_t max_elems, char err[PROTO_ERR_MAX]) {
-  int rc = decode(body, len, hdr, model, shm, req, max_elems, err, 1, NULL,
-                  0);
-  if (rc && rc != ATTND_ENOMEM)
-    rc = decode(body, len, hdr, model, shm, req, max_elems, err, 0, NULL,
-                0);
-  return rc;
+  return decode_twice(body, len, hdr, model, shm, req, max_elems, err, NULL);
 }
 
 int proto_v2_decode_body_shm(proto_body *b, const char *hdr, int model,
                              const proto_shm *shm, proto_request *req,
                              size_t max_elems, char err[PROTO_ERR_MAX]) {
-  const char *body = b->p ? b->p : "";
-  int rc = decode(body, b->len, hdr, model, shm, req, max_elems, err, 1, b,
-                  0);
-  if (rc && rc != ATTND_ENOMEM)
-    rc = decode(body, b->len, hdr, model, shm, req, max_elems, err, 0, b,
-                0);
-  return rc;
+  return decode_twice(b->p ? b->p : "", b->len, hdr, model, shm, req,
+                      max_elems, err, b);
 }
 
 int proto_v2_decode(const char *body, size_t len, const char *hdr,
@@ -862,5 +881,7 @@ int proto_v2_decode_shapes(const char *json, size_t len, int model,
                            char err[PROTO_ERR_MAX]) {
   char hdr[24];
   snprintf(hdr, sizeof hdr, "%zu", len);
-  return decode(json, len, hdr, model, NULL, req, max_elems, err, 1, NULL, 1);
+  proto__json_stats st = {0};
+  return decode(json, len, hdr, model, NULL, req, max_elems, err, 1, NULL, 1,
+                &st);
 }

@@ -44,6 +44,7 @@ typedef struct v2_ctx {
   const cJSON *window[2];   /* parameters window_left, window_right */
   proto_request *req;
   attn_problem *p;
+  proto__json_stats *st;    /* the JSON part's syntax, once checked */
   char *err;
 } v2_ctx;
 

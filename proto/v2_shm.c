@@ -352,8 +352,16 @@ int proto_shm_register_decode(const char *body, size_t len, const char *name,
   unsigned long failed = mem_thread_failures();
   cJSON *root;
   int rc;
+  proto__json_stats st;
+  char why[PROTO_ERR_MAX];
   memset(out, 0, sizeof *out);
   err[0] = '\0';
+  /* the syntax first, then the tree held in the budget (jsoncheck.c) */
+  if (len && proto__json_check(body, len, PROTO_CODEC_V2, "", 0, &st, why))
+    return ERR("failed to parse the request JSON buffer: %.200s", why);
+  if (len && (rc = proto__hold(proto__json_tree_bytes(&st),
+                               "the cJSON tree of the body", err)))
+    return rc;
   root = cJSON_ParseWithLengthOpts(body ? body : "", len, &end, 0);
   if (!root && mem_thread_failures() != failed)
     return ATTND_ENOMEM;

@@ -257,11 +257,12 @@ int http_limits_refusal(struct http_req *r, char *msg, size_t cap);
  * at most --max-body-mb. */
 size_t http_limits_inflate_room(struct http_req *r);
 
-/* Holds (0, or ATTND_EBUSY with msg) and gives back n bytes of inflated
- * body. */
-int http_limits_hold_plain(struct http_req *r, size_t n, char *msg,
-                           size_t cap);
-void http_limits_unhold_plain(struct http_req *r, size_t n);
+/* Between these two, on r's MHD thread, what the inflating and the decode
+ * of r's body allocate is held in the budget before it is allocated
+ * (mem_hold), into r->held: given back when the request is reserved as a
+ * job (batcher_reserve_held) or ends. */
+void http_limits_decode_begin(struct http_req *r);
+void http_limits_decode_end(void);
 
 /* A decoded request's cost: recorded in the metrics, and ATTND_ETOOBIG
  * with msg when it is over --max-request-gflop. */

@@ -16,9 +16,12 @@
  * arrive (a body that does not fit is refused at once, 503, before it
  * is read), else what has arrived, in steps of HTTP_HOLD_STEP so that a
  * chunked upload does not take the lock for every piece; a compressed
- * body also holds what it inflates to.  A body that stops fitting while
- * it arrives is dropped (its hold given back) and refused when it ends:
- * libmicrohttpd cannot answer in the middle of an upload.
+ * body also holds what it inflates to, as it grows.  While the body is
+ * inflated and decoded, what that allocates is held first as well
+ * (http_limits_decode_begin: mem_hold's holder is the request), into
+ * r->held.  A body that stops fitting while it arrives is dropped (its
+ * hold given back) and refused when it ends: libmicrohttpd cannot answer
+ * in the middle of an upload.
  *
  * The body's deadline (--body-timeout-s) runs from the end of the
  * headers.  Each piece of body checks it; total silence is left to
@@ -171,18 +174,24 @@ size_t http_limits_inflate_room(struct http_req *r) {
   return left < r->h->cfg.max_body ? left : r->h->cfg.max_body;
 }
 
-int http_limits_hold_plain(struct http_req *r, size_t n, char *msg,
-                           size_t cap) {
+/* mem_hold's holder while r's body is inflated and decoded (mem.h). */
+static int http_limits_decode_hold(void *arg, size_t n) {
+  struct http_req *r = arg;
+  if (n > r->h->cfg.max_inflight)
+    return MEM_HOLD_OVER;
+  if (n > r->h->cfg.max_inflight - r->held)
+    return MEM_HOLD_NEVER;
   if (batcher_hold(r->h->b, n) != 0)
-    return http_budget_full(r, n, "inflated request body", msg, cap);
+    return MEM_HOLD_BUSY;
   r->held += n;
   return 0;
 }
 
-void http_limits_unhold_plain(struct http_req *r, size_t n) {
-  batcher_unhold(r->h->b, n);
-  r->held -= n;
+void http_limits_decode_begin(struct http_req *r) {
+  mem_hold_begin(http_limits_decode_hold, r);
 }
+
+void http_limits_decode_end(void) { mem_hold_end(); }
 
 /* ---- cost --------------------------------------------------------------- */
 

@@ -137,10 +137,12 @@ static int http_post_plain(struct http_req *r, char **plain, const char **b,
   *n = r->body.len;
   if (!coding)
     return 0;
-  /* It inflates into what is left of the budget, then holds that. */
+  /* It inflates into what is left of the budget, holding it as it grows
+   * (r->held, the decode's holder). */
   room = http_limits_inflate_room(r);
   rc = proto_inflate(coding, *b, *n, room, plain, n, err);
-  if (rc == ATTND_ETOOBIG && room < r->h->cfg.max_body) {
+  if (rc == ATTND_EBUSY ||
+      (rc == ATTND_ETOOBIG && room < r->h->cfg.max_body)) {
     snprintf(err, PROTO_ERR_MAX, "request body inflates past what is left "
              "of the server's in-flight memory (%zu of %zu MiB, "
              "--max-inflight-mb); retry later", room >> 20,
@@ -150,11 +152,6 @@ static int http_post_plain(struct http_req *r, char **plain, const char **b,
   if (rc == ATTND_ETOOBIG)
     snprintf(err, PROTO_ERR_MAX, "request body inflates past the limit of "
              "%zu MiB (--max-body-mb)", r->h->cfg.max_body >> 20);
-  if (rc == 0 && *plain &&
-      (rc = http_limits_hold_plain(r, *n, err, PROTO_ERR_MAX)) != 0) {
-    mem_free(*plain);
-    *plain = NULL;
-  }
   if (rc == 0 && *plain)
     *b = *plain;
   else if (rc == 0)
@@ -168,6 +165,8 @@ static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
   const char *b;
   char *plain;
   size_t n;
+  /* what the inflating and the decode allocate is held first (mem.h) */
+  http_limits_decode_begin(r);
   int rc = http_post_plain(r, &plain, &b, &n, err);
   proto_shm shm;
   if (rc == 0 && r->rt->body == BODY_V2) {
@@ -183,8 +182,7 @@ static int http_post_decode(struct http_req *r, char err[PROTO_ERR_MAX]) {
   } else if (rc == 0) {
     rc = proto_v1_decode(b, n, &r->job.req, h->cfg.max_elems, err);
   }
-  if (plain)
-    http_limits_unhold_plain(r, n);
+  http_limits_decode_end();
   mem_free(plain);
   proto_body_free(&r->body);
   return rc;
@@ -215,12 +213,12 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
   char err[PROTO_ERR_MAX] = "", *plain;
   const char *b;
   size_t n;
+  http_limits_decode_begin(r);
   int rc = http_post_plain(r, &plain, &b, &n, err);
   if (rc == 0)
     rc = shm_http_post(r->h->cfg.shm, r->h->cfg.allow_client_shm, r->url, b,
                        n, err);
-  if (plain)
-    http_limits_unhold_plain(r, n);
+  http_limits_decode_end();
   mem_free(plain);
   proto_body_free(&r->body);
   if (rc != 0)

@@ -7,10 +7,9 @@
  *   decode   proto_v1_decode / proto_v2_decode of a request whose q, k, v
  *            are random floats as their shortest round-trip text:
  *            "numscan" is the decoder as shipped; "cjson" is the same
- *            decoder on the same body behind one leading \x01 byte, which
- *            cJSON skips as whitespace and numscan refuses, so the
- *            decoder goes straight to the cJSON path (the decoder as it
- *            was before numscan); "simdjson" is the peer of
+ *            decoder on the same body sent down the cJSON path alone (the
+ *            test hook proto__test_cjson_path: the decoder as it was
+ *            before numscan); "simdjson" is the peer of
  *            bench_simdjson.cc (simdjson On Demand, fast_float reading
  *            each number token as a float32) decoding the same body into
  *            the same floats, which are compared with the decoder's.
@@ -18,6 +17,14 @@
  *            its best.  ns per number and body MB/s.  docs/decisions.md
  *            states the rule these rows decide (attnd keeps its own
  *            reader while it is at least 1.5x faster than the peer).
+ *   syntax   proto__json_check, the one pass every JSON body gets before
+ *            anything else, over the same bodies: "check" lazily (lists
+ *            of numbers scanned for their end, as the decoders run it),
+ *            "strict" token by token (as on the decoders' error path);
+ *            "refused" the decoder
+ *            refusing the body with one byte at its end made invalid
+ *            (where an attacker puts it: the whole body is read).  Body
+ *            MB/s.
  *   encode   proto_v1_encode (nested) and proto_v2_encode (flat data) of
  *            output and weights; ns per number and response MB/s.
  *   print    one float32 to text: proto__fmt_f32 (as shipped, through
@@ -232,11 +239,9 @@ static double time_peer(const char *body, size_t len, int v2, int reps,
 
 static void bench_decode(const char *what, char *body, size_t len,
                          size_t numbers, int v2, int reps) {
-  /* the same body behind \x01: cJSON skips it, numscan refuses it */
-  char *slow = malloc(len + 1);
-  slow[0] = '\x01';
-  memcpy(slow + 1, body, len);
-  double t_old = time_decode(slow, len + 1, v2, reps);
+  proto__test_cjson_path(1);
+  double t_old = time_decode(body, len, v2, reps);
+  proto__test_cjson_path(0);
   /* numscan and the peer in turns, each its best over the rounds */
   double t_new = 1e30, t_peer = 1e30;
   for (int round = 0; round < 3; round++) {
@@ -264,7 +269,48 @@ static void bench_decode(const char *what, char *body, size_t len,
   if (!json_out)
     printf("  %-34s %-10s %9.2fx simdjson's time per number\n", "",
            "numscan", t_peer / t_new);
-  free(slow);
+}
+
+/* The syntax check alone, lazily as the decoders run it and fully as
+ * they do on their error path, and the decoder refusing the body for its
+ * last byte: body MB/s. */
+static void bench_check(const char *what, char *body, size_t len,
+                        size_t numbers, int v2, int reps) {
+  double best[2] = {1e30, 1e30}, refused = 1e30;
+  char err[PROTO_ERR_MAX];
+  for (int r = 0; r < 2 * reps; r++) {
+    proto__json_stats st;
+    double t0 = now_s();
+    int rc = proto__json_check(body, len, v2, "", r % 2, &st, err);
+    double t = now_s() - t0;
+    if (rc) {
+      fprintf(stderr, "bench_json: the check refused the body: %s\n", err);
+      exit(1);
+    }
+    best[r % 2] = t < best[r % 2] ? t : best[r % 2];
+  }
+  char last = body[len - 1];
+  body[len - 1] = ','; /* the object's '}' */
+  for (int r = 0; r < reps; r++) {
+    proto_request req;
+    double t0 = now_s();
+    int rc = v2 ? proto_v2_decode(body, len, NULL, PROTO_MODEL_ATTENTION,
+                                  &req, MAX_ELEMS, err)
+                : proto_v1_decode(body, len, &req, MAX_ELEMS, err);
+    double t = now_s() - t0;
+    if (rc != ATTND_EINVAL) {
+      fprintf(stderr, "bench_json: a bad last byte was not refused\n");
+      exit(1);
+    }
+    refused = t < refused ? t : refused;
+  }
+  body[len - 1] = last;
+  report(what, "check", best[1] * 1e9 / (double)numbers,
+         (double)len / best[1] / 1e6);
+  report(what, "strict", best[0] * 1e9 / (double)numbers,
+         (double)len / best[0] / 1e6);
+  report(what, "refused", refused * 1e9 / (double)numbers,
+         (double)len / refused / 1e6);
 }
 
 /* 256 rows of 64 numbers (about 170 KB: in L2, and too many for the
@@ -600,10 +646,13 @@ int main(int argc, char **argv) {
            "library peer, same body):\n", reps);
   body = v1_body(big, &len, &numbers);
   bench_decode("v1 nested q,k,v (1,16,128,64)", body, len, numbers, 0, reps);
+  bench_check("v1 nested q,k,v (1,16,128,64)", body, len, numbers, 0, reps);
   free(body);
   body = v2_body(big, &len, &numbers);
   bench_decode("v2 JSON FP32 q,k,v (1,16,128,64)", body, len, numbers, 1,
                reps);
+  bench_check("v2 JSON FP32 q,k,v (1,16,128,64)", body, len, numbers, 1,
+              reps);
   free(body);
   body = v1_body(tiny, &len, &numbers);
   bench_decode("v1 nested q,k,v (1,1,16,32)", body, len, numbers, 0,

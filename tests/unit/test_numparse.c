@@ -13,9 +13,9 @@
  *  - The decoders: tensor numbers come out correctly rounded (a decimal
  *    that double rounding would get wrong proves numscan read it), in
  *    every form (v1 nested and flat, v2 data, FP16, BF16, BOOL, INT32).
- *  - The decoders against themselves on the cJSON path: a body behind a
- *    leading ' ' goes through numscan, the same body behind '\x01' (a byte
- *    cJSON skips as whitespace and numscan refuses) through cJSON alone.
+ *  - The decoders against themselves on the cJSON path: a body goes
+ *    through numscan, and the same body through cJSON alone (the test
+ *    hook proto__test_cjson_path).
  *    Thousands of mutated bodies must give the same code, the same message
  *    and the same tensors both ways.
  *  - The printer: shortest digits that read back, not longer than a
@@ -684,13 +684,15 @@ typedef struct outcome {
   proto_request r;
 } outcome;
 
-/* Decodes body with its first byte (a space) as given: ' ' for numscan,
- * '\x01' for the cJSON path alone. */
-static void run(char *body, size_t len, int v2, char first, outcome *o) {
-  body[0] = first;
+/* Decodes body (its first byte a space): path ' ' through numscan,
+ * '\x01' through the cJSON path alone. */
+static void run(char *body, size_t len, int v2, char path, outcome *o) {
+  body[0] = ' ';
+  proto__test_cjson_path(path == '\x01');
   o->rc = v2 ? proto_v2_decode(body, len, NULL, PROTO_MODEL_ATTENTION,
                                &o->r, 0, o->err)
              : proto_v1_decode(body, len, &o->r, 0, o->err);
+  proto__test_cjson_path(0);
 }
 
 static void same_buffer(const void *a, const void *b, size_t bytes,
@@ -762,7 +764,7 @@ static const char *const seeds_v2[] = {
 };
 
 /* Bytes mutations write: number, structure and whitespace characters,
- * and a control byte cJSON counts as whitespace. */
+ * and a control byte JSON does not allow between tokens. */
 static const char alphabet[] = "0123456789-+.eE,[]{}\": tfnrulas\x01\t";
 
 static size_t mutate(char *b, size_t len, size_t cap) {
@@ -804,13 +806,29 @@ static size_t mutate(char *b, size_t len, size_t cap) {
   return len;
 }
 
+/* 1 when b[0, len) holds only JSON's blanks. */
+static int blank(const char *b, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (!strchr(" \t\r\n", b[i]) || !b[i])
+      return 0;
+  return 1;
+}
+
 static void compare_paths(char *b, size_t len, int v2) {
   outcome x, y;
-  char shown[600];
+  char shown[600], why[PROTO_ERR_MAX];
+  proto__json_stats st;
   run(b, len, v2, ' ', &x);
   run(b, len, v2, '\x01', &y);
   b[0] = ' ';
   snprintf(shown, sizeof shown, "%.*s", (int)(len < 500 ? len : 500), b);
+  /* a body the full check refuses gets its message, whichever path */
+  if (!blank(b, len) &&
+      proto__json_check(b, len, v2 ? PROTO_CODEC_V2 : PROTO_CODEC_V1, "", 0,
+                        &st, why))
+    ck_assert_msg(x.rc == ATTND_EINVAL && !strcmp(x.err, why),
+                  "rc %d '%s', the check says '%s': %s", x.rc, x.err, why,
+                  shown);
   ck_assert_msg(x.rc == y.rc, "rc %d vs %d (%s | %s): %s", x.rc, y.rc,
                 x.err, y.err, shown);
   ck_assert_msg(!strcmp(x.err, y.err), "'%s' vs '%s': %s", x.err, y.err,
@@ -901,7 +919,7 @@ START_TEST(numbers_json_forbids_are_refused_on_both_paths) {
       outcome x;
       run(b, (size_t)len, is_v2, ' ', &x);
       ck_assert_msg(x.rc == ATTND_EINVAL, "%s: accepted", b);
-      ck_assert_msg(strstr(x.err, want) && strstr(x.err, "near byte"),
+      ck_assert_msg(strstr(x.err, want) && strstr(x.err, "at byte"),
                     "%s: %s", b, x.err);
       proto_request_free(&x.r);
       compare_paths(b, (size_t)len, is_v2);
@@ -976,7 +994,6 @@ END_TEST
 /* Bodies numscan leaves to cJSON, which accepts them: the same answer. */
 START_TEST(what_only_cjson_accepts_still_decodes) {
   static const char *const bodies[] = {
-    " {\"query\":[[[1,\x01" "2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
     " {\"\\u0071uery\":[[[1,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
   };
   char b[256];
@@ -1171,7 +1188,7 @@ START_TEST(errors_in_leaves_keep_their_messages) {
     {"{\"query\":[[[1,2],[3]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
      "query: ragged array at [0][1] (length 1, expected 2)"},
     {"{\"query\":[[[1,2]]],\"key\":[[[1,2 3]]],\"value\":[[[1]]]}",
-     "body is not valid JSON (near byte 32)"},
+     "body is not valid JSON at byte 32: expected ',' or ']', got '3'"},
     {"{\"query\":[[[1,2]]],\"key\":[[[1,2]]],\"value\":[[[1]]],"
      "\"mask\":[[2]]}", "mask: expected true, false, 0 or 1 at [0][0], "
      "got 2"},

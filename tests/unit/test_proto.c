@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "proto/mem.h"
 #include "proto/proto.h"
 #include "proto/proto_impl.h"
 
@@ -619,7 +620,8 @@ START_TEST(non_finite_literals_name_their_place) {
   BAD("[1,[NaN]]", "body[1][0]: NaN is not a JSON number");
   BAD("NaN", "body: NaN is not a JSON number");
   /* a name where a member name belongs is not a value */
-  BAD("{NaN:1}", "body is not valid JSON (near byte");
+  BAD("{NaN:1}", "body is not valid JSON at byte 1: expected a member "
+      "name");
   /* row 0 of 200 numbers, the NaN at 137 */
   char json[4096];
   size_t o = (size_t)snprintf(json, sizeof json, "{\"query\":[[[");
@@ -629,6 +631,178 @@ START_TEST(non_finite_literals_name_their_place) {
   snprintf(json + o, sizeof json - o, "]]],\"key\":[[[1]]],\"value\":"
            "[[[1]]]}");
   BAD(json, "query[0][0][137]: NaN is not a JSON number");
+}
+END_TEST
+
+/* Exactly the message for a syntax error: the byte and the reason. */
+static void syntax_err(const char *json, size_t len, const char *want,
+                       int line) {
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  int rc = proto_v1_decode(json, len, &r, 0, err);
+  ck_assert_msg(rc == ATTND_EINVAL, "line %d: rc %d", line, rc);
+  ck_assert_msg(!strcmp(err, want), "line %d: \"%s\", want \"%s\"", line,
+                err, want);
+}
+#define SYNTAX(json, want) syntax_err(json, strlen(json), want, __LINE__)
+
+/* Every kind of syntax error is refused by the one-pass check with its
+ * byte and its reason, inside the numbers of a tensor too (which the
+ * check reads lazily, then token by token once the decode fails). */
+START_TEST(syntax_errors_name_the_byte_and_the_reason) {
+  const char *pre = "body is not valid JSON at byte ";
+  char want[PROTO_ERR_MAX];
+  static const struct { const char *json; int at; const char *why; } cases[] = {
+    {"{\"query\":[[[1]]],\"id\": }", 23, "expected a value, got '}'"},
+    {"{\"query\":[[[1]]],}", 17,
+     "expected a member name (a string in double quotes), got '}'"},
+    {"{\"query\" [[[1]]]}", 9, "expected ':' after the member name, got '['"},
+    {"{\"query\":[[[1]]]", 16, "expected ',' or '}', got the end of the body"},
+    {"{\"query\":[[[1]]}", 15, "expected ',' or ']', got '}'"},
+    {"{\"query\":[[[1,2 3]]]}", 16, "expected ',' or ']', got '3'"},
+    {"{\"query\":[[[1,]]]}", 14, "expected a value, got ']'"},
+    {"{\"query\":[[[1,,2]]]}", 14, "expected a value, got ','"},
+    {"{\"query\":[[[1,\x01 2]]]}", 14, "expected a value, got byte 0x01"},
+    {"{\"query\":[[[1,01]]]}", 14, "01 is not a JSON number"},
+    {"{\"query\":[[[1.]]]}", 12, "1. is not a JSON number"},
+    {"{\"query\":[[[-.5]]]}", 12, "-.5 is not a JSON number"},
+    {"{\"query\":[[[1e+]]]}", 12, "1e+ is not a JSON number"},
+    {"{\"query\":[[[+1]]]}", 12, "expected a value, got '+'"},
+    {"{\"query\":[[[tru]]]}", 12, "expected true, got 't'"},
+    {"{\"causal\":nul}", 10, "expected null, got 'n'"},
+    {"{\"id\":\"abc}", 6,
+     "the string that starts there has no closing '\"'"},
+    {"{\"id\":\"a\tb\"}", 8,
+     "control byte 0x09 in a string (write it as an escape, \\u0009)"},
+    {"{\"id\":\"a\\qb\"}", 8, "not a JSON escape (\\\" \\\\ \\/ \\b \\f "
+     "\\n \\r \\t or \\u and four hex digits)"},
+    {"{\"id\":\"\\u12g4\"}", 7, "not a JSON escape (\\\" \\\\ \\/ \\b "
+     "\\f \\n \\r \\t or \\u and four hex digits)"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    snprintf(want, sizeof want, "%s%d: %s", pre, cases[k].at, cases[k].why);
+    SYNTAX(cases[k].json, want);
+  }
+  SYNTAX("", "empty body: expected a JSON object with query, key and value");
+  SYNTAX("{} x", "body has unexpected data after the JSON object at byte 3");
+  SYNTAX("[1,2]", "body must be a JSON object, got an array");
+  /* a syntax error inside a long list of numbers, behind a field the
+   * decode would refuse first: the syntax error is the answer */
+  char json[8192];
+  size_t o = (size_t)snprintf(json, sizeof json, "{\"nope\":1,\"query\":[[[");
+  for (int i = 0; i < 1000; i++)
+    o += (size_t)snprintf(json + o, sizeof json - o, "%s%s", i ? "," : "",
+                          i == 900 ? "1 2" : "0.5");
+  snprintf(json + o, sizeof json - o, "]]]}");
+  size_t at = (size_t)(strstr(json, "1 2") - json) + 2;
+  snprintf(want, sizeof want, "%s%zu: expected ',' or ']', got '2'", pre, at);
+  syntax_err(json, strlen(json), want, __LINE__);
+  /* the same on the v2 codec, with where it is */
+  static const char v2[] = "{\"inputs\":[{\"name\":\"query\",\"datatype\":"
+                           "\"FP32\",\"shape\":[2],\"data\":[1,2 3]}]}";
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  ck_assert_int_eq(proto_v2_decode(v2, sizeof v2 - 1, NULL,
+                                   PROTO_MODEL_ATTENTION, &r, 0, err),
+                   ATTND_EINVAL);
+  ck_assert_str_eq(err, "body is not valid JSON at byte 69: expected ',' or "
+                   "']', got '3'");
+}
+END_TEST
+
+/* A holder of a budget of hold_cap bytes, for mem_hold. */
+static size_t held_bytes, hold_cap;
+static int hold_some(void *arg, size_t n) {
+  (void)arg;
+  if (n > hold_cap - held_bytes)
+    return MEM_HOLD_BUSY;
+  held_bytes += n;
+  return 0;
+}
+
+/* A body of 2000 rows of 64 numbers (key and value), its tail as given. */
+static char *rows_body(const char *tail, size_t *len) {
+  proto__buf b = {0};
+  proto__buf_puts(&b, "{\"query\":[[[");
+  for (int i = 0; i < 64; i++)
+    proto__buf_puts(&b, i ? ",0.5" : "0.5");
+  proto__buf_puts(&b, "]]]");
+  for (int t = 0; t < 2; t++) {
+    proto__buf_puts(&b, t ? ",\"value\":[[" : ",\"key\":[[");
+    for (int r = 0; r < 2000; r++) {
+      proto__buf_puts(&b, r ? ",[" : "[");
+      for (int i = 0; i < 64; i++)
+        proto__buf_puts(&b, i ? ",1" : "1");
+      proto__buf_puts(&b, "]");
+    }
+    proto__buf_puts(&b, "]]");
+  }
+  proto__buf_puts(&b, tail);
+  ck_assert(!b.oom);
+  *len = b.len;
+  return b.p;
+}
+
+/* What the decode allocates is held first (mem_hold): at least its
+ * tensors; a holder that refuses gets a 503's message naming the flag; a
+ * body that is not JSON holds nothing. */
+START_TEST(decoding_holds_what_it_allocates) {
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  size_t len;
+  char *ok = rows_body(",\"id\":\"x\"}", &len);
+  mem_hold_begin(hold_some, NULL);
+  held_bytes = 0;
+  hold_cap = SIZE_MAX;
+  ck_assert_int_eq(proto_v1_decode(ok, len, &r, 0, err), 0);
+  size_t need = held_bytes;
+  ck_assert_msg(need >= r.in_bytes + r.out_bytes, "held %zu of %zu", need,
+                r.in_bytes + r.out_bytes);
+  proto_request_free(&r);
+  held_bytes = 0;
+  hold_cap = need / 2;
+  ck_assert_int_eq(proto_v1_decode(ok, len, &r, 0, err), ATTND_EBUSY);
+  ck_assert_msg(strstr(err, "decoding the request needs") &&
+                strstr(err, "--max-inflight-mb"), "%s", err);
+  ck_assert_int_eq(r.n_owned, 0);
+  mem_free(ok);
+  char *bad = rows_body(",\"id\": }", &len);
+  held_bytes = 0;
+  hold_cap = SIZE_MAX;
+  ck_assert_int_eq(proto_v1_decode(bad, len, &r, 0, err), ATTND_EINVAL);
+  ck_assert_msg(strstr(err, "expected a value, got '}'"), "%s", err);
+  ck_assert_int_eq(held_bytes, 0);
+  mem_hold_end();
+  mem_free(bad);
+}
+END_TEST
+
+/* Nesting deeper than the reader's limit says so, with the limit; at the
+ * limit the body is read (and refused for what it holds). */
+START_TEST(nesting_deeper_than_the_limit_names_it) {
+  static char json[2 * PROTO_JSON_MAX_DEPTH + 64];
+  proto_request r;
+  char err[PROTO_ERR_MAX], want[PROTO_ERR_MAX];
+  for (int depth = PROTO_JSON_MAX_DEPTH; depth <= PROTO_JSON_MAX_DEPTH + 1;
+       depth++) {
+    size_t o = (size_t)snprintf(json, sizeof json, "{\"id\":");
+    for (int i = 1; i < depth; i++)
+      json[o++] = '[';
+    for (int i = 1; i < depth; i++)
+      json[o++] = ']';
+    json[o++] = '}';
+    int rc = proto_v1_decode(json, o, &r, 0, err);
+    ck_assert_int_eq(rc, ATTND_EINVAL);
+    if (depth == PROTO_JSON_MAX_DEPTH) {
+      ck_assert_msg(!strstr(err, "deeper") && !strstr(err, "not valid"),
+                    "%s", err);
+    } else {
+      snprintf(want, sizeof want, "body nests deeper than %d levels (at byte "
+               "%d), the limit of attnd's JSON reader", PROTO_JSON_MAX_DEPTH,
+               6 + PROTO_JSON_MAX_DEPTH - 1);
+      ck_assert_str_eq(err, want);
+    }
+  }
 }
 END_TEST
 
@@ -651,11 +825,12 @@ START_TEST(nul_bytes_are_pointed_at) {
   static const char raw[4] = {0, 0, (char)0x80, 0x3f};
   ck_assert_int_eq(proto_v1_decode(raw, 4, &r, 0, err), ATTND_EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "byte 0 is a NUL"));
-  /* a NUL after the point cJSON stopped is not the first bad byte */
+  /* a NUL after the first bad byte is not the error */
   static const char late[] = "{\"query\" [[[1]]]\0";
   ck_assert_int_eq(proto_v1_decode(late, sizeof late - 1, &r, 0, err),
                    ATTND_EINVAL);
-  ck_assert_ptr_nonnull(strstr(err, "body is not valid JSON (near byte 9)"));
+  ck_assert_str_eq(err, "body is not valid JSON at byte 9: expected ':' "
+                   "after the member name, got '['");
 }
 END_TEST
 
@@ -1525,6 +1700,9 @@ static Suite *proto_suite(void) {
                    body_is_read_by_length_not_nul,
                    non_finite_literals_name_their_place,
                    nul_bytes_are_pointed_at,
+                   syntax_errors_name_the_byte_and_the_reason,
+                   nesting_deeper_than_the_limit_names_it,
+                   decoding_holds_what_it_allocates,
                    booleans_strings_and_nulls_are_not_numbers,
                    numbers_beyond_float_range_are_rejected,
                    ragged_arrays_name_the_position, wrong_ranks_are_named,
