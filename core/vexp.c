@@ -79,10 +79,24 @@ AVX2_FMA static __m256i tail_mask(int k) {
  * what counts where 512-bit operations run as two 256-bit halves). */
 #define AVX512 __attribute__((target("avx512f")))
 
-AVX512 static inline __m512 exp16(__m512 x) {
+/* x = n ln2 + r: n = round(x / ln2), returned; *t holds n + 127 in its
+ * low mantissa bits (rounded by the magic number) for exp16_scale. */
+AVX512 static inline __m512 exp16_n(__m512 x, __m512 *t) {
   const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f);
-  __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
-  __m512 n = _mm512_sub_ps(t, magic);
+  *t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+  return _mm512_sub_ps(*t, magic);
+}
+
+/* y 2^n from exp16_n's t, and 0 where x is below float's range. */
+AVX512 static inline __m512 exp16_scale(__m512 y, __m512 t, __m512 x) {
+  __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);
+  __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f),
+                                    _CMP_GE_OQ);
+  return _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e));
+}
+
+AVX512 static inline __m512 exp16(__m512 x) {
+  __m512 t, n = exp16_n(x, &t);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
   __m512 y = _mm512_set1_ps(1.3836845756e-3f);
@@ -92,10 +106,7 @@ AVX512 static inline __m512 exp16(__m512 x) {
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.9999991059e-1f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-  __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);
-  __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f),
-                                    _CMP_GE_OQ);
-  return _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e));
+  return exp16_scale(y, t, x);
 }
 
 /* exp(x) for x <= 0 to BF16's accuracy, for BF16 mode's probabilities
@@ -105,19 +116,14 @@ AVX512 static inline __m512 exp16(__m512 x) {
  * for relative error on [-ln2/2, ln2/2] (5.3e-6): within 2^-17 of exp,
  * for four FMAs where exp16 takes eight. */
 AVX512 static inline __m512 exp16_bf16(__m512 x) {
-  const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f);
-  __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
-  __m512 n = _mm512_sub_ps(t, magic);
+  __m512 t, n = exp16_n(x, &t);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.69314718056f), x);
   __m512 y = _mm512_set1_ps(4.1277717799e-02f);
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6753515601e-01f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0005114079e-01f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-  __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);
-  __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f),
-                                    _CMP_GE_OQ);
-  return _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e));
+  return exp16_scale(y, t, x);
 }
 
 /* exp16, or exp16_bf16 when bf16 (a constant after inlining). */
