@@ -205,7 +205,7 @@ static int http_cost_refusal(struct http_req *r, char *msg, size_t cap) {
 
 int http_limits_cost(struct http_req *r, const proto_request *q, char *msg,
                      size_t cap) {
-  r->cost_flops = work_flops(q);
+  r->cost_flops = r->job.cost_flops = work_flops(q);
   metrics_record_cost(r->h->m, r->cost_flops);
   if (r->h->cfg.max_request_flop <= 0 ||
       r->cost_flops <= r->h->cfg.max_request_flop)

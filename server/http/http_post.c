@@ -231,7 +231,7 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
  * and the compressed copy living together).  ATTND_ETOOBIG, with a
  * message in msg, when that alone exceeds the in-flight budget: it could
  * never be admitted, so 413 rather than a 503 to retry. */
-static int http_post_cost(struct http_req *r, char *msg, size_t cap) {
+static int http_post_hold_bytes(struct http_req *r, char *msg, size_t cap) {
   const proto_request *q = &r->job.req;
   size_t answer = proto_answer_bytes(q);
   r->job.hold_bytes = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
@@ -290,7 +290,7 @@ enum MHD_Result http_post_end(struct http_req *r) {
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
   rc = http_limits_cost(r, &r->job.req, msg, sizeof msg);
   if (rc == 0)
-    rc = http_post_cost(r, msg, sizeof msg);
+    rc = http_post_hold_bytes(r, msg, sizeof msg);
   if (rc == 0) {
     rc = batcher_reserve_held(h->b, r->job.hold_bytes, r->held);
     r->held = 0;

@@ -713,7 +713,8 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone) {
    * inline_ns 0 for every request queued. */
   if (b->cfg.max_delay_us > 0 || b->cfg.inline_ns == 0)
     return 0;
-  took = batcher_take_here(b, job, work_ns(&job->req), alone);
+  took = batcher_take_here(b, job, work_ns(&job->req, job->cost_flops),
+                           alone);
   if (!took)
     return 0;
   batcher_job_reset(job);

@@ -62,6 +62,8 @@ struct batcher_job {
   uint64_t deadline_ns;     /* clock_now_ns() deadline, 0 = none */
   size_t hold_bytes;        /* bytes of the budget it holds: exactly what
                                was passed to batcher_reserve */
+  double cost_flops;        /* work_flops(&req), weighed at admission: the
+                               inline decision and the split read it */
   void (*done)(struct batcher_job *job);
   void *arg;                /* for the submitter; the batcher ignores it */
   const char *coding;       /* "gzip"/"deflate" to compress the response

@@ -93,9 +93,9 @@ void exec_help(struct pool_item *item, struct pool_worker *w) {
 
 /* How many idle workers should help with this request: none unless its
  * computing (work_compute_ns) is long enough to repay the hand-offs. */
-static int exec_helpers_wanted(struct exec_ctx *x, const proto_request *r,
+static int exec_helpers_wanted(struct exec_ctx *x, double flops,
                                size_t tasks) {
-  double ns = work_compute_ns(work_flops(r));
+  double ns = work_compute_ns(flops);
   int idle = atomic_load_explicit(&x->idle_hint, memory_order_relaxed);
   size_t n = (size_t)(idle > 0 ? idle : 0);
   if (ns < WORK_SPLIT_NS || tasks < 2)
@@ -229,7 +229,7 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
               : mem_aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!scratch)
     return ATTND_ENOMEM;
-  nh = w ? exec_helpers_wanted(x, &job->req, tasks) : 0;
+  nh = w ? exec_helpers_wanted(x, job->cost_flops, tasks) : 0;
   if (nh > 0)
     rc = exec_split_run(x, p, job->req.out, weights, job->req.lse, tasks,
                         bytes, scratch, nh);

@@ -15,9 +15,9 @@ double work_flops(const proto_request *r) {
 
 double work_compute_ns(double flops) { return flops / WORK_FLOPS_PER_NS; }
 
-double work_ns(const proto_request *r) {
+double work_ns(const proto_request *r, double flops) {
   size_t text, binary;
   proto_answer_work(r, &text, &binary);
-  return work_compute_ns(work_flops(r)) + (double)text * WORK_TEXT_NS +
+  return work_compute_ns(flops) + (double)text * WORK_TEXT_NS +
          (double)binary * WORK_BINARY_NS;
 }

@@ -38,8 +38,9 @@ double work_flops(const proto_request *r);
 double work_compute_ns(double flops);
 
 /* Nanoseconds the whole request is expected to take on one core: its
- * computing, then its answer: every number of a JSON answer printed at
- * about 60 ns, binary outputs copied at 4 GB/s (proto_answer_work). */
-double work_ns(const proto_request *r);
+ * computing (flops, its work_flops), then its answer: every number of a
+ * JSON answer printed at about 60 ns, binary outputs copied at 4 GB/s
+ * (proto_answer_work). */
+double work_ns(const proto_request *r, double flops);
 
 #endif /* ATTND_WORK_H */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "server/sched/batcher.h"
+#include "server/sched/work.h"
 #include "server/clock.h"
 #include "server/obs/metrics.h"
 #include "support_jobs.h"
@@ -87,6 +88,7 @@ static void decode(struct tjob *t, const char *json) {
   memset(t, 0, sizeof *t);
   ck_assert_int_eq(proto_v1_decode(json, strlen(json), &t->job.req, 0, err), 0);
   t->job.hold_bytes = t->job.req.in_bytes + t->job.req.out_bytes;
+  t->job.cost_flops = work_flops(&t->job.req);
   t->job.done = on_done;
   t->job.arg = t;
 }

@@ -14,6 +14,7 @@
 
 #include "server/clock.h"
 #include "server/sched/exec.h"
+#include "server/sched/work.h"
 #include "server/obs/metrics.h"
 #include "support_jobs.h"
 
@@ -26,6 +27,7 @@ static void decode(struct batcher_job *job, const char *json) {
   memset(job, 0, sizeof *job);
   ck_assert_int_eq(proto_v1_decode(json, strlen(json), &job->req, 0, err), 0);
   job->hold_bytes = job->req.in_bytes + job->req.out_bytes;
+  job->cost_flops = work_flops(&job->req);
   job->enqueued_ns = clock_now_ns();
 }
 
