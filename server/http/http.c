@@ -50,7 +50,8 @@
  *
  * Shared state: h->state (readiness) and h->quiesced are atomics written
  * by the controlling thread; h->active counts started-not-completed
- * requests for the drain.  No locks of our own.
+ * requests for the drain, h->posts the POSTs among them for the inline
+ * bound's "alone".  No locks of our own.
  */
 #include "server/http/http_impl.h"
 
@@ -357,8 +358,11 @@ static enum MHD_Result http_dispatch(struct http_req *r) {
     return http_fail(r, ATTND_ENOTFOUND, msg, NULL);
   /* A POST to a POST route learns its verdict now, answered after the
    * body (http_post_begin); every other request is refused at once. */
-  if (!route->get && !strcmp(method, "POST"))
+  if (!route->get && !strcmp(method, "POST")) {
+    r->posting = 1;
+    atomic_fetch_add(&r->h->posts, 1);
     return http_post_begin(r);
+  }
   if ((r->unauth = http_auth(r, route)) != AUTH_OK)
     return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
   if (route->get && get)
@@ -580,6 +584,8 @@ static void http_on_completed(void *cls, struct MHD_Connection *c,
   proto_parts_free(&r->job.parts);
   proto_request_free(&r->job.req);
   shm_http_req_end(&r->shm);
+  if (r->posting)
+    atomic_fetch_sub(&h->posts, 1);
   mem_free(r);
   *con_cls = NULL;
   metrics_add_inflight(h->m, -1);

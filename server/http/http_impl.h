@@ -91,6 +91,10 @@ struct http {
   _Atomic int state;        /* enum http_state */
   _Atomic int quiesced;
   _Atomic size_t active;
+  _Atomic size_t posts;     /* POSTs to a POST route from their first byte
+                               to their completion: the requests that are
+                               received, queued or computed (a GET already
+                               answered is not among them) */
 };
 
 struct http_route;
@@ -114,6 +118,7 @@ struct http_req {
   double cost_flops;        /* attn_cost_flops, once known */
   int unauth;               /* enum http_auth: 401 at the end if not OK */
   int close;                /* answer with Connection: close */
+  int posting;              /* counted in h->posts */
   int linger_fd;            /* answered before its body: a duplicate of
                                the socket for linger_add, else -1 */
   uint64_t start_ns;

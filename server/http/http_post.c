@@ -306,10 +306,11 @@ enum MHD_Result http_post_end(struct http_req *r) {
     r->job.finish = http_job_finish;
   /* Watched from here, whether it runs on this thread or is queued. */
   http_watch(r);
-  /* h->active counts this request and every other one from its first
-   * byte to its completion: 1 means none is being received, queued or
-   * computing besides it. */
-  if (batcher_run_here(h->b, &r->job, atomic_load(&h->active) == 1)) {
+  /* h->posts counts this POST and every other one from its first byte to
+   * its completion: 1 means none is being received, queued or computing
+   * besides it (GETs, answered at once, do not count: a client's
+   * /metrics answered just before would otherwise). */
+  if (batcher_run_here(h->b, &r->job, atomic_load(&h->posts) == 1)) {
     watch_remove(h->watch, r->watch);  /* before MHD may close the fd */
     r->watch = 0;
     r->state = REQ_JOB_DONE;
