@@ -270,6 +270,83 @@ static double ceiling_gflops(const ceiling *cl) {
   return 2.0 * 512 * 512 * 64 / cl->best * 1e-9;
 }
 
+
+/* ------------------------------------------------------------------ */
+/* The float32 FMA peak of one core, measured: independent chains of
+ * vector FMAs (24 accumulators, more than latency times ports on any
+ * x86 core), the widest the core's kernels use (AVX-512F, else AVX2 +
+ * FMA), best CPU seconds over short runs.  2 flops per lane per FMA. */
+
+#if ATTN__HAVE_AVX2_FMA
+#include <immintrin.h>
+
+#define PEAK_ACCS(X)                                                        \
+  X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12)      \
+  X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+
+/* a = a x + y on every accumulator, iters times, in the vector type of
+ * PEAK_SET1, PEAK_FMA and PEAK_ADD (defined around each use); x just
+ * below 1 keeps them finite.  The empty asm keeps gcc from folding
+ * iterations. */
+#define PEAK_LOOP                                                           \
+  __typeof__(PEAK_SET1(0.0f)) x = PEAK_SET1(1.0f - 0x1p-20f);               \
+  __typeof__(x) y = PEAK_SET1(0x1p-24f), s = y;                             \
+  PEAK_ACCS(PEAK_DECL)                                                      \
+  for (long i = 0; i < iters; i++) {                                        \
+    PEAK_ACCS(PEAK_STEP)                                                    \
+    __asm__ volatile("" ::: "memory");                                      \
+  }                                                                         \
+  PEAK_ACCS(PEAK_SUM)
+#define PEAK_DECL(i) __typeof__(x) a##i = PEAK_SET1((float)(i));
+#define PEAK_STEP(i) a##i = PEAK_FMA(a##i, x, y);
+#define PEAK_SUM(i) s = PEAK_ADD(s, a##i);
+
+#define PEAK_SET1 _mm512_set1_ps
+#define PEAK_FMA _mm512_fmadd_ps
+#define PEAK_ADD _mm512_add_ps
+__attribute__((target("avx512f,fma"))) static float peak_avx512(long iters) {
+  PEAK_LOOP
+  return _mm512_reduce_add_ps(s);
+}
+#undef PEAK_SET1
+#undef PEAK_FMA
+#undef PEAK_ADD
+
+#define PEAK_SET1 _mm256_set1_ps
+#define PEAK_FMA _mm256_fmadd_ps
+#define PEAK_ADD _mm256_add_ps
+__attribute__((target("avx2,fma"))) static float peak_avx2(long iters) {
+  PEAK_LOOP
+  float v[8];
+  _mm256_storeu_ps(v, s);
+  return v[0];
+}
+#undef PEAK_SET1
+#undef PEAK_FMA
+#undef PEAK_ADD
+#endif
+
+/* GFLOP/s of one core's float32 FMAs (0 where the CPU has no FMA), the
+ * best of reps runs of about 2 ms each, in CPU time. */
+static double fma_peak_gflops(int reps, double *sink) {
+#if ATTN__HAVE_AVX2_FMA
+  int lanes = attn__use_avx512() ? 16 : attn__use_avx2_fma() ? 8 : 0;
+  long iters = 100000;
+  double best = 0.0;
+  for (int r = 0; r < reps && lanes; r++) {
+    double c0 = cpu_s();
+    *sink += lanes == 16 ? peak_avx512(iters) : peak_avx2(iters);
+    double c = cpu_s() - c0, g = 2.0 * lanes * 24 * iters / c * 1e-9;
+    best = g > best ? g : best;
+  }
+  return best;
+#else
+  (void)reps;
+  (void)sink;
+  return 0.0;
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* One shape. */
 
@@ -589,6 +666,90 @@ static int bench_precision(int quick) {
 }
 
 /* ------------------------------------------------------------------ */
+/* The float32 core against the FMA peak: one thread, no weights, best
+ * CPU seconds per call over rounds that alternate the shapes and the
+ * peak loop.  FLOPs are 4 D per allowed (query, key) pair (the dense
+ * count without a mask), so a masked shape's figure says how much of
+ * the masked work it skips. */
+
+typedef struct peak_case {
+  int B, H, L, D, causal, window;  /* window: keys i - w/2 .. i + w/2 - 1 */
+  double target;                   /* share of the peak; 0: none */
+} peak_case;
+
+static const peak_case peak_cases[] = {
+  {1, 16, 2048, 64, 0, 0, 0.80}, {1, 16, 2048, 128, 0, 0, 0.85},
+  {1, 8, 128, 64, 0, 0, 0.70},   {1, 16, 2048, 64, 1, 0, 0.0},
+  {1, 16, 2048, 64, 0, 256, 0.0},
+};
+
+/* Allowed (query, key) pairs of one head. */
+static double peak_pairs(const peak_case *c) {
+  double pairs = 0.0;
+  for (int i = 0; i < c->L; i++) {
+    int lo = 0, hi = c->L - 1;
+    if (c->causal) hi = i;
+    if (c->window) {
+      lo = i - c->window / 2 > 0 ? i - c->window / 2 : 0;
+      hi = i + c->window / 2 - 1 < hi ? i + c->window / 2 - 1 : hi;
+    }
+    pairs += hi - lo + 1;
+  }
+  return pairs;
+}
+
+static int bench_peak(int quick) {
+  enum { N = sizeof peak_cases / sizeof peak_cases[0] };
+  uint64_t seed = 13;
+  int rounds = quick ? 2 : 6;
+  double best[N], peak = 0.0, sink = 0.0;
+  problem pb[N];
+  pool pl;
+  pool_init(&pl, 1);
+  for (int i = 0; i < N; i++) {
+    const peak_case *c = &peak_cases[i];
+    shape s = {"peak", c->B, c->H, c->L, c->D, c->causal, 0, 1, 0.0};
+    problem_init(&pb[i], &s, 0, ATTN_GEMM_AUTO, &seed);
+    pb[i].p.valid_lens = NULL;
+    if (c->window) {
+      pb[i].p.has_window = 1;
+      pb[i].p.window_left = c->window / 2;
+      pb[i].p.window_right = c->window / 2 - 1;
+    }
+    best[i] = 1e30;
+  }
+  for (int r = 0; r < rounds; r++)
+    for (int i = 0; i < N; i++) {
+      double g = fma_peak_gflops(5, &sink);
+      peak = g > peak ? g : peak;
+      int calls = peak_cases[i].L <= 256 ? 20 : 1;
+      for (int k = 0; k < calls; k++) {
+        double cpu;
+        (void)time_calls(&pl, &pb[i], NULL, 1, 0.0, &cpu);
+        best[i] = cpu < best[i] ? cpu : best[i];
+      }
+    }
+  printf("{\"kind\":\"peak\",\"gflops\":%.6g,\"lanes\":%d,\"sink\":%d}\n",
+         peak, attn__use_avx512() ? 16 : attn__use_avx2_fma() ? 8 : 0,
+         sink != 0.0);
+  for (int i = 0; i < N; i++) {
+    const peak_case *c = &peak_cases[i];
+    double flops = 4.0 * c->B * c->H * c->D * peak_pairs(c);
+    double g = flops / best[i] * 1e-9;
+    printf("{\"kind\":\"of_peak\",\"B\":%d,\"H\":%d,\"Lq\":%d,\"Lk\":%d,"
+           "\"D\":%d,\"causal\":%d,\"window\":%d,\"threads\":1,"
+           "\"weights\":0,\"cpu_sec\":%.9g,\"gflops\":%.6g,"
+           "\"of_peak\":%.4g,\"target\":%.2g,\"kernel\":\"%s\"}\n",
+           c->B, c->H, c->L, c->L, c->D, c->causal, c->window, best[i], g,
+           peak > 0 ? g / peak : 0.0, c->target,
+           attn_kernel_name(ATTN_PRECISION_FP32));
+    problem_free(&pb[i]);
+  }
+  pool_free(&pl);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
 
 /* The shared machines this runs on are noisy: the best of many calls
  * over a second or more per figure finds the quiet moments. */
@@ -641,6 +802,8 @@ int main(int argc, char **argv) {
     return bench_variants(quick);
   if (argc >= 2 && !strcmp(argv[1], "precision"))
     return bench_precision(quick);
+  if (argc >= 2 && !strcmp(argv[1], "peak"))
+    return bench_peak(quick);
 
   ceiling cl;
   ceiling_init(&cl, &seed);
