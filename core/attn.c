@@ -128,10 +128,25 @@ int attn_check(const attn_problem *p) {
   return 0;
 }
 
+/* Keys a row may see under a sliding window (with causal closing its
+ * open right side), or 0 when that is not bounded. */
+static long long window_width(const attn_problem *p) {
+  long long left = p->window_left, right = p->window_right;
+  if (!p->has_window || left < 0) return 0;
+  if (right < 0 && p->causal == ATTN_CAUSAL_NONE) return 0;
+  return left + (right < 0 ? 0 : right) + 1;
+}
+
+/* A task's rows see the union of their keys: under a window of w keys,
+ * rows + w - 1 keys for w each, so a block of rows stays at most a
+ * quarter of the window (each score computed is then at least 80 %
+ * useful); K is packed once per task and key block, which is what
+ * larger blocks save. */
 int attn__query_block(const attn_problem *p) {
   size_t heads = (size_t)p->B * (size_t)p->H;
+  long long w = window_width(p);
   int qb = ATTN__QBLOCK;
-  while (qb < ATTN__QBLOCK_MAX &&
+  while (qb < ATTN__QBLOCK_MAX && (w == 0 || 8LL * qb <= w) &&
          heads * (((size_t)p->Lq + 2 * qb - 1) / (2 * (size_t)qb)) >=
              ATTN__MIN_TASKS)
     qb *= 2;

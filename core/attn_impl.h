@@ -411,6 +411,8 @@ void attn__write_row_avx512(float *w, int lk, int klo, int khi,
                             const float *s, float inv);
 int attn__scale_sanitize_avx512(float *dst, const float *src, int n,
                                 float g);
+/* attn__scale_floats in sixteen lanes (the same products). */
+void attn__scale_avx512(float *x, size_t n, float g);
 int attn__softmax_span_avx512(float *s, int n, int a, int z, float floor,
                               float *m_out, float *sum);
 /* The same with BF16 mode's cheaper exp (within 2^-17 of exp; vexp.c),

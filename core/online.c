@@ -92,11 +92,9 @@ static void block_accumulate(const attn_problem *p, const attn__task *t,
                              int first, char *scratch,
                              const attn__scratch *lay) {
   int dv = p->Dv;
-  for (int r = 0; r < t->rows && !first; r++) {
-    float a = st->alpha[r], *acc = st->acc + (size_t)r * dv;
-    if (a != 1.0f)
-      for (int c = 0; c < dv; c++) acc[c] *= a;
-  }
+  for (int r = 0; r < t->rows && !first; r++)
+    if (st->alpha[r] != 1.0f)
+      attn__scale_floats(st->acc + (size_t)r * dv, (size_t)dv, st->alpha[r]);
   unsigned csr = attn__ftz_on();
   if (attn__is_bf16(p)) {
     /* the row softmax left BF16 values unless dropout or g scaled them */

@@ -55,5 +55,11 @@ float attn__value_scale(const attn_problem *p, const attn__task *t, int j0,
 }
 
 void attn__scale_floats(float *x, size_t n, float g) {
+#if ATTN__HAVE_AVX2_FMA
+  if (attn__use_avx512()) {
+    attn__scale_avx512(x, n, g);
+    return;
+  }
+#endif
   for (size_t c = 0; c < n; c++) x[c] *= g;
 }

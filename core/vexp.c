@@ -79,24 +79,25 @@ AVX2_FMA static __m256i tail_mask(int k) {
  * what counts where 512-bit operations run as two 256-bit halves). */
 #define AVX512 __attribute__((target("avx512f")))
 
-/* x = n ln2 + r: n = round(x / ln2), returned; *t holds n + 127 in its
- * low mantissa bits (rounded by the magic number) for exp16_scale. */
-AVX512 static inline __m512 exp16_n(__m512 x, __m512 *t) {
-  const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f);
-  *t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
-  return _mm512_sub_ps(*t, magic);
+/* x = n ln2 + r: n = round(x / ln2) (the magic number rounds it). */
+AVX512 static inline __m512 exp16_n(__m512 x) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+  return _mm512_sub_ps(t, magic);
 }
 
-/* y 2^n from exp16_n's t, and 0 where x is below float's range. */
-AVX512 static inline __m512 exp16_scale(__m512 y, __m512 t, __m512 x) {
-  __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);
+/* y 2^n from exp16_n's n, and 0 where x is below float's range.
+ * VSCALEFPS multiplies by 2^n in one instruction, with the one rounding
+ * the product by a power of two built in the exponent bits has: the
+ * same bits for every n >= -126 the cut-off lets through. */
+AVX512 static inline __m512 exp16_scale(__m512 y, __m512 n, __m512 x) {
   __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f),
                                     _CMP_GE_OQ);
-  return _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e));
+  return _mm512_maskz_scalef_ps(ok, y, n);
 }
 
 AVX512 static inline __m512 exp16(__m512 x) {
-  __m512 t, n = exp16_n(x, &t);
+  __m512 n = exp16_n(x);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
   __m512 y = _mm512_set1_ps(1.3836845756e-3f);
@@ -106,7 +107,7 @@ AVX512 static inline __m512 exp16(__m512 x) {
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.9999991059e-1f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-  return exp16_scale(y, t, x);
+  return exp16_scale(y, n, x);
 }
 
 /* exp(x) for x <= 0 to BF16's accuracy, for BF16 mode's probabilities
@@ -116,14 +117,14 @@ AVX512 static inline __m512 exp16(__m512 x) {
  * for relative error on [-ln2/2, ln2/2] (5.3e-6): within 2^-17 of exp,
  * for four FMAs where exp16 takes eight. */
 AVX512 static inline __m512 exp16_bf16(__m512 x) {
-  __m512 t, n = exp16_n(x, &t);
+  __m512 n = exp16_n(x);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.69314718056f), x);
   __m512 y = _mm512_set1_ps(4.1277717799e-02f);
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6753515601e-01f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0005114079e-01f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-  return exp16_scale(y, t, x);
+  return exp16_scale(y, n, x);
 }
 
 /* exp16, or exp16_bf16 when bf16 (a constant after inlining). */
@@ -141,19 +142,30 @@ AVX512 static inline __mmask16 live16(int k) {
   return (__mmask16)attn__lanes16(k);
 }
 
+/* s[c, c + 16) = exp(s - m) (times f) on the live lanes, added to acc;
+ * the dead lanes add 0. */
+AVX512 static inline __m512 exp_step16(float *s, const float *f, int c,
+                                       __mmask16 live, __m512 vm,
+                                       __m512 acc, const int bf16,
+                                       const int round) {
+  __m512 x = _mm512_maskz_loadu_ps(live, s + c);
+  __m512 e = exp16_of(_mm512_sub_ps(x, vm), bf16);
+  if (f) e = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(live, f + c));
+  _mm512_mask_storeu_ps(s + c, live, round ? round_ps(e) : e);
+  return _mm512_mask_add_ps(acc, live, acc, e);
+}
+
+/* Whole vectors first, with every lane live (which costs no mask
+ * instruction), then the tail; each lane sums the same terms in the same
+ * order either way. */
 AVX512 static inline float exp_sum16(float *s, const float *f, int a,
                                      int z, float m, const int bf16,
                                      const int round) {
   __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
-  for (int c = a; c < z; c += 16) {
-    __mmask16 live = live16(z - c);
-    __m512 x = _mm512_maskz_loadu_ps(live, s + c);
-    __m512 e = exp16_of(_mm512_sub_ps(x, vm), bf16);
-    if (f) e = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(live, f + c));
-    e = _mm512_maskz_mov_ps(live, e);
-    _mm512_mask_storeu_ps(s + c, live, round ? round_ps(e) : e);
-    acc = _mm512_add_ps(acc, e);
-  }
+  int c = a;
+  for (; c + 16 <= z; c += 16)
+    acc = exp_step16(s, f, c, 0xffff, vm, acc, bf16, round);
+  if (c < z) acc = exp_step16(s, f, c, live16(z - c), vm, acc, bf16, round);
   return _mm512_reduce_add_ps(acc);
 }
 
@@ -334,6 +346,16 @@ AVX512 void attn__write_row_avx512(float *w, int lk, int klo, int khi,
   put_span16(w, 0, klo, NULL, 0.0f);
   put_span16(w, klo, khi, s, inv);
   put_span16(w, khi, lk, NULL, 0.0f);
+}
+
+/* x[0, n) *= g, sixteen lanes at a time (the same products). */
+AVX512 void attn__scale_avx512(float *x, size_t n, float g) {
+  const __m512 vg = _mm512_set1_ps(g);
+  for (size_t c = 0; c < n; c += 16) {
+    __mmask16 live = live16(n - c < 16 ? (int)(n - c) : 16);
+    _mm512_mask_storeu_ps(
+        x + c, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + c), vg));
+  }
 }
 
 /* attn__scale_sanitize: min/max clamp +-inf to +-FLT_MAX and leave every
