@@ -119,9 +119,10 @@ static int exec_split_run(struct exec_ctx *x, const attn_problem *p,
   s.lse = lse;
   s.ntasks = tasks;
   s.scratch_bytes = bytes;
-  /* Several chunks per thread, so that a slow helper does not hold the
-   * whole request back. */
-  s.chunk = tasks / ((size_t)(nh + 1) * 4);
+  /* Many chunks per thread, so that a slow helper (or a core another
+   * process took for a while) does not hold the whole request back: the
+   * last worker to finish waits at most one chunk for the others. */
+  s.chunk = tasks / ((size_t)(nh + 1) * WORK_SPLIT_CHUNKS);
   if (s.chunk == 0)
     s.chunk = 1;
   pthread_mutex_init(&s.mu, NULL);

@@ -30,6 +30,11 @@
  * it the hand-offs cost about what they would save. */
 #define WORK_SPLIT_NS 200000.0
 
+/* Chunks of tasks per worker when one request is split (server/sched/
+ * exec.c), so that the worker that finishes last waits at most one
+ * small chunk for the others; attnd-bench split runs the same split. */
+#define WORK_SPLIT_CHUNKS 16
+
 /* attn_cost_flops of the request as it will run: with weights when it
  * returns them or asks for the diagnostics (which need them). */
 double work_flops(const proto_request *r);

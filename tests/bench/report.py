@@ -192,6 +192,54 @@ def precision_lines(rows, out):
     return checks
 
 
+def peak_lines(rows, out):
+    """The float32 core's share of one core's measured FMA peak, one
+    thread, no weights: the median round's, each round against the peak
+    measured around it.  FLOPs count 4 D per allowed (query, key) pair,
+    so the masked shapes say how much of their masked work is skipped."""
+    checks = []
+    if not rows:
+        return checks
+    out.append("")
+    out.append("float32 core against the FMA peak of one core (%d-lane FMA "
+               "loop, %.0f GFLOP/s), no weights, one thread, kernels %s:"
+               % (rows[0]["lanes"], rows[0]["peak_gflops"],
+                  rows[0]["kernel"]))
+    for r in rows:
+        mask = (", causal" if r["causal"] else "") + (
+            ", window %d" % r["window"] if r["window"] else "")
+        line = "- (%d,%d,%d,%d,%d)%s: %.3f ms, %.1f %% of the peak" % (
+            r["B"], r["H"], r["Lq"], r["Lk"], r["D"], mask,
+            r["cpu_sec"] * 1e3, 100 * r["of_peak"])
+        if r["target"]:
+            ok = r["of_peak"] >= r["target"]
+            checks.append(ok)
+            line += " (target >= %.0f %%: %s)" % (100 * r["target"], mark(ok))
+        out.append(line)
+    return checks
+
+
+def split_lines(rows, out):
+    """One large request on one worker against two, split as the server
+    splits it."""
+    checks = []
+    for r in rows:
+        ok = r["ratio"] >= r["target"]
+        checks.append(ok)
+        out.append("")
+        out.append("- (%d,%d,%d,%d,%d) no weights, one worker %.1f ms, two "
+                   "%.1f ms: %.2fx (target >= %.2fx: %s); CPU per worker "
+                   "%s ms, tasks %s; two workers' CPU %.2fx one's; one "
+                   "worker's CPU over the busier worker's %.2fx"
+                   % (r["B"], r["H"], r["Lq"], r["Lk"], r["D"],
+                      r["one_sec"] * 1e3, r["two_sec"] * 1e3, r["ratio"],
+                      r["target"], mark(ok),
+                      " + ".join("%.1f" % (c * 1e3) for c in r["cpu_sec"]),
+                      " + ".join(str(t) for t in r["tasks"]),
+                      r["cpu_ratio"], r["busier_ratio"]))
+    return checks
+
+
 def client_table(rows, out):
     """attention() and infer(), binary and JSON, per problem; the ratios
     against infer() with binary tensors on the same problem."""
@@ -280,6 +328,8 @@ def main():
                            ceiling["workers"], out)
     checks += variant_lines(by_kind.get("variant", []), out)
     checks += precision_lines(by_kind.get("precision", []), out)
+    checks += peak_lines(by_kind.get("of_peak", []), out)
+    checks += split_lines(by_kind.get("split", []), out)
     for r in by_kind.get("checks", []):
         out.append("cost estimate before running, %s (%d,%d,%d,%d,%d): %.0f ns a "
                    "request, %.3f %% of its %.1f us compute on one thread"
@@ -289,7 +339,7 @@ def main():
         out.append("")
         checks += client_table(by_kind["client"], out)
     known = {"env", "numpy_env", "ceiling", "gemm", "core", "numpy", "mem",
-             "variant", "checks", "client", "precision"}
+             "variant", "checks", "client", "precision", "of_peak", "split"}
     for kind in sorted(set(by_kind) - known):
         out.append("(%d %s lines not tabulated)" % (len(by_kind[kind]), kind))
     out.append("")

@@ -53,6 +53,20 @@ core_precision() {
   build/attnd-bench precision > "$dir/precision.jsonl"
 }
 
+# The float32 core against one core's FMA peak, measured in the same run
+# (a short FMA loop): one thread, no weights, rounds alternating the two.
+core_peak() {
+  echo "bench: float32 core against the FMA peak, one thread..." >&2
+  build/attnd-bench peak > "$dir/peak.jsonl"
+}
+
+# One large request on one worker and split over two, as the server
+# splits it: wall time, each worker's CPU time and tasks.
+core_split() {
+  echo "bench: one large request on one worker and on two..." >&2
+  build/attnd-bench split > "$dir/split.jsonl"
+}
+
 numpy_peer() {
   if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
     echo "bench: /usr/bin/python3 has no numpy (apt-get install" \
@@ -86,6 +100,8 @@ core_bench
 core_memory
 core_variants
 core_precision
+core_peak
+core_split
 numpy_peer
 client_bench
 python3 tests/bench/report.py "$dir"/*.jsonl | tee "$dir/report.txt"
