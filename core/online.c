@@ -79,8 +79,10 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
   }
   float mnew, sum = attn__row_softmax(p, t, t->i0 + r, j0, sp, s, n,
                                       st->m[r], attn__is_bf16(p), &mnew);
-  /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot. */
-  st->alpha[r] = attn__expf(st->m[r] - mnew);
+  /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot;
+   * a maximum that did not grow gives exp(0), exactly 1, without the
+   * call. */
+  st->alpha[r] = st->m[r] == mnew ? 1.0f : attn__expf(st->m[r] - mnew);
   st->l[r] = st->l[r] * st->alpha[r] + sum;
   st->m[r] = mnew;
 }

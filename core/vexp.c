@@ -358,22 +358,23 @@ AVX512 void attn__scale_avx512(float *x, size_t n, float g) {
   }
 }
 
-/* attn__scale_sanitize: min/max clamp +-inf to +-FLT_MAX and leave every
- * finite value alone; NaN (unordered with itself) becomes +0.  The
- * clipped lanes (|x| > FLT_MAX or NaN) are OR-ed into one mask. */
+/* attn__scale_sanitize: VFIXUPIMMPS maps +-inf to +-FLT_MAX and NaN to
+ * +0 and leaves every other value alone, in one instruction (the token
+ * of each class, four bits each from QNaN up: +0, +0, src, src, -MAX,
+ * +MAX, src, src).  The clipped lanes (|x| > FLT_MAX or NaN) are OR-ed
+ * into one mask. */
 AVX512 int attn__scale_sanitize_avx512(float *dst, const float *src, int n,
                                        float g) {
   const __m512 vg = _mm512_set1_ps(g), big = _mm512_set1_ps(FLT_MAX);
-  const __m512 nbig = _mm512_set1_ps(-FLT_MAX);
+  const __m512i fix = _mm512_set1_epi32(0x11EF1188);
   __mmask16 clipped = 0;
   for (int c = 0; c < n; c += 16) {
     __mmask16 live = live16(n - c);
     __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, src + c), vg);
-    __mmask16 num = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);
     clipped |= _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(x), big,
                                        _CMP_NLE_UQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, nbig), big);
-    _mm512_mask_storeu_ps(dst + c, live, _mm512_maskz_mov_ps(num, x));
+    x = _mm512_fixupimm_ps(x, x, fix, 0);
+    _mm512_mask_storeu_ps(dst + c, live, x);
   }
   return clipped == 0;
 }
