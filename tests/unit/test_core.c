@@ -2023,6 +2023,49 @@ START_TEST(test_cost_counts_products_scores_and_skipped_blocks) {
 }
 END_TEST
 
+/* Causal and windowed problems compute scores for few more (query, key)
+ * pairs than they allow, counted (attn__cost_count follows the online
+ * path's tasks and key ranges) against the allowed pairs counted one by
+ * one: a task's rows share one key range, so a window keeps its tasks'
+ * rows to a quarter of its width. */
+static double allowed_pairs(int L, int causal, int left, int right) {
+  double n = 0.0;
+  for (int i = 0; i < L; i++) {
+    int lo = left >= 0 && i - left > 0 ? i - left : 0;
+    int hi = causal ? i : L - 1;
+    if (right >= 0 && i + right < hi) hi = i + right;
+    n += hi - lo + 1;
+  }
+  return n;
+}
+
+START_TEST(test_causal_and_window_compute_little_beyond_what_they_allow) {
+  static const struct { int causal, left, right; double most; } cases[] = {
+    {1, -1, -1, 1.15},   /* tasks of 256 rows: a triangle of 256 each */
+    {0, 256, 255, 1.30}, /* 512 keys a row: tasks of 128 rows */
+    {0, 1024, 1023, 1.30},
+    {1, 511, -1, 1.30},  /* causal closes the window's right side */
+    {0, 64, 63, 1.55},   /* at most 64 rows a task: 191 keys for 128 */
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    attn_problem p = cost_problem(4096, 64);
+    attn__cost_work w;
+    p.B = 1;
+    p.H = p.Hkv = 16; /* enough tasks that blocks could grow to 256 rows */
+    p.causal = cases[k].causal ? ATTN_CAUSAL_UPPER_LEFT : ATTN_CAUSAL_NONE;
+    p.has_window = cases[k].left >= 0;
+    p.window_left = cases[k].left;
+    p.window_right = cases[k].right;
+    attn__cost_count(&p, 0, &w);
+    double allowed = 16 * allowed_pairs(4096, cases[k].causal,
+                                        cases[k].left, cases[k].right);
+    ck_assert_msg(w.scores >= allowed && w.scores <= cases[k].most * allowed,
+                  "case %zu: %.0f scores computed for %.0f allowed", k,
+                  w.scores, allowed);
+  }
+}
+END_TEST
+
 static Suite *core_suite(void) {
   Suite *s = suite_create("core");
   TCase *ref = tcase_create("reference");
@@ -2082,6 +2125,8 @@ static Suite *core_suite(void) {
   TCase *api = tcase_create("api");
   tcase_add_test(api, test_check_rejects_inconsistent_problems);
   tcase_add_test(api, test_cost_counts_products_scores_and_skipped_blocks);
+  tcase_add_test(api,
+                 test_causal_and_window_compute_little_beyond_what_they_allow);
   tcase_add_test(api, test_diagnostics_match_reference);
   tcase_add_test(api, test_diagnostics_of_uniform_and_empty_rows);
   tcase_add_test(api, test_run_tasks_rejects_ranges_beyond_task_count);
