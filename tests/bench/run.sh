@@ -39,32 +39,10 @@ core_memory() {
   build/attnd-bench mem 16384 64 --threads "$workers" > "$dir/mem.jsonl"
 }
 
-# Sinks + softcap + ALiBi against plain, packed against square: one
-# thread, cases alternating so that noise hurts each alike.
-core_variants() {
-  echo "bench: attention variants, one thread..." >&2
-  build/attnd-bench variants > "$dir/variants.jsonl"
-}
-
-# BF16 mode against float32 on the three target shapes: one thread, no
-# weights, rounds alternating the two.
-core_precision() {
-  echo "bench: BF16 mode against float32, one thread..." >&2
-  build/attnd-bench precision > "$dir/precision.jsonl"
-}
-
-# The float32 core against one core's FMA peak, measured in the same run
-# (a short FMA loop): one thread, no weights, rounds alternating the two.
-core_peak() {
-  echo "bench: float32 core against the FMA peak, one thread..." >&2
-  build/attnd-bench peak > "$dir/peak.jsonl"
-}
-
-# One large request on one worker and split over two, as the server
-# splits it: wall time, each worker's CPU time and tasks.
-core_split() {
-  echo "bench: one large request on one worker and on two..." >&2
-  build/attnd-bench split > "$dir/split.jsonl"
+# One mode of build/attnd-bench, its lines into "$dir/<mode>.jsonl".
+core_mode() {
+  echo "bench: $2..." >&2
+  build/attnd-bench "$1" > "$dir/$1.jsonl"
 }
 
 numpy_peer() {
@@ -98,10 +76,16 @@ client_bench() {
 env_line > "$dir/env.jsonl"
 core_bench
 core_memory
-core_variants
-core_precision
-core_peak
-core_split
+# Sinks + softcap + ALiBi against plain, packed against square; BF16 mode
+# against float32 on its three target shapes; the float32 core against
+# one core's FMA peak, measured in the same run by a short FMA loop: one
+# thread, no weights, rounds alternating the cases so that noise hurts
+# each alike.  Then one large request on one worker and split over two,
+# as the server splits it: wall times, each worker's CPU time and tasks.
+core_mode variants "attention variants, one thread"
+core_mode precision "BF16 mode against float32, one thread"
+core_mode peak "float32 core against the FMA peak, one thread"
+core_mode split "one large request on one worker and on two"
 numpy_peer
 client_bench
 python3 tests/bench/report.py "$dir"/*.jsonl | tee "$dir/report.txt"
