@@ -188,9 +188,10 @@ static inline float attn__clampf(float x, float lo, float hi) {
  * answer).  No calls, no double: loops that call it vectorize.  The
  * 1.5 * 2^23 trick rounds to nearest without rintf, which plain SSE2
  * cannot vectorize. */
+#define ATTN__EXP_LO (-87.33654f) /* ln(FLT_MIN): exp is 0 below it */
 static inline float attn__expf(float x) {
   const float big = 12582912.0f; /* 1.5 * 2^23 */
-  const float lo = -87.33654f;
+  const float lo = ATTN__EXP_LO;
   float xc = attn__clampf(x, lo, 88.0f);
   float nf = (xc * 1.44269504088896341f + big) - big;
   float r = xc - nf * 0.693359375f;

@@ -79,10 +79,12 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
   }
   float mnew, sum = attn__row_softmax(p, t, t->i0 + r, j0, sp, s, n,
                                       st->m[r], attn__is_bf16(p), &mnew);
-  /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot;
-   * a maximum that did not grow gives exp(0), exactly 1, without the
-   * call. */
-  st->alpha[r] = st->m[r] == mnew ? 1.0f : attn__expf(st->m[r] - mnew);
+  /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot.
+   * What attn__expf gives at the two ends, without the call: exactly 1
+   * for a maximum that did not grow, exactly 0 below its cut-off (the
+   * first block's -FLT_MAX among them). */
+  float d = st->m[r] - mnew;
+  st->alpha[r] = d == 0.0f ? 1.0f : d < ATTN__EXP_LO ? 0.0f : attn__expf(d);
   st->l[r] = st->l[r] * st->alpha[r] + sum;
   st->m[r] = mnew;
 }

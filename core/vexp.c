@@ -47,7 +47,7 @@ AVX2_FMA static inline __m256 exp8(__m256 x) {
   __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
   y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
   /* exactly 0 below the cut-off, for -inf and for NaN */
-  return _mm256_and_ps(y, _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f),
+  return _mm256_and_ps(y, _mm256_cmp_ps(x, _mm256_set1_ps(ATTN__EXP_LO),
                                         _CMP_GE_OQ));
 }
 
@@ -91,7 +91,7 @@ AVX512 static inline __m512 exp16_n(__m512 x) {
  * the product by a power of two built in the exponent bits has: the
  * same bits for every n >= -126 the cut-off lets through. */
 AVX512 static inline __m512 exp16_scale(__m512 y, __m512 n, __m512 x) {
-  __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f),
+  __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(ATTN__EXP_LO),
                                     _CMP_GE_OQ);
   return _mm512_maskz_scalef_ps(ok, y, n);
 }
