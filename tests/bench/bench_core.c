@@ -44,6 +44,9 @@
  *   attnd-bench mem L D [--threads N]        the memory figure
  *   attnd-bench variants                     the variant figures
  *   attnd-bench precision                    the BF16 mode figures
+ *   attnd-bench peak                         the float32 core against
+ *                                            the FMA peak
+ *   attnd-bench split                        one worker against two
  *
  *   {"kind":"precision", ...} (mode "precision") one shape, one thread,
  *                             no weights: best CPU seconds per call in
@@ -52,6 +55,16 @@
  *                             ratio and the kernels that ran; and BF16
  *                             mode on VDPBF16PS forced, where the CPU
  *                             has it (0 where not)
+ *   {"kind":"of_peak", ...}   (mode "peak") one shape, one thread, no
+ *                             weights: CPU seconds per call, the FMA
+ *                             peak measured around it (GFLOP/s, lanes)
+ *                             and the share of it, FLOPs 4 D per allowed
+ *                             (query, key) pair; the median of rounds
+ *                             alternating the shapes
+ *   {"kind":"split", ...}     (mode "split") (1, 16, 2048, 2048, 64) on
+ *                             one worker and split over two as the
+ *                             server splits it: best wall times, their
+ *                             ratio, each worker's CPU seconds and tasks
  */
 #include <cblas.h>
 #include <pthread.h>
@@ -296,7 +309,6 @@ static void ceiling_sample(ceiling *cl, int reps) {
 static double ceiling_gflops(const ceiling *cl) {
   return 2.0 * 512 * 512 * 64 / cl->best * 1e-9;
 }
-
 
 /* ------------------------------------------------------------------ */
 /* The float32 FMA peak of one core, measured: independent chains of
