@@ -21,6 +21,8 @@
 #                        shared memory (wrk)
 #   make shm-bench       attnd's CPU per request with tensors in shared memory
 #   make budget-bench    attnd's CPU per request / the in-process core's
+#   make bench-peers     the core vs ONNX Runtime and PyTorch SDPA, float32
+#                        and BF16, one thread (Debian 13 chroot, as root)
 #   make SANITIZE=address,undefined test
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (tests/fuzz)
 #   make printer-exhaustive  all 2^32 floats through the JSON printers
@@ -243,6 +245,13 @@ budget-bench: all
 
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
+# The core beside ONNX Runtime's MultiHeadAttention and PyTorch's
+# scaled_dot_product_attention from Debian 13, float32 and BF16, one thread
+# each, CPU time (tests/bench/peers.sh): a Debian 13 chroot, cached, builds
+# its own attnd-bench in build/trixie.
+bench-peers:
+	@sh tests/bench/peers.sh
+
 # The JSON number path (tests/bench/bench_json.c): decode and encode,
 # numscan against the cJSON path (through the test build's hook, hence
 # libattnd-test.a) and the simdjson peer
@@ -334,7 +343,7 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run venv test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
+.PHONY: all unit deps run venv test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench bench-peers
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(HOOKED_OBJ:.o=.d) \
          $(BUILD)/obj-test/server/main.d $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

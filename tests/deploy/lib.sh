@@ -1,4 +1,5 @@
-# Shared helpers for tests/deploy/*.sh (POSIX sh; sourced, not run).
+# Shared helpers for tests/deploy/*.sh, tests/fresh/run.sh and
+# tests/bench/peers.sh (POSIX sh; sourced, not run).
 #
 # Everything these tests install comes from Debian's mirror (apt-get) or the
 # npm registry; everything they cache lives under $ATTND_CI_CACHE
@@ -6,6 +7,9 @@
 #   trixie-slim-rootfs.tar debootstrapped trixie minbase, slimmed like the
 #                          debian:trixie-slim of Docker Hub (the image's base;
 #                          bookworm-slim-rootfs.tar likewise for Debian 12)
+#   fresh/                 minbase rootfs tarballs and the fresh test's podman
+#                          storage (tests/fresh/run.sh)
+#   bench-peers/           the Debian 13 chroot of make bench-peers
 #   node/                  kubernetes-models + yaml for validate_k8s.mjs
 #   dockerd-data/          data root of the dockerd docker_test.sh starts
 
@@ -179,6 +183,50 @@ base_tarball() {
     tar -C "$_rootfs" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar"
     rm -rf "$_rootfs"
   ) 9>"$CACHE/.base-$_suite.lock" >&2 || return 1
+  echo "$_tar"
+}
+
+sources_stanza() {  # sources_stanza URI SUITES: one deb822 entry
+  printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\n' "$1" "$2"
+  printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n'
+}
+
+# minbase_tarball SUITE: prints the path of a debootstrap --variant=minbase
+# rootfs tarball of SUITE configured as Docker Hub's debian:13 (or 12) is
+# (deb822 sources with SUITE, SUITE-updates and SUITE-security, no apt
+# lists, apt keeping no .debs), building and caching it on first use as
+# $CACHE/fresh/SUITE-minbase-rootfs.tar (about a minute).  The fresh test's
+# images and the peers benchmark's chroot start from it.
+minbase_tarball() {
+  _suite=$1
+  _tar="$CACHE/fresh/$_suite-minbase-rootfs.tar"
+  mkdir -p "$CACHE/fresh"
+  (
+    flock 9
+    [ -s "$_tar" ] && exit 0
+    need_pkgs debootstrap || exit 1
+    _mirror=$(debian_mirror)
+    _r="$SCRATCH/rootfs"
+    log "debootstrap --variant=minbase $_suite from $_mirror" >&2
+    debootstrap --variant=minbase "$_suite" "$_r" "$_mirror" >"$SCRATCH/debootstrap.log" 2>&1 ||
+      { tail -n 20 "$SCRATCH/debootstrap.log" >&2; exit 1; }
+    rm -f "$_r/etc/apt/sources.list"
+    {
+      sources_stanza "$_mirror" "$_suite $_suite-updates"
+      case "$_mirror" in  # the security archive beside a mirror of debian/
+        */debian | */debian/) sources_stanza "${_mirror%/}-security" "$_suite-security" ;;
+      esac
+    } >"$_r/etc/apt/sources.list.d/debian.sources"
+    _clean='rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true'
+    printf '%s\n' "DPkg::Post-Invoke { \"$_clean\"; };" "APT::Update::Post-Invoke { \"$_clean\"; };" \
+      'Dir::Cache::pkgcache "";' 'Dir::Cache::srcpkgcache "";' >"$_r/etc/apt/apt.conf.d/docker-clean"
+    printf '%s\n' 'Acquire::Languages "none";' >"$_r/etc/apt/apt.conf.d/docker-no-languages"
+    rm -f "$_r"/var/cache/apt/archives/*.deb "$_r"/var/cache/apt/*.bin
+    rm -rf "$_r"/var/lib/apt/lists/*
+    : >"$_r/etc/resolv.conf"
+    tar -C "$_r" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar" || exit 1
+    rm -rf "$_r"
+  ) 9>"$CACHE/fresh/.minbase-$_suite.lock" >&2 || return 1
   echo "$_tar"
 }
 
