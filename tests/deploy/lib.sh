@@ -163,13 +163,13 @@ slim_rootfs() {
   return 0
 }
 
-# base_tarball [SUITE]: prints the path of a debootstrapped, slimmed rootfs
-# tarball of SUITE (default trixie, the image's base), building and caching
-# it on first use (about a minute).
-base_tarball() {
-  _suite=${1:-trixie}
-  _tar="$CACHE/$_suite-slim-rootfs.tar"
-  mkdir -p "$CACHE"
+# debootstrap_tarball TAR LOCK SUITE FINISH: prints TAR, a tarball of
+# debootstrap --variant=minbase SUITE from the mirror apt uses here after
+# `FINISH ROOTFS MIRROR SUITE` has run on it, building it on first use
+# (about a minute) under flock LOCK, so that concurrent runs build it once.
+debootstrap_tarball() {
+  _tar=$1 _lock=$2 _suite=$3 _finish=$4
+  mkdir -p "$(dirname "$_tar")"
   (
     flock 9
     [ -s "$_tar" ] && exit 0
@@ -179,11 +179,19 @@ base_tarball() {
     log "debootstrap --variant=minbase $_suite from $_mirror (cached afterwards)" >&2
     debootstrap --variant=minbase "$_suite" "$_rootfs" "$_mirror" >"$SCRATCH/debootstrap.log" 2>&1 ||
       { tail -n 20 "$SCRATCH/debootstrap.log" >&2; exit 1; }
-    slim_rootfs "$_rootfs" || exit 1
-    tar -C "$_rootfs" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar"
+    "$_finish" "$_rootfs" "$_mirror" "$_suite" || exit 1
+    tar -C "$_rootfs" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar" || exit 1
     rm -rf "$_rootfs"
-  ) 9>"$CACHE/.base-$_suite.lock" >&2 || return 1
+  ) 9>"$_lock" >&2 || return 1
   echo "$_tar"
+}
+
+# base_tarball [SUITE]: prints the path of a debootstrapped, slimmed rootfs
+# tarball of SUITE (default trixie, the image's base), building and caching
+# it on first use.
+base_tarball() {
+  debootstrap_tarball "$CACHE/${1:-trixie}-slim-rootfs.tar" \
+    "$CACHE/.base-${1:-trixie}.lock" "${1:-trixie}" slim_rootfs
 }
 
 sources_stanza() {  # sources_stanza URI SUITES: one deb822 entry
@@ -191,43 +199,34 @@ sources_stanza() {  # sources_stanza URI SUITES: one deb822 entry
   printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n'
 }
 
-# minbase_tarball SUITE: prints the path of a debootstrap --variant=minbase
-# rootfs tarball of SUITE configured as Docker Hub's debian:13 (or 12) is
-# (deb822 sources with SUITE, SUITE-updates and SUITE-security, no apt
-# lists, apt keeping no .debs), building and caching it on first use as
-# $CACHE/fresh/SUITE-minbase-rootfs.tar (about a minute).  The fresh test's
-# images and the peers benchmark's chroot start from it.
+# hub_rootfs ROOTFS MIRROR SUITE: what Docker Hub's debian:13 (and 12)
+# add to a debootstrapped minbase: deb822 sources with SUITE, SUITE-updates
+# and SUITE-security, no apt lists, apt keeping no .debs.
+hub_rootfs() {
+  _r=$1
+  rm -f "$_r/etc/apt/sources.list"
+  {
+    sources_stanza "$2" "$3 $3-updates"
+    case "$2" in  # the security archive beside a mirror of debian/
+      */debian | */debian/) sources_stanza "${2%/}-security" "$3-security" ;;
+    esac
+  } >"$_r/etc/apt/sources.list.d/debian.sources"
+  _clean='rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true'
+  printf '%s\n' "DPkg::Post-Invoke { \"$_clean\"; };" "APT::Update::Post-Invoke { \"$_clean\"; };" \
+    'Dir::Cache::pkgcache "";' 'Dir::Cache::srcpkgcache "";' >"$_r/etc/apt/apt.conf.d/docker-clean"
+  printf '%s\n' 'Acquire::Languages "none";' >"$_r/etc/apt/apt.conf.d/docker-no-languages"
+  rm -f "$_r"/var/cache/apt/archives/*.deb "$_r"/var/cache/apt/*.bin
+  rm -rf "$_r"/var/lib/apt/lists/*
+  : >"$_r/etc/resolv.conf"
+}
+
+# minbase_tarball SUITE: prints the path of a minbase rootfs tarball of
+# SUITE configured as Docker Hub's debian:13 (or 12) is (hub_rootfs),
+# cached as $CACHE/fresh/SUITE-minbase-rootfs.tar.  The fresh test's images
+# and the peers benchmark's chroot start from it.
 minbase_tarball() {
-  _suite=$1
-  _tar="$CACHE/fresh/$_suite-minbase-rootfs.tar"
-  mkdir -p "$CACHE/fresh"
-  (
-    flock 9
-    [ -s "$_tar" ] && exit 0
-    need_pkgs debootstrap || exit 1
-    _mirror=$(debian_mirror)
-    _r="$SCRATCH/rootfs"
-    log "debootstrap --variant=minbase $_suite from $_mirror" >&2
-    debootstrap --variant=minbase "$_suite" "$_r" "$_mirror" >"$SCRATCH/debootstrap.log" 2>&1 ||
-      { tail -n 20 "$SCRATCH/debootstrap.log" >&2; exit 1; }
-    rm -f "$_r/etc/apt/sources.list"
-    {
-      sources_stanza "$_mirror" "$_suite $_suite-updates"
-      case "$_mirror" in  # the security archive beside a mirror of debian/
-        */debian | */debian/) sources_stanza "${_mirror%/}-security" "$_suite-security" ;;
-      esac
-    } >"$_r/etc/apt/sources.list.d/debian.sources"
-    _clean='rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true'
-    printf '%s\n' "DPkg::Post-Invoke { \"$_clean\"; };" "APT::Update::Post-Invoke { \"$_clean\"; };" \
-      'Dir::Cache::pkgcache "";' 'Dir::Cache::srcpkgcache "";' >"$_r/etc/apt/apt.conf.d/docker-clean"
-    printf '%s\n' 'Acquire::Languages "none";' >"$_r/etc/apt/apt.conf.d/docker-no-languages"
-    rm -f "$_r"/var/cache/apt/archives/*.deb "$_r"/var/cache/apt/*.bin
-    rm -rf "$_r"/var/lib/apt/lists/*
-    : >"$_r/etc/resolv.conf"
-    tar -C "$_r" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar" || exit 1
-    rm -rf "$_r"
-  ) 9>"$CACHE/fresh/.minbase-$_suite.lock" >&2 || return 1
-  echo "$_tar"
+  debootstrap_tarball "$CACHE/fresh/$1-minbase-rootfs.tar" \
+    "$CACHE/fresh/.minbase-$1.lock" "$1" hub_rootfs
 }
 
 # The base image of the Dockerfile, and the suite it is debootstrapped from.
