@@ -104,7 +104,7 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
   if (proto__json_refuse_bad_number(body, end, "", c->err))
     return ATTND_EINVAL;
   /* what follows the value, and the value's type: checked before */
-  proto__json_mark_ties(*root, body, end);
+  proto__json_mark_ties(*root, body, end, 1);
   return 0;
 }
 
@@ -309,7 +309,7 @@ static int opt_softcap(v1_ctx *c) {
   }
   if (proto__json_f32(j, &x) || !(x >= FLT_MIN)) {
     char num[40];
-    proto__fmt_f64(num, sizeof num, proto__json_num(j));
+    proto__num_text(j, num, sizeof num);
     return ERR("softcap: %s is not a finite number > 0 that float32 holds "
                "as a normal number (1.17549435e-38 to 3.40282347e+38)", num);
   }
@@ -374,6 +374,8 @@ static int opt_id(v1_ctx *c) {
   if (!j)
     return 0;
   if (cJSON_IsString(j)) {
+    if (proto__check_id(j->valuestring, c->err))
+      return ATTND_EINVAL;
     proto__buf_put_json_string(&b, j->valuestring);
   } else if (cJSON_IsNumber(j) && isfinite(j->valuedouble)) {
     int n = proto__fmt_f64(num, sizeof num, j->valuedouble);

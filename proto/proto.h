@@ -20,6 +20,11 @@
 /* Longest error message a decoder writes (including the NUL). */
 #define PROTO_ERR_MAX 384
 
+/* The longest request "id" (/v1 and v2) attnd takes, in bytes of UTF-8
+ * as decoded from the JSON string; a longer one, or one that is not
+ * valid UTF-8, is refused (400) rather than echoed. */
+#define PROTO_ID_MAX 256
+
 /* Which codec decoded a request, and so which one encodes its answer. */
 enum proto_codec {
   PROTO_CODEC_V1 = 0,       /* POST /v1/attention */

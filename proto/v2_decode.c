@@ -162,7 +162,7 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   if (proto__json_refuse_bad_number(c->body, end, where, c->err))
     return ATTND_EINVAL;
   /* what follows the value, and the value's type: checked before */
-  proto__json_mark_ties(*root, c->body, end);
+  proto__json_mark_ties(*root, c->body, end, 1);
   return 0;
 }
 
@@ -195,6 +195,8 @@ static int top_fields(v2_ctx *c, const cJSON *root) {
     return ERR("parameters: expected an object");
   if (c->id && !cJSON_IsString(c->id))
     return ERR("id: expected a string");
+  if (c->id)
+    return proto__check_id(c->id->valuestring, c->err);
   return 0;
 }
 
