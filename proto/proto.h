@@ -408,6 +408,17 @@ int proto_encode(const proto_request *req, char **body, size_t *len,
  * Weights returned as JSON are about three times their float32 size. */
 size_t proto_answer_bytes(const proto_request *req);
 
+/* The end of a 413 for a request that the in-flight budget
+ * (--max-inflight-mb) can never hold, what the client can do: need is
+ * what it takes, without_weights what it would take without the
+ * attention weights (the same unit as limit, bytes or elements).  When
+ * that fits in limit: "; for the output alone send \"return_weights\":
+ * false (...)", or for weights computed only for the diagnostics, to
+ * leave those out; otherwise to send smaller tensors.  Written into s
+ * (cap bytes) after a "; ". */
+void proto_budget_advice(const proto_request *req, size_t without_weights,
+                         size_t limit, char *s, size_t cap);
+
 /* The encoding work req's answer takes: *text_values numbers printed as
  * JSON, *binary_bytes of binary tensors.  Outputs written into shared
  * memory regions count in neither. */
