@@ -19,7 +19,6 @@ and what is allowed:
 import json
 import random
 import socket
-import unittest
 
 import harness
 from test_cancel import N, SMALL, long_request, wait_busy
@@ -178,4 +177,4 @@ class OwnDeadlineMessageTest(harness.ServerTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    harness.main()
