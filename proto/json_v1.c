@@ -67,11 +67,8 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
   if (i == len)
     return ERR("empty body: expected a JSON object with query, key and "
                "value");
-  if (proto__over_element_budget(body, len, c->max_elems)) {
-    snprintf(c->err, PROTO_ERR_MAX, "request has more than %zu tensor "
-             "elements, the server's limit", c->max_elems);
-    return ATTND_ETOOBIG;
-  }
+  if ((rc = proto__over_element_budget(body, len, c->max_elems, c->err)))
+    return rc;
   if (leaves) {
     if ((rc = proto__json_check(body, len, PROTO_CODEC_V1, "", 1, c->st,
                                 c->err)))

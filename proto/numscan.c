@@ -717,7 +717,7 @@ static const char *next_number(const char *p, const char *end,
 /* Walks j and its siblings in document order, the number tokens of the
  * text from p alongside; returns where the text was left (NULL when it
  * ran out, which text cJSON parsed does not).  keep: each number node
- * points at its token (PROTO__NUM_TEXT). */
+ * points at its token (proto__num_token). */
 static const char *mark_ties(cJSON *j, const char *p, const char *end,
                              int keep) {
   for (; j && p; j = j->next) {

@@ -130,10 +130,12 @@ int proto__tensor_fill(const proto__tensor *t, int kind, long long hi,
  * builds a tree for it). */
 size_t proto__count_commas(const char *s, size_t n);
 
-/* 1 when s[0..n) has more commas than max_elems elements and the
- * envelope's few can account for (0 = no budget): the decoders' check
- * before any parsing. */
-int proto__over_element_budget(const char *s, size_t n, size_t max_elems);
+/* ATTND_ETOOBIG, with the message naming --max-inflight-mb, when s[0..n)
+ * has more commas than max_elems elements and the envelope's few can
+ * account for (0 = no budget), else 0: the decoders' check before any
+ * parsing. */
+int proto__over_element_budget(const char *s, size_t n, size_t max_elems,
+                                char err[PROTO_ERR_MAX]);
 
 /* Formats a shape as "[2,3,7]" into s. */
 void proto__shape_str(const int *shape, int rank, char *s, size_t cap);

@@ -72,10 +72,17 @@ static unsigned bits16(unsigned x) {
  * members, shapes, parameters, dropout and window.  Far fewer than this. */
 #define COMMA_SLACK 1024
 
-int proto__over_element_budget(const char *s, size_t n, size_t max_elems) {
+int proto__over_element_budget(const char *s, size_t n, size_t max_elems,
+                                char err[PROTO_ERR_MAX]) {
   /* a body has fewer commas than bytes: only a long one can be over */
-  return max_elems && n > max_elems + COMMA_SLACK &&
-         proto__count_commas(s, n) > max_elems + COMMA_SLACK;
+  if (!max_elems || n <= max_elems + COMMA_SLACK ||
+      proto__count_commas(s, n) <= max_elems + COMMA_SLACK)
+    return 0;
+  snprintf(err, PROTO_ERR_MAX, "request has more than %zu tensor elements, "
+           "the server's limit (--max-inflight-mb, %zu MiB, at 4 bytes an "
+           "element); send smaller tensors, or split the batch", max_elems,
+           (max_elems * sizeof(float)) >> 20);
+  return ATTND_ETOOBIG;
 }
 
 /* Runs on every JSON body the server decodes, before anything else, so it

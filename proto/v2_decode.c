@@ -132,11 +132,9 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   if (i == c->hlen)
     return ERR("empty body: expected a JSON inference request with "
                "\"inputs\"");
-  if (proto__over_element_budget(c->body, c->hlen, max_elems)) {
-    snprintf(c->err, PROTO_ERR_MAX, "request has more than %zu tensor "
-             "elements, the server's limit", max_elems);
-    return ATTND_ETOOBIG;
-  }
+  if ((rc = proto__over_element_budget(c->body, c->hlen, max_elems,
+                                       c->err)))
+    return rc;
   if (leaves) {
     if ((rc = proto__json_check(c->body, c->hlen, PROTO_CODEC_V2, where, 1,
                                 c->st, c->err)) ||

@@ -5,7 +5,8 @@ and what is allowed:
 
   * the decoder's element limit (413) names --max-inflight-mb, how the
     limit follows from it, and "return_weights": false when the weights
-    are what make the request too large;
+    are what make the request too large; so does the count of a body's
+    numbers before it is parsed;
   * a body nested deeper than the JSON reader's limit says how deep and
     the limit (/v1 and v2), not that it is not JSON;
   * numbers out of range are echoed as written (1e400, 1e300), and an
@@ -120,6 +121,21 @@ class MessagesTest(harness.ServerTestCase):
             msg = self.refused(path, body)
             self.assertEqual(msg, "id: byte 2 (0xff) is not valid UTF-8; the id "
                              "must be UTF-8 text")
+
+
+class ElementCountMessageTest(harness.ServerTestCase):
+    # 1 MiB: 262,144 elements; the body is counted before it is parsed
+    server_args = ("--workers", "1", "--max-inflight-mb", "1")
+
+    def test_a_body_with_more_numbers_than_the_limit_names_the_flag(self):
+        n = 300000
+        body = ('{"query": {"shape": [1, %d, 1], "data": [%s]}, "key": [[[1]]], '
+                '"value": [[[1]]]}' % (n, ",".join(["0"] * n)))
+        status, obj = self.srv.post_json(V1, body)
+        self.assertEqual(status, 413, obj)
+        self.assertEqual(obj["error"], "request has more than 262144 tensor elements, "
+                         "the server's limit (--max-inflight-mb, 1 MiB, at 4 bytes an "
+                         "element); send smaller tensors, or split the batch")
 
 
 class QueueFullMessageTest(harness.ServerTestCase):
