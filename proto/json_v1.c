@@ -432,11 +432,16 @@ static int opt_dropout(v1_ctx *c) {
     return rc;
   if (!pj)
     return ERR("dropout: \"p\" is required");
+  char what[48];
   if (!cJSON_IsNumber(pj) || !(pj->valuedouble >= 0) ||
-      !((float)pj->valuedouble < 1.0f))
-    return ERR("dropout.p: must be a number in [0, 1)");
-  if (sj && !cJSON_IsNull(sj) && get_count(sj, &seed))
-    return ERR("dropout.seed: must be an integer in [0, 2^53]");
+      !((float)pj->valuedouble < 1.0f)) {
+    proto__describe(pj, what, sizeof what);
+    return ERR("dropout.p: must be a number in [0, 1), got %s", what);
+  }
+  if (sj && !cJSON_IsNull(sj) && get_count(sj, &seed)) {
+    proto__describe(sj, what, sizeof what);
+    return ERR("dropout.seed: must be an integer in [0, 2^53], got %s", what);
+  }
   c->p->dropout_p = (float)pj->valuedouble;
   c->p->seed = (uint64_t)seed;
   return 0;
@@ -469,9 +474,12 @@ static int window_side(v1_ctx *c, const cJSON *j, int which, int *out) {
     *out = -1;
     return 0;
   }
-  if (get_count(j, &x))
-    return ERR("window[%d]: expected an integer in [0, 2^53] or null",
-               which);
+  if (get_count(j, &x)) {
+    char what[48];
+    proto__describe(j, what, sizeof what);
+    return ERR("window[%d]: expected an integer in [0, 2^53] or null, got %s",
+               which, what);
+  }
   *out = proto__window_side(c->p, x);
   return 0;
 }

@@ -325,6 +325,8 @@ static int param_precision(v2_ctx *c, const cJSON *j) {
 static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   const char *n = j->string;
   double x;
+  char got[48]; /* what was sent, for the messages below */
+  describe(j, got, sizeof got);
   if (!strcmp(n, "causal"))
     return param_causal(c, j);
   if (!strcmp(n, "scale"))
@@ -334,23 +336,25 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   if (!strcmp(n, "dropout_p")) {
     if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0) ||
         !((float)j->valuedouble < 1.0f))
-      return ERR("parameters.dropout_p: must be a number in [0, 1)");
+      return ERR("parameters.dropout_p: must be a number in [0, 1), got %s",
+                 got);
     c->p->dropout_p = (float)j->valuedouble;
   } else if (!strcmp(n, "seed")) {
     if (get_count(j, &x))
-      return ERR("parameters.seed: must be an integer in [0, 2^53]");
+      return ERR("parameters.seed: must be an integer in [0, 2^53], got %s",
+                 got);
     c->p->seed = (uint64_t)x;
   } else if (!strcmp(n, "window_left") || !strcmp(n, "window_right")) {
     if (!cJSON_IsNull(j) && get_count(j, &x))
       return ERR("parameters.%s: must be an integer in [0, 2^53] (or null: "
-                 "unbounded)", n);
+                 "unbounded), got %s", n, got);
     c->window[n[7] == 'r'] = j;
   } else if (!strcmp(n, "softcap")) {
     float cap;
     if (!cJSON_IsNumber(j) || proto__json_f32(j, &cap) || !(cap >= FLT_MIN))
       return ERR("parameters.softcap: must be a finite number > 0 that "
                  "float32 holds as a normal number (1.17549435e-38 to "
-                 "3.40282347e+38)");
+                 "3.40282347e+38), got %s", got);
     c->p->softcap = cap;
   } else if (!strcmp(n, "window_align")) {
     char what[48];
@@ -368,7 +372,7 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   } else if (!strcmp(n, "timeout")) {
     if (get_count(j, &x))
       return ERR("parameters.timeout: must be a whole number of "
-                 "microseconds in [0, 2^53]");
+                 "microseconds in [0, 2^53], got %s", got);
     c->req->timeout_us = (uint64_t)x;
   }
   return 0;

@@ -101,6 +101,19 @@ class MessagesTest(harness.ServerTestCase):
                                           '"value": [[[1, 2]]]}'), want)
         self.assertEqual(self.refused(V2, v2_body(qshape="[4294967296, 1, 2]")), want)
 
+    def test_options_out_of_range_echo_what_was_sent(self):
+        self.assertEqual(self.refused(V1, '{%s, "dropout": {"p": 1.5}}' % QKV1),
+                         "dropout.p: must be a number in [0, 1), got 1.5")
+        self.assertEqual(self.refused(V1, '{%s, "window": [1e300, 0]}' % QKV1),
+                         "window[0]: expected an integer in [0, 2^53] or null, got 1e300")
+        body = json.loads(v2_body())
+        body["parameters"] = {"timeout": -5}
+        self.assertEqual(self.refused(V2, body), "parameters.timeout: must be a "
+                         "whole number of microseconds in [0, 2^53], got -5")
+        body["parameters"] = {"window_left": "wide"}
+        self.assertEqual(self.refused(V2, body), "parameters.window_left: must be "
+                         "an integer in [0, 2^53] (or null: unbounded), got \"wide\"")
+
     def test_id_longer_than_the_limit_is_refused_not_echoed(self):
         for n in (257, 100000):
             idv = json.dumps("x" * n)
