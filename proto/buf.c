@@ -96,6 +96,26 @@ static size_t utf8_seq_len(const unsigned char *s) {
   return 0;
 }
 
+int proto__check_id(const char *s, char err[PROTO_ERR_MAX]) {
+  size_t n = strlen(s), i = 0;
+  if (n > PROTO_ID_MAX) {
+    snprintf(err, PROTO_ERR_MAX, "id: %zu bytes long; the limit is %d "
+             "bytes", n, PROTO_ID_MAX);
+    return ATTND_EINVAL;
+  }
+  while (i < n) {
+    size_t k = utf8_seq_len((const unsigned char *)s + i);
+    if (!k) {
+      snprintf(err, PROTO_ERR_MAX, "id: byte %zu (0x%02x) is not valid "
+               "UTF-8; the id must be UTF-8 text", i,
+               (unsigned)(unsigned char)s[i]);
+      return ATTND_EINVAL;
+    }
+    i += k;
+  }
+  return 0;
+}
+
 void proto__buf_put_json_string(proto__buf *b, const char *str) {
   const unsigned char *s = (const unsigned char *)str;
   proto__buf_putc(b, '"');

@@ -299,13 +299,18 @@ int proto__check_budget(proto__check *c) {
          add_elems(&total, diag);
   bad |= out > SIZE_MAX / 8 || w > SIZE_MAX / 8 || diag > SIZE_MAX / 8;
   if (bad || (c->max_elems && total > c->max_elems)) {
+    char advice[160];
+    proto_budget_advice(c->req, bad ? SIZE_MAX : total - w, c->max_elems,
+                        advice, sizeof advice);
     if (bad)
       snprintf(c->err, PROTO_ERR_MAX, "request is too large: its tensor "
-               "element count overflows");
-    else
+               "element count overflows%s", advice);
+    else /* the limit: one float32 an element in the whole budget */
       snprintf(c->err, PROTO_ERR_MAX, "request needs %zu tensor elements "
-               "(inputs and outputs), more than the server's limit of %zu",
-               total, c->max_elems);
+               "(inputs and outputs), more than the server's limit of %zu "
+               "(--max-inflight-mb, %zu MiB, at 4 bytes an element)%s",
+               total, c->max_elems, (c->max_elems * sizeof(float)) >> 20,
+               advice);
     return ATTND_ETOOBIG;
   }
   c->req->out_bytes = (out + w + diag) * sizeof(float);
@@ -318,6 +323,19 @@ int proto__check_budget(proto__check *c) {
   if (why == 0 || why == MEM_HOLD_OVER)
     return 0;
   return proto__hold_refused(why, need, "the request's tensors", c->err);
+}
+
+void proto_budget_advice(const proto_request *req, size_t without_weights,
+                         size_t limit, char *s, size_t cap) {
+  if (without_weights > limit || !(req->return_weights || req->diagnostics))
+    snprintf(s, cap, "; send smaller tensors, or split the batch");
+  else if (req->return_weights)
+    snprintf(s, cap, "; most of it is the attention weights: for the "
+             "output alone send \"return_weights\": false (v2: "
+             "\"outputs\" without \"weights\")");
+  else
+    snprintf(s, cap, "; most of it is the attention weights, which the "
+             "diagnostics need: send it without the diagnostics");
 }
 
 int proto__alloc_outputs(proto__check *c) {

@@ -67,11 +67,8 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
   if (i == len)
     return ERR("empty body: expected a JSON object with query, key and "
                "value");
-  if (proto__over_element_budget(body, len, c->max_elems)) {
-    snprintf(c->err, PROTO_ERR_MAX, "request has more than %zu tensor "
-             "elements, the server's limit", c->max_elems);
-    return ATTND_ETOOBIG;
-  }
+  if ((rc = proto__over_element_budget(body, len, c->max_elems, c->err)))
+    return rc;
   if (leaves) {
     if ((rc = proto__json_check(body, len, PROTO_CODEC_V1, "", 1, c->st,
                                 c->err)))
@@ -104,7 +101,7 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
   if (proto__json_refuse_bad_number(body, end, "", c->err))
     return ATTND_EINVAL;
   /* what follows the value, and the value's type: checked before */
-  proto__json_mark_ties(*root, body, end);
+  proto__json_mark_ties(*root, body, end, 1);
   return 0;
 }
 
@@ -309,7 +306,7 @@ static int opt_softcap(v1_ctx *c) {
   }
   if (proto__json_f32(j, &x) || !(x >= FLT_MIN)) {
     char num[40];
-    proto__fmt_f64(num, sizeof num, proto__json_num(j));
+    proto__num_text(j, num, sizeof num);
     return ERR("softcap: %s is not a finite number > 0 that float32 holds "
                "as a normal number (1.17549435e-38 to 3.40282347e+38)", num);
   }
@@ -374,6 +371,8 @@ static int opt_id(v1_ctx *c) {
   if (!j)
     return 0;
   if (cJSON_IsString(j)) {
+    if (proto__check_id(j->valuestring, c->err))
+      return ATTND_EINVAL;
     proto__buf_put_json_string(&b, j->valuestring);
   } else if (cJSON_IsNumber(j) && isfinite(j->valuedouble)) {
     int n = proto__fmt_f64(num, sizeof num, j->valuedouble);
@@ -433,11 +432,16 @@ static int opt_dropout(v1_ctx *c) {
     return rc;
   if (!pj)
     return ERR("dropout: \"p\" is required");
+  char what[48];
   if (!cJSON_IsNumber(pj) || !(pj->valuedouble >= 0) ||
-      !((float)pj->valuedouble < 1.0f))
-    return ERR("dropout.p: must be a number in [0, 1)");
-  if (sj && !cJSON_IsNull(sj) && get_count(sj, &seed))
-    return ERR("dropout.seed: must be an integer in [0, 2^53]");
+      !((float)pj->valuedouble < 1.0f)) {
+    proto__describe(pj, what, sizeof what);
+    return ERR("dropout.p: must be a number in [0, 1), got %s", what);
+  }
+  if (sj && !cJSON_IsNull(sj) && get_count(sj, &seed)) {
+    proto__describe(sj, what, sizeof what);
+    return ERR("dropout.seed: must be an integer in [0, 2^53], got %s", what);
+  }
   c->p->dropout_p = (float)pj->valuedouble;
   c->p->seed = (uint64_t)seed;
   return 0;
@@ -470,9 +474,12 @@ static int window_side(v1_ctx *c, const cJSON *j, int which, int *out) {
     *out = -1;
     return 0;
   }
-  if (get_count(j, &x))
-    return ERR("window[%d]: expected an integer in [0, 2^53] or null",
-               which);
+  if (get_count(j, &x)) {
+    char what[48];
+    proto__describe(j, what, sizeof what);
+    return ERR("window[%d]: expected an integer in [0, 2^53] or null, got %s",
+               which, what);
+  }
   *out = proto__window_side(c->p, x);
   return 0;
 }

@@ -221,9 +221,9 @@ value:
   case '{':
   case '[':
     if (depth == PROTO_JSON_MAX_DEPTH) {
-      snprintf(err, PROTO_ERR_MAX, "body nests deeper than %d levels "
-               "(at byte %zu%s), the limit of attnd's JSON reader",
-               PROTO_JSON_MAX_DEPTH, i, where);
+      snprintf(err, PROTO_ERR_MAX, "body is nested %d levels deep at "
+               "byte %zu%s; the limit is %d levels", PROTO_JSON_MAX_DEPTH + 1,
+               i, where, PROTO_JSON_MAX_DEPTH);
       return ATTND_EINVAL;
     }
     stack[depth++] = t[i];

@@ -530,7 +530,7 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
       goto fail;
   if (!cJSON_IsObject(root) || walk_root(root, codec, &s, 0))
     goto fail;
-  proto__json_mark_ties(root, s.out, end);
+  proto__json_mark_ties(root, s.out, end, 0);
   rc = 0;
   goto out;
 fail:
@@ -573,9 +573,9 @@ static const struct tie {
    "3.39617752923046005526922703901628039168e38", "3.3895314e38"},
 };
 
-int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
-                     const char *type) {
-  char num[32];
+int proto__range_err(char err[PROTO_ERR_MAX], const char *what,
+                     const cJSON *j, double x, const char *type) {
+  char num[72];
   const struct tie *t = ties;
   while (strcmp(t->type, type) && t + 1 < ties + sizeof ties / sizeof *ties)
     t++;
@@ -588,6 +588,8 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
       break;
   }
   snprintf(num, sizeof num, "%.*g", p, x);
+  if (j && proto__num_token(j)) /* as the client wrote it */
+    proto__num_text(j, num, sizeof num);
   if (fabs(x) == t->x) /* the text may have been a little under it */
     snprintf(err, PROTO_ERR_MAX, "%s: %s is out of %s range (decimals "
              "from %s on round to infinity; the largest is %s)", what, num,
@@ -714,8 +716,10 @@ static const char *next_number(const char *p, const char *end,
 
 /* Walks j and its siblings in document order, the number tokens of the
  * text from p alongside; returns where the text was left (NULL when it
- * ran out, which text cJSON parsed does not). */
-static const char *mark_ties(cJSON *j, const char *p, const char *end) {
+ * ran out, which text cJSON parsed does not).  keep: each number node
+ * points at its token (proto__num_token). */
+static const char *mark_ties(cJSON *j, const char *p, const char *end,
+                             int keep) {
   for (; j && p; j = j->next) {
     if (cJSON_IsNumber(j)) {
       const char *q, *t = next_number(p, end, &q);
@@ -724,9 +728,13 @@ static const char *mark_ties(cJSON *j, const char *p, const char *end) {
       if (proto__num_below_tie(t, q, j->valuedouble))
         j->type |= PROTO__NUM_BELOW_TIE;
       mark_f32(j, t, q);
+      if (keep) {
+        j->type |= cJSON_IsReference;
+        j->valuestring = (char *)(uintptr_t)t;
+      }
       p = q;
     } else if (j->child) {
-      p = mark_ties(j->child, p, end);
+      p = mark_ties(j->child, p, end, keep);
     }
   }
   return p;
@@ -746,7 +754,22 @@ int proto__json_refuse_bad_number(const char *text, const char *end,
   return 0;
 }
 
-void proto__json_mark_ties(cJSON *root, const char *text, const char *end) {
-  if (root && any_tie(root))
-    mark_ties(root, text, end);
+void proto__json_mark_ties(cJSON *root, const char *text, const char *end,
+                           int keep) {
+  if (root && (keep || any_tie(root)))
+    mark_ties(root, text, end, keep);
+}
+
+size_t proto__num_text(const cJSON *j, char *s, size_t cap) {
+  const char *t = proto__num_token(j);
+  size_t n = 0;
+  if (!t)
+    return (size_t)proto__fmt_f64(s, cap, j->valuedouble);
+  while (num_char(t[n]) && n + 4 < cap)
+    n++;
+  memcpy(s, t, n);
+  if (num_char(t[n])) /* cut: longer than the message has room for */
+    memcpy(s + n, "...", 3), n += 3;
+  s[n] = '\0';
+  return n;
 }

@@ -20,6 +20,11 @@
 /* Longest error message a decoder writes (including the NUL). */
 #define PROTO_ERR_MAX 384
 
+/* The longest request "id" (/v1 and v2) attnd takes, in bytes of UTF-8
+ * as decoded from the JSON string; a longer one, or one that is not
+ * valid UTF-8, is refused (400) rather than echoed. */
+#define PROTO_ID_MAX 256
+
 /* Which codec decoded a request, and so which one encodes its answer. */
 enum proto_codec {
   PROTO_CODEC_V1 = 0,       /* POST /v1/attention */
@@ -402,6 +407,17 @@ int proto_encode(const proto_request *req, char **body, size_t *len,
  * (copied when the answer leaves in one piece), and the envelope.
  * Weights returned as JSON are about three times their float32 size. */
 size_t proto_answer_bytes(const proto_request *req);
+
+/* The end of a 413 for a request that the in-flight budget
+ * (--max-inflight-mb) can never hold, what the client can do: need is
+ * what it takes, without_weights what it would take without the
+ * attention weights (the same unit as limit, bytes or elements).  When
+ * that fits in limit: "; for the output alone send \"return_weights\":
+ * false (...)", or for weights computed only for the diagnostics, to
+ * leave those out; otherwise to send smaller tensors.  Written into s
+ * (cap bytes) after a "; ". */
+void proto_budget_advice(const proto_request *req, size_t without_weights,
+                         size_t limit, char *s, size_t cap);
 
 /* The encoding work req's answer takes: *text_values numbers printed as
  * JSON, *binary_bytes of binary tensors.  Outputs written into shared

@@ -41,6 +41,10 @@ void proto__buf_put_i64(proto__buf *b, long long v);
  * are escaped; bytes that are not valid UTF-8 become U+FFFD, so the output
  * is always valid JSON whatever the input bytes were. */
 void proto__buf_put_json_string(proto__buf *b, const char *s);
+/* A request's "id" string s: 0 when it is valid UTF-8 of at most
+ * PROTO_ID_MAX bytes, else ATTND_EINVAL with "id: ..." in err (its
+ * length and the limit, or the first byte that is not UTF-8). */
+int proto__check_id(const char *s, char err[PROTO_ERR_MAX]);
 /* Appends a float32 as a JSON number (see proto__fmt_f32). */
 void proto__buf_put_f32(proto__buf *b, float x);
 /* Releases the buffer's memory and zeroes it. */
@@ -126,10 +130,12 @@ int proto__tensor_fill(const proto__tensor *t, int kind, long long hi,
  * builds a tree for it). */
 size_t proto__count_commas(const char *s, size_t n);
 
-/* 1 when s[0..n) has more commas than max_elems elements and the
- * envelope's few can account for (0 = no budget): the decoders' check
- * before any parsing. */
-int proto__over_element_budget(const char *s, size_t n, size_t max_elems);
+/* ATTND_ETOOBIG, with the message naming --max-inflight-mb, when s[0..n)
+ * has more commas than max_elems elements and the envelope's few can
+ * account for (0 = no budget), else 0: the decoders' check before any
+ * parsing. */
+int proto__over_element_budget(const char *s, size_t n, size_t max_elems,
+                                char err[PROTO_ERR_MAX]);
 
 /* Formats a shape as "[2,3,7]" into s. */
 void proto__shape_str(const int *shape, int rank, char *s, size_t cap);
@@ -325,9 +331,25 @@ int proto__num_below_tie(const char *p, const char *q, double x);
 /* Marks the numbers of root (parsed by cJSON from [text, end), end where
  * its parse stopped) as PROTO__NUM_BELOW_TIE and PROTO__NUM_F32_UP/DOWN
  * say.  Costs one walk over the tree; the text is read only when some
- * double is on or next to a midpoint (or is below FLT_MIN).  Cannot
- * fail. */
-void proto__json_mark_ties(cJSON *root, const char *text, const char *end);
+ * double is on or next to a midpoint (or is below FLT_MIN).  keep != 0
+ * (the text outlives the tree): the text is read always, and each number
+ * node points at its token there, for messages that echo the number as
+ * the client wrote it (proto__num_text).  Cannot fail. */
+void proto__json_mark_ties(cJSON *root, const char *text, const char *end,
+                           int keep);
+
+/* A number node marked with its token (keep above): cJSON_IsReference,
+ * so that cJSON_Delete leaves valuestring alone, and valuestring the
+ * token's first byte.  The token's first byte, or NULL when not kept. */
+static inline const char *proto__num_token(const cJSON *j) {
+  return cJSON_IsNumber(j) && (j->type & cJSON_IsReference) ? j->valuestring
+                                                            : NULL;
+}
+
+/* Writes the number j for a message: as the client wrote it when its
+ * token was kept ("1e400", cut with "..." to fit cap, at least 8), else
+ * its double's shortest round-trip text.  Returns the length. */
+size_t proto__num_text(const cJSON *j, char *s, size_t cap);
 
 /* cJSON also reads "01", "-01", "1." and "1.e5" as numbers, which JSON
  * (RFC 8259 section 6) does not allow and attnd's own reader refuses.
@@ -356,12 +378,13 @@ int proto__json_scale(const cJSON *j, const char *what, float *out,
 
 /* Writes "<what>: <x> is out of <type> range (...)" into err, for a
  * number x that rounds past every finite value of type ("float32", "FP16"
- * or "BF16"): x as its shortest text, the type's largest value, and when
- * x is the midpoint above it, the exact decimal from which on numbers
- * round to infinity (the text sent may have been just under that and
- * still refused).  Returns ATTND_EINVAL. */
-int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
-                     const char *type);
+ * or "BF16"): x as j's text (proto__num_text; j NULL: x's shortest
+ * text), the type's largest value, and when x is the midpoint above it,
+ * the exact decimal from which on numbers round to infinity (the text
+ * sent may have been just under that and still refused).  Returns
+ * ATTND_EINVAL. */
+int proto__range_err(char err[PROTO_ERR_MAX], const char *what,
+                     const cJSON *j, double x, const char *type);
 
 /* Reading and printing the numbers themselves (fpread.cc, fpprint.cc)
  * and proto__vector_bytes: fpconv.h. */
@@ -374,8 +397,8 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what, double x,
  * stops after it (st->end; what follows is the caller's to judge).  0, or
  * ATTND_EINVAL with a message naming the byte and what was expected
  * ("body is not valid JSON at byte N<where>: expected a value, got '}'"),
- * a nesting deeper than PROTO_JSON_MAX_DEPTH ("body nests deeper than
- * 1000 levels"), or jsonerr.c's messages for a NUL byte and for NaN and
+ * a nesting deeper than PROTO_JSON_MAX_DEPTH ("body is nested 1001
+ * levels deep at byte N; the limit is 1000 levels"), or jsonerr.c's messages for a NUL byte and for NaN and
  * infinity.  Linear in len, no allocation.  st counts what a cJSON tree
  * of the text holds, for proto__json_tree_bytes (with lazy, an upper
  * bound).

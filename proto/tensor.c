@@ -30,8 +30,8 @@ void proto__describe(const cJSON *v, char *s, size_t cap) {
     snprintf(s, cap, "an array");
   else if (cJSON_IsObject(v))
     snprintf(s, cap, "an object");
-  else if (cJSON_IsNumber(v))
-    snprintf(s, cap, "%g", v->valuedouble);
+  else if (cJSON_IsNumber(v) && cap >= 8)
+    proto__num_text(v, s, cap);
   else
     snprintf(s, cap, "an unknown value");
 }
@@ -72,10 +72,17 @@ static unsigned bits16(unsigned x) {
  * members, shapes, parameters, dropout and window.  Far fewer than this. */
 #define COMMA_SLACK 1024
 
-int proto__over_element_budget(const char *s, size_t n, size_t max_elems) {
+int proto__over_element_budget(const char *s, size_t n, size_t max_elems,
+                                char err[PROTO_ERR_MAX]) {
   /* a body has fewer commas than bytes: only a long one can be over */
-  return max_elems && n > max_elems + COMMA_SLACK &&
-         proto__count_commas(s, n) > max_elems + COMMA_SLACK;
+  if (!max_elems || n <= max_elems + COMMA_SLACK ||
+      proto__count_commas(s, n) <= max_elems + COMMA_SLACK)
+    return 0;
+  snprintf(err, PROTO_ERR_MAX, "request has more than %zu tensor elements, "
+           "the server's limit (--max-inflight-mb, %zu MiB, at 4 bytes an "
+           "element); send smaller tensors, or split the batch", max_elems,
+           (max_elems * sizeof(float)) >> 20);
+  return ATTND_ETOOBIG;
 }
 
 /* Runs on every JSON body the server decodes, before anything else, so it
@@ -180,12 +187,14 @@ static int flat_dims(const cJSON *shape, proto__tensor *t, char *err) {
                  what);
     }
     double v = c->valuedouble;
+    proto__describe(c, what, sizeof what);
     if (v < 0)
-      return ERR("%s: shape[%d]=%g is negative", t->name, d, v);
+      return ERR("%s: shape[%d]=%s is negative", t->name, d, what);
     if (v == 0)
       return ERR("%s: axis %d is empty", t->name, d);
     if (v > INT_MAX)
-      return ERR("%s: shape[%d]=%g is too large", t->name, d, v);
+      return ERR("%s: shape[%d]=%s is too large (the largest is %d)",
+                 t->name, d, what, INT_MAX);
     if (d < PROTO__MAX_RANK)
       t->shape[d] = (int)v;
   }
@@ -286,7 +295,7 @@ static int put_f32(fill_ctx *f, const cJSON *e) {
     char where[PROTO_ERR_MAX / 2];
     index_str(f->idx, f->t->rank, at, sizeof at);
     snprintf(where, sizeof where, "%s%s", f->t->name, at);
-    return proto__range_err(err, where, e->valuedouble, "float32");
+    return proto__range_err(err, where, e, e->valuedouble, "float32");
   }
   f->pos++;
   return 0;
@@ -312,7 +321,7 @@ int proto__json_scale(const cJSON *j, const char *what, float *out,
                       char err[PROTO_ERR_MAX]) {
   float f;
   if (proto__json_f32(j, &f))
-    return proto__range_err(err, what, j->valuedouble, "float32");
+    return proto__range_err(err, what, j, j->valuedouble, "float32");
   if (f == 0.0f)
     return ERR("%s: must be non-zero%s", what,
                j->valuedouble != 0 ? " (underflows float32)" : "");
@@ -337,7 +346,7 @@ static int put_half(fill_ctx *f, const cJSON *e) {
     char where[PROTO_ERR_MAX / 2];
     index_str(f->idx, f->t->rank, at, sizeof at);
     snprintf(where, sizeof where, "%s%s", f->t->name, at);
-    return proto__range_err(err, where, x, bf ? "BF16" : "FP16");
+    return proto__range_err(err, where, e, x, bf ? "BF16" : "FP16");
   }
   float *dst = (float *)f->dst + f->pos++;
   if (bf)
@@ -355,10 +364,11 @@ static int put_len(fill_ctx *f, const cJSON *e) {
     return ERR("%s: expected an integer at %s, got %s", f->t->name, at, what);
   }
   double x = e->valuedouble;
+  proto__describe(e, what, sizeof what);
   if (x < 0)
-    return ERR("%s%s=%g is negative", f->t->name, at, x);
+    return ERR("%s%s=%s is negative", f->t->name, at, what);
   if (x > (double)f->hi)
-    return ERR("%s%s=%.17g exceeds %s %lld", f->t->name, at, x, f->what,
+    return ERR("%s%s=%s exceeds %s %lld", f->t->name, at, what, f->what,
                f->hi);
   ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
   return 0;

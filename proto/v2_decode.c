@@ -132,11 +132,9 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   if (i == c->hlen)
     return ERR("empty body: expected a JSON inference request with "
                "\"inputs\"");
-  if (proto__over_element_budget(c->body, c->hlen, max_elems)) {
-    snprintf(c->err, PROTO_ERR_MAX, "request has more than %zu tensor "
-             "elements, the server's limit", max_elems);
-    return ATTND_ETOOBIG;
-  }
+  if ((rc = proto__over_element_budget(c->body, c->hlen, max_elems,
+                                       c->err)))
+    return rc;
   if (leaves) {
     if ((rc = proto__json_check(c->body, c->hlen, PROTO_CODEC_V2, where, 1,
                                 c->st, c->err)) ||
@@ -162,7 +160,7 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   if (proto__json_refuse_bad_number(c->body, end, where, c->err))
     return ATTND_EINVAL;
   /* what follows the value, and the value's type: checked before */
-  proto__json_mark_ties(*root, c->body, end);
+  proto__json_mark_ties(*root, c->body, end, 1);
   return 0;
 }
 
@@ -195,6 +193,8 @@ static int top_fields(v2_ctx *c, const cJSON *root) {
     return ERR("parameters: expected an object");
   if (c->id && !cJSON_IsString(c->id))
     return ERR("id: expected a string");
+  if (c->id)
+    return proto__check_id(c->id->valuestring, c->err);
   return 0;
 }
 
@@ -325,6 +325,8 @@ static int param_precision(v2_ctx *c, const cJSON *j) {
 static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   const char *n = j->string;
   double x;
+  char got[48]; /* what was sent, for the messages below */
+  describe(j, got, sizeof got);
   if (!strcmp(n, "causal"))
     return param_causal(c, j);
   if (!strcmp(n, "scale"))
@@ -334,23 +336,25 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   if (!strcmp(n, "dropout_p")) {
     if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0) ||
         !((float)j->valuedouble < 1.0f))
-      return ERR("parameters.dropout_p: must be a number in [0, 1)");
+      return ERR("parameters.dropout_p: must be a number in [0, 1), got %s",
+                 got);
     c->p->dropout_p = (float)j->valuedouble;
   } else if (!strcmp(n, "seed")) {
     if (get_count(j, &x))
-      return ERR("parameters.seed: must be an integer in [0, 2^53]");
+      return ERR("parameters.seed: must be an integer in [0, 2^53], got %s",
+                 got);
     c->p->seed = (uint64_t)x;
   } else if (!strcmp(n, "window_left") || !strcmp(n, "window_right")) {
     if (!cJSON_IsNull(j) && get_count(j, &x))
       return ERR("parameters.%s: must be an integer in [0, 2^53] (or null: "
-                 "unbounded)", n);
+                 "unbounded), got %s", n, got);
     c->window[n[7] == 'r'] = j;
   } else if (!strcmp(n, "softcap")) {
     float cap;
     if (!cJSON_IsNumber(j) || proto__json_f32(j, &cap) || !(cap >= FLT_MIN))
       return ERR("parameters.softcap: must be a finite number > 0 that "
                  "float32 holds as a normal number (1.17549435e-38 to "
-                 "3.40282347e+38)");
+                 "3.40282347e+38), got %s", got);
     c->p->softcap = cap;
   } else if (!strcmp(n, "window_align")) {
     char what[48];
@@ -368,7 +372,7 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   } else if (!strcmp(n, "timeout")) {
     if (get_count(j, &x))
       return ERR("parameters.timeout: must be a whole number of "
-                 "microseconds in [0, 2^53]");
+                 "microseconds in [0, 2^53], got %s", got);
     c->req->timeout_us = (uint64_t)x;
   }
   return 0;

@@ -122,6 +122,9 @@ struct http_req {
   int linger_fd;            /* answered before its body: a duplicate of
                                the socket for linger_add, else -1 */
   uint64_t start_ns;
+  uint64_t own_timeout_us;  /* its own "timeout" when that, not
+                               --timeout-ms, is its deadline; else 0
+                               (for the 504's message) */
   unsigned int status;      /* what we queued; 0 if nothing was */
   size_t bytes_out;
   const char *rid;          /* X-Request-ID: the client's or rid_buf */

@@ -194,9 +194,24 @@ static uint64_t http_deadline(struct http_req *r) {
   uint64_t d = 0, own = r->job.req.timeout_us;
   if (r->h->cfg.timeout_ms)
     d = r->start_ns + (uint64_t)r->h->cfg.timeout_ms * 1000000u;
-  if (own && (d == 0 || r->start_ns + own * 1000u < d))
+  r->own_timeout_us = 0;
+  if (own && (d == 0 || r->start_ns + own * 1000u < d)) {
     d = r->start_ns + own * 1000u;
+    r->own_timeout_us = own;
+  }
   return d;
+}
+
+/* The 504's message: which deadline passed, the request's own or the
+ * server's. */
+static void http_late_msg(const struct http_req *r, char *msg, size_t cap) {
+  if (r->own_timeout_us)
+    snprintf(msg, cap, "deadline passed before the request finished: its "
+             "\"timeout\" parameter of %llu us", (unsigned long long)
+             r->own_timeout_us);
+  else
+    snprintf(msg, cap, "deadline passed before the request finished: the "
+             "server's --timeout-ms of %ld ms", r->h->cfg.timeout_ms);
 }
 
 /* The batcher's job->finish: outputs into their regions, once the answer
@@ -230,25 +245,34 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
  * tensors and its encoded answer (twice when compressed, the plain text
  * and the compressed copy living together).  ATTND_ETOOBIG, with a
  * message in msg, when that alone exceeds the in-flight budget: it could
- * never be admitted, so 413 rather than a 503 to retry. */
+ * never be admitted, so 413 rather than a 503 to retry.  The advice is
+ * proto's, as for the decoder's element limit (proto_budget_advice). */
 static int http_post_hold_bytes(struct http_req *r, char *msg, size_t cap) {
   const proto_request *q = &r->job.req;
-  size_t answer = proto_answer_bytes(q);
-  r->job.hold_bytes = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
+  const attn_problem *p = &q->prob;
+  int copies = r->job.coding ? 2 : 1;
+  size_t answer = proto_answer_bytes(q), w = 0, rows;
+  char advice[160];
+  r->job.hold_bytes = q->in_bytes + q->out_bytes + answer * copies;
   if (r->job.hold_bytes <= r->h->cfg.max_inflight)
     return 0;
-  if (q->weights)
-    snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
-             "answer, more than the server's in-flight limit of %zu MiB "
-             "(--max-inflight-mb), mostly the weights; for the output "
-             "alone send \"return_weights\": false (v2: \"outputs\" "
-             "without \"weights\")",
-             (r->job.hold_bytes >> 20) + 1, r->h->cfg.max_inflight >> 20);
-  else
-    snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
-             "answer, more than the server's in-flight limit of %zu MiB "
-             "(--max-inflight-mb); send smaller tensors, or split the batch",
-             (r->job.hold_bytes >> 20) + 1, r->h->cfg.max_inflight >> 20);
+  /* the weights' part: computed, and when returned, printed (16 bytes a
+   * number, 4 a row, as proto_answer_bytes) or sent binary */
+  rows = (size_t)p->B * (size_t)p->H * (size_t)p->Lq;
+  if (q->weights) {
+    w = rows * (size_t)p->Lk * sizeof(float);
+    if (q->return_weights)
+      w += copies * (q->codec == PROTO_CODEC_V2 &&
+                             q->binary[PROTO_OUT_WEIGHTS]
+                         ? w
+                         : w * 4 + rows * 4);
+  }
+  proto_budget_advice(q, r->job.hold_bytes - (w < r->job.hold_bytes ? w : 0),
+                      r->h->cfg.max_inflight, advice, sizeof advice);
+  snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
+           "answer, more than the server's in-flight limit of %zu MiB "
+           "(--max-inflight-mb)%s", (r->job.hold_bytes >> 20) + 1,
+           r->h->cfg.max_inflight >> 20, advice);
   return ATTND_ETOOBIG;
 }
 
@@ -288,16 +312,18 @@ enum MHD_Result http_post_end(struct http_req *r) {
                          clock_now_ns() - t0);
   r->job.coding = proto_accept_coding(MHD_lookup_connection_value(
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
+  msg[0] = '\0';
   rc = http_limits_cost(r, &r->job.req, msg, sizeof msg);
   if (rc == 0)
     rc = http_post_hold_bytes(r, msg, sizeof msg);
   if (rc == 0) {
-    rc = batcher_reserve_held(h->b, r->job.hold_bytes, r->held);
+    rc = batcher_reserve_held(h->b, r->job.hold_bytes, r->held, msg,
+                              sizeof msg);
     r->held = 0;
   }
   if (rc != 0) {
     proto_request_free(&r->job.req);
-    return http_fail(r, rc, rc == ATTND_ETOOBIG ? msg : NULL, NULL);
+    return http_fail(r, rc, msg[0] ? msg : NULL, NULL);
   }
   r->job.deadline_ns = http_deadline(r);
   r->job.done = http_on_job_done;
@@ -343,6 +369,11 @@ enum MHD_Result http_post_answer(struct http_req *r) {
   if (job->err == ATTND_EDRAINING)
     return http_fail(r, job->err, "server is shutting down: the request "
                      "did not finish within the drain (--drain-s)", NULL);
+  if (job->err == ATTND_ETIMEDOUT) {
+    char late[160];
+    http_late_msg(r, late, sizeof late);
+    return http_fail(r, job->err, late, NULL);
+  }
   if (job->err != 0)
     return http_fail(r, job->err, r->shm.msg[0] ? r->shm.msg : NULL, NULL);
   if (binary) {

@@ -134,8 +134,11 @@ void batcher_unhold(struct batcher *b, size_t n);
 /* batcher_reserve for a request whose body held `held` bytes: gives the
  * hold back and reserves hold_bytes in one step, so that a body turning into
  * its tensors never counts twice nor lets another request in between.
- * The hold is given back whatever the result. */
-int batcher_reserve_held(struct batcher *b, size_t hold_bytes, size_t held);
+ * The hold is given back whatever the result.  On ATTND_EBUSY, msg (cap
+ * bytes; NULL: none) says which limit was hit, the queue's (--max-queue)
+ * or the memory budget's (--max-inflight-mb), with the figures. */
+int batcher_reserve_held(struct batcher *b, size_t hold_bytes, size_t held,
+                         char *msg, size_t cap);
 
 /* Bytes of the budget in use right now: holds and reserved jobs. */
 size_t batcher_bytes_in_use(struct batcher *b);
