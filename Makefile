@@ -47,14 +47,14 @@ OPTIMIZATION := -O1
 endif
 
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
-               $(PKG_CFLAGS) -I. $(HOOKS) $(CFLAGS) -MMD -MP
+               $(PKG_CFLAGS) -I. -Iproto -Iproto/text $(HOOKS) $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
 # proto/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
 # (both header only).  Debian installs dragonbox.h under a versioned
 # directory, with no pkg-config file.
 DRAGONBOX_INC = $(addprefix -I,$(lastword $(sort $(wildcard /usr/include/dragonbox-*))))
 FINAL_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -Wall -Wextra \
-                 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. $(DRAGONBOX_INC) \
+                 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. -Iproto -Iproto/text $(DRAGONBOX_INC) \
                  $(CXXFLAGS) -MMD -MP
 FINAL_LIBS = $(PKG_LIBS) -lstdc++ -lpthread -lm $(LIBS)
 
@@ -65,8 +65,8 @@ Q := @
 endif
 
 CORE_SRC := $(wildcard core/*.c)
-PROTO_SRC := $(wildcard proto/*.c)
-PROTO_CXX_SRC := $(wildcard proto/*.cc)
+PROTO_SRC := $(wildcard proto/*.c proto/*/*.c)
+PROTO_CXX_SRC := $(wildcard proto/*/*.cc)
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC)) \
            $(patsubst %.cc,$(BUILD)/obj/%.o,$(PROTO_CXX_SRC))
@@ -75,7 +75,7 @@ MAIN_OBJ := $(BUILD)/obj/server/main.o
 # read, the decoders' cJSON path on its own) exist in the test build alone: the unit tests and build/attnd-test
 # link these files compiled with -DATTND_TEST_HOOKS (in build/obj-test);
 # build/attnd has none of them.
-HOOKED_SRC := proto/mem.c proto/numscan.c server/shm/fault.c
+HOOKED_SRC := proto/mem.c proto/text/numscan.c server/shm/fault.c
 HOOKED_OBJ := $(patsubst %.c,$(BUILD)/obj-test/%.o,$(HOOKED_SRC))
 TEST_LIB_OBJ := $(filter-out $(patsubst %.c,$(BUILD)/obj/%.o,$(HOOKED_SRC)),\
                   $(LIB_OBJ)) $(HOOKED_OBJ)
@@ -291,7 +291,7 @@ FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
             -fno-omit-frame-pointer
 FUZZ_CFLAGS = $(STD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
-              $(PKG_CFLAGS) -I. -MMD -MP
+              $(PKG_CFLAGS) -I. -Iproto -Iproto/text -MMD -MP
 FUZZ_CXX ?= clang++
 # The shared memory registry too: fuzz_v2 decodes through real regions.
 FUZZ_SERVER_SRC := server/shm/shm.c server/shm/shm_http.c server/shm/fault.c
@@ -313,7 +313,7 @@ $(FUZZ_DIR)/obj/%.o: %.cc
 	@mkdir -p $(dir $@)
 	@[ "$(V)" = 1 ] || echo "  FUZZCXX $<"
 	$(Q)$(FUZZ_CXX) -std=c++17 -fno-exceptions -fno-rtti -O1 -g $(FUZZ_SAN) \
-	  -fsanitize=fuzzer-no-link -I. $(DRAGONBOX_INC) -MMD -MP -c $< -o $@
+	  -fsanitize=fuzzer-no-link -I. -Iproto -Iproto/text $(DRAGONBOX_INC) -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"

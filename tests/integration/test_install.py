@@ -68,7 +68,7 @@ GROFF_PROBLEM = groff_problem()
 
 def v1_fields():
     """The /v1 fields, from proto/json_v1.c's field_names table."""
-    with open(os.path.join(ROOT, "proto", "json_v1.c")) as f:
+    with open(os.path.join(ROOT, "proto", "v1", "json_v1.c")) as f:
         src = f.read()
     table = re.search(r"field_names\[F_COUNT\] = \{(.*?)\};", src, re.S).group(1)
     return re.findall(r'"(\w+)"', table)
