@@ -47,14 +47,14 @@ OPTIMIZATION := -O1
 endif
 
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
-               $(PKG_CFLAGS) -I. -Iproto -Iproto/text $(HOOKS) $(CFLAGS) -MMD -MP
+               $(PKG_CFLAGS) -I. $(HOOKS) $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
 # proto/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
 # (both header only).  Debian installs dragonbox.h under a versioned
 # directory, with no pkg-config file.
 DRAGONBOX_INC = $(addprefix -I,$(lastword $(sort $(wildcard /usr/include/dragonbox-*))))
 FINAL_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -Wall -Wextra \
-                 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. -Iproto -Iproto/text $(DRAGONBOX_INC) \
+                 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -I. $(DRAGONBOX_INC) \
                  $(CXXFLAGS) -MMD -MP
 FINAL_LIBS = $(PKG_LIBS) -lstdc++ -lpthread -lm $(LIBS)
 
@@ -291,7 +291,7 @@ FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
             -fno-omit-frame-pointer
 FUZZ_CFLAGS = $(STD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
-              $(PKG_CFLAGS) -I. -Iproto -Iproto/text -MMD -MP
+              $(PKG_CFLAGS) -I. -MMD -MP
 FUZZ_CXX ?= clang++
 # The shared memory registry too: fuzz_v2 decodes through real regions.
 FUZZ_SERVER_SRC := server/shm/shm.c server/shm/shm_http.c server/shm/fault.c
@@ -313,7 +313,7 @@ $(FUZZ_DIR)/obj/%.o: %.cc
 	@mkdir -p $(dir $@)
 	@[ "$(V)" = 1 ] || echo "  FUZZCXX $<"
 	$(Q)$(FUZZ_CXX) -std=c++17 -fno-exceptions -fno-rtti -O1 -g $(FUZZ_SAN) \
-	  -fsanitize=fuzzer-no-link -I. -Iproto -Iproto/text $(DRAGONBOX_INC) -MMD -MP -c $< -o $@
+	  -fsanitize=fuzzer-no-link -I. $(DRAGONBOX_INC) -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"

@@ -13,7 +13,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "fpconv.h"
+#include "proto/text/fpconv.h"
 #include "proto.h"
 
 /* Largest tensor rank any field of the v1 API accepts. */

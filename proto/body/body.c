@@ -16,8 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/proto_impl.h"
 
 /* The binary part's start lands on this boundary when the header length
  * is known before the first byte arrives. */

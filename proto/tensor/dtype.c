@@ -15,7 +15,7 @@
 #include <immintrin.h>
 #endif
 
-#include "proto_impl.h"
+#include "proto/proto_impl.h"
 
 static const struct {
   const char *name;

@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/proto_impl.h"
 
 typedef struct jc {
   const char *t;

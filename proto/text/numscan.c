@@ -47,8 +47,8 @@
 #include <immintrin.h> /* AVX2 and AVX-512BW, in the functions that ask */
 #endif
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/proto_impl.h"
 
 /* The body was checked (jsoncheck.c): it nests no deeper than this. */
 #define MAX_DEPTH PROTO_JSON_MAX_DEPTH

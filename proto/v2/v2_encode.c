@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/proto_impl.h"
 
 /* The dot-product model's name: "attention" unless the operator chose
  * another (--model-name), set once at start before any thread reads it.
