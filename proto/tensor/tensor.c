@@ -36,22 +36,6 @@ void proto__describe(const cJSON *v, char *s, size_t cap) {
     snprintf(s, cap, "an unknown value");
 }
 
-void proto__quote_name(const char *name, char *s, size_t cap) {
-  size_t i = 0, max = 40;
-  if (cap < 4)
-    max = 0;
-  else if (max > cap - 4)
-    max = cap - 4;
-  for (; name[i] && i < max; i++) {
-    unsigned char c = (unsigned char)name[i];
-    s[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-  }
-  if (name[i] && cap >= 4)
-    memcpy(s + i, "...", 3), i += 3;
-  if (cap)
-    s[i] = '\0';
-}
-
 void proto__shape_str(const int *shape, int rank, char *s, size_t cap) {
   size_t n = (size_t)snprintf(s, cap, "[");
   for (int i = 0; i < rank && n < cap; i++)
@@ -290,22 +274,6 @@ static int put_f32(fill_ctx *f, const cJSON *e) {
   }
   f->pos++;
   return 0;
-}
-
-double proto__json_num(const cJSON *j) {
-  double x = j->valuedouble;
-  return j->type & PROTO__NUM_BELOW_TIE ? nextafter(x, 0.0) : x;
-}
-
-int proto__json_f32(const cJSON *j, float *out) {
-  int rc = proto__f64_to_f32(proto__json_num(j), out);
-  /* the float next to the double's, which the decimal rounds to: finite,
-   * as the decimal was read as a finite float32 */
-  if (rc == 0 && (j->type & PROTO__NUM_F32_UP))
-    *out = nextafterf(*out, INFINITY);
-  else if (rc == 0 && (j->type & PROTO__NUM_F32_DOWN))
-    *out = nextafterf(*out, -INFINITY);
-  return rc;
 }
 
 int proto__json_scale(const cJSON *j, const char *what, float *out,

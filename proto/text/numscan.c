@@ -675,6 +675,22 @@ static int any_tie(const cJSON *j) {
   return 0;
 }
 
+double proto__json_num(const cJSON *j) {
+  double x = j->valuedouble;
+  return j->type & PROTO__NUM_BELOW_TIE ? nextafter(x, 0.0) : x;
+}
+
+int proto__json_f32(const cJSON *j, float *out) {
+  int rc = proto__f64_to_f32(proto__json_num(j), out);
+  /* the float next to the double's, which the decimal rounds to: finite,
+   * as the decimal was read as a finite float32 */
+  if (rc == 0 && (j->type & PROTO__NUM_F32_UP))
+    *out = nextafterf(*out, INFINITY);
+  else if (rc == 0 && (j->type & PROTO__NUM_F32_DOWN))
+    *out = nextafterf(*out, -INFINITY);
+  return rc;
+}
+
 /* Sets PROTO__NUM_F32_UP or _DOWN on j when its decimal [t, q) rounds to
  * another float32 than its double does. */
 static void mark_f32(cJSON *j, const char *t, const char *q) {

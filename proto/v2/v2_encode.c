@@ -558,16 +558,6 @@ void proto_parts_free(proto_parts *parts) {
   memset(parts, 0, sizeof *parts);
 }
 
-int proto_encode(const proto_request *req, char **body, size_t *len,
-                 size_t *json_len) {
-  if (req->codec == PROTO_CODEC_V2)
-    return proto_v2_encode(req, body, len, json_len);
-  int rc = proto_v1_encode(req, body, len);
-  if (!rc)
-    *json_len = *len;
-  return rc;
-}
-
 /* The elements of output `which` of req, and how many rows of brackets
  * its nested JSON form has. */
 static size_t answer_elems(const proto_request *req, int which,
