@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "proto/mem.h"
-#include "proto/proto_impl.h"
+#include "proto/v2/v2.h"
 
 /* The binary part's start lands on this boundary when the header length
  * is known before the first byte arrives. */

@@ -17,7 +17,7 @@
 #include <zlib.h>
 
 #include "proto/mem.h"
-#include "proto/proto_impl.h"
+#include "proto/text/text.h"
 
 #define ERR(...) (snprintf(err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "proto/mem.h"
-#include "proto/proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 #define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 

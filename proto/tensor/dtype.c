@@ -13,7 +13,7 @@
 #include <immintrin.h>
 #endif
 
-#include "proto/proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 static const struct {
   const char *name;

@@ -13,7 +13,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "proto/proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 #define ERR(...) (snprintf(err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 

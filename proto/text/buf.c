@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "proto/mem.h"
-#include "proto/proto_impl.h"
+#include "proto/text/text.h"
 
 int proto__buf_reserve(proto__buf *b, size_t extra) {
   if (b->oom)

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "proto/proto_impl.h"
+#include "proto/text/text.h"
 
 int proto__f16_to_f32(uint16_t h, float *out) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -48,7 +48,7 @@
 #endif
 
 #include "proto/mem.h"
-#include "proto/proto_impl.h"
+#include "proto/text/text.h"
 
 /* The body was checked (jsoncheck.c): it nests no deeper than this. */
 #define MAX_DEPTH PROTO_JSON_MAX_DEPTH
@@ -553,7 +553,7 @@ int proto__json_leaves_read(cJSON *root, int codec) {
   return walk_root(root, codec, &s, 1) == 0;
 }
 
-/* ---- ties at the top of a range (proto_impl.h) -------------------------
+/* ---- ties at the top of a range (text.h) -------------------------------
  *
  * The doubles halfway from the largest finite float32, FP16 and BF16 to
  * the next power of two, each exact in a double, with its exact decimal

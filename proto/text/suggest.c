@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "proto/proto_impl.h"
+#include "proto/text/text.h"
 
 /* Longer names are never near any name attnd knows. */
 #define NAME_MAX_LEN 64

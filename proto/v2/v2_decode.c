@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "proto/mem.h"
-#include "proto/proto_impl.h"
+#include "proto/v2/v2.h"
 
 #include "v2_decode_impl.h"
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "proto/mem.h"
-#include "proto/proto_impl.h"
+#include "proto/v2/v2.h"
 
 /* The dot-product model's name: "attention" unless the operator chose
  * another (--model-name), set once at start before any thread reads it.

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "proto/mem.h"
-#include "proto/proto_impl.h"
+#include "proto/v2/v2.h"
 
 #define ERR(...) (snprintf(err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
-#include "proto/proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 
