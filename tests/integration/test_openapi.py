@@ -459,7 +459,7 @@ class RoutesTest(LiveCase):
                 self.assertNotIn(status, (404, 405), "%s %s: %d %r" % (method, url, status, data))
             self.assertIn(str(status), op["responses"], "%s %s: %d" % (method, url, status))
             n += 1
-        self.assertEqual(n, 50)
+        self.assertEqual(n, 52)
 
     def test_allow_header_lists_exactly_the_documented_methods(self):
         for path, item in self.doc["paths"].items():
