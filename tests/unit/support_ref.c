@@ -21,10 +21,7 @@ float rng_sym(rng *r, float a) {
 int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
 
 /* ------------------------------------------------------------------ */
-/* Cases: old kinds as in test_core.c, new ones above them. */
-
-
-
+/* Cases. */
 
 float *rand_floats(rng *r, size_t n, float a) {
   float *x = malloc((n ? n : 1) * sizeof *x);
@@ -101,14 +98,15 @@ void make_case(tcase *c, const shape *s0, int kinds, uint64_t seed) {
   c->k = rand_floats(&r, (size_t)s.B * s.Hkv * s.Lk * s.D, 1.0f);
   c->v = rand_floats(&r, (size_t)s.B * s.Hkv * s.Lk * s.Dv, 1.0f);
   p->q = c->q; p->k = c->k; p->v = c->v;
-  /* a larger scale than 1/sqrt(D), so that soft-capping bites */
-  p->scale = (float)(3.0 / sqrt((double)s.D));
+  /* without K_UNIT a larger scale than 1/sqrt(D), so that soft-capping
+   * bites */
+  p->scale = (float)(((kinds & K_UNIT) ? 1.0 : 3.0) / sqrt((double)s.D));
   if (kinds & K_ADD) {
     p->scoring = ATTN_SCORING_ADDITIVE;
     p->Hd = 1 + rng_int(&r, 12);
     c->wq = rand_floats(&r, (size_t)p->Hd * s.D, 1.0f / sqrtf((float)s.D));
     c->wk = rand_floats(&r, (size_t)p->Hd * s.D, 1.0f / sqrtf((float)s.D));
-    c->wv = rand_floats(&r, (size_t)p->Hd, 2.0f);
+    c->wv = rand_floats(&r, (size_t)p->Hd, (kinds & K_UNIT) ? 1.0f : 2.0f);
     p->w_q = c->wq; p->w_k = c->wk; p->w_v = c->wv;
   }
   if (kinds & (K_VL1 | K_VL2)) {
@@ -152,7 +150,6 @@ void free_case(tcase *c) {
 
 /* ------------------------------------------------------------------ */
 /* The float64 reference. */
-
 
 seq ref_seq(const attn_problem *p, int i) {
   seq s = {0, 0, p->Lq, p->Lk};
@@ -237,9 +234,8 @@ int ref_keep(const attn_problem *p, int b, int h, int i, int j) {
   return u >= (double)p->dropout_p;
 }
 
-/* One row: weights w (Lk), output o (Dv) and *lse; returns allowed keys. */
-int ref_row(const attn_problem *p, int b, int h, int i, double *w,
-            double *o, double *lse) {
+int ref_row_mag(const attn_problem *p, int b, int h, int i, double *w,
+                double *o, double *lse, double *mag) {
   int kvh = h / (p->H / p->Hkv), n = 0;
   double mx = p->sinks ? (double)p->sinks[h] : -INFINITY, den = 0.0;
   for (int j = 0; j < p->Lk; j++) {
@@ -253,7 +249,8 @@ int ref_row(const attn_problem *p, int b, int h, int i, double *w,
     if (ref_allowed(p, b, h, i, j)) den += (w[j] = exp(w[j] - mx));
   if (p->sinks) den += exp(p->sinks[h] - mx);
   for (int d = 0; d < p->Dv; d++) o[d] = 0.0;
-  *lse = den > 0.0 ? mx + log(den) : -INFINITY;
+  for (int d = 0; mag && d < p->Dv; d++) mag[d] = 0.0;
+  if (lse) *lse = den > 0.0 ? mx + log(den) : -INFINITY;
   if (n == 0) return 0;
   for (int j = 0; j < p->Lk; j++) {
     w[j] /= den;
@@ -262,6 +259,17 @@ int ref_row(const attn_problem *p, int b, int h, int i, double *w,
       wd = ref_keep(p, b, h, i, j) ? wd / (1.0 - p->dropout_p) : 0.0;
     const float *v = p->v + (((size_t)b * p->Hkv + kvh) * p->Lk + j) * p->Dv;
     for (int d = 0; d < p->Dv; d++) o[d] += wd * v[d];
+    for (int d = 0; mag && d < p->Dv; d++) mag[d] += fabs(wd * v[d]);
   }
   return n;
+}
+
+int ref_row(const attn_problem *p, int b, int h, int i, double *w,
+            double *o, double *lse) {
+  return ref_row_mag(p, b, h, i, w, o, lse, NULL);
+}
+
+int under_valgrind(void) {
+  const char *v = getenv("ATTND_VALGRIND");
+  return v && *v && strcmp(v, "0") != 0;
 }

@@ -1,6 +1,6 @@
 /* support_ref.h - random attention problems of every variant and a
- * naive float64 reference of attn.h's formulas, shared by the core's
- * reference suites (test_core_variants.c, test_core_bf16.c).
+ * naive float64 reference of attn.h's formulas: the one reference of the
+ * core's suites (test_core.c, test_core_variants.c, test_core_bf16.c).
  *
  * The reference is independent of core/: loops over (b, h, i, j) in
  * double, its own reading of which keys a query sees (packed sequences in
@@ -22,7 +22,10 @@ enum {
   K_LR = 1 << 4, K_WIN = 1 << 5, K_BIAS = 1 << 6, K_DROP = 1 << 7,
   K_ADD = 1 << 8,
   K_SINK = 1 << 9, K_CAP = 1 << 10, K_ALIBI = 1 << 11, K_ALIBI2 = 1 << 12,
-  K_PACK = 1 << 13, K_WINLR = 1 << 14
+  K_PACK = 1 << 13, K_WINLR = 1 << 14,
+  /* scale 1/sqrt(D) and w_v in [-1, 1); without it 3/sqrt(D) and
+   * [-2, 2), so that soft-capping bites */
+  K_UNIT = 1 << 15
 };
 #define K_NEW (K_SINK | K_CAP | K_ALIBI)
 
@@ -53,7 +56,25 @@ int ref_allowed(const attn_problem *p, int b, int h, int i, int j);
 double ref_score(const attn_problem *p, int b, int h, int i, int j);
 uint64_t ref_mix(uint64_t x);
 int ref_keep(const attn_problem *p, int b, int h, int i, int j);
+/* One query row: weights w (Lk), output o (Dv) and, when lse is not
+ * NULL, the row's log-sum-exp; returns the allowed keys.  mag (Dv), when
+ * not NULL, gets sum_j |w_j v_j| with the dropped weights: the size of
+ * the terms, which bounds what float rounding can cost an output whose
+ * values are far from unit scale. */
+int ref_row_mag(const attn_problem *p, int b, int h, int i, double *w,
+                double *o, double *lse, double *mag);
 int ref_row(const attn_problem *p, int b, int h, int i, double *w,
             double *o, double *lse);
+
+/* check's ck_assert records a mark point (a write to its channel) even
+ * when it passes; inside loops over millions of elements test first and
+ * fail through ck_abort_msg only when it matters. */
+#define EXPECT(cond, ...)                                                    \
+  do {                                                                       \
+    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                  \
+  } while (0)
+
+/* 1 under ATTND_VALGRIND: the suites then take smaller shapes. */
+int under_valgrind(void);
 
 #endif

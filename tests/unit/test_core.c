@@ -1,8 +1,8 @@
 /* test_core.c - core/ against an independent float64 reference.
  *
- * The reference below is deliberately naive: loops over (b, h, i, j) in
- * double, its own reading of the mask rules in attn.h, its own copy of the
- * dropout hash.  Every numeric path of the core (weights path, online path,
+ * The reference (support_ref.c, shared with the other core suites) is
+ * deliberately naive: loops over (b, h, i, j) in double, its own reading
+ * of the mask rules in attn.h, its own copy of the dropout hash.  Every numeric path of the core (weights path, online path,
  * dot and additive scoring, every mask kind, dropout) is compared with it
  * over random shapes whose lengths are not multiples of any block size.
  * Tolerances are design.md's: outputs 1e-5 + 1e-5 |ref|, weights 1e-5,
@@ -25,244 +25,12 @@
 #include "support_skip.h"
 #include "core/attn.h"
 #include "core/attn_impl.h"
+#include "support_ref.h"
 
-/* ------------------------------------------------------------------ */
-/* Deterministic random numbers (xorshift64*). */
-
-typedef struct rng { uint64_t s; } rng;
-
-static uint64_t rng_next(rng *r) {
-  r->s ^= r->s >> 12;
-  r->s ^= r->s << 25;
-  r->s ^= r->s >> 27;
-  return r->s * 2685821657736338717ull;
-}
-
-static double rng_unit(rng *r) { /* [0, 1) */
-  return (double)(rng_next(r) >> 11) * 0x1p-53;
-}
-
-static float rng_sym(rng *r, float a) { /* [-a, a) */
-  return (float)((rng_unit(r) * 2.0 - 1.0) * a);
-}
-
-static int rng_int(rng *r, int n) { /* [0, n) */
-  return (int)(rng_next(r) % (uint64_t)n);
-}
-
-/* check's ck_assert records a mark point (a write to its channel) even
- * when it passes; inside loops over millions of elements test first and
- * fail through ck_abort_msg only when it matters. */
-#define EXPECT(cond, ...)                                                    \
-  do {                                                                       \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                  \
-  } while (0)
-
-static int under_valgrind(void) {
-  const char *v = getenv("ATTND_VALGRIND");
-  return v && *v && strcmp(v, "0") != 0;
-}
-
-/* ------------------------------------------------------------------ */
-/* A test case owns every buffer its problem points at. */
-
-enum {
-  K_VL1 = 1 << 0, K_VL2 = 1 << 1, K_MASK = 1 << 2, K_UL = 1 << 3,
-  K_LR = 1 << 4, K_WIN = 1 << 5, K_BIAS = 1 << 6, K_DROP = 1 << 7,
-  K_ADD = 1 << 8
-};
-
-typedef struct tcase {
-  attn_problem p;
-  float *q, *k, *v, *bias, *wq, *wk, *wv;
-  uint8_t *mask;
-  int32_t *vl;
-} tcase;
-
-typedef struct shape { int B, H, Hkv, Lq, Lk, D, Dv; } shape;
-
-static float *rand_floats(rng *r, size_t n, float a) {
-  float *x = malloc((n ? n : 1) * sizeof *x);
-  ck_assert_ptr_nonnull(x);
-  for (size_t i = 0; i < n; i++) x[i] = rng_sym(r, a);
-  return x;
-}
-
-/* Strides over (B, H, Lq, Lk) where each axis is broadcast (stride 0)
- * with probability 1/3; returns the element count to allocate. */
-static size_t rand_strides(rng *r, const shape *s, int64_t st[4]) {
-  int64_t dims[4] = {s->B, s->H, s->Lq, s->Lk};
-  int64_t n = 1;
-  for (int a = 3; a >= 0; a--) {
-    if (rng_int(r, 3) == 0) {
-      st[a] = 0;
-    } else {
-      st[a] = n;
-      n *= dims[a];
-    }
-  }
-  return (size_t)n;
-}
-
-static void make_masks(tcase *c, const shape *s, int kinds, rng *r) {
-  attn_problem *p = &c->p;
-  if (kinds & (K_VL1 | K_VL2)) {
-    size_t n = (size_t)s->B * ((kinds & K_VL2) ? (size_t)s->Lq : 1);
-    c->vl = malloc(n * sizeof *c->vl);
-    for (size_t i = 0; i < n; i++)  /* 0 and Lk included on purpose */
-      c->vl[i] = rng_int(r, 5) == 0 ? 0 : rng_int(r, s->Lk + 1);
-    p->valid_lens = c->vl;
-    p->valid_lens_per_query = (kinds & K_VL2) != 0;
-  }
-  if (kinds & K_MASK) {
-    size_t n = rand_strides(r, s, p->mask_stride);
-    c->mask = malloc(n);
-    for (size_t i = 0; i < n; i++) c->mask[i] = rng_int(r, 10) < 7;
-    p->mask = c->mask;
-  }
-  if (kinds & K_BIAS) {
-    size_t n = rand_strides(r, s, p->bias_stride);
-    c->bias = rand_floats(r, n, 2.0f);
-    p->bias = c->bias;
-  }
-  if (kinds & K_UL) p->causal = ATTN_CAUSAL_UPPER_LEFT;
-  if (kinds & K_LR) p->causal = ATTN_CAUSAL_LOWER_RIGHT;
-  if (kinds & K_WIN) {
-    p->has_window = 1;
-    p->window_left = rng_int(r, 4) == 0 ? -1 : rng_int(r, 40);
-    p->window_right = rng_int(r, 4) == 0 ? -1 : rng_int(r, 40);
-  }
-  if (kinds & K_DROP) {
-    p->dropout_p = (float)(0.1 + 0.5 * rng_unit(r));
-    p->seed = rng_next(r);
-  }
-}
-
-static void make_case(tcase *c, const shape *s, int kinds, uint64_t seed) {
-  rng r = {seed * 0x9E3779B97F4A7C15ull + 1};
-  attn_problem *p = &c->p;
-  memset(c, 0, sizeof *c);
-  attn_problem_init(p);
-  p->B = s->B; p->H = s->H; p->Hkv = s->Hkv; p->Lq = s->Lq; p->Lk = s->Lk;
-  p->D = s->D; p->Dk = s->D; p->Dv = s->Dv;
-  c->q = rand_floats(&r, (size_t)s->B * s->H * s->Lq * s->D, 1.0f);
-  c->k = rand_floats(&r, (size_t)s->B * s->Hkv * s->Lk * s->D, 1.0f);
-  c->v = rand_floats(&r, (size_t)s->B * s->Hkv * s->Lk * s->Dv, 1.0f);
-  p->q = c->q; p->k = c->k; p->v = c->v;
-  p->scale = (float)(1.0 / sqrt((double)s->D));
-  if (kinds & K_ADD) {
-    p->scoring = ATTN_SCORING_ADDITIVE;
-    p->Dk = s->D;
-    p->Hd = 1 + rng_int(&r, 12);
-    c->wq = rand_floats(&r, (size_t)p->Hd * s->D, 1.0f / sqrtf((float)s->D));
-    c->wk = rand_floats(&r, (size_t)p->Hd * s->D, 1.0f / sqrtf((float)s->D));
-    c->wv = rand_floats(&r, (size_t)p->Hd, 1.0f);
-    p->w_q = c->wq; p->w_k = c->wk; p->w_v = c->wv;
-  }
-  make_masks(c, s, kinds, &r);
-}
-
-static void free_case(tcase *c) {
-  free(c->q); free(c->k); free(c->v); free(c->bias);
-  free(c->wq); free(c->wk); free(c->wv); free(c->mask); free(c->vl);
-}
-
-/* ------------------------------------------------------------------ */
-/* The float64 reference. */
-
-static int ref_allowed(const attn_problem *p, int b, int h, int i, int j) {
-  if (p->valid_lens) {
-    int32_t vl = p->valid_lens_per_query ? p->valid_lens[b * p->Lq + i]
-                                         : p->valid_lens[b];
-    if (!(j < vl)) return 0;
-  }
-  if (p->causal == ATTN_CAUSAL_UPPER_LEFT && !(j <= i)) return 0;
-  if (p->causal == ATTN_CAUSAL_LOWER_RIGHT && !(j <= i + p->Lk - p->Lq))
-    return 0;
-  if (p->has_window) {
-    if (p->window_left >= 0 && j < i - p->window_left) return 0;
-    if (p->window_right >= 0 && j > i + p->window_right) return 0;
-  }
-  if (p->mask) {
-    const int64_t *m = p->mask_stride;
-    if (!p->mask[b * m[0] + h * m[1] + i * m[2] + j * m[3]]) return 0;
-  }
-  return 1;
-}
-
-static double ref_score(const attn_problem *p, int b, int h, int i, int j) {
-  int kvh = h / (p->H / p->Hkv);
-  const float *q = p->q + (((size_t)b * p->H + h) * p->Lq + i) * p->D;
-  const float *k = p->k + (((size_t)b * p->Hkv + kvh) * p->Lk + j) * p->Dk;
-  double s = 0.0;
-  if (p->scoring == ATTN_SCORING_DOT) {
-    for (int d = 0; d < p->D; d++) s += (double)q[d] * k[d];
-    s *= p->scale;
-  } else {
-    for (int u = 0; u < p->Hd; u++) {
-      double a = 0.0;
-      for (int d = 0; d < p->D; d++) a += (double)p->w_q[u * p->D + d] * q[d];
-      for (int d = 0; d < p->Dk; d++)
-        a += (double)p->w_k[u * p->Dk + d] * k[d];
-      s += (double)p->w_v[u] * tanh(a);
-    }
-  }
-  if (p->bias) {
-    const int64_t *t = p->bias_stride;
-    s += p->bias[b * t[0] + h * t[1] + i * t[2] + j * t[3]];
-  }
-  return s;
-}
-
-/* The dropout rule of attn.h, written out again. */
-static uint64_t ref_mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-static int ref_keep(const attn_problem *p, int b, int h, int i, int j) {
-  uint64_t n = (((uint64_t)b * p->H + h) * p->Lq + i) * p->Lk + j;
-  double u = (double)(ref_mix(p->seed ^ ref_mix(n)) >> 40) * ldexp(1.0, -24);
-  return u >= (double)p->dropout_p;
-}
-
-/* One query row: weights w (Lk) and output o (Dv); returns allowed count.
- * mag (Dv), when not NULL, gets sum_j |w_j v_j| with the dropped weights:
- * the size of the terms, which bounds what float rounding can cost an
- * output whose values are far from unit scale. */
-static int ref_row_mag(const attn_problem *p, int b, int h, int i, double *w,
-                       double *o, double *mag) {
-  int kvh = h / (p->H / p->Hkv), n = 0;
-  double mx = -INFINITY, sum = 0.0;
-  for (int j = 0; j < p->Lk; j++) {
-    w[j] = 0.0;
-    if (!ref_allowed(p, b, h, i, j)) continue;
-    w[j] = ref_score(p, b, h, i, j);
-    mx = w[j] > mx ? w[j] : mx;
-    n++;
-  }
-  for (int j = 0; j < p->Lk; j++)
-    if (ref_allowed(p, b, h, i, j)) sum += (w[j] = exp(w[j] - mx));
-  for (int d = 0; d < p->Dv; d++) o[d] = 0.0;
-  for (int d = 0; mag && d < p->Dv; d++) mag[d] = 0.0;
-  if (n == 0) return 0;
-  for (int j = 0; j < p->Lk; j++) {
-    w[j] /= sum;
-    double wd = w[j];
-    if (p->dropout_p > 0.0f)
-      wd = ref_keep(p, b, h, i, j) ? wd / (1.0 - p->dropout_p) : 0.0;
-    const float *v = p->v + (((size_t)b * p->Hkv + kvh) * p->Lk + j) * p->Dv;
-    for (int d = 0; d < p->Dv; d++) o[d] += wd * v[d];
-    for (int d = 0; mag && d < p->Dv; d++) mag[d] += fabs(wd * v[d]);
-  }
-  return n;
-}
-
-static int ref_row(const attn_problem *p, int b, int h, int i, double *w,
-                   double *o) {
-  return ref_row_mag(p, b, h, i, w, o, NULL);
+/* The cases (make_case with K_UNIT: scale 1/sqrt(D)) and the float64
+ * reference: support_ref.h. */
+static void unit_case(tcase *c, const shape *s, int kinds, uint64_t seed) {
+  make_case(c, s, kinds | K_UNIT, seed);
 }
 
 /* ------------------------------------------------------------------ */
@@ -335,7 +103,7 @@ static int compare_ref(const attn_problem *p, const char *what, int scaled) {
     for (int h = 0; h < p->H; h++)
       for (int i = 0; i < p->Lq; i++) {
         size_t row = ((size_t)b * p->H + h) * p->Lq + i;
-        int n = ref_row_mag(p, b, h, i, rw, ro, mag);
+        int n = ref_row_mag(p, b, h, i, rw, ro, NULL, mag);
         empty += n == 0;
         check_row(p, what, b, h, i, n, rw, ro, scaled ? mag : NULL,
                   w + row * p->Lk, o1 + row * p->Dv, o2 + row * p->Dv);
@@ -370,7 +138,7 @@ static int compare_kinds(int kinds, const char *what) {
   for (size_t t = 0; t < n; t++) {
     tcase c;
     char label[160];
-    make_case(&c, &s[t], kinds, 1000 + t * 7 + (uint64_t)kinds);
+    unit_case(&c, &s[t], kinds, 1000 + t * 7 + (uint64_t)kinds);
     snprintf(label, sizeof label, "%s B%d H%d/%d Lq%d Lk%d D%d Dv%d", what,
              s[t].B, s[t].H, s[t].Hkv, s[t].Lq, s[t].Lk, s[t].D, s[t].Dv);
     empty += compare_with_ref(&c.p, label);
@@ -610,7 +378,7 @@ END_TEST
 START_TEST(test_negative_scale_matches_reference) {
   shape s = {2, 2, 1, 67, 131, 8, 5};
   tcase c;
-  make_case(&c, &s, K_VL1 | K_BIAS, 77);
+  unit_case(&c, &s, K_VL1 | K_BIAS, 77);
   c.p.scale = -0.75f;
   compare_with_ref(&c.p, "negative scale");
   free_case(&c);
@@ -622,7 +390,7 @@ END_TEST
 START_TEST(test_huge_scale_gives_one_hot_finite_rows) {
   shape s = {1, 2, 2, 40, 70, 8, 4};
   tcase c;
-  make_case(&c, &s, K_UL, 5);
+  unit_case(&c, &s, K_UL, 5);
   c.p.scale = 1e30f;
   compare_with_ref(&c.p, "scale 1e30");
   free_case(&c);
@@ -641,7 +409,7 @@ static void huge_inputs(int kinds) {
   shape s = {1, 2, 1, under_valgrind() ? 10 : 70, 300, 6, 3};
   tcase c;
   rng r = {9};
-  make_case(&c, &s, kinds | K_VL2 | K_BIAS, 3);
+  unit_case(&c, &s, kinds | K_VL2 | K_BIAS, 3);
   size_t nq = (size_t)s.B * s.H * s.Lq * s.D, nk = (size_t)s.Lk * s.D;
   for (size_t i = 0; i < nq; i++) c.q[i] = rng_sym(&r, 3e38f);
   for (size_t i = 0; i < nk; i++) c.k[i] = rng_sym(&r, 3e38f);
@@ -741,7 +509,7 @@ END_TEST
 START_TEST(test_fully_masked_rows_are_zero_in_both_paths) {
   shape s = {2, 2, 2, 9, 5, 3, 4};
   tcase c;
-  make_case(&c, &s, K_VL1, 8);
+  unit_case(&c, &s, K_VL1, 8);
   c.vl[0] = 0;
   c.vl[1] = 3;
   c.p.causal = ATTN_CAUSAL_LOWER_RIGHT; /* Lq > Lk: rows 0..3 see nothing */
@@ -769,7 +537,7 @@ END_TEST
 START_TEST(test_dropout_same_seed_same_answer_other_seed_differs) {
   shape s = {1, 2, 1, 33, 50, 4, 4};
   tcase c;
-  make_case(&c, &s, K_DROP, 11);
+  unit_case(&c, &s, K_DROP, 11);
   size_t n = out_len(&c.p);
   float *a = malloc(n * 4), *b = malloc(n * 4), *d = malloc(n * 4);
   ck_assert_int_eq(attn_forward(&c.p, a, NULL), 0);
@@ -789,7 +557,7 @@ static void split_is_bit_identical(int kinds, int with_weights) {
   shape big = {2, 4, 2, 150, 290, 8, 6}, small = {2, 4, 2, 70, 260, 4, 3};
   shape s = under_valgrind() ? small : big;
   tcase c;
-  make_case(&c, &s, kinds, 21);
+  unit_case(&c, &s, kinds, 21);
   size_t no = out_len(&c.p), nw = with_weights ? w_len(&c.p) : 0;
   float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
   float *w1 = nw ? malloc(nw * 4) : NULL, *w2 = nw ? malloc(nw * 4) : NULL;
@@ -844,7 +612,7 @@ static void *run_half(void *arg) {
 static void threads_match_forward(int with_weights) {
   shape s = {2, 2, 1, 150, 270, 8, 6};
   tcase c;
-  make_case(&c, &s, K_VL2 | K_MASK | K_UL | K_BIAS | K_DROP, 31);
+  unit_case(&c, &s, K_VL2 | K_MASK | K_UL | K_BIAS | K_DROP, 31);
   size_t no = out_len(&c.p), nw = with_weights ? w_len(&c.p) : 0;
   float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
   float *w1 = nw ? malloc(nw * 4) : NULL, *w2 = nw ? malloc(nw * 4) : NULL;
@@ -888,7 +656,7 @@ START_TEST(test_random_problems_match_reference) {
     if ((kinds & K_UL) && (kinds & K_LR)) kinds &= ~K_UL;
     tcase c;
     char label[160];
-    make_case(&c, &s, kinds, rng_next(&r));
+    unit_case(&c, &s, kinds, rng_next(&r));
     snprintf(label, sizeof label,
              "draw %d kinds 0x%x B%d H%d/%d Lq%d Lk%d D%d Dv%d", d, kinds,
              s.B, s.H, s.Hkv, s.Lq, s.Lk, s.D, s.Dv);
@@ -990,7 +758,7 @@ START_TEST(test_huge_values_match_reference_across_key_lengths) {
       shape s = {1, 2, 1, lq, lk[t], 4, 3};
       tcase c;
       char label[96];
-      make_case(&c, &s, 0, 50 + t);
+      unit_case(&c, &s, 0, 50 + t);
       set_values(&c, &r, 1e35, 3e38, signs & 1);
       c.p.gemm = signs & 2 ? ATTN_GEMM_BLAS : ATTN_GEMM_AUTO;
       snprintf(label, sizeof label, "huge values Lk %d signs %d gemm %d",
@@ -1014,7 +782,7 @@ static void huge_values_kinds(int kinds, const char *what) {
   for (size_t t = 0; t < sizeof sh / sizeof sh[0]; t++) {
     tcase c;
     char label[128];
-    make_case(&c, &sh[t], kinds, 60 + t + (uint64_t)kinds);
+    unit_case(&c, &sh[t], kinds, 60 + t + (uint64_t)kinds);
     set_values(&c, &r, 1e35, (kinds & K_DROP) ? 1e38 : 3e38, t != 1);
     snprintf(label, sizeof label, "%s huge values B%d H%d/%d Lq%d Lk%d",
              what, sh[t].B, sh[t].H, sh[t].Hkv, sh[t].Lq, sh[t].Lk);
@@ -1044,7 +812,7 @@ static void huge_split(int with_weights) {
   shape s = {2, 4, 2, 150, 700, 4, 3};
   rng r = {88};
   tcase c;
-  make_case(&c, &s, K_VL2 | K_MASK | K_BIAS | K_DROP, 23);
+  unit_case(&c, &s, K_VL2 | K_MASK | K_BIAS | K_DROP, 23);
   set_values(&c, &r, 1e35, 1e38, 0);
   size_t no = out_len(&c.p), nw = with_weights ? w_len(&c.p) : 0;
   float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
@@ -1152,7 +920,7 @@ END_TEST
 START_TEST(test_online_scratch_does_not_grow_with_lk) {
   shape s = {1, 1, 1, 4096, 300, 64, 64};
   tcase c;
-  make_case(&c, &s, 0, 1);
+  unit_case(&c, &s, 0, 1);
   size_t a = attn_scratch_bytes(&c.p, 0);
   c.p.Lk = 1 << 20;
   size_t b = attn_scratch_bytes(&c.p, 0);
@@ -1187,7 +955,7 @@ static void ref_stats(const double *a, int n, double *h, double *mx,
 
 static void diagnostics_vs_ref(int kinds, const shape *s, uint64_t seed) {
   tcase c;
-  make_case(&c, s, kinds, seed);
+  unit_case(&c, s, kinds, seed);
   const attn_problem *p = &c.p;
   size_t rows = (size_t)p->B * p->H * p->Lq;
   float *o = malloc(out_len(p) * 4), *w = malloc(w_len(p) * 4);
@@ -1200,7 +968,7 @@ static void diagnostics_vs_ref(int kinds, const shape *s, uint64_t seed) {
     for (int hd = 0; hd < p->H; hd++)
       for (int i = 0; i < p->Lq; i++) {
         size_t row = ((size_t)b * p->H + hd) * p->Lq + i;
-        int allowed = ref_row(p, b, hd, i, rw, ro);
+        int allowed = ref_row(p, b, hd, i, rw, ro, NULL);
         double rh, rmx, rjf;
         ref_stats(rw, p->Lk, &rh, &rmx, &rjf);
         EXPECT(n[row] == allowed, "allowed_keys %d vs %d", n[row], allowed);
@@ -1499,7 +1267,7 @@ START_TEST(test_weights_path_row_chunks_match_reference) {
   int lk = ATTN__WFLOATS / (2 * ATTN__QBLOCK) + 37;
   shape s = {1, ATTN__MIN_TASKS / 2, 8, 2 * ATTN__QBLOCK + 3, lk, 2, 1};
   tcase c;
-  make_case(&c, &s, K_VL2 | K_MASK | K_UL, 41);
+  unit_case(&c, &s, K_VL2 | K_MASK | K_UL, 41);
   attn__scratch lay;
   attn__scratch_layout(&c.p, 1, &lay);
   ck_assert_int_eq(attn__query_block(&c.p), 2 * ATTN__QBLOCK);
@@ -1515,7 +1283,7 @@ START_TEST(test_streamed_weights_match_reference) {
   int l = (int)sqrt(ATTN__STREAM_BYTES / 4 / 2) + 5;
   shape s = {1, 2, 1, l, l + 3, 4, 3};
   tcase c;
-  make_case(&c, &s, K_VL1 | K_LR | K_BIAS, 43);
+  unit_case(&c, &s, K_VL1 | K_LR | K_BIAS, 43);
   attn__scratch lay;
   attn__scratch_layout(&c.p, 1, &lay);
   ck_assert_int_eq(lay.stream, 1);
@@ -1687,7 +1455,7 @@ START_TEST(test_gemm_override_is_checked_and_picked) {
   shape s = {1, 1, 1, 5, 7, 4, 3};
   tcase c;
   attn__scratch lay;
-  make_case(&c, &s, 0, 3);
+  unit_case(&c, &s, 0, 3);
   int native = attn__use_avx512() ? ATTN_GEMM_NATIVE
                                              : ATTN_GEMM_BLAS;
   ck_assert_int_eq(c.p.gemm, ATTN_GEMM_AUTO);
@@ -1729,7 +1497,7 @@ static void kinds_through(int gemm, const char *name) {
     for (size_t t = 0; t < ns; t++) {
       tcase c;
       char label[160];
-      make_case(&c, &sh[t], kinds[k], 7000 + t * 13 + (uint64_t)kinds[k]);
+      unit_case(&c, &sh[t], kinds[k], 7000 + t * 13 + (uint64_t)kinds[k]);
       c.p.gemm = gemm;
       snprintf(label, sizeof label, "%s gemm kinds 0x%x B%d H%d/%d Lq%d "
                "Lk%d D%d Dv%d", name, kinds[k], sh[t].B, sh[t].H, sh[t].Hkv,
@@ -1763,7 +1531,7 @@ START_TEST(test_native_gemm_wide_heads_match_reference) {
     return;
   for (size_t t = 0; t < sizeof wide / sizeof wide[0]; t++) {
     tcase c;
-    make_case(&c, &wide[t], K_VL2 | K_UL | K_BIAS, 90 + t);
+    unit_case(&c, &wide[t], K_VL2 | K_UL | K_BIAS, 90 + t);
     c.p.gemm = ATTN_GEMM_NATIVE;
     compare_with_ref(&c.p, "native wide");
     free_case(&c);
@@ -1847,7 +1615,7 @@ START_TEST(test_a_set_stop_flag_cancels_the_run) {
     float *o1 = calloc(no, sizeof *o1), *o2 = calloc(no, sizeof *o2);
     float *w1 = weights ? calloc(nw, sizeof *w1) : NULL;
     float *w2 = weights ? calloc(nw, sizeof *w2) : NULL;
-    make_case(&c, &sh, K_UL | K_BIAS, 7);
+    unit_case(&c, &sh, K_UL | K_BIAS, 7);
     ck_assert_int_eq(attn_forward(&c.p, o1, w1), 0);
     c.p.stop = &stop;
     ck_assert_int_eq(attn_forward(&c.p, o2, w2), ATTND_ECANCELED);
@@ -1891,7 +1659,7 @@ START_TEST(test_stop_set_by_another_thread_ends_one_long_task) {
   pthread_t th;
   float *o = calloc((size_t)64 * 16, sizeof *o);
   double t0, whole, stopped;
-  make_case(&c, &sh, 0, 11);
+  unit_case(&c, &sh, 0, 11);
   t0 = cpu_now();
   ck_assert_int_eq(attn_forward(&c.p, o, NULL), 0);
   whole = cpu_now() - t0;
@@ -1924,7 +1692,7 @@ START_TEST(test_the_weights_path_stops_within_one_key_block) {
     float *o = calloc((size_t)sh.Lq * sh.Dv, sizeof *o);
     uint32_t *w = malloc(nw * sizeof *w), *sc;
     char *scratch;
-    make_case(&c, &sh, add ? K_ADD : 0, 23);
+    unit_case(&c, &sh, add ? K_ADD : 0, 23);
     attn__scratch_layout(&c.p, 1, &lay);
     ck_assert_int_eq(lay.wrows, sh.Lq);  /* one chunk of every row */
     bytes = attn_scratch_bytes(&c.p, 1);

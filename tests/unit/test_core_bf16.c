@@ -39,18 +39,8 @@
 #include "support_ref.h"
 #include "support_skip.h"
 
-#define EXPECT(cond, ...)                                                    \
-  do {                                                                       \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                  \
-  } while (0)
-
 static const double U = 0x1p-8;  /* BF16's unit roundoff */
 static const double EXP_ERR = 0x1p-16; /* the softmax exp (docs/api.md) */
-
-static int under_valgrind(void) {
-  const char *v = getenv("ATTND_VALGRIND");
-  return v && *v && strcmp(v, "0") != 0;
-}
 
 /* ------------------------------------------------------------------ */
 /* Kernel paths. */

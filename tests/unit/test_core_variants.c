@@ -27,18 +27,6 @@
 
 #include "support_ref.h"
 
-
-#define EXPECT(cond, ...)                                                    \
-  do {                                                                       \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                  \
-  } while (0)
-
-static int under_valgrind(void) {
-  const char *v = getenv("ATTND_VALGRIND");
-  return v && *v && strcmp(v, "0") != 0;
-}
-
-
 /* ------------------------------------------------------------------ */
 /* Comparing. */
 
