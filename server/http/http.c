@@ -25,9 +25,9 @@
  *              MHD holds the whole request (an answer queued from the
  *              first call makes MHD close the connection after it)
  *   RECEIVING  body chunks are appended to r->body (bounded by max_body;
- *              beyond it they are counted and dropped, too_big is set;
+ *              beyond it they are counted and dropped, body_fault is set;
  *              likewise past the in-flight budget, the body's deadline
- *              or, for binary v2, the cost limit: http_limits.c)
+ *              or, for binary v2, the flops limit: http_limits.c)
  *   QUEUED     final call (http_post_end, http_post.c): decoded,
  *              admitted (batcher_reserve), the connection suspended,
  *              THEN the job submitted.  Suspending first matters: MHD
@@ -352,7 +352,7 @@ static enum MHD_Result http_dispatch(struct http_req *r) {
   /* Which models exist is metadata too: without the token an unknown
    * /v2/models/ path is 401 like a known one, not 404. */
   if (!route && strncmp(url, "/v2/models/", 11) == 0 &&
-      (r->unauth = http_auth(r, NULL)) != AUTH_OK)
+      (r->auth = http_auth(r, NULL)) != AUTH_OK)
     return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
   if (!route)
     return http_fail(r, ATTND_ENOTFOUND, msg, NULL);
@@ -363,7 +363,7 @@ static enum MHD_Result http_dispatch(struct http_req *r) {
     atomic_fetch_add(&r->h->posts, 1);
     return http_post_begin(r);
   }
-  if ((r->unauth = http_auth(r, route)) != AUTH_OK)
+  if ((r->auth = http_auth(r, route)) != AUTH_OK)
     return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
   if (route->get && get)
     return route->get(r);

@@ -13,7 +13,7 @@
  *                  the batcher, and the answer the job produced;
  *   http_limits.c  what a POST may take before it runs: its body's hold
  *                  on the in-flight budget, the body's deadline, the
- *                  request's estimated cost;
+ *                  request's estimated flops;
  *   http_v2meta.c  the KServe v2 metadata, health, model configuration
  *                  and statistics GETs.
  *
@@ -57,12 +57,20 @@ enum http_req_state {
 enum http_refusal {
   REFUSE_NONE = 0,
   REFUSE_BUDGET,            /* it outgrew what is left of the budget */
-  REFUSE_COST,              /* its v2 JSON part costs too much */
+  REFUSE_FLOPS,             /* its v2 JSON part needs too many flops */
   REFUSE_LATE               /* its deadline passed (--body-timeout-s) */
 };
 
 /* What the Authorization header says, for a route that needs the token. */
 enum http_auth { AUTH_OK = 0, AUTH_MISSING = 1, AUTH_INVALID = 2 };
+
+/* Why a body's bytes stopped being kept (http_req.body_fault); the drop
+ * for a refusal is http_req.refused. */
+enum http_body_fault {
+  FAULT_NONE = 0,   /* every byte so far is kept */
+  FAULT_OVER_MAX,   /* past --max-body-mb: 413 at the end */
+  FAULT_NO_MEMORY   /* an append found no memory: 500 at the end */
+};
 
 /* One lane: a libmicrohttpd daemon with one thread (handoff.h). */
 struct http_lane {
@@ -109,14 +117,14 @@ struct http_req {
   enum http_req_state state;
   proto_body body;          /* accumulated request body */
   size_t bytes_in;          /* every body byte received, kept or not */
-  int too_big;
+  int body_fault;           /* enum http_body_fault */
   int refused;              /* enum http_refusal */
   size_t held;              /* bytes of the in-flight budget it holds */
   size_t declared;          /* its Content-Length, 0 when none */
   unsigned timeout_s;       /* the idle timeout set for its body, 0 none */
-  int costed;               /* the early v2 cost check has run */
+  int flops_checked;        /* the early v2 flops check has run */
   double cost_flops;        /* attn_cost_flops, once known */
-  int unauth;               /* enum http_auth: 401 at the end if not OK */
+  int auth;                 /* enum http_auth: 401 at the end if not OK */
   int close;                /* answer with Connection: close */
   int posting;              /* counted in h->posts */
   int linger_fd;            /* answered before its body: a duplicate of
@@ -228,7 +236,7 @@ enum MHD_Result http_post_answer(struct http_req *r);
 /* ---- limits before a POST runs (http_limits.c) ---------------------------
  *
  * The body's share of the in-flight budget (r->held), its deadline and
- * the request's estimated cost.  Messages name the flag to change. */
+ * the request's estimated flops.  Messages name the flag to change. */
 
 /* First call: length is the Content-Length (0 when none).  0, or
  * ATTND_ETOOBIG (over --max-body-mb or the whole budget) or ATTND_EBUSY
@@ -269,14 +277,14 @@ size_t http_limits_inflate_room(struct http_req *r);
 void http_limits_decode_begin(struct http_req *r);
 void http_limits_decode_end(void);
 
-/* A decoded request's cost: recorded in the metrics, and ATTND_ETOOBIG
+/* A decoded request's flops: recorded in the metrics, and ATTND_ETOOBIG
  * with msg when it is over --max-request-gflop. */
-int http_limits_cost(struct http_req *r, const proto_request *q, char *msg,
+int http_limits_flops(struct http_req *r, const proto_request *q, char *msg,
                      size_t cap);
 
 /* For a v2 body whose JSON part has arrived: drops the body
- * (REFUSE_COST) when its shapes alone cost too much.  Runs once. */
-void http_limits_early_cost(struct http_req *r);
+ * (REFUSE_FLOPS) when its shapes alone need too many flops.  Runs once. */
+void http_limits_early_flops(struct http_req *r);
 
 /* Completion: gives back whatever r still holds. */
 void http_limits_end(struct http_req *r);
