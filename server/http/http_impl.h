@@ -1,11 +1,14 @@
 /* http_impl.h - internals shared by the server/http*.c files; not a
  * public API (that is http.h), and included by nothing else.
  *
- * The HTTP front end is five files, one job each:
- *   http.c         the daemon and its lifecycle; MHD's callbacks (a
- *                  request's first call and its states, completion, the
- *                  access log, connection notices); routing and the route
- *                  table; the token check; framing;
+ * The HTTP front end is eight files, one job each:
+ *   http_daemon.c  the daemons and their lifecycle, the acceptor's
+ *                  hand-off to a lane and its connection notices;
+ *   http.c         one request's life on its lane: its first call, its
+ *                  states, framing, completion and the access log;
+ *   http_route.c   which route a request is (the route table, method and
+ *                  token checks) and the GETs answered at once;
+ *   http_auth.c    the bearer token;
  *   http_answer.c  queueing a request's one answer: its headers, its
  *                  status and what it counts in the metrics;
  *   http_post.c    the POST routes: the body, its decode, admission, the
@@ -198,7 +201,25 @@ enum MHD_Result http_fail(struct http_req *r, int err, const char *msg,
 enum MHD_Result http_send(struct http_req *r, unsigned int status, int rc,
                           char *body, size_t len);
 
-/* ---- the token (http.c) ------------------------------------------------- */
+/* ---- a request's life (http.c) -------------------------------------------
+ *
+ * libmicrohttpd's access handler and completion callback for every lane's
+ * daemon (http_daemon.c starts them with h as cls). */
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c,
+                                const char *url, const char *method,
+                                const char *version, const char *upload_data,
+                                size_t *upload_data_size, void **con_cls);
+void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                       enum MHD_RequestTerminationCode toe);
+
+/* ---- routing (http_route.c) ---------------------------------------------- */
+
+/* Routes r: answers it, or for a POST route starts receiving its body
+ * (http_post_begin); unknown paths, methods and tokens get their 404,
+ * 405 and 401. */
+enum MHD_Result http_dispatch(struct http_req *r);
+
+/* ---- the token (http_auth.c) --------------------------------------------- */
 
 /* r's verdict for route rt: AUTH_OK when rt is open or no token is
  * configured, else the Authorization header's (enum http_auth).  A NULL
