@@ -49,7 +49,7 @@ endif
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
                $(PKG_CFLAGS) -I. $(HOOKS) $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
-# proto/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
+# proto/text/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
 # (both header only).  Debian installs dragonbox.h under a versioned
 # directory, with no pkg-config file.
 DRAGONBOX_INC = $(addprefix -I,$(lastword $(sort $(wildcard /usr/include/dragonbox-*))))
