@@ -4,7 +4,7 @@
  * Rooms of proto/, lowest first: proto.h and mem.h, then text/, then
  * tensor/, then v1/ and v2/ (side by side, neither includes the other),
  * then body/.  A file includes headers of its own room and of rooms below
- * it, never above (tests/check_rooms.py).  Names here carry the proto__
+ * it, never above (tests/structure/test_rooms.py).  Names here carry the proto__
  * prefix: they cross files inside proto/, nothing outside proto/ uses
  * them.  Every function is reentrant: no globals, no static buffers
  * (test hooks aside).

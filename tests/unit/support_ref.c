@@ -273,3 +273,78 @@ int under_valgrind(void) {
   const char *v = getenv("ATTND_VALGRIND");
   return v && *v && strcmp(v, "0") != 0;
 }
+
+/* ------------------------------------------------------------------ */
+/* Comparing the core with the reference. */
+
+size_t ref_out_len(const attn_problem *p) {
+  return (size_t)p->B * p->H * p->Lq * p->Dv;
+}
+
+size_t ref_w_len(const attn_problem *p) {
+  return (size_t)p->B * p->H * p->Lq * p->Lk;
+}
+
+/* mag, when not NULL, widens the output tolerance by 1e-5 sum_j |w_j v_j|
+ * (ref_row_mag), for values far from unit scale. */
+static void check_row(const attn_problem *p, const char *what, int b, int h,
+                      int i, int n, const double *rw, const double *ro,
+                      const double *mag, const float *w, const float *o1,
+                      const float *o2) {
+  double sum = 0.0;
+  for (int j = 0; j < p->Lk; j++) {
+    int ok = ref_allowed(p, b, h, i, j);
+    if (!ok)
+      EXPECT(w[j] == 0.0f, "%s: masked weight (%d,%d,%d,%d) = %g",
+                    what, b, h, i, j, w[j]);
+    EXPECT(fabs(w[j] - rw[j]) <= 1e-5,
+                  "%s: weight (%d,%d,%d,%d) %.9g vs ref %.9g", what, b, h, i,
+                  j, w[j], rw[j]);
+    sum += w[j];
+  }
+  if (n > 0)
+    EXPECT(fabs(sum - 1.0) <= 1e-5, "%s: row (%d,%d,%d) sums to %.9g",
+                  what, b, h, i, sum);
+  for (int d = 0; d < p->Dv; d++) {
+    double tol = 1e-5 + 1e-5 * fabs(ro[d]) + (mag ? 1e-5 * mag[d] : 0.0);
+    if (n == 0)
+      EXPECT(o1[d] == 0.0f && o2[d] == 0.0f,
+                    "%s: empty row (%d,%d,%d) output %g / %g", what, b, h, i,
+                    o1[d], o2[d]);
+    EXPECT(fabs(o1[d] - ro[d]) <= tol,
+                  "%s: out (%d,%d,%d,%d) weights path %.9g vs ref %.9g", what,
+                  b, h, i, d, o1[d], ro[d]);
+    EXPECT(fabs(o2[d] - ro[d]) <= tol,
+                  "%s: out (%d,%d,%d,%d) online path %.9g vs ref %.9g", what,
+                  b, h, i, d, o2[d], ro[d]);
+  }
+}
+
+int ref_compare(const attn_problem *p, const char *what, int scaled) {
+  float *o1 = malloc(ref_out_len(p) * sizeof *o1);
+  float *o2 = malloc(ref_out_len(p) * sizeof *o2);
+  float *w = malloc(ref_w_len(p) * sizeof *w);
+  double *rw = malloc((size_t)p->Lk * sizeof *rw);
+  double *ro = malloc((size_t)p->Dv * sizeof *ro);
+  double *mag = malloc((size_t)p->Dv * sizeof *mag);
+  int empty = 0;
+  ck_assert(o1 && o2 && w && rw && ro && mag);
+  /* NaN everywhere first: attnd hands the core unzeroed buffers, so an
+   * element the core does not write must fail the comparison */
+  memset(o1, 0xff, ref_out_len(p) * sizeof *o1);
+  memset(o2, 0xff, ref_out_len(p) * sizeof *o2);
+  memset(w, 0xff, ref_w_len(p) * sizeof *w);
+  ck_assert_int_eq(attn_forward(p, o1, w), 0);
+  ck_assert_int_eq(attn_forward(p, o2, NULL), 0);
+  for (int b = 0; b < p->B; b++)
+    for (int h = 0; h < p->H; h++)
+      for (int i = 0; i < p->Lq; i++) {
+        size_t row = ((size_t)b * p->H + h) * p->Lq + i;
+        int n = ref_row_mag(p, b, h, i, rw, ro, NULL, mag);
+        empty += n == 0;
+        check_row(p, what, b, h, i, n, rw, ro, scaled ? mag : NULL,
+                  w + row * p->Lk, o1 + row * p->Dv, o2 + row * p->Dv);
+      }
+  free(o1); free(o2); free(w); free(rw); free(ro); free(mag);
+  return empty;
+}

@@ -11,6 +11,7 @@
 #ifndef ATTND_TESTS_SUPPORT_REF_H
 #define ATTND_TESTS_SUPPORT_REF_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/attn.h"
@@ -65,6 +66,19 @@ int ref_row_mag(const attn_problem *p, int b, int h, int i, double *w,
                 double *o, double *lse, double *mag);
 int ref_row(const attn_problem *p, int b, int h, int i, double *w,
             double *o, double *lse);
+
+/* Elements of a problem's output (B H Lq Dv) and weights (B H Lq Lk). */
+size_t ref_out_len(const attn_problem *p);
+size_t ref_w_len(const attn_problem *p);
+
+/* Runs both paths of the core (attn_forward with and without weights) on
+ * NaN-filled buffers and compares every row with the reference: weights
+ * within 1e-5 (masked ones exactly 0), rows summing to 1, outputs within
+ * 1e-5 + 1e-5 |ref| (empty rows exactly 0).  scaled != 0 widens the
+ * output tolerance by 1e-5 sum_j |w_j v_j| (ref_row_mag) for values far
+ * from unit scale.  Returns the rows that had no allowed key, so that a
+ * caller can insist its case exercised them. */
+int ref_compare(const attn_problem *p, const char *what, int scaled);
 
 /* check's ck_assert records a mark point (a write to its channel) even
  * when it passes; inside loops over millions of elements test first and

@@ -36,86 +36,6 @@ static void unit_case(tcase *c, const shape *s, int kinds, uint64_t seed) {
 /* ------------------------------------------------------------------ */
 /* Comparing the core with the reference. */
 
-static size_t out_len(const attn_problem *p) {
-  return (size_t)p->B * p->H * p->Lq * p->Dv;
-}
-
-static size_t w_len(const attn_problem *p) {
-  return (size_t)p->B * p->H * p->Lq * p->Lk;
-}
-
-/* mag, when not NULL, widens the output tolerance by 1e-5 sum_j |w_j v_j|
- * (ref_row_mag), for values far from unit scale. */
-static void check_row(const attn_problem *p, const char *what, int b, int h,
-                      int i, int n, const double *rw, const double *ro,
-                      const double *mag, const float *w, const float *o1,
-                      const float *o2) {
-  double sum = 0.0;
-  for (int j = 0; j < p->Lk; j++) {
-    int ok = ref_allowed(p, b, h, i, j);
-    if (!ok)
-      EXPECT(w[j] == 0.0f, "%s: masked weight (%d,%d,%d,%d) = %g",
-                    what, b, h, i, j, w[j]);
-    EXPECT(fabs(w[j] - rw[j]) <= 1e-5,
-                  "%s: weight (%d,%d,%d,%d) %.9g vs ref %.9g", what, b, h, i,
-                  j, w[j], rw[j]);
-    sum += w[j];
-  }
-  if (n > 0)
-    EXPECT(fabs(sum - 1.0) <= 1e-5, "%s: row (%d,%d,%d) sums to %.9g",
-                  what, b, h, i, sum);
-  for (int d = 0; d < p->Dv; d++) {
-    double tol = 1e-5 + 1e-5 * fabs(ro[d]) + (mag ? 1e-5 * mag[d] : 0.0);
-    if (n == 0)
-      EXPECT(o1[d] == 0.0f && o2[d] == 0.0f,
-                    "%s: empty row (%d,%d,%d) output %g / %g", what, b, h, i,
-                    o1[d], o2[d]);
-    EXPECT(fabs(o1[d] - ro[d]) <= tol,
-                  "%s: out (%d,%d,%d,%d) weights path %.9g vs ref %.9g", what,
-                  b, h, i, d, o1[d], ro[d]);
-    EXPECT(fabs(o2[d] - ro[d]) <= tol,
-                  "%s: out (%d,%d,%d,%d) online path %.9g vs ref %.9g", what,
-                  b, h, i, d, o2[d], ro[d]);
-  }
-}
-
-/* Runs both paths and compares every row with the reference; returns the
- * number of rows that had no allowed key (so callers can insist that
- * their case exercised them).  scaled != 0 measures output errors against
- * the size of the terms (check_row's mag). */
-static int compare_ref(const attn_problem *p, const char *what, int scaled) {
-  float *o1 = malloc(out_len(p) * sizeof *o1);
-  float *o2 = malloc(out_len(p) * sizeof *o2);
-  float *w = malloc(w_len(p) * sizeof *w);
-  double *rw = malloc((size_t)p->Lk * sizeof *rw);
-  double *ro = malloc((size_t)p->Dv * sizeof *ro);
-  double *mag = malloc((size_t)p->Dv * sizeof *mag);
-  int empty = 0;
-  ck_assert(o1 && o2 && w && rw && ro && mag);
-  /* NaN everywhere first: attnd hands the core unzeroed buffers, so an
-   * element the core does not write must fail the comparison */
-  memset(o1, 0xff, out_len(p) * sizeof *o1);
-  memset(o2, 0xff, out_len(p) * sizeof *o2);
-  memset(w, 0xff, w_len(p) * sizeof *w);
-  ck_assert_int_eq(attn_forward(p, o1, w), 0);
-  ck_assert_int_eq(attn_forward(p, o2, NULL), 0);
-  for (int b = 0; b < p->B; b++)
-    for (int h = 0; h < p->H; h++)
-      for (int i = 0; i < p->Lq; i++) {
-        size_t row = ((size_t)b * p->H + h) * p->Lq + i;
-        int n = ref_row_mag(p, b, h, i, rw, ro, NULL, mag);
-        empty += n == 0;
-        check_row(p, what, b, h, i, n, rw, ro, scaled ? mag : NULL,
-                  w + row * p->Lk, o1 + row * p->Dv, o2 + row * p->Dv);
-      }
-  free(o1); free(o2); free(w); free(rw); free(ro); free(mag);
-  return empty;
-}
-
-static int compare_with_ref(const attn_problem *p, const char *what) {
-  return compare_ref(p, what, 0);
-}
-
 static const shape full_shapes[] = {
   {1, 1, 1, 1, 1, 1, 1},     {2, 1, 1, 3, 7, 5, 3},
   {1, 4, 2, 65, 129, 16, 8}, {2, 1, 1, 130, 300, 8, 12},
@@ -141,7 +61,7 @@ static int compare_kinds(int kinds, const char *what) {
     unit_case(&c, &s[t], kinds, 1000 + t * 7 + (uint64_t)kinds);
     snprintf(label, sizeof label, "%s B%d H%d/%d Lq%d Lk%d D%d Dv%d", what,
              s[t].B, s[t].H, s[t].Hkv, s[t].Lq, s[t].Lk, s[t].D, s[t].Dv);
-    empty += compare_with_ref(&c.p, label);
+    empty += ref_compare(&c.p, label, 0);
     free_case(&c);
   }
   return empty;
@@ -380,7 +300,7 @@ START_TEST(test_negative_scale_matches_reference) {
   tcase c;
   unit_case(&c, &s, K_VL1 | K_BIAS, 77);
   c.p.scale = -0.75f;
-  compare_with_ref(&c.p, "negative scale");
+  ref_compare(&c.p, "negative scale", 0);
   free_case(&c);
 }
 END_TEST
@@ -392,7 +312,7 @@ START_TEST(test_huge_scale_gives_one_hot_finite_rows) {
   tcase c;
   unit_case(&c, &s, K_UL, 5);
   c.p.scale = 1e30f;
-  compare_with_ref(&c.p, "scale 1e30");
+  ref_compare(&c.p, "scale 1e30", 0);
   free_case(&c);
 }
 END_TEST
@@ -418,12 +338,12 @@ static void huge_inputs(int kinds) {
     for (int i = 0; i < c.p.Hd * s.D; i++) c.wq[i] = rng_sym(&r, 3e38f);
     for (int i = 0; i < c.p.Hd; i++) c.wv[i] = rng_sym(&r, 3e38f);
   }
-  float *o1 = malloc(out_len(&c.p) * 4), *o2 = malloc(out_len(&c.p) * 4);
-  float *w = malloc(w_len(&c.p) * 4);
+  float *o1 = malloc(ref_out_len(&c.p) * 4), *o2 = malloc(ref_out_len(&c.p) * 4);
+  float *w = malloc(ref_w_len(&c.p) * 4);
   run_both(&c.p, o1, w, o2);
-  assert_all_finite(o1, out_len(&c.p), "out (weights path)");
-  assert_all_finite(o2, out_len(&c.p), "out (online path)");
-  assert_all_finite(w, w_len(&c.p), "weights");
+  assert_all_finite(o1, ref_out_len(&c.p), "out (weights path)");
+  assert_all_finite(o2, ref_out_len(&c.p), "out (online path)");
+  assert_all_finite(w, ref_w_len(&c.p), "weights");
   for (int h = 0; h < s.H; h++)
     for (int i = 0; i < s.Lq; i++) {
       double sum = 0;
@@ -526,7 +446,7 @@ START_TEST(test_fully_masked_rows_are_zero_in_both_paths) {
       for (int j = 0; j < 5; j++)
         ck_assert(w[((size_t)h * 9 + i) * 5 + j] == 0.0f);
     }
-  compare_with_ref(&c.p, "fully masked rows");
+  ref_compare(&c.p, "fully masked rows", 0);
   free_case(&c);
 }
 END_TEST
@@ -538,7 +458,7 @@ START_TEST(test_dropout_same_seed_same_answer_other_seed_differs) {
   shape s = {1, 2, 1, 33, 50, 4, 4};
   tcase c;
   unit_case(&c, &s, K_DROP, 11);
-  size_t n = out_len(&c.p);
+  size_t n = ref_out_len(&c.p);
   float *a = malloc(n * 4), *b = malloc(n * 4), *d = malloc(n * 4);
   ck_assert_int_eq(attn_forward(&c.p, a, NULL), 0);
   ck_assert_int_eq(attn_forward(&c.p, b, NULL), 0);
@@ -558,7 +478,7 @@ static void split_is_bit_identical(int kinds, int with_weights) {
   shape s = under_valgrind() ? small : big;
   tcase c;
   unit_case(&c, &s, kinds, 21);
-  size_t no = out_len(&c.p), nw = with_weights ? w_len(&c.p) : 0;
+  size_t no = ref_out_len(&c.p), nw = with_weights ? ref_w_len(&c.p) : 0;
   float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
   float *w1 = nw ? malloc(nw * 4) : NULL, *w2 = nw ? malloc(nw * 4) : NULL;
   size_t bytes = attn_scratch_bytes(&c.p, with_weights);
@@ -613,7 +533,7 @@ static void threads_match_forward(int with_weights) {
   shape s = {2, 2, 1, 150, 270, 8, 6};
   tcase c;
   unit_case(&c, &s, K_VL2 | K_MASK | K_UL | K_BIAS | K_DROP, 31);
-  size_t no = out_len(&c.p), nw = with_weights ? w_len(&c.p) : 0;
+  size_t no = ref_out_len(&c.p), nw = with_weights ? ref_w_len(&c.p) : 0;
   float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
   float *w1 = nw ? malloc(nw * 4) : NULL, *w2 = nw ? malloc(nw * 4) : NULL;
   size_t n = attn_task_count(&c.p, with_weights);
@@ -660,7 +580,7 @@ START_TEST(test_random_problems_match_reference) {
     snprintf(label, sizeof label,
              "draw %d kinds 0x%x B%d H%d/%d Lq%d Lk%d D%d Dv%d", d, kinds,
              s.B, s.H, s.Hkv, s.Lq, s.Lk, s.D, s.Dv);
-    compare_with_ref(&c.p, label);
+    ref_compare(&c.p, label, 0);
     free_case(&c);
   }
 }
@@ -671,7 +591,7 @@ END_TEST
  * value rows (times 1/(1-p) under dropout), so it is no larger than the
  * largest value even when Lk * max|v| is far beyond FLT_MAX; sums of
  * unnormalised terms must not overflow on the way.  Outputs are measured
- * against the size of their terms (compare_ref scaled). */
+ * against the size of their terms (ref_compare scaled). */
 
 /* Values of random sign (or all positive) with magnitudes spread
  * log-uniformly over [lo, hi]. */
@@ -763,7 +683,7 @@ START_TEST(test_huge_values_match_reference_across_key_lengths) {
       c.p.gemm = signs & 2 ? ATTN_GEMM_BLAS : ATTN_GEMM_AUTO;
       snprintf(label, sizeof label, "huge values Lk %d signs %d gemm %d",
                lk[t], signs & 1, c.p.gemm);
-      compare_ref(&c.p, label, 1);
+      ref_compare(&c.p, label, 1);
       free_case(&c);
     }
 }
@@ -786,7 +706,7 @@ static void huge_values_kinds(int kinds, const char *what) {
     set_values(&c, &r, 1e35, (kinds & K_DROP) ? 1e38 : 3e38, t != 1);
     snprintf(label, sizeof label, "%s huge values B%d H%d/%d Lq%d Lk%d",
              what, sh[t].B, sh[t].H, sh[t].Hkv, sh[t].Lq, sh[t].Lk);
-    empty += compare_ref(&c.p, label, 1);
+    empty += ref_compare(&c.p, label, 1);
     free_case(&c);
   }
   if (kinds & (K_VL1 | K_VL2)) ck_assert_int_gt(empty, 0);
@@ -814,7 +734,7 @@ static void huge_split(int with_weights) {
   tcase c;
   unit_case(&c, &s, K_VL2 | K_MASK | K_BIAS | K_DROP, 23);
   set_values(&c, &r, 1e35, 1e38, 0);
-  size_t no = out_len(&c.p), nw = with_weights ? w_len(&c.p) : 0;
+  size_t no = ref_out_len(&c.p), nw = with_weights ? ref_w_len(&c.p) : 0;
   float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
   float *w1 = nw ? malloc(nw * 4) : NULL, *w2 = nw ? malloc(nw * 4) : NULL;
   size_t bytes = (attn_scratch_bytes(&c.p, with_weights) + 63) / 64 * 64;
@@ -828,7 +748,7 @@ static void huge_split(int with_weights) {
   }
   ck_assert_mem_eq(o1, o2, no * 4);
   if (nw) ck_assert_mem_eq(w1, w2, nw * 4);
-  compare_ref(&c.p, "huge split", 1);
+  ref_compare(&c.p, "huge split", 1);
   free(o1); free(o2); free(w1); free(w2);
   free_case(&c);
 }
@@ -958,7 +878,7 @@ static void diagnostics_vs_ref(int kinds, const shape *s, uint64_t seed) {
   unit_case(&c, s, kinds, seed);
   const attn_problem *p = &c.p;
   size_t rows = (size_t)p->B * p->H * p->Lq;
-  float *o = malloc(out_len(p) * 4), *w = malloc(w_len(p) * 4);
+  float *o = malloc(ref_out_len(p) * 4), *w = malloc(ref_w_len(p) * 4);
   float *h = malloc(rows * 4), *mx = malloc(rows * 4), *jf = malloc(rows * 4);
   int32_t *n = malloc(rows * 4);
   double *rw = malloc((size_t)p->Lk * 8), *ro = malloc((size_t)p->Dv * 8);
@@ -1272,7 +1192,7 @@ START_TEST(test_weights_path_row_chunks_match_reference) {
   attn__scratch_layout(&c.p, 1, &lay);
   ck_assert_int_eq(attn__query_block(&c.p), 2 * ATTN__QBLOCK);
   ck_assert_int_lt(lay.wrows, 2 * ATTN__QBLOCK);
-  compare_with_ref(&c.p, "row chunks");
+  ref_compare(&c.p, "row chunks", 0);
   free_case(&c);
 }
 END_TEST
@@ -1287,7 +1207,7 @@ START_TEST(test_streamed_weights_match_reference) {
   attn__scratch lay;
   attn__scratch_layout(&c.p, 1, &lay);
   ck_assert_int_eq(lay.stream, 1);
-  compare_with_ref(&c.p, "streamed weights");
+  ref_compare(&c.p, "streamed weights", 0);
   free_case(&c);
 }
 END_TEST
@@ -1481,7 +1401,7 @@ END_TEST
 
 /* Every mask kind, causal, dropout, grouped heads and both scorings, both
  * attention paths, through each GEMM path, against the reference;
- * compare_with_ref also insists on exact zeros where masked and in rows
+ * ref_compare also insists on exact zeros where masked and in rows
  * without keys. */
 static void kinds_through(int gemm, const char *name) {
   static const int kinds[] = {
@@ -1502,7 +1422,7 @@ static void kinds_through(int gemm, const char *name) {
       snprintf(label, sizeof label, "%s gemm kinds 0x%x B%d H%d/%d Lq%d "
                "Lk%d D%d Dv%d", name, kinds[k], sh[t].B, sh[t].H, sh[t].Hkv,
                sh[t].Lq, sh[t].Lk, sh[t].D, sh[t].Dv);
-      compare_with_ref(&c.p, label);
+      ref_compare(&c.p, label, 0);
       free_case(&c);
     }
 }
@@ -1533,7 +1453,7 @@ START_TEST(test_native_gemm_wide_heads_match_reference) {
     tcase c;
     unit_case(&c, &wide[t], K_VL2 | K_UL | K_BIAS, 90 + t);
     c.p.gemm = ATTN_GEMM_NATIVE;
-    compare_with_ref(&c.p, "native wide");
+    ref_compare(&c.p, "native wide", 0);
     free_case(&c);
   }
 }
