@@ -1,11 +1,14 @@
 /* support_ref.c - the shared cases and float64 reference (support_ref.h). */
+#include <cblas.h>
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/attn_impl.h"
 #include "support_ref.h"
+#include "support_skip.h"
 
 uint64_t rng_next(rng *r) {
   r->s ^= r->s >> 12;
@@ -140,6 +143,10 @@ void make_case(tcase *c, const shape *s0, int kinds, uint64_t seed) {
     p->seed = rng_next(&r);
   }
   make_new_kinds(c, &s, kinds, &r);
+}
+
+void make_unit_case(tcase *c, const shape *s, int kinds, uint64_t seed) {
+  make_case(c, s, kinds | K_UNIT, seed);
 }
 
 void free_case(tcase *c) {
@@ -320,6 +327,17 @@ static void check_row(const attn_problem *p, const char *what, int b, int h,
   }
 }
 
+void assert_all_finite(const float *x, size_t n, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    EXPECT(isfinite(x[i]), "%s[%zu] = %g", what, i, x[i]);
+}
+
+void ref_run_both(const attn_problem *p, float *out_w, float *w,
+                  float *out_online) {
+  ck_assert_int_eq(attn_forward(p, out_w, w), 0);
+  ck_assert_int_eq(attn_forward(p, out_online, NULL), 0);
+}
+
 int ref_compare(const attn_problem *p, const char *what, int scaled) {
   float *o1 = malloc(ref_out_len(p) * sizeof *o1);
   float *o2 = malloc(ref_out_len(p) * sizeof *o2);
@@ -347,4 +365,21 @@ int ref_compare(const attn_problem *p, const char *what, int scaled) {
       }
   free(o1); free(o2); free(w); free(rw); free(ro); free(mag);
   return empty;
+}
+
+int ref_native_gemm_or_skip(const char *test) {
+  if (attn__use_avx512()) return 1;
+  support_skip(test, "this CPU (or valgrind) has no AVX-512F + FMA for the "
+               "native kernels");
+  return 0;
+}
+
+int ref_run_suite(Suite *s) {
+  /* One BLAS thread, as in an attnd worker; keeps valgrind runs sane. */
+  openblas_set_num_threads(1);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

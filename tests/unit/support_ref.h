@@ -1,6 +1,6 @@
 /* support_ref.h - random attention problems of every variant and a
  * naive float64 reference of attn.h's formulas: the one reference of the
- * core's suites (test_core.c, test_core_variants.c, test_core_bf16.c).
+ * core's suites (test_core*.c).
  *
  * The reference is independent of core/: loops over (b, h, i, j) in
  * double, its own reading of which keys a query sees (packed sequences in
@@ -11,6 +11,7 @@
 #ifndef ATTND_TESTS_SUPPORT_REF_H
 #define ATTND_TESTS_SUPPORT_REF_H
 
+#include <check.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,6 +52,8 @@ size_t rand_strides(rng *r, const shape *s, int64_t st[4]);
 int32_t *rand_cu(rng *r, int n, int len);
 void make_new_kinds(tcase *c, const shape *s, int kinds, rng *r);
 void make_case(tcase *c, const shape *s0, int kinds, uint64_t seed);
+/* make_case with K_UNIT. */
+void make_unit_case(tcase *c, const shape *s, int kinds, uint64_t seed);
 void free_case(tcase *c);
 seq ref_seq(const attn_problem *p, int i);
 int ref_allowed(const attn_problem *p, int b, int h, int i, int j);
@@ -80,6 +83,15 @@ size_t ref_w_len(const attn_problem *p);
  * caller can insist its case exercised them. */
 int ref_compare(const attn_problem *p, const char *what, int scaled);
 
+/* Fails naming what and the index when x[0, n) holds a NaN or an
+ * infinity. */
+void assert_all_finite(const float *x, size_t n, const char *what);
+
+/* attn_forward on both paths: with weights into out_w and w, without
+ * into out_online; each must succeed. */
+void ref_run_both(const attn_problem *p, float *out_w, float *w,
+                  float *out_online);
+
 /* check's ck_assert records a mark point (a write to its channel) even
  * when it passes; inside loops over millions of elements test first and
  * fail through ck_abort_msg only when it matters. */
@@ -88,7 +100,15 @@ int ref_compare(const attn_problem *p, const char *what, int scaled);
     if (!(cond)) ck_abort_msg(__VA_ARGS__);                                  \
   } while (0)
 
+/* 1 when the native AVX-512F GEMM kernels run here; otherwise prints
+ * test's skip line (support_skip.h) and returns 0. */
+int ref_native_gemm_or_skip(const char *test);
+
 /* 1 under ATTND_VALGRIND: the suites then take smaller shapes. */
 int under_valgrind(void);
+
+/* A core suite's main: s run with one BLAS thread (as in an attnd
+ * worker); EXIT_SUCCESS when every test passed. */
+int ref_run_suite(Suite *s);
 
 #endif

@@ -628,11 +628,4 @@ static Suite *bf16_suite(void) {
   return s;
 }
 
-int main(void) {
-  openblas_set_num_threads(1);
-  SRunner *sr = srunner_create(bf16_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return ref_run_suite(bf16_suite()); }
