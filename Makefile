@@ -51,7 +51,7 @@ endif
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
                $(PKG_CFLAGS) -I. $(HOOKS) $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
-# proto/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
+# proto/text/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
 # (both header only).  Debian installs dragonbox.h under a versioned
 # directory, with no pkg-config file.
 DRAGONBOX_INC = $(addprefix -I,$(lastword $(sort $(wildcard /usr/include/dragonbox-*))))
@@ -67,8 +67,8 @@ Q := @
 endif
 
 CORE_SRC := $(wildcard core/*.c)
-PROTO_SRC := $(wildcard proto/*.c)
-PROTO_CXX_SRC := $(wildcard proto/*.cc)
+PROTO_SRC := $(wildcard proto/*.c proto/*/*.c)
+PROTO_CXX_SRC := $(wildcard proto/*/*.cc)
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC)) \
            $(patsubst %.cc,$(BUILD)/obj/%.o,$(PROTO_CXX_SRC))
@@ -77,7 +77,7 @@ MAIN_OBJ := $(BUILD)/obj/server/main.o
 # read, the decoders' cJSON path on its own) exist in the test build alone: the unit tests and build/attnd-test
 # link these files compiled with -DATTND_TEST_HOOKS (in build/obj-test);
 # build/attnd has none of them.
-HOOKED_SRC := proto/mem.c proto/numscan.c server/shm/fault.c
+HOOKED_SRC := proto/mem.c proto/text/numscan.c server/shm/fault.c
 HOOKED_OBJ := $(patsubst %.c,$(BUILD)/obj-test/%.o,$(HOOKED_SRC))
 TEST_LIB_OBJ := $(filter-out $(patsubst %.c,$(BUILD)/obj/%.o,$(HOOKED_SRC)),\
                   $(LIB_OBJ)) $(HOOKED_OBJ)

@@ -41,17 +41,17 @@ enum MHD_Result http_post_begin(struct http_req *r) {
 
   /* Answered at the end of the body: an answer sent mid-upload tends to
    * reach the client as a connection reset. */
-  r->unauth = http_auth(r, r->rt);
+  r->auth = http_auth(r, r->rt);
   /* A body to be dropped (no token) holds nothing; one too large, or
    * that does not fit in the budget now, is refused before it is read. */
-  if (n > r->h->cfg.max_body || !r->unauth) {
+  if (n > r->h->cfg.max_body || r->auth == AUTH_OK) {
     rc = http_limits_begin(r, n, msg, sizeof msg);
     if (rc != 0)
       return http_fail(r, rc, msg, NULL);
   }
   /* Reserve once; a wrong Content-Length only costs a realloc, and a
    * failed reservation is answered when an append fails too. */
-  if (!r->unauth)
+  if (r->auth == AUTH_OK)
     (void)proto_body_init(
         &r->body, (size_t)n,
         r->rt->body == BODY_V2
@@ -67,14 +67,14 @@ enum MHD_Result http_post_begin(struct http_req *r) {
  * answer until the final call). */
 void http_post_chunk(struct http_req *r, const char *data, size_t n) {
   r->bytes_in += n;
-  if (r->too_big || r->unauth || r->refused)
+  if (r->body_fault != FAULT_NONE || r->auth != AUTH_OK || r->refused)
     return;
   if (http_limits_late(r)) {
     http_limits_drop(r, REFUSE_LATE);
     return;
   }
   if (n > r->h->cfg.max_body - r->body.len) {
-    r->too_big = 1;
+    r->body_fault = FAULT_OVER_MAX;
     http_limits_drop(r, REFUSE_NONE);
     return;
   }
@@ -83,17 +83,18 @@ void http_post_chunk(struct http_req *r, const char *data, size_t n) {
     return;
   }
   if (proto_body_append(&r->body, data, n)) {
-    r->too_big = -1;  /* out of memory: answered on the final call */
+    r->body_fault = FAULT_NO_MEMORY; /* answered on the final call */
     return;
   }
-  if (!r->costed)
-    http_limits_early_cost(r);
+  if (!r->flops_checked)
+    http_limits_early_flops(r);
 }
 
 /* A refused body's drain is bounded: HTTP_DRAIN_FACTOR (http_impl.h),
  * and for a late one another --body-timeout-s. */
 int http_refused_too_long(const struct http_req *r) {
-  return ((r->too_big > 0 || r->unauth || r->refused) &&
+  return ((r->body_fault == FAULT_OVER_MAX || r->auth != AUTH_OK ||
+           r->refused) &&
           r->bytes_in / HTTP_DRAIN_FACTOR > r->h->cfg.max_body) ||
          http_limits_cut(r);
 }
@@ -284,16 +285,16 @@ enum MHD_Result http_post_end(struct http_req *r) {
   int rc;
 
   http_limits_body_done(r);
-  if (r->unauth)
+  if (r->auth != AUTH_OK)
     return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
-  if (r->too_big > 0) {
+  if (r->body_fault == FAULT_OVER_MAX) {
     snprintf(msg, sizeof msg, "request body exceeds the limit of %zu MiB "
              "(--max-body-mb)", h->cfg.max_body >> 20);
     return http_fail(r, ATTND_ETOOBIG, msg, NULL);
   }
   if (r->refused)
     return http_fail(r, http_limits_refusal(r, msg, sizeof msg), msg, NULL);
-  if (r->too_big < 0)
+  if (r->body_fault == FAULT_NO_MEMORY)
     return http_fail(r, ATTND_ENOMEM, NULL, NULL);
   /* Served while draining too: a client may still clean its regions up. */
   if (r->rt->body == BODY_SHM)
@@ -313,7 +314,7 @@ enum MHD_Result http_post_end(struct http_req *r) {
   r->job.coding = proto_accept_coding(MHD_lookup_connection_value(
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
   msg[0] = '\0';
-  rc = http_limits_cost(r, &r->job.req, msg, sizeof msg);
+  rc = http_limits_flops(r, &r->job.req, msg, sizeof msg);
   if (rc == 0)
     rc = http_post_hold_bytes(r, msg, sizeof msg);
   if (rc == 0) {

@@ -56,7 +56,7 @@
  *
  * Accounting (b->mu): `queued` counts reserved jobs that no worker has
  * taken (admission against max_queue), `outstanding` counts reserved jobs
- * whose done() has not returned, `bytes` sums their costs and the holds
+ * whose done() has not returned, `bytes` sums their hold_bytes and the holds
  * of bodies still arriving (batcher_hold), all against max_bytes.  Every
  * change to `bytes` is added to the metrics' gauge after the unlock, as a
  * difference, so that the gauge needs no lock of its own.

@@ -37,7 +37,7 @@ struct batcher_config {
   int max_batch;            /* >= 1 */
   long max_delay_us;        /* 0 = greedy */
   size_t max_queue;         /* jobs reserved but not yet running */
-  size_t max_bytes;         /* budget of reserved job costs */
+  size_t max_bytes;         /* budget of the jobs' hold_bytes */
   uint64_t inline_ns;       /* batcher_run_here's bounds, 0 = never: */
   uint64_t inline_idle_ns;  /* always, and while nothing else is in flight */
 };

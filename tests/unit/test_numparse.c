@@ -1,6 +1,6 @@
-/* test_numparse.c - the JSON number path: numscan (proto/numscan.c), the
- * reader over fast_float (proto/fpread.cc) and the printer over Dragonbox
- * (proto/fpprint.cc).
+/* test_numparse.c - the JSON number path: numscan (proto/text/numscan.c), the
+ * reader over fast_float (proto/text/fpread.cc) and the printer over Dragonbox
+ * (proto/text/fpprint.cc).
  *
  *  - proto__num_f32 against strtof (bit for bit, the sign of zero too) over
  *    random bit patterns printed many ways, exact midpoints between
@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
-#include "proto/proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 

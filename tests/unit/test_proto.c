@@ -16,7 +16,7 @@
 
 #include "proto/mem.h"
 #include "proto/proto.h"
-#include "proto/proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 

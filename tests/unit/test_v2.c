@@ -15,7 +15,7 @@
 
 #include "proto/mem.h"
 #include "proto/proto.h"
-#include "proto/proto_impl.h"
+#include "proto/v2/v2.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 

@@ -51,7 +51,7 @@ INPUT_DATATYPES = ("FP32", "FP64", "FP16", "BF16", "INT32", "INT64", "BOOL")
 
 # The first double that rounds to infinity in each type attnd rounds a
 # number to, that number's decimal, and the largest finite value: attnd's
-# range messages (proto/numscan.c).
+# range messages (proto/text/numscan.c).
 _RANGE = {
     "float32": (340282356779733661637539395458142568448.0,
                 "3.40282356779733661637539395458142568448e38", "3.4028235e38"),
@@ -175,7 +175,7 @@ def _is_number(x: Any) -> bool:
 
 class _Walk:
     """Nested lists -> a flat list and a shape, checked element by element in
-    the order attnd reads them, with attnd's messages (proto/tensor.c)."""
+    the order attnd reads them, with attnd's messages (proto/tensor/tensor.c)."""
 
     def __init__(self, name: str, kind: str) -> None:
         self.name = name

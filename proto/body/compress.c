@@ -16,8 +16,8 @@
 #include <strings.h>
 #include <zlib.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/text/text.h"
 
 #define ERR(...) (snprintf(err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 

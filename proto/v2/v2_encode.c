@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/v2/v2.h"
 
 /* The dot-product model's name: "attention" unless the operator chose
  * another (--model-name), set once at start before any thread reads it.
@@ -556,16 +556,6 @@ void proto_parts_free(proto_parts *parts) {
   for (int j = 0; j < parts->n_blocks; j++)
     mem_free(parts->blocks[j]);
   memset(parts, 0, sizeof *parts);
-}
-
-int proto_encode(const proto_request *req, char **body, size_t *len,
-                 size_t *json_len) {
-  if (req->codec == PROTO_CODEC_V2)
-    return proto_v2_encode(req, body, len, json_len);
-  int rc = proto_v1_encode(req, body, len);
-  if (!rc)
-    *json_len = *len;
-  return rc;
 }
 
 /* The elements of output `which` of req, and how many rows of brackets

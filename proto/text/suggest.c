@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "proto_impl.h"
+#include "proto/text/text.h"
 
 /* Longer names are never near any name attnd knows. */
 #define NAME_MAX_LEN 64
@@ -95,4 +95,20 @@ void proto__hint(char *s, size_t cap, const char *name,
     o += (size_t)snprintf(s + o, cap - o, "%s: ", label);
   if (o < cap)
     proto__names_join(s + o, cap - o, list, nlist);
+}
+
+void proto__quote_name(const char *name, char *s, size_t cap) {
+  size_t i = 0, max = 40;
+  if (cap < 4)
+    max = 0;
+  else if (max > cap - 4)
+    max = cap - 4;
+  for (; name[i] && i < max; i++) {
+    unsigned char c = (unsigned char)name[i];
+    s[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+  }
+  if (name[i] && cap >= 4)
+    memcpy(s + i, "...", 3), i += 3;
+  if (cap)
+    s[i] = '\0';
 }

@@ -13,7 +13,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 #define ERR(...) (snprintf(err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 
@@ -34,22 +34,6 @@ void proto__describe(const cJSON *v, char *s, size_t cap) {
     proto__num_text(v, s, cap);
   else
     snprintf(s, cap, "an unknown value");
-}
-
-void proto__quote_name(const char *name, char *s, size_t cap) {
-  size_t i = 0, max = 40;
-  if (cap < 4)
-    max = 0;
-  else if (max > cap - 4)
-    max = cap - 4;
-  for (; name[i] && i < max; i++) {
-    unsigned char c = (unsigned char)name[i];
-    s[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-  }
-  if (name[i] && cap >= 4)
-    memcpy(s + i, "...", 3), i += 3;
-  if (cap)
-    s[i] = '\0';
 }
 
 void proto__shape_str(const int *shape, int rank, char *s, size_t cap) {
@@ -299,22 +283,6 @@ static int put_f32(fill_ctx *f, const cJSON *e) {
   }
   f->pos++;
   return 0;
-}
-
-double proto__json_num(const cJSON *j) {
-  double x = j->valuedouble;
-  return j->type & PROTO__NUM_BELOW_TIE ? nextafter(x, 0.0) : x;
-}
-
-int proto__json_f32(const cJSON *j, float *out) {
-  int rc = proto__f64_to_f32(proto__json_num(j), out);
-  /* the float next to the double's, which the decimal rounds to: finite,
-   * as the decimal was read as a finite float32 */
-  if (rc == 0 && (j->type & PROTO__NUM_F32_UP))
-    *out = nextafterf(*out, INFINITY);
-  else if (rc == 0 && (j->type & PROTO__NUM_F32_DOWN))
-    *out = nextafterf(*out, -INFINITY);
-  return rc;
 }
 
 int proto__json_scale(const cJSON *j, const char *what, float *out,

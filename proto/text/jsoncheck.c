@@ -13,7 +13,7 @@
  * or string (a list of numbers, most of a large body) is scanned 16-64
  * bytes a step for its end, and checked token by token only when the
  * decode fails (numscan's reader checks those tokens as it converts
- * them; proto_impl.h says how the two together cover every byte).
+ * them; text.h says how the two together cover every byte).
  *
  * It also counts what a cJSON tree of the text would hold (values,
  * strings and their bytes), so that the decoder can hold that memory in
@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/text/text.h"
 
 typedef struct jc {
   const char *t;

@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/v2/v2.h"
 
 #include "v2_decode_impl.h"
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 /* Bytes a float takes on average in the output, for the first reserve. */
 #define BYTES_PER_FLOAT 12

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "proto_impl.h"
+#include "proto/text/text.h"
 
 /* Deeper than any request attnd accepts; a deeper place is not named. */
 #define MAX_DEPTH 64

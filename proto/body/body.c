@@ -16,8 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/v2/v2.h"
 
 /* The binary part's start lands on this boundary when the header length
  * is known before the first byte arrives. */

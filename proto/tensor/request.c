@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/tensor/tensor.h"
 
 static void *own(proto_request *req, size_t n, int zeroed) {
   void *p = zeroed ? mem_calloc(1, n ? n : 1) : mem_malloc(n ? n : 1);

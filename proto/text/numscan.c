@@ -47,8 +47,8 @@
 #include <immintrin.h> /* AVX2 and AVX-512BW, in the functions that ask */
 #endif
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/text/text.h"
 
 /* The body was checked (jsoncheck.c): it nests no deeper than this. */
 #define MAX_DEPTH PROTO_JSON_MAX_DEPTH
@@ -553,7 +553,7 @@ int proto__json_leaves_read(cJSON *root, int codec) {
   return walk_root(root, codec, &s, 1) == 0;
 }
 
-/* ---- ties at the top of a range (proto_impl.h) -------------------------
+/* ---- ties at the top of a range (text.h) -------------------------------
  *
  * The doubles halfway from the largest finite float32, FP16 and BF16 to
  * the next power of two, each exact in a double, with its exact decimal
@@ -675,6 +675,22 @@ static int any_tie(const cJSON *j) {
         (j->child && any_tie(j->child)))
       return 1;
   return 0;
+}
+
+double proto__json_num(const cJSON *j) {
+  double x = j->valuedouble;
+  return j->type & PROTO__NUM_BELOW_TIE ? nextafter(x, 0.0) : x;
+}
+
+int proto__json_f32(const cJSON *j, float *out) {
+  int rc = proto__f64_to_f32(proto__json_num(j), out);
+  /* the float next to the double's, which the decimal rounds to: finite,
+   * as the decimal was read as a finite float32 */
+  if (rc == 0 && (j->type & PROTO__NUM_F32_UP))
+    *out = nextafterf(*out, INFINITY);
+  else if (rc == 0 && (j->type & PROTO__NUM_F32_DOWN))
+    *out = nextafterf(*out, -INFINITY);
+  return rc;
 }
 
 /* Sets PROTO__NUM_F32_UP or _DOWN on j when its decimal [t, q) rounds to

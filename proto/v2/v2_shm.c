@@ -19,8 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/v2/v2.h"
 
 #define ERR(...) (snprintf(err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)
 

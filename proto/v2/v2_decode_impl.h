@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "proto_impl.h"
+#include "proto/v2/v2.h"
 
 /* Writes the message into c->err and is ATTND_EINVAL, for a return. */
 #define ERR(...) (snprintf(c->err, PROTO_ERR_MAX, __VA_ARGS__), ATTND_EINVAL)

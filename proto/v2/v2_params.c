@@ -33,7 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "proto_impl.h"
+#include "proto/v2/v2.h"
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 

@@ -8,7 +8,7 @@
  *               float32 (Dragonbox, Debian libdragonbox-dev), one number
  *               or a list of them, 8 or 4 at a time with AVX-512F or AVX2.
  *
- * Plain C declarations, included by proto_impl.h (C) and by both C++
+ * Plain C declarations, included by text/text.h (C) and by both C++
  * files.  Every function is reentrant: nothing allocates, throws or keeps
  * state, and no text is read outside [p, end). */
 #ifndef PROTO_FPCONV_H

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "proto_impl.h"
+#include "proto/mem.h"
+#include "proto/text/text.h"
 
 int proto__buf_reserve(proto__buf *b, size_t extra) {
   if (b->oom)
