@@ -343,6 +343,11 @@ enum MHD_Result http_post_answer(struct http_req *r) {
   if (job->err == ATTND_EDRAINING)
     return http_fail(r, job->err, "server is shutting down: the request "
                      "did not finish within the drain (--drain-s)", NULL);
+  /* The core's only ATTND_EINVAL: an input read in place lost pages. */
+  if (job->err == ATTND_EINVAL && !r->shm.msg[0])
+    return http_fail(r, job->err, "a shared memory region an input was "
+                     "read from lost pages while the request was computed "
+                     "(its object truncated after registration?)", NULL);
   if (job->err != 0)
     return http_fail(r, job->err, r->shm.msg[0] ? r->shm.msg : NULL, NULL);
   if (binary) {
