@@ -304,6 +304,8 @@ enum MHD_Result http_post_end(struct http_req *r) {
   r->job.arg = r;
   if (r->shm.n)
     r->job.finish = http_job_finish;
+  if (r->job.req.n_shared)
+    r->job.guarded = shm_http_guarded;
   /* Watched from here, whether it runs on this thread or is queued. */
   http_watch(r);
   /* h->posts counts this POST and every other one from its first byte to

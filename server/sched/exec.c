@@ -22,7 +22,8 @@
  * Inputs read in place from a client's shared memory region
  * (proto_request.shared) can lose their pages at any time: every thread
  * that runs the core over a request's tasks, owner and helpers alike,
- * does so inside its own SIGBUS guard over them (exec_tasks, fault.h).
+ * does so inside its own SIGBUS guard over them (exec_tasks, through the
+ * submitter's job->guarded).
  *
  * Locks: a split's mu is a leaf lock, never held with pool.c's or b->mu.
  */
@@ -36,7 +37,6 @@
 #include "server/clock.h"
 #include "server/obs/log.h"
 #include "server/sched/work.h"
-#include "server/shm/fault.h"
 
 /* ---- the core over a range of tasks ----------------------------------- */
 
@@ -56,21 +56,21 @@ static int exec_tasks_run(void *arg) {
   return rc == 0 || rc == ATTND_ECANCELED ? rc : ATTND_EINTERNAL;
 }
 
-/* Tasks [t0, t1) of req on this thread: inside a SIGBUS guard over the
- * inputs it reads in place from shared memory regions, when it has any
+/* Tasks [t0, t1) of job's request on this thread: through job->guarded
+ * when the request reads inputs in place from shared memory regions
  * (proto_request.shared), so that a client truncating its object under
  * the core costs its request a 400 (ATTND_EINVAL), not the process.
  * 0, ATTND_ECANCELED, ATTND_EINVAL or ATTND_EINTERNAL. */
-static int exec_tasks(const proto_request *req, size_t t0, size_t t1,
+static int exec_tasks(const struct batcher_job *job, size_t t0, size_t t1,
                       float *out, float *weights, float *lse,
                       void *scratch) {
-  struct exec_tasks a = {&req->prob, t0, t1, out, weights, lse, scratch};
-  struct fault_range r[PROTO_SHARED_MAX];
-  if (!req->n_shared)
+  struct exec_tasks a = {&job->req.prob, t0, t1, out, weights, lse,
+                         scratch};
+  if (!job->req.n_shared)
     return exec_tasks_run(&a);
-  for (int i = 0; i < req->n_shared; i++)
-    r[i] = (struct fault_range){req->shared[i].p, req->shared[i].n};
-  return fault_run(r, req->n_shared, exec_tasks_run, &a);
+  if (!job->guarded)  /* the submitter's bug: never read them unguarded */
+    return ATTND_EINTERNAL;
+  return job->guarded(&job->req, exec_tasks_run, &a);
 }
 
 /* ---- splitting one request across idle workers ---------------------- */
@@ -88,7 +88,7 @@ struct exec_helper {
 };
 
 struct exec_split {
-  const proto_request *req;
+  const struct batcher_job *job;
   float *out, *weights, *lse;
   size_t ntasks, chunk, scratch_bytes;
   _Atomic size_t next;      /* first task nobody has claimed */
@@ -108,7 +108,7 @@ static void exec_claim(struct exec_split *s, void *scratch, int helper) {
     if (t0 >= s->ntasks)
       return;
     t1 = t0 + s->chunk < s->ntasks ? t0 + s->chunk : s->ntasks;
-    int rc = exec_tasks(s->req, t0, t1, s->out, s->weights, s->lse,
+    int rc = exec_tasks(s->job, t0, t1, s->out, s->weights, s->lse,
                         scratch);
     if (rc != 0) {  /* stopped (attn_problem.stop), a region lost pages,
                        or our bug */
@@ -148,14 +148,14 @@ static int exec_helpers_wanted(struct exec_ctx *x, double flops,
 }
 
 /* Runs every task of p on this worker and nh helpers.  0 or ATTND_E*. */
-static int exec_split_run(struct exec_ctx *x, const proto_request *req,
+static int exec_split_run(struct exec_ctx *x, const struct batcher_job *job,
                           float *out, float *weights, float *lse,
                           size_t tasks, size_t bytes, void *scratch,
                           int nh) {
   struct exec_split s;
   int i, err;
   memset(&s, 0, sizeof s);
-  s.req = req;
+  s.job = job;
   s.out = out;
   s.weights = weights;
   s.lse = lse;
@@ -273,11 +273,11 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
     return ATTND_ENOMEM;
   nh = w ? exec_helpers_wanted(x, job->cost_flops, tasks) : 0;
   if (nh > 0)
-    rc = exec_split_run(x, &job->req, job->req.out, weights, job->req.lse,
+    rc = exec_split_run(x, job, job->req.out, weights, job->req.lse,
                         tasks, bytes, scratch, nh);
   else
-    rc = exec_tasks(&job->req, 0, tasks, job->req.out, weights,
-                    job->req.lse, scratch);
+    rc = exec_tasks(job, 0, tasks, job->req.out, weights, job->req.lse,
+                    scratch);
   if (!w)
     mem_free(scratch);
   if (rc != 0)

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/shm/fault.h"
+
 #define PREFIX "/v2/systemsharedmemory"
 
 static const char *const shm_http_actions[3] = {"status", "register",
@@ -175,6 +177,14 @@ int shm_http_write_outputs(struct shm_http_req *s, proto_request *req) {
     rc = shm_region_write(w[i].region, w[i].offset, w[i].data, w[i].len,
                           s->msg);
   return rc;
+}
+
+int shm_http_guarded(const proto_request *req, int (*fn)(void *),
+                     void *arg) {
+  struct fault_range r[PROTO_SHARED_MAX];
+  for (int i = 0; i < req->n_shared; i++)
+    r[i] = (struct fault_range){req->shared[i].p, req->shared[i].n};
+  return fault_run(r, req->n_shared, fn, arg);
 }
 
 void shm_http_req_end(struct shm_http_req *s) {

@@ -78,10 +78,10 @@ from multiprocessing import shared_memory
 SHAPES = {"small": (1, 8, 128, 128, 64), "large": (1, 16, 2048, 2048, 64)}
 # requests measured per round, and warm-up requests before them
 COUNTS = {"small": (1000, 50), "large": (10, 2)}
-TARGETS = {"shm small": 1.5, "tcp small": 2.0, "tcp256 small": 2.0,
-           "unix small": 1.8, "unix256 small": 1.8, "unixbuf small": None,
-           "sidecar small": 1.8,
-           "tcp large": 1.10, "json small": None}
+TARGETS = {"shm small": 1.25, "tcp small": 1.5, "tcp256 small": 1.5,
+           "unix small": 1.5, "unix256 small": 1.5, "unixbuf small": None,
+           "sidecar small": 1.5,
+           "tcp large": 1.06, "json small": None}
 ALL_PATHS = ["shm small", "tcp small", "tcp256 small", "unix small",
          "unix256 small", "unixbuf small", "sidecar small", "tcp large", "json small"]
 # BUDGET_PATHS="shm small,tcp small" runs only those.
