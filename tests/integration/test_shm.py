@@ -924,50 +924,67 @@ class Concurrency(ShmCase):
         write it while requests read the key: each answer is either a 400
         naming the NaN, or a 200 whose output is the reference's for 0.5:
         what attnd checked is what it computed with."""
-        rng = np.random.default_rng(12)
-        q, k, v = (rng.standard_normal(s) for s in ((1, 4, 8, 16), (1, 4, 512, 16),
-                                                      (1, 4, 512, 16)))
-        k[0, 3, 511, 15] = 0.5
-        r = self.region(1 << 20)
-        self.registered("race", r)
-        pk = Packer(r, "race")
-        inputs, seen = [], {}
-        for name, arr in (("query", q), ("key", k), ("value", v)):
-            data, back = encode(arr, "FP32")
-            off, size = pk.put(data)
-            if name == "key":
-                flip = off + size - 4
-            inputs.append(shm_input(name, "FP32", arr.shape, "race", off, size))
-            seen[name] = nested(back.reshape(arr.shape))
-        ref_out, _ = reference.attention(seen)
-        ref = np.asarray(ref_out, np.float64)
-        stop = threading.Event()
-        good, nan = struct.pack("<f", 0.5), struct.pack("<f", float("nan"))
+        def send(inputs):
+            return self.infer({"inputs": inputs, "outputs": [
+                {"name": "output", "parameters": {"binary_data": False}}]})[::2]
 
-        def writer():
-            while not stop.is_set():
-                r.write(flip, nan)
-                r.write(flip, good)
-        t = threading.Thread(target=writer)
-        t.start()
-        counts = {200: 0, 400: 0}
-        try:
-            deadline = time.time() + 4
-            while time.time() < deadline:
-                st, _, body = self.infer({"inputs": inputs, "outputs": [
-                    {"name": "output", "parameters": {"binary_data": False}}]})
-                self.assertIn(st, (200, 400), body)
-                counts[st] += 1
-                if st == 400:
-                    self.assertIn("key[0][3][511][15]: FP32 value is not finite", body["error"])
-                    continue
+        def check(st, body, ref):
+            if st == 200:
                 got = np.asarray(body["outputs"][0]["data"], np.float64)
                 self.assertTrue(np.all(np.isfinite(got)))
-                self.assertTrue(np.all(np.abs(got - ref.ravel()) <= 1e-5 + 1e-5 * np.abs(ref.ravel())))
-        finally:
-            stop.set()
-            t.join()
-        self.assertGreater(counts[200] + counts[400], 10, counts)
+                self.assertTrue(np.all(np.abs(got - ref.ravel()) <=
+                                       1e-5 + 1e-5 * np.abs(ref.ravel())))
+        nan_race(self, "race", send, check)
+
+
+def nan_race(case, name, send, check):
+    """Requests for 4 s, each send(inputs) -> (status, body) over q, k, v
+    of (1,4,8,16), (1,4,512,16), (1,4,512,16) in region name, while one key
+    element, [0][3][511][15], flips between 0.5 and NaN as fast as Python
+    can write it: every answer a 200 or a 400 naming that element, each
+    then judged by check(status, body, the float64 reference's output for
+    0.5), and more than 10 of them."""
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.standard_normal(s) for s in ((1, 4, 8, 16), (1, 4, 512, 16),
+                                                  (1, 4, 512, 16)))
+    k[0, 3, 511, 15] = 0.5
+    r = case.region(1 << 20)
+    case.registered(name, r)
+    pk = Packer(r, name)
+    inputs, seen = [], {}
+    for tensor, arr in (("query", q), ("key", k), ("value", v)):
+        data, back = encode(arr, "FP32")
+        off, size = pk.put(data)
+        if tensor == "key":
+            flip = off + size - 4
+        inputs.append(shm_input(tensor, "FP32", arr.shape, name, off, size))
+        seen[tensor] = nested(back.reshape(arr.shape))
+    ref_out, _ = reference.attention(seen)
+    ref = np.asarray(ref_out, np.float64)
+    stop = threading.Event()
+    good, nan = struct.pack("<f", 0.5), struct.pack("<f", float("nan"))
+
+    def writer():
+        while not stop.is_set():
+            r.write(flip, nan)
+            r.write(flip, good)
+    t = threading.Thread(target=writer)
+    t.start()
+    counts = {200: 0, 400: 0}
+    try:
+        deadline = time.time() + 4
+        while time.time() < deadline:
+            st, body = send(inputs)
+            case.assertIn(st, (200, 400), body)
+            counts[st] += 1
+            if st == 400:
+                case.assertIn("key[0][3][511][15]: FP32 value is not finite",
+                              body["error"])
+            check(st, body, ref)
+    finally:
+        stop.set()
+        t.join()
+    case.assertGreater(counts[200] + counts[400], 10, counts)
 
 
 class InPlace(ShmCase):
@@ -1048,61 +1065,30 @@ class InPlace(ShmCase):
         self.assertNotIn("long", [x["name"] for x in self.status()[1]])
 
     def test_a_client_writing_nan_mid_request_changes_only_its_answer(self):
-        """One key element flips between 0.5 and NaN while requests whose
-        output goes to a region read the key in place: each answer is a
-        400 naming the NaN (seen by the check) or a 200 that wrote the
-        whole output, the heads that do not read the element exactly the
-        reference's; and the server keeps serving."""
-        rng = np.random.default_rng(12)
-        q, k, v = (rng.standard_normal(s) for s in ((1, 4, 8, 16), (1, 4, 512, 16),
-                                                      (1, 4, 512, 16)))
-        k[0, 3, 511, 15] = 0.5
-        r, out = self.region(1 << 20), self.region(4096)
-        self.registered("race2", r)
+        """nan_race with the output into a region, so that the key is read
+        in place: each answer a 400 naming the NaN (seen by the check),
+        the output untouched, or a 200 that wrote the whole output, the
+        heads that do not read the element exactly the reference's; and
+        the server keeps serving."""
+        out = self.region(4096)
         self.registered("race2-out", out)
-        pk = Packer(r, "race2")
-        inputs, seen = [], {}
-        for name, arr in (("query", q), ("key", k), ("value", v)):
-            data, back = encode(arr, "FP32")
-            off, size = pk.put(data)
-            if name == "key":
-                flip = off + size - 4
-            inputs.append(shm_input(name, "FP32", arr.shape, "race2", off, size))
-            seen[name] = nested(back.reshape(arr.shape))
-        ref_out, _ = reference.attention(seen)
-        ref = np.asarray(ref_out, np.float64).reshape(4, 8 * 16)
         n_out = 4 * 8 * 16 * 4
-        stop = threading.Event()
-        good, nan = struct.pack("<f", 0.5), struct.pack("<f", float("nan"))
 
-        def writer():
-            while not stop.is_set():
-                r.write(flip, nan)
-                r.write(flip, good)
-        t = threading.Thread(target=writer)
-        t.start()
-        counts = {200: 0, 400: 0}
-        try:
-            deadline = time.time() + 4
-            while time.time() < deadline:
-                out.write(0, b"\xab" * n_out)
-                st, _, body = self.infer({"inputs": inputs, "outputs": [
-                    shm_output("output", "race2-out", 0, n_out)]})
-                self.assertIn(st, (200, 400), body)
-                counts[st] += 1
-                got = np.frombuffer(out.read(0, n_out), "<f4").reshape(4, 8 * 16)
-                if st == 400:
-                    self.assertIn("key[0][3][511][15]: FP32 value is not finite",
-                                  body["error"])
-                    self.assertEqual(out.read(0, n_out), b"\xab" * n_out)
-                    continue
-                self.assertNotIn(b"\xab\xab\xab\xab", out.read(0, n_out))
-                self.assertTrue(np.all(np.abs(got[:3] - ref[:3]) <=
-                                       1e-5 + 1e-5 * np.abs(ref[:3])))
-        finally:
-            stop.set()
-            t.join()
-        self.assertGreater(counts[200] + counts[400], 10, counts)
+        def send(inputs):
+            out.write(0, b"\xab" * n_out)
+            return self.infer({"inputs": inputs, "outputs": [
+                shm_output("output", "race2-out", 0, n_out)]})[::2]
+
+        def check(st, body, ref):
+            got = out.read(0, n_out)
+            if st == 400:
+                self.assertEqual(got, b"\xab" * n_out)
+                return
+            self.assertNotIn(b"\xab\xab\xab\xab", got)
+            got = np.frombuffer(got, "<f4").reshape(4, 8 * 16)
+            want = ref.reshape(4, 8 * 16)[:3]
+            self.assertTrue(np.all(np.abs(got[:3] - want) <= 1e-5 + 1e-5 * np.abs(want)))
+        nan_race(self, "race2", send, check)
         self.assert_serving()
 
     def assert_serving(self):

@@ -643,49 +643,73 @@ END_TEST
 
 /* ---- the decoder through a request's holds -------------------------- */
 
-START_TEST(decoder_reads_inputs_and_lists_outputs) {
-  struct shm_registry *reg = shm_new(8, 1 << 20);
-  const char *k = make_object(4096);
+/* FP32 query (1,2,2) at 0 and key (1,3,2) at 16, FP16 value (1,3,2) at
+ * 40 and INT64 valid_lens (1,) at 56, all in region "r". */
+#define DECODER_INPUTS                                                      \
+  "{\"inputs\":["                                                           \
+  "{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,2],"             \
+  "\"parameters\":{\"shared_memory_region\":\"r\","                        \
+  "\"shared_memory_byte_size\":16}},"                                       \
+  "{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"               \
+  "\"parameters\":{\"shared_memory_region\":\"r\","                        \
+  "\"shared_memory_offset\":16,\"shared_memory_byte_size\":24}},"           \
+  "{\"name\":\"value\",\"datatype\":\"FP16\",\"shape\":[1,3,2],"             \
+  "\"parameters\":{\"shared_memory_region\":\"r\","                        \
+  "\"shared_memory_offset\":40,\"shared_memory_byte_size\":12}},"           \
+  "{\"name\":\"valid_lens\",\"datatype\":\"INT64\",\"shape\":[1],"           \
+  "\"parameters\":{\"shared_memory_region\":\"r\","                        \
+  "\"shared_memory_offset\":56,\"shared_memory_byte_size\":8}}],"
+
+/* A new object holding DECODER_INPUTS' tensors: q = [[1, 0], [0, 2]],
+ * k = [[1, 1], [2, 0], [0, 3]], v = [[1, 0], [0, 1], [1, 1]], lens 2. */
+static const char *decoder_object(void) {
   static const float q[4] = {1, 0, 0, 2}, kv[6] = {1, 1, 2, 0, 0, 3};
   static const uint16_t v16[6] = {0x3c00, 0, 0, 0x3c00, 0x3c00, 0x3c00};
   static const int64_t lens[1] = {2};
-  static const char json[] =
-      "{\"inputs\":["
-      "{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,2],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_byte_size\":16}},"
-      "{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":16,\"shared_memory_byte_size\":24}},"
-      "{\"name\":\"value\",\"datatype\":\"FP16\",\"shape\":[1,3,2],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":40,\"shared_memory_byte_size\":12}},"
-      "{\"name\":\"valid_lens\",\"datatype\":\"INT64\",\"shape\":[1],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":56,\"shared_memory_byte_size\":8}}],"
-      "\"outputs\":[{\"name\":\"weights\"},{\"name\":\"output\","
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":1024,\"shared_memory_byte_size\":64,"
-      "\"binary_data\":false}}]}";
-  char err[PROTO_ERR_MAX], *body;
+  const char *k = make_object(4096);
+  write_object(k, 0, q, 16);
+  write_object(k, 16, kv, 24);
+  write_object(k, 40, v16, 12);
+  write_object(k, 56, lens, 8);
+  return k;
+}
+
+/* A registry with a decoder_object registered as region "r" (its key in
+ * *key), and DECODER_INPUTS followed by outputs (the rest of the body)
+ * decoded through a request's holds s. */
+static struct shm_registry *decoder_decode(const char *outputs,
+                                           const char **key,
+                                           struct shm_http_req *s,
+                                           proto_shm *p, proto_request *req) {
+  struct shm_registry *reg = shm_new(8, 1 << 20);
+  char err[PROTO_ERR_MAX], json[2048];
+  *key = decoder_object();
+  snprintf(json, sizeof json, "%s%s", DECODER_INPUTS, outputs);
+  ck_assert_int_eq(reg_rc(reg, "r", *key, 0, 4096, err), 0);
+  memset(s, 0, sizeof *s);
+  shm_http_req_begin(s, reg, p);
+  ck_assert_msg(proto_v2_decode_shm(json, strlen(json), NULL,
+                                    PROTO_MODEL_ATTENTION, p, req, 0,
+                                    err) == 0, "%s", err);
+  ck_assert(req->prob.q[3] == 2.0f && req->prob.k[5] == 3.0f);
+  ck_assert(req->prob.v[3] == 1.0f && req->prob.valid_lens[0] == 2);
+  return reg;
+}
+
+START_TEST(decoder_reads_inputs_and_lists_outputs) {
+  const char *k;
+  char *body;
   size_t len, jlen;
   struct shm_http_req s;
   proto_shm p;
   proto_request req;
   proto_shm_write w[PROTO_OUT_COUNT];
-  write_object(k, 0, q, 16);
-  write_object(k, 16, kv, 24);
-  write_object(k, 40, v16, 12);
-  write_object(k, 56, lens, 8);
-  ck_assert_int_eq(reg_rc(reg, "r", k, 0, 4096, err), 0);
-  memset(&s, 0, sizeof s);
-  shm_http_req_begin(&s, reg, &p);
-  ck_assert_msg(proto_v2_decode_shm(json, strlen(json), NULL,
-                                    PROTO_MODEL_ATTENTION, &p, &req, 0,
-                                    err) == 0, "%s", err);
+  struct shm_registry *reg = decoder_decode(
+      "\"outputs\":[{\"name\":\"weights\"},{\"name\":\"output\","
+      "\"parameters\":{\"shared_memory_region\":\"r\","
+      "\"shared_memory_offset\":1024,\"shared_memory_byte_size\":64,"
+      "\"binary_data\":false}}]}", &k, &s, &p, &req);
   ck_assert_int_eq(s.n, 1);  /* one region, held once */
-  ck_assert(req.prob.q[3] == 2.0f && req.prob.k[5] == 3.0f);
-  ck_assert(req.prob.v[3] == 1.0f && req.prob.valid_lens[0] == 2);
   ck_assert_int_eq(proto_v2_shm_outputs(&req, w), 1);
   ck_assert_uint_eq(w[0].offset, 1024);
   ck_assert_uint_eq(w[0].len, 2 * 2 * sizeof(float));
@@ -721,49 +745,20 @@ END_TEST
  * FP16 value and the INT64 lengths are copied.  A JSON output, as in the
  * test above, keeps every input copied. */
 START_TEST(decoder_reads_fp32_in_place_when_nothing_prints) {
-  struct shm_registry *reg = shm_new(8, 1 << 20);
-  const char *k = make_object(4096);
-  static const float q[4] = {1, 0, 0, 2}, kv[6] = {1, 1, 2, 0, 0, 3};
-  static const uint16_t v16[6] = {0x3c00, 0, 0, 0x3c00, 0x3c00, 0x3c00};
-  static const int64_t lens[1] = {2};
-  static const char json[] =
-      "{\"inputs\":["
-      "{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,2],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_byte_size\":16}},"
-      "{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":16,\"shared_memory_byte_size\":24}},"
-      "{\"name\":\"value\",\"datatype\":\"FP16\",\"shape\":[1,3,2],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":40,\"shared_memory_byte_size\":12}},"
-      "{\"name\":\"valid_lens\",\"datatype\":\"INT64\",\"shape\":[1],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":56,\"shared_memory_byte_size\":8}}],"
-      "\"outputs\":[{\"name\":\"output\","
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":1024,\"shared_memory_byte_size\":64}}]}";
-  char err[PROTO_ERR_MAX];
+  const char *k;
   struct shm_http_req s;
   proto_shm p;
   proto_request req;
-  write_object(k, 0, q, 16);
-  write_object(k, 16, kv, 24);
-  write_object(k, 40, v16, 12);
-  write_object(k, 56, lens, 8);
-  ck_assert_int_eq(reg_rc(reg, "r", k, 0, 4096, err), 0);
-  memset(&s, 0, sizeof s);
-  shm_http_req_begin(&s, reg, &p);
-  ck_assert_msg(proto_v2_decode_shm(json, strlen(json), NULL,
-                                    PROTO_MODEL_ATTENTION, &p, &req, 0,
-                                    err) == 0, "%s", err);
+  struct shm_registry *reg = decoder_decode(
+      "\"outputs\":[{\"name\":\"output\","
+      "\"parameters\":{\"shared_memory_region\":\"r\","
+      "\"shared_memory_offset\":1024,\"shared_memory_byte_size\":64}}]}",
+      &k, &s, &p, &req);
   ck_assert_int_eq(req.n_shared, 2);
   ck_assert_ptr_eq(req.shared[0].p, req.prob.q);
   ck_assert_uint_eq(req.shared[0].n, 16);
   ck_assert_ptr_eq(req.shared[1].p, req.prob.k);
   ck_assert_uint_eq(req.shared[1].n, 24);
-  ck_assert(req.prob.q[3] == 2.0f && req.prob.k[5] == 3.0f);
-  ck_assert(req.prob.v[3] == 1.0f && req.prob.valid_lens[0] == 2);
   /* the region's words are what the core reads: the client's writes show */
   static const float three = 3.0f;
   write_object(k, 12, &three, 4);
