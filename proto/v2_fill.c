@@ -4,9 +4,9 @@
  * tree; or, for an FP32 binary input of a body received as a proto_body,
  * its words where they lie, checked on arrival (body.c); for an FP32
  * float input in a region, when the answer prints no number, its words
- * where they lie in the region's mapping, checked there (proto.h); in BF16 mode
- * query, key and value sent as BF16 stay BF16 (fill_qkv_bf16).  A refused
- * element gets a message naming the input and its multi-index.
+ * where they lie in the region's mapping, checked there (proto.h); in
+ * BF16 mode query, key and value sent as BF16 stay BF16 (fill_qkv_bf16).
+ * A refused element gets a message naming the input and its multi-index.
  * The decoder's state: v2_decode_impl.h. */
 #include <stdint.h>
 #include <stdio.h>

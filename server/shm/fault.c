@@ -8,10 +8,11 @@
  *
  * What is shared, and how:
  * - fault_guard is thread-local: the jump buffer, the guarded ranges
- *   [lo[i], lo[i] + len[i]) and armed.  Only its own thread writes it, and its
- *   handler reads it in between two instructions of that same thread, so
- *   volatile fields and compiler-only fences (atomic_signal_fence) order
- *   the stores against the copy; no lock, no atomic instruction.
+ *   [lo[i], lo[i] + len[i]) and armed.  Only its own thread writes it,
+ *   and its handler reads it in between two instructions of that same
+ *   thread, so volatile fields and compiler-only fences
+ *   (atomic_signal_fence) order the stores against the copy (or fn); no
+ *   lock, no atomic instruction.
  * - fault_once / fault_init_rc / fault_prev: pthread_once makes the one
  *   installation, and fault_prev (the disposition it replaced) is written
  *   there, before the handler can run, and only read afterwards.  The

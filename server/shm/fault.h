@@ -5,9 +5,9 @@
  * past the object's new end, and also where the kernel cannot back a
  * page at all (its file system full).  fault_copy_from and fault_copy_to
  * copy with memcpy inside a guard (fault_run runs a computation that
- * reads a mapping in place inside one): a SIGBUS that the kernel raises for an
- * address inside the mapped side of the copy ends the copy early, and the
- * function returns ATTND_EINVAL instead of the process dying.
+ * reads a mapping in place inside one): a SIGBUS that the kernel raises
+ * for an address inside the mapped side of the copy ends the copy early,
+ * and the function returns ATTND_EINVAL instead of the process dying.
  *
  * Any other SIGBUS (one sent with kill(2) or raised outside a guarded
  * copy, or for an address outside the guarded range: attnd's own memory,

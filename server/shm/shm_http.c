@@ -179,6 +179,9 @@ int shm_http_write_outputs(struct shm_http_req *s, proto_request *req) {
   return rc;
 }
 
+_Static_assert(PROTO_SHARED_MAX <= FAULT_RANGES,
+               "every range a request reads in place fits one guard");
+
 int shm_http_guarded(const proto_request *req, int (*fn)(void *),
                      void *arg) {
   struct fault_range r[PROTO_SHARED_MAX];

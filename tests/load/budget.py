@@ -83,7 +83,8 @@ TARGETS = {"shm small": 1.25, "tcp small": 1.5, "tcp256 small": 1.5,
            "sidecar small": 1.5,
            "tcp large": 1.06, "json small": None}
 ALL_PATHS = ["shm small", "tcp small", "tcp256 small", "unix small",
-         "unix256 small", "unixbuf small", "sidecar small", "tcp large", "json small"]
+             "unix256 small", "unixbuf small", "sidecar small", "tcp large",
+             "json small"]
 # BUDGET_PATHS="shm small,tcp small" runs only those.
 PATHS = [p for p in ALL_PATHS if p in os.environ.get(
     "BUDGET_PATHS", ",".join(ALL_PATHS)).split(",")]
@@ -355,7 +356,8 @@ def run_path(binary, path_name, data, sample):
             n, warm = max(n // 10, 2), max(warm // 10, 1)
         else:
             body, headers = binary_body(q, k, v)
-        url = "/v1/attention" if kind == "json" else "/v2/models/attention/infer"
+        url = ("/v1/attention" if kind == "json"
+               else "/v2/models/attention/infer")
         for _ in range(warm):
             post(conn, url, body, headers)
         pid = d.proc.pid
