@@ -105,6 +105,15 @@ int proto__v2_shm_fill(const proto_shm *shm, const proto__shm_use *u,
                        size_t *bad, long long *badval,
                        char err[PROTO_ERR_MAX]);
 
+/* The n FP32 elements of u's region where they lie (proto_shm.view),
+ * checked finite there: 0 with *at and *bad = the index of the first
+ * element that is not (n when none); 1 when they cannot be read in place
+ * (no view, an offset not aligned for float, a big-endian host): copy
+ * them; or what the view returned (message in err). */
+int proto__v2_shm_view(const proto_shm *shm, const proto__shm_use *u,
+                       size_t n, const float **at, size_t *bad,
+                       char err[PROTO_ERR_MAX]);
+
 /* An Inference-Header-Content-Length value as sent: decimal digits, with
  * blanks (space, tab) around them.  Returns 0 with the count in *v
  * (ULLONG_MAX past its range), or -1 (v2_decode.c, which also says why

@@ -2,9 +2,11 @@
  * elements, converted once into the buffer the core reads, straight from
  * the body's binary part, from a shared memory region or from the cJSON
  * tree; or, for an FP32 binary input of a body received as a proto_body,
- * its words where they lie, checked on arrival (body.c); in BF16 mode
- * query, key and value sent as BF16 stay BF16 (fill_qkv_bf16).  A refused
- * element gets a message naming the input and its multi-index.
+ * its words where they lie, checked on arrival (body.c); for an FP32
+ * float input in a region, when the answer prints no number, its words
+ * where they lie in the region's mapping, checked there (proto.h); in
+ * BF16 mode query, key and value sent as BF16 stay BF16 (fill_qkv_bf16).
+ * A refused element gets a message naming the input and its multi-index.
  * The decoder's state: v2_decode_impl.h. */
 #include <stdint.h>
 #include <stdio.h>
@@ -113,6 +115,45 @@ static const void *in_place(const v2_ctx *c, int in) {
   return at;
 }
 
+/* 1 when no output of the request prints numbers: each is binary or
+ * goes into a region, and there are no diagnostics (computed from the
+ * inputs after the core, outside its guard). */
+static int answer_prints_no_number(const proto_request *req) {
+  if (req->diagnostics)
+    return 0;
+  for (int m = 0; m < req->n_outputs; m++) {
+    int k = req->outputs[m];
+    if (!req->binary[k] && !req->shm_out[k].region)
+      return 0;
+  }
+  return 1;
+}
+
+/* An FP32 float input in a shared memory region, read where it lies
+ * (proto.h, "Triton's system shared memory extension"): 0 when taken (or
+ * refused, with a message), 1 when it is to be copied. */
+static int shm_in_place(v2_ctx *c, int in, const void **slot) {
+  const proto__tensor *t = &c->ck.t[in];
+  const v2_in *v = &c->in[in];
+  proto_request *req = c->req;
+  const float *at;
+  size_t bad;
+  int rc;
+  if (!v->shm.name || v->dtype != PROTO__DT_FP32 ||
+      proto__input_kind(in) != PROTO__KIND_F32 ||
+      req->n_shared == PROTO_SHARED_MAX || !answer_prints_no_number(req))
+    return 1;
+  rc = proto__v2_shm_view(c->shm, &v->shm, t->n, &at, &bad, c->err);
+  if (rc)
+    return rc;
+  if (bad != t->n)
+    return bad_element(c, in, bad, 0, at);
+  req->shared[req->n_shared++] = (proto_range){at, t->n * sizeof(float)};
+  req->in_bytes += t->n * sizeof(float);
+  *slot = at;
+  return 0;
+}
+
 static int fill_one(v2_ctx *c, int in, const void **slot) {
   const proto__tensor *t = &c->ck.t[in];
   size_t es = proto__input_kind(in) == PROTO__KIND_BOOL ? 1 : 4;
@@ -125,6 +166,9 @@ static int fill_one(v2_ctx *c, int in, const void **slot) {
     c->in_place = 1;
     return 0;
   }
+  int rc = shm_in_place(c, in, slot);
+  if (rc <= 0)
+    return rc;
   void *buf = proto__own_filled(c->req, t->n * es);
   if (!buf)
     return ATTND_ENOMEM;

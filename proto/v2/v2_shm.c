@@ -227,6 +227,20 @@ int proto__v2_shm_fill(const proto_shm *shm, const proto__shm_use *u,
   return fill_bounced(shm, u, kind, dt, n, hi, dst, bad, badval, err);
 }
 
+int proto__v2_shm_view(const proto_shm *shm, const proto__shm_use *u,
+                       size_t n, const float **at, size_t *bad,
+                       char err[PROTO_ERR_MAX]) {
+  const void *p;
+  int rc;
+  if (!shm->view || u->offset % _Alignof(float) ||
+      __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
+    return 1;
+  rc = shm->view(shm->ctx, u->region, u->offset, n * sizeof(float),
+                 proto__f32_first_bad, &p, bad, err);
+  *at = p;
+  return rc;
+}
+
 /* ---- outputs ------------------------------------------------------------ */
 
 /* The output's float32 (or int32) buffer and its element count. */

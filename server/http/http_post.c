@@ -331,6 +331,8 @@ enum MHD_Result http_post_end(struct http_req *r) {
   r->job.arg = r;
   if (r->shm.n)
     r->job.finish = http_job_finish;
+  if (r->job.req.n_shared)
+    r->job.guarded = shm_http_guarded;
   /* Watched from here, whether it runs on this thread or is queued. */
   http_watch(r);
   /* h->posts counts this POST and every other one from its first byte to
@@ -375,6 +377,11 @@ enum MHD_Result http_post_answer(struct http_req *r) {
     http_late_msg(r, late, sizeof late);
     return http_fail(r, job->err, late, NULL);
   }
+  /* The core's only ATTND_EINVAL: an input read in place lost pages. */
+  if (job->err == ATTND_EINVAL && !r->shm.msg[0])
+    return http_fail(r, job->err, "a shared memory region an input was "
+                     "read from lost pages while the request was computed "
+                     "(its object truncated after registration?)", NULL);
   if (job->err != 0)
     return http_fail(r, job->err, r->shm.msg[0] ? r->shm.msg : NULL, NULL);
   if (binary) {

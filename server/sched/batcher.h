@@ -74,6 +74,13 @@ struct batcher_job {
                                ATTND_E* that fails the job instead (its
                                answer dropped).  What writes v2 outputs
                                into shared memory regions. */
+  int (*guarded)(const proto_request *req, int (*fn)(void *), void *arg);
+                            /* NULL, or what runs the core over a request
+                               that reads inputs in place from shared
+                               memory (req->n_shared > 0), on every thread
+                               that computes it: fn(arg) guarded against
+                               those pages going away; fn's value, or
+                               ATTND_EINVAL when they did. */
 
   /* Set by anyone at any time, once (the HTTP layer's watcher, or
    * batcher_cancel_all): why the job is to stop, enum batcher_cancel.
