@@ -21,6 +21,8 @@
 #                        shared memory (wrk)
 #   make shm-bench       attnd's CPU per request with tensors in shared memory
 #   make budget-bench    attnd's CPU per request / the in-process core's
+#   make bench-peers     the core vs ONNX Runtime and PyTorch SDPA, float32
+#                        and BF16, one thread (Debian 13 chroot, as root)
 #   make SANITIZE=address,undefined test
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (tests/fuzz)
 #   make printer-exhaustive  all 2^32 floats through the JSON printers
@@ -49,7 +51,7 @@ endif
 FINAL_CFLAGS = $(STD) $(WARN) $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) \
                $(PKG_CFLAGS) -I. $(HOOKS) $(CFLAGS) -MMD -MP
 FINAL_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
-# proto/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
+# proto/text/fpread.cc and fpprint.cc, the C++ over fast_float and Dragonbox
 # (both header only).  Debian installs dragonbox.h under a versioned
 # directory, with no pkg-config file.
 DRAGONBOX_INC = $(addprefix -I,$(lastword $(sort $(wildcard /usr/include/dragonbox-*))))
@@ -65,8 +67,8 @@ Q := @
 endif
 
 CORE_SRC := $(wildcard core/*.c)
-PROTO_SRC := $(wildcard proto/*.c)
-PROTO_CXX_SRC := $(wildcard proto/*.cc)
+PROTO_SRC := $(wildcard proto/*.c proto/*/*.c)
+PROTO_CXX_SRC := $(wildcard proto/*/*.cc)
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC)) \
            $(patsubst %.cc,$(BUILD)/obj/%.o,$(PROTO_CXX_SRC))
@@ -75,7 +77,7 @@ MAIN_OBJ := $(BUILD)/obj/server/main.o
 # read, the decoders' cJSON path on its own) exist in the test build alone: the unit tests and build/attnd-test
 # link these files compiled with -DATTND_TEST_HOOKS (in build/obj-test);
 # build/attnd has none of them.
-HOOKED_SRC := proto/mem.c proto/numscan.c server/shm/fault.c
+HOOKED_SRC := proto/mem.c proto/text/numscan.c server/shm/fault.c
 HOOKED_OBJ := $(patsubst %.c,$(BUILD)/obj-test/%.o,$(HOOKED_SRC))
 TEST_LIB_OBJ := $(filter-out $(patsubst %.c,$(BUILD)/obj/%.o,$(HOOKED_SRC)),\
                   $(LIB_OBJ)) $(HOOKED_OBJ)
@@ -243,6 +245,13 @@ budget-bench: all
 
 -include $(BUILD)/obj/tests/bench/bench_core.d
 
+# The core beside ONNX Runtime's MultiHeadAttention and PyTorch's
+# scaled_dot_product_attention from Debian 13, float32 and BF16, one thread
+# each, CPU time (tests/bench/peers.sh): a Debian 13 chroot, cached, builds
+# its own attnd-bench in build/trixie.
+bench-peers:
+	@sh tests/bench/peers.sh
+
 # The JSON number path (tests/bench/bench_json.c): decode and encode,
 # numscan against the cJSON path (through the test build's hook, hence
 # libattnd-test.a) and the simdjson peer
@@ -334,7 +343,7 @@ fuzz: fuzz-build
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit deps run venv test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench
+.PHONY: all unit deps run venv test valgrind deps-check clean docker-test deploy-test fresh-test browser-test bench bench-deps printer-exhaustive fuzz fuzz-build fuzz-if-clang http-bench budget-bench shm-bench bench-peers
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(HOOKED_OBJ:.o=.d) \
          $(BUILD)/obj-test/server/main.d $(patsubst %,$(BUILD)/obj/tests/unit/%.d,$(notdir $(UNIT_BIN)))

@@ -7,7 +7,7 @@
  * has it (sixteen lanes for exp-and-sum with AVX-512F) and the SSE2
  * clones elsewhere.  The FMA code rounds differently
  * from the portable code (a fused multiply-add rounds once), so the two
- * may differ in the last bit; each is within 2 ulp of exp (test_core.c
+ * may differ in the last bit; each is within 2 ulp of exp (test_core_kernels.c
  * checks both), far inside the contract's 1e-5.  On a given CPU the
  * choice never changes, so results stay bit-identical however the tasks
  * are split.

@@ -20,6 +20,11 @@
 /* Longest error message a decoder writes (including the NUL). */
 #define PROTO_ERR_MAX 384
 
+/* The longest request "id" (/v1 and v2) attnd takes, in bytes of UTF-8
+ * as decoded from the JSON string; a longer one, or one that is not
+ * valid UTF-8, is refused (400) rather than echoed. */
+#define PROTO_ID_MAX 256
+
 /* Which codec decoded a request, and so which one encodes its answer. */
 enum proto_codec {
   PROTO_CODEC_V1 = 0,       /* POST /v1/attention */
@@ -63,6 +68,15 @@ typedef struct proto_shm_ref {
   uint64_t offset;          /* shared_memory_offset, within the region */
   uint64_t byte_size;       /* shared_memory_byte_size */
 } proto_shm_ref;
+
+/* Bytes of a client's shared memory region an input is read from in
+ * place (proto_shm.view). */
+typedef struct proto_range {
+  const void *p;
+  size_t n;
+} proto_range;
+
+#define PROTO_SHARED_MAX 4
 
 typedef struct proto_request {
   attn_problem prob;        /* points into the buffers below */
@@ -112,6 +126,12 @@ typedef struct proto_request {
   proto_shm_ref shm_out[PROTO_OUT_COUNT]; /* by enum proto_output: written
                                into a region after the answer is encoded
                                (proto_v2_shm_outputs), not sent in it */
+  /* Inputs prob reads where they lie in a shared memory region (see
+   * proto_shm above): the client may truncate the object under them, so
+   * every thread that computes the request reads them inside a SIGBUS
+   * guard over these ranges (server/shm/fault.h, fault_run). */
+  proto_range shared[PROTO_SHARED_MAX];
+  int n_shared;
 } proto_request;
 
 /* Decodes a POST /v1/attention body (JSON, not NUL-terminated).
@@ -233,9 +253,15 @@ int proto_v2_decode(const char *body, size_t len, const char *header_len,
  * the server's (server/shm/shm.h): proto reaches them only through a
  * proto_shm.  It reads each input out of its region once, into the buffer
  * the core reads (or a bounce buffer it converts from), and validates
- * that copy like a binary tensor, never the region: the client may write
- * the region at any time, even while it is copied, and nothing it writes
- * there reaches the core unchecked. */
+ * that copy like a binary tensor: the client may write the region at any
+ * time, even while it is copied.  The one exception is an FP32 float
+ * input (query, key, value, bias, ...) when the server offers views and
+ * the answer prints no number (every output binary or into a region, no
+ * diagnostics): it is checked finite where it lies and the core reads it
+ * there (proto_request.shared), so a client that writes it during the
+ * request can change its own answer's numbers, never its form, nor what
+ * attnd reads or writes.  Integer inputs (valid_lens, cu_seqlens) and
+ * masks, which steer indexing, are always copied and checked. */
 typedef struct proto_shm {
   void *ctx;
   /* Finds the region registered as name and holds it until the request
@@ -249,6 +275,14 @@ typedef struct proto_shm {
    * what gets checked. */
   int (*read)(void *ctx, void *region, uint64_t off, void *dst, size_t n,
               char err[PROTO_ERR_MAX]);
+  /* NULL (every input is copied), or: the address in attnd's memory of
+   * the n bytes at offset off of region (off + n within its byte size),
+   * aligned as off is, in *at, after scan(*at, n / 4) ran over them
+   * guarded as read's copy is; scan's value in *bad.  0, or as read.
+   * The bytes stay there while the region is held. */
+  int (*view)(void *ctx, void *region, uint64_t off, size_t n,
+              size_t (*scan)(const void *, size_t), const void **at,
+              size_t *bad, char err[PROTO_ERR_MAX]);
 } proto_shm;
 
 /* One output of a computed request to be written into its region. */
@@ -402,6 +436,17 @@ int proto_encode(const proto_request *req, char **body, size_t *len,
  * (copied when the answer leaves in one piece), and the envelope.
  * Weights returned as JSON are about three times their float32 size. */
 size_t proto_answer_bytes(const proto_request *req);
+
+/* The end of a 413 for a request that the in-flight budget
+ * (--max-inflight-mb) can never hold, what the client can do: need is
+ * what it takes, without_weights what it would take without the
+ * attention weights (the same unit as limit, bytes or elements).  When
+ * that fits in limit: "; for the output alone send \"return_weights\":
+ * false (...)", or for weights computed only for the diagnostics, to
+ * leave those out; otherwise to send smaller tensors.  Written into s
+ * (cap bytes) after a "; ". */
+void proto_budget_advice(const proto_request *req, size_t without_weights,
+                         size_t limit, char *s, size_t cap);
 
 /* The encoding work req's answer takes: *text_values numbers printed as
  * JSON, *binary_bytes of binary tensors.  Outputs written into shared

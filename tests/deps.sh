@@ -6,8 +6,8 @@
 #   sh tests/deps.sh --check  exit 1 with the apt-get line if any is missing
 set -eu
 
-# g++, libfast-float-dev and libdragonbox-dev build proto/fpread.cc and
-# proto/fpprint.cc (JSON numbers: fast_float reads them, Dragonbox prints
+# g++, libfast-float-dev and libdragonbox-dev build proto/text/fpread.cc and
+# proto/text/fpprint.cc (JSON numbers: fast_float reads them, Dragonbox prints
 # them; both header only).
 PKGS="gcc g++ make pkg-config libc6-dev libmicrohttpd-dev libcjson-dev
 libfast-float-dev libdragonbox-dev libopenblas-dev libuv1-dev zlib1g-dev check python3 python3-jsonschema

@@ -90,7 +90,7 @@ for t in build/tests/test_*; do
   count_check "$(basename "$t")" $rc
 done
 
-for t in tests/integration/test_*.py; do
+for t in tests/structure/test_*.py tests/integration/test_*.py; do
   [ -f "$t" ] || continue
   echo "== $t"
   run python3 "$t"

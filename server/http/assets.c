@@ -31,6 +31,7 @@
 
 ATTND_INCBIN(attnd_asset_index_html, "server/http/static/index.html");
 ATTND_INCBIN(attnd_asset_app_js, "server/http/static/app.js");
+ATTND_INCBIN(attnd_asset_tensors_js, "server/http/static/tensors.js");
 ATTND_INCBIN(attnd_asset_style_css, "server/http/static/style.css");
 /* The OpenAPI document of every route, served as GET /openapi.json. */
 ATTND_INCBIN(attnd_asset_openapi_json, "deploy/openapi.json");
@@ -48,6 +49,8 @@ static const asset ASSETS[] = {
     {"/index.html", attnd_asset_index_html_start, attnd_asset_index_html_end,
      "text/html; charset=utf-8"},
     {"/app.js", attnd_asset_app_js_start, attnd_asset_app_js_end,
+     "text/javascript; charset=utf-8"},
+    {"/tensors.js", attnd_asset_tensors_js_start, attnd_asset_tensors_js_end,
      "text/javascript; charset=utf-8"},
     {"/style.css", attnd_asset_style_css_start, attnd_asset_style_css_end,
      "text/css; charset=utf-8"},

@@ -9,7 +9,7 @@
  *   assets_lookup(path, &data, &len, &content_type)
  *     path          the request path exactly as the HTTP layer sees it,
  *                   without a query string: "/", "/index.html", "/app.js",
- *                   "/style.css" ("/" is index.html) or "/openapi.json"
+ *                   "/tensors.js", "/style.css" ("/" is index.html) or "/openapi.json"
  *                   (deploy/openapi.json).  Matching is exact
  *                   and case-sensitive; NULL is not found.
  *     returns 0     when path names an embedded asset; then *data points at

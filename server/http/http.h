@@ -5,7 +5,7 @@
  *   GET  /healthz        200 {"status":"ok"} while the process serves
  *   GET  /readyz         200 when accepting work, 503 starting/draining
  *   GET  /metrics        Prometheus text exposition
- *   GET  /, /index.html, /app.js, /style.css   the playground (assets.h)
+ *   GET  /, /index.html, /app.js, /tensors.js, /style.css   the playground
  *   KServe v2: GET /v2, /v2/health/live, /v2/health/ready,
  *        /v2/models/{m}[/versions/{v}][/ready]; POST .../infer
  *   Triton's system shared memory: /v2/systemsharedmemory/... (shm_http.h)

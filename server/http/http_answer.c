@@ -43,7 +43,7 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
   if (status == 401)
     MHD_add_response_header(
         resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-        r->unauth == AUTH_INVALID
+        r->auth == AUTH_INVALID
             ? "Bearer realm=\"attnd\", error=\"invalid_token\""
             : "Bearer realm=\"attnd\"");
   if (r->close || atomic_load(&r->h->quiesced))
@@ -57,7 +57,7 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
    * answer can already see it counted in /metrics. */
   took = clock_now_ns() - r->start_ns;
   metrics_record_request(r->h->m, r->route, status, r->bytes_in, len, took);
-  if (r->route == METRICS_ROUTE_V2_INFER && r->rt && r->unauth == AUTH_OK)
+  if (r->route == METRICS_ROUTE_V2_INFER && r->rt && r->auth == AUTH_OK)
     metrics_record_model(r->h->m, r->model,
                          status == 200 ? METRICS_PHASE_SUCCESS
                                        : METRICS_PHASE_FAIL,

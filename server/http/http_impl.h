@@ -1,11 +1,14 @@
 /* http_impl.h - internals shared by the server/http*.c files; not a
  * public API (that is http.h), and included by nothing else.
  *
- * The HTTP front end is five files, one job each:
- *   http.c         the daemon and its lifecycle; MHD's callbacks (a
- *                  request's first call and its states, completion, the
- *                  access log, connection notices); routing and the route
- *                  table; the token check; framing;
+ * The HTTP front end is eight files, one job each:
+ *   http_daemon.c  the daemons and their lifecycle, the acceptor's
+ *                  hand-off to a lane and its connection notices;
+ *   http.c         one request's life on its lane: its first call, its
+ *                  states, framing, completion and the access log;
+ *   http_route.c   which route a request is (the route table, method and
+ *                  token checks) and the GETs answered at once;
+ *   http_auth.c    the bearer token;
  *   http_answer.c  queueing a request's one answer: its headers, its
  *                  status and what it counts in the metrics;
  *   http_post.c    the POST routes: the body, its decode, admission, the
@@ -13,7 +16,7 @@
  *                  the batcher, and the answer the job produced;
  *   http_limits.c  what a POST may take before it runs: its body's hold
  *                  on the in-flight budget, the body's deadline, the
- *                  request's estimated cost;
+ *                  request's estimated flops;
  *   http_v2meta.c  the KServe v2 metadata, health, model configuration
  *                  and statistics GETs.
  *
@@ -57,12 +60,20 @@ enum http_req_state {
 enum http_refusal {
   REFUSE_NONE = 0,
   REFUSE_BUDGET,            /* it outgrew what is left of the budget */
-  REFUSE_COST,              /* its v2 JSON part costs too much */
+  REFUSE_FLOPS,             /* its v2 JSON part needs too many flops */
   REFUSE_LATE               /* its deadline passed (--body-timeout-s) */
 };
 
 /* What the Authorization header says, for a route that needs the token. */
 enum http_auth { AUTH_OK = 0, AUTH_MISSING = 1, AUTH_INVALID = 2 };
+
+/* Why a body's bytes stopped being kept (http_req.body_fault); the drop
+ * for a refusal is http_req.refused. */
+enum http_body_fault {
+  FAULT_NONE = 0,   /* every byte so far is kept */
+  FAULT_OVER_MAX,   /* past --max-body-mb: 413 at the end */
+  FAULT_NO_MEMORY   /* an append found no memory: 500 at the end */
+};
 
 /* One lane: a libmicrohttpd daemon with one thread (handoff.h). */
 struct http_lane {
@@ -109,19 +120,22 @@ struct http_req {
   enum http_req_state state;
   proto_body body;          /* accumulated request body */
   size_t bytes_in;          /* every body byte received, kept or not */
-  int too_big;
+  int body_fault;           /* enum http_body_fault */
   int refused;              /* enum http_refusal */
   size_t held;              /* bytes of the in-flight budget it holds */
   size_t declared;          /* its Content-Length, 0 when none */
   unsigned timeout_s;       /* the idle timeout set for its body, 0 none */
-  int costed;               /* the early v2 cost check has run */
+  int flops_checked;        /* the early v2 flops check has run */
   double cost_flops;        /* attn_cost_flops, once known */
-  int unauth;               /* enum http_auth: 401 at the end if not OK */
+  int auth;                 /* enum http_auth: 401 at the end if not OK */
   int close;                /* answer with Connection: close */
   int posting;              /* counted in h->posts */
   int linger_fd;            /* answered before its body: a duplicate of
                                the socket for linger_add, else -1 */
   uint64_t start_ns;
+  uint64_t own_timeout_us;  /* its own "timeout" when that, not
+                               --timeout-ms, is its deadline; else 0
+                               (for the 504's message) */
   unsigned int status;      /* what we queued; 0 if nothing was */
   size_t bytes_out;
   const char *rid;          /* X-Request-ID: the client's or rid_buf */
@@ -190,7 +204,25 @@ enum MHD_Result http_fail(struct http_req *r, int err, const char *msg,
 enum MHD_Result http_send(struct http_req *r, unsigned int status, int rc,
                           char *body, size_t len);
 
-/* ---- the token (http.c) ------------------------------------------------- */
+/* ---- a request's life (http.c) -------------------------------------------
+ *
+ * libmicrohttpd's access handler and completion callback for every lane's
+ * daemon (http_daemon.c starts them with h as cls). */
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c,
+                                const char *url, const char *method,
+                                const char *version, const char *upload_data,
+                                size_t *upload_data_size, void **con_cls);
+void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                       enum MHD_RequestTerminationCode toe);
+
+/* ---- routing (http_route.c) ---------------------------------------------- */
+
+/* Routes r: answers it, or for a POST route starts receiving its body
+ * (http_post_begin); unknown paths, methods and tokens get their 404,
+ * 405 and 401. */
+enum MHD_Result http_dispatch(struct http_req *r);
+
+/* ---- the token (http_auth.c) --------------------------------------------- */
 
 /* r's verdict for route rt: AUTH_OK when rt is open or no token is
  * configured, else the Authorization header's (enum http_auth).  A NULL
@@ -228,7 +260,7 @@ enum MHD_Result http_post_answer(struct http_req *r);
 /* ---- limits before a POST runs (http_limits.c) ---------------------------
  *
  * The body's share of the in-flight budget (r->held), its deadline and
- * the request's estimated cost.  Messages name the flag to change. */
+ * the request's estimated flops.  Messages name the flag to change. */
 
 /* First call: length is the Content-Length (0 when none).  0, or
  * ATTND_ETOOBIG (over --max-body-mb or the whole budget) or ATTND_EBUSY
@@ -269,14 +301,14 @@ size_t http_limits_inflate_room(struct http_req *r);
 void http_limits_decode_begin(struct http_req *r);
 void http_limits_decode_end(void);
 
-/* A decoded request's cost: recorded in the metrics, and ATTND_ETOOBIG
+/* A decoded request's flops: recorded in the metrics, and ATTND_ETOOBIG
  * with msg when it is over --max-request-gflop. */
-int http_limits_cost(struct http_req *r, const proto_request *q, char *msg,
+int http_limits_flops(struct http_req *r, const proto_request *q, char *msg,
                      size_t cap);
 
 /* For a v2 body whose JSON part has arrived: drops the body
- * (REFUSE_COST) when its shapes alone cost too much.  Runs once. */
-void http_limits_early_cost(struct http_req *r);
+ * (REFUSE_FLOPS) when its shapes alone need too many flops.  Runs once. */
+void http_limits_early_flops(struct http_req *r);
 
 /* Completion: gives back whatever r still holds. */
 void http_limits_end(struct http_req *r);

@@ -1,6 +1,6 @@
 /* http_limits.c - what a POST may take before it runs: its body's share of
  * the in-flight memory budget from its headers on, the body's own
- * deadline, and the request's estimated cost (http_impl.h).
+ * deadline, and the request's estimated flops (http_impl.h).
  *
  * DESIGN
  *
@@ -46,7 +46,7 @@
 #define HTTP_HOLD_STEP ((size_t)1 << 20)
 
 /* A v2 JSON part longer than this is not parsed twice for the early
- * cost check: the check after the whole body catches it. */
+ * flops check: the check after the whole body catches it. */
 #define HTTP_EARLY_HEADER_MAX ((size_t)64 << 10)
 
 /* Nor is one whose body is as good as in: with less than this still to
@@ -193,9 +193,9 @@ void http_limits_decode_begin(struct http_req *r) {
 
 void http_limits_decode_end(void) { mem_hold_end(); }
 
-/* ---- cost --------------------------------------------------------------- */
+/* ---- flops -------------------------------------------------------------- */
 
-static int http_cost_refusal(struct http_req *r, char *msg, size_t cap) {
+static int http_flops_refusal(struct http_req *r, char *msg, size_t cap) {
   snprintf(msg, cap, "request would cost about %.3g GFLOP, more than the "
            "server's limit of %.3g GFLOP (--max-request-gflop); send "
            "smaller shapes, or split the batch", r->cost_flops / 1e9,
@@ -203,30 +203,30 @@ static int http_cost_refusal(struct http_req *r, char *msg, size_t cap) {
   return ATTND_ETOOBIG;
 }
 
-int http_limits_cost(struct http_req *r, const proto_request *q, char *msg,
+int http_limits_flops(struct http_req *r, const proto_request *q, char *msg,
                      size_t cap) {
   r->cost_flops = r->job.cost_flops = work_flops(q);
-  metrics_record_cost(r->h->m, r->cost_flops);
+  metrics_record_flops(r->h->m, r->cost_flops);
   if (r->h->cfg.max_request_flop <= 0 ||
       r->cost_flops <= r->h->cfg.max_request_flop)
     return 0;
-  return http_cost_refusal(r, msg, cap);
+  return http_flops_refusal(r, msg, cap);
 }
 
 /* The JSON part of a binary v2 body is in: weigh the request from its
  * shapes before its tensors arrive.  A refusal drops the body; anything
  * the shapes alone cannot decide is left to the whole body's decode.
- * Packed sequences are such a thing: what they cost is what their
- * sequences cost, and the lengths are in cu_seqlens, binary data not yet
+ * Packed sequences are such a thing: their flops are their
+ * sequences' flops, and the lengths are in cu_seqlens, binary data not yet
  * read, so a packed request is weighed once its body is in. */
-void http_limits_early_cost(struct http_req *r) {
+void http_limits_early_flops(struct http_req *r) {
   proto_request q;
   char err[PROTO_ERR_MAX];
   size_t hlen = r->body.scan_from;
-  if (r->costed || r->refused || r->rt->body != BODY_V2 ||
+  if (r->flops_checked || r->refused || r->rt->body != BODY_V2 ||
       hlen == SIZE_MAX || r->body.len < hlen)
     return;
-  r->costed = 1;
+  r->flops_checked = 1;
   /* A compressed body's JSON part is known only once it is inflated. */
   if (r->h->cfg.max_request_flop <= 0 || hlen > HTTP_EARLY_HEADER_MAX ||
       (r->declared && r->body.len + HTTP_EARLY_REST_MIN > r->declared) ||
@@ -238,8 +238,8 @@ void http_limits_early_cost(struct http_req *r) {
       q.prob.n_seqs == 0) {
     r->cost_flops = work_flops(&q);
     if (r->cost_flops > r->h->cfg.max_request_flop) {
-      metrics_record_cost(r->h->m, r->cost_flops);
-      http_limits_drop(r, REFUSE_COST);
+      metrics_record_flops(r->h->m, r->cost_flops);
+      http_limits_drop(r, REFUSE_FLOPS);
     }
   }
   proto_request_free(&q);
@@ -255,8 +255,8 @@ int http_limits_refusal(struct http_req *r, char *msg, size_t cap) {
              "%zu bytes; retry later, or send a smaller request",
              r->h->cfg.max_inflight >> 20, r->bytes_in);
     return ATTND_EBUSY;
-  case REFUSE_COST:
-    return http_cost_refusal(r, msg, cap);
+  case REFUSE_FLOPS:
+    return http_flops_refusal(r, msg, cap);
   case REFUSE_LATE:
     snprintf(msg, cap, "request body did not arrive within %d s of its "
              "headers (--body-timeout-s); send it faster, or in smaller "

@@ -41,17 +41,17 @@ enum MHD_Result http_post_begin(struct http_req *r) {
 
   /* Answered at the end of the body: an answer sent mid-upload tends to
    * reach the client as a connection reset. */
-  r->unauth = http_auth(r, r->rt);
+  r->auth = http_auth(r, r->rt);
   /* A body to be dropped (no token) holds nothing; one too large, or
    * that does not fit in the budget now, is refused before it is read. */
-  if (n > r->h->cfg.max_body || !r->unauth) {
+  if (n > r->h->cfg.max_body || r->auth == AUTH_OK) {
     rc = http_limits_begin(r, n, msg, sizeof msg);
     if (rc != 0)
       return http_fail(r, rc, msg, NULL);
   }
   /* Reserve once; a wrong Content-Length only costs a realloc, and a
    * failed reservation is answered when an append fails too. */
-  if (!r->unauth)
+  if (r->auth == AUTH_OK)
     (void)proto_body_init(
         &r->body, (size_t)n,
         r->rt->body == BODY_V2
@@ -67,14 +67,14 @@ enum MHD_Result http_post_begin(struct http_req *r) {
  * answer until the final call). */
 void http_post_chunk(struct http_req *r, const char *data, size_t n) {
   r->bytes_in += n;
-  if (r->too_big || r->unauth || r->refused)
+  if (r->body_fault != FAULT_NONE || r->auth != AUTH_OK || r->refused)
     return;
   if (http_limits_late(r)) {
     http_limits_drop(r, REFUSE_LATE);
     return;
   }
   if (n > r->h->cfg.max_body - r->body.len) {
-    r->too_big = 1;
+    r->body_fault = FAULT_OVER_MAX;
     http_limits_drop(r, REFUSE_NONE);
     return;
   }
@@ -83,17 +83,18 @@ void http_post_chunk(struct http_req *r, const char *data, size_t n) {
     return;
   }
   if (proto_body_append(&r->body, data, n)) {
-    r->too_big = -1;  /* out of memory: answered on the final call */
+    r->body_fault = FAULT_NO_MEMORY; /* answered on the final call */
     return;
   }
-  if (!r->costed)
-    http_limits_early_cost(r);
+  if (!r->flops_checked)
+    http_limits_early_flops(r);
 }
 
 /* A refused body's drain is bounded: HTTP_DRAIN_FACTOR (http_impl.h),
  * and for a late one another --body-timeout-s. */
 int http_refused_too_long(const struct http_req *r) {
-  return ((r->too_big > 0 || r->unauth || r->refused) &&
+  return ((r->body_fault == FAULT_OVER_MAX || r->auth != AUTH_OK ||
+           r->refused) &&
           r->bytes_in / HTTP_DRAIN_FACTOR > r->h->cfg.max_body) ||
          http_limits_cut(r);
 }
@@ -194,9 +195,24 @@ static uint64_t http_deadline(struct http_req *r) {
   uint64_t d = 0, own = r->job.req.timeout_us;
   if (r->h->cfg.timeout_ms)
     d = r->start_ns + (uint64_t)r->h->cfg.timeout_ms * 1000000u;
-  if (own && (d == 0 || r->start_ns + own * 1000u < d))
+  r->own_timeout_us = 0;
+  if (own && (d == 0 || r->start_ns + own * 1000u < d)) {
     d = r->start_ns + own * 1000u;
+    r->own_timeout_us = own;
+  }
   return d;
+}
+
+/* The 504's message: which deadline passed, the request's own or the
+ * server's. */
+static void http_late_msg(const struct http_req *r, char *msg, size_t cap) {
+  if (r->own_timeout_us)
+    snprintf(msg, cap, "deadline passed before the request finished: its "
+             "\"timeout\" parameter of %llu us", (unsigned long long)
+             r->own_timeout_us);
+  else
+    snprintf(msg, cap, "deadline passed before the request finished: the "
+             "server's --timeout-ms of %ld ms", r->h->cfg.timeout_ms);
 }
 
 /* The batcher's job->finish: outputs into their regions, once the answer
@@ -230,25 +246,34 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
  * tensors and its encoded answer (twice when compressed, the plain text
  * and the compressed copy living together).  ATTND_ETOOBIG, with a
  * message in msg, when that alone exceeds the in-flight budget: it could
- * never be admitted, so 413 rather than a 503 to retry. */
+ * never be admitted, so 413 rather than a 503 to retry.  The advice is
+ * proto's, as for the decoder's element limit (proto_budget_advice). */
 static int http_post_hold_bytes(struct http_req *r, char *msg, size_t cap) {
   const proto_request *q = &r->job.req;
-  size_t answer = proto_answer_bytes(q);
-  r->job.hold_bytes = q->in_bytes + q->out_bytes + answer * (r->job.coding ? 2 : 1);
+  const attn_problem *p = &q->prob;
+  int copies = r->job.coding ? 2 : 1;
+  size_t answer = proto_answer_bytes(q), w = 0, rows;
+  char advice[160];
+  r->job.hold_bytes = q->in_bytes + q->out_bytes + answer * copies;
   if (r->job.hold_bytes <= r->h->cfg.max_inflight)
     return 0;
-  if (q->weights)
-    snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
-             "answer, more than the server's in-flight limit of %zu MiB "
-             "(--max-inflight-mb), mostly the weights; for the output "
-             "alone send \"return_weights\": false (v2: \"outputs\" "
-             "without \"weights\")",
-             (r->job.hold_bytes >> 20) + 1, r->h->cfg.max_inflight >> 20);
-  else
-    snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
-             "answer, more than the server's in-flight limit of %zu MiB "
-             "(--max-inflight-mb); send smaller tensors, or split the batch",
-             (r->job.hold_bytes >> 20) + 1, r->h->cfg.max_inflight >> 20);
+  /* the weights' part: computed, and when returned, printed (16 bytes a
+   * number, 4 a row, as proto_answer_bytes) or sent binary */
+  rows = (size_t)p->B * (size_t)p->H * (size_t)p->Lq;
+  if (q->weights) {
+    w = rows * (size_t)p->Lk * sizeof(float);
+    if (q->return_weights)
+      w += copies * (q->codec == PROTO_CODEC_V2 &&
+                             q->binary[PROTO_OUT_WEIGHTS]
+                         ? w
+                         : w * 4 + rows * 4);
+  }
+  proto_budget_advice(q, r->job.hold_bytes - (w < r->job.hold_bytes ? w : 0),
+                      r->h->cfg.max_inflight, advice, sizeof advice);
+  snprintf(msg, cap, "request needs about %zu MiB for its tensors and "
+           "answer, more than the server's in-flight limit of %zu MiB "
+           "(--max-inflight-mb)%s", (r->job.hold_bytes >> 20) + 1,
+           r->h->cfg.max_inflight >> 20, advice);
   return ATTND_ETOOBIG;
 }
 
@@ -260,16 +285,16 @@ enum MHD_Result http_post_end(struct http_req *r) {
   int rc;
 
   http_limits_body_done(r);
-  if (r->unauth)
+  if (r->auth != AUTH_OK)
     return http_fail(r, ATTND_EUNAUTH, NULL, NULL);
-  if (r->too_big > 0) {
+  if (r->body_fault == FAULT_OVER_MAX) {
     snprintf(msg, sizeof msg, "request body exceeds the limit of %zu MiB "
              "(--max-body-mb)", h->cfg.max_body >> 20);
     return http_fail(r, ATTND_ETOOBIG, msg, NULL);
   }
   if (r->refused)
     return http_fail(r, http_limits_refusal(r, msg, sizeof msg), msg, NULL);
-  if (r->too_big < 0)
+  if (r->body_fault == FAULT_NO_MEMORY)
     return http_fail(r, ATTND_ENOMEM, NULL, NULL);
   /* Served while draining too: a client may still clean its regions up. */
   if (r->rt->body == BODY_SHM)
@@ -288,22 +313,26 @@ enum MHD_Result http_post_end(struct http_req *r) {
                          clock_now_ns() - t0);
   r->job.coding = proto_accept_coding(MHD_lookup_connection_value(
       r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
-  rc = http_limits_cost(r, &r->job.req, msg, sizeof msg);
+  msg[0] = '\0';
+  rc = http_limits_flops(r, &r->job.req, msg, sizeof msg);
   if (rc == 0)
     rc = http_post_hold_bytes(r, msg, sizeof msg);
   if (rc == 0) {
-    rc = batcher_reserve_held(h->b, r->job.hold_bytes, r->held);
+    rc = batcher_reserve_held(h->b, r->job.hold_bytes, r->held, msg,
+                              sizeof msg);
     r->held = 0;
   }
   if (rc != 0) {
     proto_request_free(&r->job.req);
-    return http_fail(r, rc, rc == ATTND_ETOOBIG ? msg : NULL, NULL);
+    return http_fail(r, rc, msg[0] ? msg : NULL, NULL);
   }
   r->job.deadline_ns = http_deadline(r);
   r->job.done = http_on_job_done;
   r->job.arg = r;
   if (r->shm.n)
     r->job.finish = http_job_finish;
+  if (r->job.req.n_shared)
+    r->job.guarded = shm_http_guarded;
   /* Watched from here, whether it runs on this thread or is queued. */
   http_watch(r);
   /* h->posts counts this POST and every other one from its first byte to
@@ -343,6 +372,16 @@ enum MHD_Result http_post_answer(struct http_req *r) {
   if (job->err == ATTND_EDRAINING)
     return http_fail(r, job->err, "server is shutting down: the request "
                      "did not finish within the drain (--drain-s)", NULL);
+  if (job->err == ATTND_ETIMEDOUT) {
+    char late[160];
+    http_late_msg(r, late, sizeof late);
+    return http_fail(r, job->err, late, NULL);
+  }
+  /* The core's only ATTND_EINVAL: an input read in place lost pages. */
+  if (job->err == ATTND_EINVAL && !r->shm.msg[0])
+    return http_fail(r, job->err, "a shared memory region an input was "
+                     "read from lost pages while the request was computed "
+                     "(its object truncated after registration?)", NULL);
   if (job->err != 0)
     return http_fail(r, job->err, r->shm.msg[0] ? r->shm.msg : NULL, NULL);
   if (binary) {

@@ -51,11 +51,11 @@ static const double metrics_time_bounds[] = {
 static const double metrics_batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128,
                                               256};
 
-/* GFLOP buckets for the cost estimate: a decade apart from a tiny
+/* GFLOP buckets for the flops estimate: a decade apart from a tiny
  * request to far past the default --max-request-gflop. */
-static const double metrics_cost_bounds[] = {0.0001, 0.001, 0.01, 0.1, 1,
+static const double metrics_gflop_bounds[] = {0.0001, 0.001, 0.01, 0.1, 1,
                                              10, 100, 1000, 10000};
-#define N_COST (sizeof metrics_cost_bounds / sizeof metrics_cost_bounds[0])
+#define N_GFLOP (sizeof metrics_gflop_bounds / sizeof metrics_gflop_bounds[0])
 #define N_BATCH (sizeof metrics_batch_bounds / sizeof metrics_batch_bounds[0])
 
 struct metrics_hist {
@@ -82,7 +82,7 @@ struct metrics {
   struct metrics_hist request_time[N_HIST_ROUTES];
   _Atomic uint64_t route_ns[METRICS_ROUTE_COUNT];
   _Atomic uint64_t route_count[METRICS_ROUTE_COUNT];
-  struct metrics_hist queue_time, compute_time, batch_size, cost;
+  struct metrics_hist queue_time, compute_time, batch_size, flops;
   struct metrics_model {
     _Atomic uint64_t count[METRICS_PHASE_COUNT], ns[METRICS_PHASE_COUNT];
     _Atomic uint64_t last_ms;
@@ -223,8 +223,8 @@ void metrics_set_inflight_limit(struct metrics *m, size_t bytes) {
 }
 
 /* The sum is kept in MFLOP, so that it fits in its integer. */
-void metrics_record_cost(struct metrics *m, double flops) {
-  metrics_observe(&m->cost, metrics_cost_bounds, N_COST, flops / 1e9,
+void metrics_record_flops(struct metrics *m, double flops) {
+  metrics_observe(&m->flops, metrics_gflop_bounds, N_GFLOP, flops / 1e9,
                   (uint64_t)(flops / 1e6));
 }
 
@@ -462,8 +462,8 @@ int metrics_render(struct metrics *m, char **body, size_t *len) {
   metrics_head(&b, "attnd_request_cost_gflop", "histogram",
                "Estimated cost of inference requests, GFLOP (what "
                "--max-request-gflop is compared with).");
-  metrics_hist_render(&b, "attnd_request_cost_gflop", "", &m->cost,
-                      metrics_cost_bounds, N_COST, 1e3);
+  metrics_hist_render(&b, "attnd_request_cost_gflop", "", &m->flops,
+                      metrics_gflop_bounds, N_GFLOP, 1e3);
   metrics_render_process(&b);
   if (b.oom) {
     mem_free(b.p);

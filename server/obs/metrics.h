@@ -100,7 +100,7 @@ void metrics_add_inflight_bytes(struct metrics *m, int64_t delta);
 void metrics_set_inflight_limit(struct metrics *m, size_t bytes);
 
 /* A request's estimated cost (attn_cost_flops), before it runs. */
-void metrics_record_cost(struct metrics *m, double flops);
+void metrics_record_flops(struct metrics *m, double flops);
 
 /* Renders the exposition text: attnd's series, with a latency histogram
  * on the inference routes and a count and sum on the others, then the

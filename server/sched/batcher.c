@@ -56,7 +56,7 @@
  *
  * Accounting (b->mu): `queued` counts reserved jobs that no worker has
  * taken (admission against max_queue), `outstanding` counts reserved jobs
- * whose done() has not returned, `bytes` sums their costs and the holds
+ * whose done() has not returned, `bytes` sums their hold_bytes and the holds
  * of bodies still arriving (batcher_hold), all against max_bytes.  Every
  * change to `bytes` is added to the metrics' gauge after the unlock, as a
  * difference, so that the gauge needs no lock of its own.
@@ -65,6 +65,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
@@ -598,19 +599,31 @@ err:
 }
 
 int batcher_reserve(struct batcher *b, size_t hold_bytes) {
-  return batcher_reserve_held(b, hold_bytes, 0);
+  return batcher_reserve_held(b, hold_bytes, 0, NULL, 0);
 }
 
-int batcher_reserve_held(struct batcher *b, size_t hold_bytes, size_t held) {
+int batcher_reserve_held(struct batcher *b, size_t hold_bytes, size_t held,
+                         char *msg, size_t cap) {
   int rc = 0;
   pthread_mutex_lock(&b->mu);
   b->bytes -= held;
-  if (b->closed)
+  if (b->closed) {
     rc = ATTND_EDRAINING;
-  else if (b->queued >= b->cfg.max_queue ||
-           hold_bytes > b->cfg.max_bytes - b->bytes)
+  } else if (b->queued >= b->cfg.max_queue) {
     rc = ATTND_EBUSY;
-  else {
+    if (msg)
+      snprintf(msg, cap, "server busy: %zu requests are queued, the "
+               "server's limit (--max-queue %zu); retry later",
+               (size_t)b->queued, (size_t)b->cfg.max_queue);
+  } else if (hold_bytes > b->cfg.max_bytes - b->bytes) {
+    rc = ATTND_EBUSY;
+    if (msg)
+      snprintf(msg, cap, "server busy: the request needs %zu MiB of "
+               "in-flight memory and %zu of %zu MiB are in use "
+               "(--max-inflight-mb); retry later", (hold_bytes >> 20) + 1,
+               (size_t)((b->bytes + (1u << 20) - 1) >> 20),
+               (size_t)(b->cfg.max_bytes >> 20));
+  } else {
     b->queued++;
     b->outstanding++;
     b->bytes += hold_bytes;

@@ -37,7 +37,7 @@ struct batcher_config {
   int max_batch;            /* >= 1 */
   long max_delay_us;        /* 0 = greedy */
   size_t max_queue;         /* jobs reserved but not yet running */
-  size_t max_bytes;         /* budget of reserved job costs */
+  size_t max_bytes;         /* budget of the jobs' hold_bytes */
   uint64_t inline_ns;       /* batcher_run_here's bounds, 0 = never: */
   uint64_t inline_idle_ns;  /* always, and while nothing else is in flight */
 };
@@ -74,6 +74,13 @@ struct batcher_job {
                                ATTND_E* that fails the job instead (its
                                answer dropped).  What writes v2 outputs
                                into shared memory regions. */
+  int (*guarded)(const proto_request *req, int (*fn)(void *), void *arg);
+                            /* NULL, or what runs the core over a request
+                               that reads inputs in place from shared
+                               memory (req->n_shared > 0), on every thread
+                               that computes it: fn(arg) guarded against
+                               those pages going away; fn's value, or
+                               ATTND_EINVAL when they did. */
 
   /* Set by anyone at any time, once (the HTTP layer's watcher, or
    * batcher_cancel_all): why the job is to stop, enum batcher_cancel.
@@ -134,8 +141,11 @@ void batcher_unhold(struct batcher *b, size_t n);
 /* batcher_reserve for a request whose body held `held` bytes: gives the
  * hold back and reserves hold_bytes in one step, so that a body turning into
  * its tensors never counts twice nor lets another request in between.
- * The hold is given back whatever the result. */
-int batcher_reserve_held(struct batcher *b, size_t hold_bytes, size_t held);
+ * The hold is given back whatever the result.  On ATTND_EBUSY, msg (cap
+ * bytes; NULL: none) says which limit was hit, the queue's (--max-queue)
+ * or the memory budget's (--max-inflight-mb), with the figures. */
+int batcher_reserve_held(struct batcher *b, size_t hold_bytes, size_t held,
+                         char *msg, size_t cap);
 
 /* Bytes of the budget in use right now: holds and reserved jobs. */
 size_t batcher_bytes_in_use(struct batcher *b);

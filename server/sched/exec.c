@@ -19,6 +19,12 @@
  * lives on the owner's stack.  A helper takes no batch slot: a batch the
  * loop thread dispatches meanwhile waits in the pool's FIFO for a worker.
  *
+ * Inputs read in place from a client's shared memory region
+ * (proto_request.shared) can lose their pages at any time: every thread
+ * that runs the core over a request's tasks, owner and helpers alike,
+ * does so inside its own SIGBUS guard over them (exec_tasks, through the
+ * submitter's job->guarded).
+ *
  * Locks: a split's mu is a leaf lock, never held with pool.c's or b->mu.
  */
 #include "server/sched/exec.h"
@@ -31,6 +37,41 @@
 #include "server/clock.h"
 #include "server/obs/log.h"
 #include "server/sched/work.h"
+
+/* ---- the core over a range of tasks ----------------------------------- */
+
+struct exec_tasks {
+  const attn_problem *p;
+  size_t t0, t1;
+  float *out, *weights, *lse;
+  void *scratch;
+};
+
+/* The core's own failures other than a stop are our bugs (500), so that
+ * ATTND_EINVAL out of fault_run means a region lost pages. */
+static int exec_tasks_run(void *arg) {
+  struct exec_tasks *a = arg;
+  int rc = attn_run_tasks_lse(a->p, a->t0, a->t1, a->out, a->weights,
+                              a->lse, a->scratch);
+  return rc == 0 || rc == ATTND_ECANCELED ? rc : ATTND_EINTERNAL;
+}
+
+/* Tasks [t0, t1) of job's request on this thread: through job->guarded
+ * when the request reads inputs in place from shared memory regions
+ * (proto_request.shared), so that a client truncating its object under
+ * the core costs its request a 400 (ATTND_EINVAL), not the process.
+ * 0, ATTND_ECANCELED, ATTND_EINVAL or ATTND_EINTERNAL. */
+static int exec_tasks(const struct batcher_job *job, size_t t0, size_t t1,
+                      float *out, float *weights, float *lse,
+                      void *scratch) {
+  struct exec_tasks a = {&job->req.prob, t0, t1, out, weights, lse,
+                         scratch};
+  if (!job->req.n_shared)
+    return exec_tasks_run(&a);
+  if (!job->guarded)  /* the submitter's bug: never read them unguarded */
+    return ATTND_EINTERNAL;
+  return job->guarded(&job->req, exec_tasks_run, &a);
+}
 
 /* ---- splitting one request across idle workers ---------------------- */
 
@@ -47,7 +88,7 @@ struct exec_helper {
 };
 
 struct exec_split {
-  const attn_problem *p;
+  const struct batcher_job *job;
   float *out, *weights, *lse;
   size_t ntasks, chunk, scratch_bytes;
   _Atomic size_t next;      /* first task nobody has claimed */
@@ -67,10 +108,11 @@ static void exec_claim(struct exec_split *s, void *scratch, int helper) {
     if (t0 >= s->ntasks)
       return;
     t1 = t0 + s->chunk < s->ntasks ? t0 + s->chunk : s->ntasks;
-    int rc = attn_run_tasks_lse(s->p, t0, t1, s->out, s->weights, s->lse,
-                                scratch);
-    if (rc != 0) {  /* stopped (attn_problem.stop), or our bug */
-      atomic_store(&s->err, rc == ATTND_ECANCELED ? rc : ATTND_EINTERNAL);
+    int rc = exec_tasks(s->job, t0, t1, s->out, s->weights, s->lse,
+                        scratch);
+    if (rc != 0) {  /* stopped (attn_problem.stop), a region lost pages,
+                       or our bug */
+      atomic_store(&s->err, rc);
       return;
     }
     if (helper)
@@ -106,14 +148,14 @@ static int exec_helpers_wanted(struct exec_ctx *x, double flops,
 }
 
 /* Runs every task of p on this worker and nh helpers.  0 or ATTND_E*. */
-static int exec_split_run(struct exec_ctx *x, const attn_problem *p,
+static int exec_split_run(struct exec_ctx *x, const struct batcher_job *job,
                           float *out, float *weights, float *lse,
                           size_t tasks, size_t bytes, void *scratch,
                           int nh) {
   struct exec_split s;
   int i, err;
   memset(&s, 0, sizeof s);
-  s.p = p;
+  s.job = job;
   s.out = out;
   s.weights = weights;
   s.lse = lse;
@@ -232,13 +274,11 @@ static int exec_compute(struct exec_ctx *x, struct batcher_job *job,
     return ATTND_ENOMEM;
   nh = w ? exec_helpers_wanted(x, job->cost_flops, tasks) : 0;
   if (nh > 0)
-    rc = exec_split_run(x, p, job->req.out, weights, job->req.lse, tasks,
-                        bytes, scratch, nh);
+    rc = exec_split_run(x, job, job->req.out, weights, job->req.lse,
+                        tasks, bytes, scratch, nh);
   else
-    rc = attn_run_tasks_lse(p, 0, tasks, job->req.out, weights,
-                            job->req.lse, scratch);
-  if (rc != 0 && rc != ATTND_ECANCELED)
-    rc = ATTND_EINTERNAL;
+    rc = exec_tasks(job, 0, tasks, job->req.out, weights, job->req.lse,
+                    scratch);
   if (!w)
     mem_free(scratch);
   if (rc != 0)

@@ -1,6 +1,7 @@
 /* work.h - what a request is expected to take, in the one model attnd has.
  *
- * "Cost" means three different things in server/, named apart:
+ * What a request costs is one of three quantities in server/, each named
+ * by its unit (no name says "cost" alone):
  *   flops       the work of computing a request, attn_cost_flops (core/):
  *               what --max-request-gflop limits and
  *               attnd_request_cost_gflop shows;

@@ -7,11 +7,12 @@
  * faulting thread), so everything it reads is that thread's own.
  *
  * What is shared, and how:
- * - fault_guard is thread-local: the jump buffer, the guarded range
- *   [lo, lo + len) and armed.  Only its own thread writes it, and its
- *   handler reads it in between two instructions of that same thread, so
- *   volatile fields and compiler-only fences (atomic_signal_fence) order
- *   the stores against the copy; no lock, no atomic instruction.
+ * - fault_guard is thread-local: the jump buffer, the guarded ranges
+ *   [lo[i], lo[i] + len[i]) and armed.  Only its own thread writes it,
+ *   and its handler reads it in between two instructions of that same
+ *   thread, so volatile fields and compiler-only fences
+ *   (atomic_signal_fence) order the stores against the copy (or fn); no
+ *   lock, no atomic instruction.
  * - fault_once / fault_init_rc / fault_prev: pthread_once makes the one
  *   installation, and fault_prev (the disposition it replaced) is written
  *   there, before the handler can run, and only read afterwards.  The
@@ -32,6 +33,7 @@
  */
 #include "server/shm/fault.h"
 
+#include <fenv.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -43,7 +45,9 @@
 
 struct fault_guard {
   sigjmp_buf jb;
-  volatile uintptr_t lo, len;  /* the mapped side of the copy */
+  /* the mapped side of the copy, or the ranges of a fault_run */
+  volatile uintptr_t lo[FAULT_RANGES], len[FAULT_RANGES];
+  volatile int n;
   volatile sig_atomic_t armed; /* 1 from sigsetjmp to the copy's end */
   volatile unsigned long caught;
 };
@@ -88,11 +92,12 @@ static void fault_on_sigbus(int sig, siginfo_t *si, void *uctx) {
    * there. */
   if (g->armed && si->si_code > 0) {
     uintptr_t a = (uintptr_t)si->si_addr;
-    if (a >= g->lo && a - g->lo < g->len) {
-      g->armed = 0;
-      g->caught++;
-      siglongjmp(g->jb, 1);
-    }
+    for (int i = 0; i < g->n; i++)
+      if (a >= g->lo[i] && a - g->lo[i] < g->len[i]) {
+        g->armed = 0;
+        g->caught++;
+        siglongjmp(g->jb, 1);
+      }
   }
   /* Not a guarded copy's: the earlier handler's, or death as without
    * any.  A fault re-executes its instruction on return and faults again,
@@ -128,8 +133,9 @@ static int fault_copy(void *dst, const void *src, size_t n, const void *lo) {
   struct fault_guard *g = &fault_guard;
   if (n == 0)
     return 0;
-  g->lo = (uintptr_t)lo;
-  g->len = n;
+  g->lo[0] = (uintptr_t)lo;
+  g->len[0] = n;
+  g->n = 1;
   if (sigsetjmp(g->jb, 0))
     return ATTND_EINVAL;  /* the handler disarmed the guard */
   g->armed = 1;
@@ -146,6 +152,31 @@ int fault_copy_from(void *dst, const void *src, size_t n) {
 
 int fault_copy_to(void *dst, const void *src, size_t n) {
   return fault_copy(dst, src, n, dst);
+}
+
+int fault_run(const struct fault_range *r, int n, int (*fn)(void *),
+              void *arg) {
+  struct fault_guard *g = &fault_guard;
+  fenv_t env;
+  int rc;
+  if (n < 0 || n > FAULT_RANGES)
+    return ATTND_EINTERNAL;
+  for (int i = 0; i < n; i++) {
+    g->lo[i] = (uintptr_t)r[i].p;
+    g->len[i] = r[i].n;
+  }
+  g->n = n;
+  fegetenv(&env);
+  if (sigsetjmp(g->jb, 0)) {
+    fesetenv(&env);  /* fn may have left flush-to-zero on */
+    return ATTND_EINVAL;
+  }
+  g->armed = 1;
+  atomic_signal_fence(memory_order_seq_cst);  /* armed before fn */
+  rc = fn(arg);
+  atomic_signal_fence(memory_order_seq_cst);  /* fn before disarming */
+  g->armed = 0;
+  return rc;
 }
 
 #ifdef ATTND_TEST_HOOKS

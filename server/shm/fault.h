@@ -4,9 +4,10 @@
  * client's shared memory region) raises SIGBUS on any access to a page
  * past the object's new end, and also where the kernel cannot back a
  * page at all (its file system full).  fault_copy_from and fault_copy_to
- * copy with memcpy inside a guard: a SIGBUS that the kernel raises for an
- * address inside the mapped side of the copy ends the copy early, and the
- * function returns ATTND_EINVAL instead of the process dying.
+ * copy with memcpy inside a guard (fault_run runs a computation that
+ * reads a mapping in place inside one): a SIGBUS that the kernel raises
+ * for an address inside the mapped side of the copy ends the copy early,
+ * and the function returns ATTND_EINVAL instead of the process dying.
  *
  * Any other SIGBUS (one sent with kill(2) or raised outside a guarded
  * copy, or for an address outside the guarded range: attnd's own memory,
@@ -52,6 +53,27 @@ int fault_copy_from(void *dst, const void *src, size_t n);
 /* Copies n bytes from src (attnd's memory) to dst, inside a mapping.
  * 0, or ATTND_EINVAL when a page of [dst, dst + n) faulted. */
 int fault_copy_to(void *dst, const void *src, size_t n);
+
+/* The most ranges one fault_run guards. */
+#define FAULT_RANGES 4
+
+struct fault_range {
+  const void *p;            /* the first byte, inside a mapping */
+  size_t n;
+};
+
+/* Runs fn(arg) with SIGBUS faults at any address of the n ranges r
+ * caught, as a guarded copy's are: fn's value, or ATTND_EINVAL when a page
+ * of them faulted, fn then left wherever it was (it must hold no lock
+ * and own no allocation it would free later: the core's computation over
+ * tensors read in place from a mapping, with scratch its caller owns).
+ * The floating-point environment (the core's flush-to-zero bit) is put
+ * back as it was before fn after a fault.  ATTND_EINTERNAL when n is
+ * more than FAULT_RANGES.  The same threads rule: the guard is the
+ * calling thread's, so every thread that reads the ranges runs under its
+ * own fault_run. */
+int fault_run(const struct fault_range *r, int n, int (*fn)(void *),
+              void *arg);
 
 #ifdef ATTND_TEST_HOOKS
 /* How many faults the calling thread's guarded copies have caught since

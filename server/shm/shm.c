@@ -20,10 +20,13 @@
  *   is unregistered and unheld, so never under a holder.
  * - The bytes behind map are the client's and change under attnd at any
  *   time, and vanish when the client truncates the object (SIGBUS).  They
- *   are touched only by fault_copy_from / fault_copy_to (fault.h), which
- *   turn that SIGBUS into an error, and only copied: nothing reads a
- *   value out of the mapping to decide anything.  Inputs are checked, and
- *   computed with, in the copy the caller owns.
+ *   are touched only inside a guard that turns that SIGBUS into an error
+ *   (fault.h): copied (fault_copy_from / fault_copy_to), or read in place
+ *   by shm_region_run's function and, later, by the core under the
+ *   computing thread's own fault_run.  Nothing read out of the mapping
+ *   decides where attnd reads or writes: integer inputs are checked, and
+ *   used, in the copy the caller owns; float inputs read in place can
+ *   only change the numbers of their own request's answer.
  * - fd stays open for shm_region_check's fstat: the one cheap and honest
  *   way to know the object's size now, so that a request checks every
  *   output's place before writing any.
@@ -406,6 +409,28 @@ static int shm_faulted(const struct shm_region *r, uint64_t off, size_t n,
 int shm_region_read(struct shm_region *r, uint64_t off, void *dst,
                     size_t n, char err[PROTO_ERR_MAX]) {
   if (fault_copy_from(dst, r->map + off, n) != 0)
+    return shm_faulted(r, off, n, "ends before the data the request names",
+                       "reading", err);
+  return 0;
+}
+
+struct shm_run {
+  int (*fn)(const void *at, void *arg);
+  const void *at;
+  void *arg;
+};
+
+static int shm_run_one(void *arg) {
+  struct shm_run *s = arg;
+  return s->fn(s->at, s->arg);
+}
+
+int shm_region_run(struct shm_region *r, uint64_t off, size_t n,
+                   int (*fn)(const void *at, void *arg), void *arg,
+                   char err[PROTO_ERR_MAX]) {
+  struct shm_run s = {fn, r->map + off, arg};
+  struct fault_range range = {s.at, n};
+  if (fault_run(&range, 1, shm_run_one, &s) == ATTND_EINVAL)
     return shm_faulted(r, off, n, "ends before the data the request names",
                        "reading", err);
   return 0;

@@ -91,6 +91,15 @@ uint64_t shm_region_size(const struct shm_region *r);
 int shm_region_read(struct shm_region *r, uint64_t off, void *dst,
                     size_t n, char err[PROTO_ERR_MAX]);
 
+/* Runs fn(at, arg) where at is offset off of held region r in its
+ * mapping (off + n within its byte size), with a fault in [at, at + n)
+ * caught (fault_run): fn's value, or ATTND_EINVAL with shm_region_read's
+ * message.  For reading an input in place; at stays valid while r is
+ * held, and whoever reads it later does so under its own fault_run. */
+int shm_region_run(struct shm_region *r, uint64_t off, size_t n,
+                   int (*fn)(const void *at, void *arg), void *arg,
+                   char err[PROTO_ERR_MAX]);
+
 /* 0 when the object behind held region r still holds n bytes at off
  * (fstat), else ATTND_EINVAL with a message: what a caller checks for
  * every output before its first shm_region_write, so that it writes all

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/shm/fault.h"
+
 #define PREFIX "/v2/systemsharedmemory"
 
 static const char *const shm_http_actions[3] = {"status", "register",
@@ -130,12 +132,40 @@ static int shm_http_read(void *ctx, void *region, uint64_t off, void *dst,
   return shm_region_read(region, off, dst, n, err);
 }
 
+/* proto_shm.view: the scan over the bytes where they lie, guarded. */
+struct shm_http_scan {
+  size_t (*scan)(const void *, size_t);
+  size_t words, bad;
+  const void *at;
+};
+
+static int shm_http_scan_at(const void *at, void *arg) {
+  struct shm_http_scan *s = arg;
+  s->at = at;
+  s->bad = s->scan(at, s->words);
+  return 0;
+}
+
+static int shm_http_view(void *ctx, void *region, uint64_t off, size_t n,
+                         size_t (*scan)(const void *, size_t),
+                         const void **at, size_t *bad,
+                         char err[PROTO_ERR_MAX]) {
+  struct shm_http_scan s = {scan, n / 4, 0, NULL};
+  int rc = shm_region_run(region, off, n, shm_http_scan_at, &s, err);
+  (void)ctx;
+  if (rc)
+    return rc;
+  *at = s.at;
+  *bad = s.bad;
+  return 0;
+}
+
 void shm_http_req_begin(struct shm_http_req *s, struct shm_registry *reg,
                         proto_shm *p) {
   s->reg = reg;
   s->n = 0;
   s->msg[0] = '\0';
-  *p = (proto_shm){s, shm_http_find, shm_http_read};
+  *p = (proto_shm){s, shm_http_find, shm_http_read, shm_http_view};
 }
 
 int shm_http_write_outputs(struct shm_http_req *s, proto_request *req) {
@@ -147,6 +177,17 @@ int shm_http_write_outputs(struct shm_http_req *s, proto_request *req) {
     rc = shm_region_write(w[i].region, w[i].offset, w[i].data, w[i].len,
                           s->msg);
   return rc;
+}
+
+_Static_assert(PROTO_SHARED_MAX <= FAULT_RANGES,
+               "every range a request reads in place fits one guard");
+
+int shm_http_guarded(const proto_request *req, int (*fn)(void *),
+                     void *arg) {
+  struct fault_range r[PROTO_SHARED_MAX];
+  for (int i = 0; i < req->n_shared; i++)
+    r[i] = (struct fault_range){req->shared[i].p, req->shared[i].n};
+  return fault_run(r, req->n_shared, fn, arg);
 }
 
 void shm_http_req_end(struct shm_http_req *s) {

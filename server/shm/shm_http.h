@@ -70,6 +70,12 @@ void shm_http_req_begin(struct shm_http_req *s, struct shm_registry *reg,
  * request still fails.  0, or ATTND_EINVAL with s->msg set. */
 int shm_http_write_outputs(struct shm_http_req *s, proto_request *req);
 
+/* Runs fn(arg) on this thread with a SIGBUS at any byte req reads in
+ * place from a region (req->shared) caught (fault_run): fn's value, or
+ * ATTND_EINVAL when a page of them was lost.  A batcher job's guarded. */
+int shm_http_guarded(const proto_request *req, int (*fn)(void *),
+                     void *arg);
+
 /* Ends every hold of s; safe on a zeroed or ended s. */
 void shm_http_req_end(struct shm_http_req *s);
 

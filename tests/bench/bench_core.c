@@ -47,6 +47,8 @@
  *   attnd-bench peak                         the float32 core against
  *                                            the FMA peak
  *   attnd-bench split                        one worker against two
+ *   attnd-bench peers B H L D QKV OUT        the core's side of make
+ *                                            bench-peers (bench_peers)
  *
  *   {"kind":"precision", ...} (mode "precision") one shape, one thread,
  *                             no weights: best CPU seconds per call in
@@ -67,6 +69,7 @@
  *                             ratio, each worker's CPU seconds and tasks
  */
 #include <cblas.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -870,6 +873,87 @@ static int bench_split(int quick) {
   pool_free(&p2);
   problem_free(&pb);
   return 0;
+/* The core beside its peers (tests/bench/peers.py, make bench-peers): q,
+ * k and v of (B, H, L, L, D), no mask, scale 1/sqrt(D), read from a file
+ * (each (B, H, L, D) float32, in that order), on one thread, no weights;
+ * rounds alternate float32 mode and BF16 mode, the latter with q, k and
+ * v given as BF16 (rounded to nearest even beforehand, as a model sends
+ * them).  The best CPU seconds per call of each, and both outputs,
+ * float32 (B, H, L, D), into a file: float32 mode's, then BF16 mode's. */
+
+static int read_exact(const char *path, void *buf, size_t bytes) {
+  FILE *f = fopen(path, "rb");
+  size_t got = f ? fread(buf, 1, bytes, f) : 0;
+  if (f) fclose(f);
+  return got == bytes ? 0 : -1;
+}
+
+static uint16_t *bf16_copy(const float *x, size_t n) {
+  uint16_t *h = xalloc(n * sizeof *h);
+  for (size_t i = 0; i < n; i++)
+    h[i] = (uint16_t)(attn__f2u(attn__bf16_round(x[i])) >> 16);
+  return h;
+}
+
+static int bench_peers(int argc, char **argv) {
+  if (argc != 8) {
+    fprintf(stderr, "usage: attnd-bench peers B H L D QKV-FILE OUT-FILE\n");
+    return 2;
+  }
+  shape s = {"peers", atoi(argv[2]), atoi(argv[3]), atoi(argv[4]),
+             atoi(argv[5]), 0, 0, 1, 0.0};
+  size_t n = (size_t)s.B * s.H * s.L * s.D;
+  uint64_t seed = 9;
+  problem pb;
+  float *outs = xalloc(2 * n * sizeof *outs);
+  problem_init(&pb, &s, 0, ATTN_GEMM_AUTO, &seed);
+  float *qkv = xalloc(3 * n * sizeof *qkv);
+  if (read_exact(argv[6], qkv, 3 * n * sizeof *qkv) != 0) {
+    fprintf(stderr, "attnd-bench: %s: not %zu bytes\n", argv[6],
+            3 * n * sizeof *qkv);
+    return 1;
+  }
+  memcpy(pb.q, qkv, n * sizeof *qkv);
+  memcpy(pb.k, qkv + n, n * sizeof *qkv);
+  memcpy(pb.v, qkv + 2 * n, n * sizeof *qkv);
+  uint16_t *q16 = bf16_copy(pb.q, n), *k16 = bf16_copy(pb.k, n),
+           *v16 = bf16_copy(pb.v, n);
+  pb.p.valid_lens = NULL;
+  pb.p.scale = 1.0f / sqrtf((float)s.D);
+  pool pl;
+  pool_init(&pl, 1);
+  int small = s.L <= 256, rounds = 8;
+  double f32 = 1e30, b16 = 1e30, t;
+  for (int r = 0; r < rounds; r++) {
+    pb.p.precision = ATTN_PRECISION_FP32;
+    pb.p.dtype = ATTN_DTYPE_F32;
+    pb.p.q16 = pb.p.k16 = pb.p.v16 = NULL;
+    t = precision_cpu(&pl, &pb, small ? 20 : 1);
+    f32 = t < f32 ? t : f32;
+    memcpy(outs, pb.out, n * sizeof *outs);
+    pb.p.precision = ATTN_PRECISION_BF16;
+    pb.p.dtype = ATTN_DTYPE_BF16;
+    pb.p.q16 = q16; pb.p.k16 = k16; pb.p.v16 = v16;
+    t = precision_cpu(&pl, &pb, small ? 20 : 1);
+    b16 = t < b16 ? t : b16;
+  }
+  memcpy(outs + n, pb.out, n * sizeof *outs);
+  FILE *f = fopen(argv[7], "wb");
+  int rc = f && fwrite(outs, sizeof *outs, 2 * n, f) == 2 * n ? 0 : 1;
+  if (f && fclose(f) != 0) rc = 1;
+  if (rc) fprintf(stderr, "attnd-bench: cannot write %s\n", argv[7]);
+  printf("{\"kind\":\"peers_core\",\"B\":%d,\"H\":%d,\"Lq\":%d,"
+         "\"Lk\":%d,\"D\":%d,\"threads\":1,\"weights\":0,"
+         "\"rounds\":%d,\"fp32_cpu_sec\":%.9g,\"bf16_cpu_sec\":%.9g,"
+         "\"fp32_kernel\":\"%s\",\"bf16_kernel\":\"%s\","
+         "\"corename\":\"%s\"}\n",
+         s.B, s.H, s.L, s.L, s.D, rounds, f32, b16,
+         attn_kernel_name(ATTN_PRECISION_FP32),
+         attn_kernel_name(ATTN_PRECISION_BF16), openblas_get_corename());
+  pool_free(&pl);
+  free(qkv); free(q16); free(k16); free(v16); free(outs);
+  problem_free(&pb);
+  return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -929,6 +1013,8 @@ int main(int argc, char **argv) {
     return bench_peak(quick);
   if (argc >= 2 && !strcmp(argv[1], "split"))
     return bench_split(quick);
+  if (argc >= 2 && !strcmp(argv[1], "peers"))
+    return bench_peers(argc, argv);
 
   ceiling cl;
   ceiling_init(&cl, &seed);

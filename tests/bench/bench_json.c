@@ -44,7 +44,7 @@
 #include <cjson/cJSON.h>
 
 #include "proto/proto.h"
-#include "proto/proto_impl.h"
+#include "proto/tensor/tensor.h"
 #include "tests/bench/bench_simdjson.h"
 
 static int json_out, quick;

@@ -1,6 +1,8 @@
 #!/bin/sh
 # The Debian packages only the benchmarks build with (make bench), kept
-# out of tests/deps.sh: make test and the image never need them.
+# out of tests/deps.sh: make test and the image never need them.  (The
+# peers of make bench-peers, Debian 13's, are installed into its chroot by
+# tests/bench/peers.sh.)
 #   libsimdjson-dev  the simdjson peer of the JSON reader (bench_simdjson.cc)
 set -eu
 PKGS="libsimdjson-dev"

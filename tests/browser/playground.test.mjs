@@ -311,9 +311,9 @@ async function newPage(opts) {
 }
 
 try {
-  await test('GET /, /app.js, /style.css serve the files of server/http/static byte for byte', async () => {
-    const files = { '/': 'index.html', '/index.html': 'index.html', '/app.js': 'app.js', '/style.css': 'style.css' };
-    const types = { 'index.html': 'text/html', 'app.js': 'javascript', 'style.css': 'text/css' };
+  await test('GET /, /app.js, /tensors.js, /style.css serve the files of server/http/static byte for byte', async () => {
+    const files = { '/': 'index.html', '/index.html': 'index.html', '/app.js': 'app.js', '/tensors.js': 'tensors.js', '/style.css': 'style.css' };
+    const types = { 'index.html': 'text/html', 'app.js': 'javascript', 'tensors.js': 'javascript', 'style.css': 'text/css' };
     for (const [url, file] of Object.entries(files)) {
       const res = await fetch(BASE + url);
       assert(res.status === 200, `GET ${url}: status ${res.status}`);

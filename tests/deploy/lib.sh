@@ -1,4 +1,5 @@
-# Shared helpers for tests/deploy/*.sh (POSIX sh; sourced, not run).
+# Shared helpers for tests/deploy/*.sh, tests/fresh/run.sh and
+# tests/bench/peers.sh (POSIX sh; sourced, not run).
 #
 # Everything these tests install comes from Debian's mirror (apt-get) or the
 # npm registry; everything they cache lives under $ATTND_CI_CACHE
@@ -6,6 +7,9 @@
 #   trixie-slim-rootfs.tar debootstrapped trixie minbase, slimmed like the
 #                          debian:trixie-slim of Docker Hub (the image's base;
 #                          bookworm-slim-rootfs.tar likewise for Debian 12)
+#   fresh/                 minbase rootfs tarballs and the fresh test's podman
+#                          storage (tests/fresh/run.sh)
+#   bench-peers/           the Debian 13 chroot of make bench-peers
 #   node/                  kubernetes-models + yaml for validate_k8s.mjs
 #   dockerd-data/          data root of the dockerd docker_test.sh starts
 
@@ -159,13 +163,13 @@ slim_rootfs() {
   return 0
 }
 
-# base_tarball [SUITE]: prints the path of a debootstrapped, slimmed rootfs
-# tarball of SUITE (default trixie, the image's base), building and caching
-# it on first use (about a minute).
-base_tarball() {
-  _suite=${1:-trixie}
-  _tar="$CACHE/$_suite-slim-rootfs.tar"
-  mkdir -p "$CACHE"
+# debootstrap_tarball TAR LOCK SUITE FINISH: prints TAR, a tarball of
+# debootstrap --variant=minbase SUITE from the mirror apt uses here after
+# `FINISH ROOTFS MIRROR SUITE` has run on it, building it on first use
+# (about a minute) under flock LOCK, so that concurrent runs build it once.
+debootstrap_tarball() {
+  _tar=$1 _lock=$2 _suite=$3 _finish=$4
+  mkdir -p "$(dirname "$_tar")"
   (
     flock 9
     [ -s "$_tar" ] && exit 0
@@ -175,11 +179,54 @@ base_tarball() {
     log "debootstrap --variant=minbase $_suite from $_mirror (cached afterwards)" >&2
     debootstrap --variant=minbase "$_suite" "$_rootfs" "$_mirror" >"$SCRATCH/debootstrap.log" 2>&1 ||
       { tail -n 20 "$SCRATCH/debootstrap.log" >&2; exit 1; }
-    slim_rootfs "$_rootfs" || exit 1
-    tar -C "$_rootfs" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar"
+    "$_finish" "$_rootfs" "$_mirror" "$_suite" || exit 1
+    tar -C "$_rootfs" -cf "$_tar.tmp.$$" . && mv "$_tar.tmp.$$" "$_tar" || exit 1
     rm -rf "$_rootfs"
-  ) 9>"$CACHE/.base-$_suite.lock" >&2 || return 1
+  ) 9>"$_lock" >&2 || return 1
   echo "$_tar"
+}
+
+# base_tarball [SUITE]: prints the path of a debootstrapped, slimmed rootfs
+# tarball of SUITE (default trixie, the image's base), building and caching
+# it on first use.
+base_tarball() {
+  debootstrap_tarball "$CACHE/${1:-trixie}-slim-rootfs.tar" \
+    "$CACHE/.base-${1:-trixie}.lock" "${1:-trixie}" slim_rootfs
+}
+
+sources_stanza() {  # sources_stanza URI SUITES: one deb822 entry
+  printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\n' "$1" "$2"
+  printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n'
+}
+
+# hub_rootfs ROOTFS MIRROR SUITE: what Docker Hub's debian:13 (and 12)
+# add to a debootstrapped minbase: deb822 sources with SUITE, SUITE-updates
+# and SUITE-security, no apt lists, apt keeping no .debs.
+hub_rootfs() {
+  _r=$1
+  rm -f "$_r/etc/apt/sources.list"
+  {
+    sources_stanza "$2" "$3 $3-updates"
+    case "$2" in  # the security archive beside a mirror of debian/
+      */debian | */debian/) sources_stanza "${2%/}-security" "$3-security" ;;
+    esac
+  } >"$_r/etc/apt/sources.list.d/debian.sources"
+  _clean='rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true'
+  printf '%s\n' "DPkg::Post-Invoke { \"$_clean\"; };" "APT::Update::Post-Invoke { \"$_clean\"; };" \
+    'Dir::Cache::pkgcache "";' 'Dir::Cache::srcpkgcache "";' >"$_r/etc/apt/apt.conf.d/docker-clean"
+  printf '%s\n' 'Acquire::Languages "none";' >"$_r/etc/apt/apt.conf.d/docker-no-languages"
+  rm -f "$_r"/var/cache/apt/archives/*.deb "$_r"/var/cache/apt/*.bin
+  rm -rf "$_r"/var/lib/apt/lists/*
+  : >"$_r/etc/resolv.conf"
+}
+
+# minbase_tarball SUITE: prints the path of a minbase rootfs tarball of
+# SUITE configured as Docker Hub's debian:13 (or 12) is (hub_rootfs),
+# cached as $CACHE/fresh/SUITE-minbase-rootfs.tar.  The fresh test's images
+# and the peers benchmark's chroot start from it.
+minbase_tarball() {
+  debootstrap_tarball "$CACHE/fresh/$1-minbase-rootfs.tar" \
+    "$CACHE/fresh/.minbase-$1.lock" "$1" hub_rootfs
 }
 
 # The base image of the Dockerfile, and the suite it is debootstrapped from.

@@ -32,7 +32,7 @@
 
 #include <dragonbox/dragonbox.h>
 
-#include "proto/fpconv.h"
+#include "proto/text/fpconv.h"
 
 namespace {
 

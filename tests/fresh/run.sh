@@ -134,43 +134,9 @@ if [ "${FRESH_REBUILD:-0}" = 1 ]; then
   [ "${FRESH_BASE:-minbase}" = slim ] && rm -f "$CACHE/$SUITE-slim-rootfs.tar"
 fi
 
-sources_stanza() {  # sources_stanza URI SUITES: one deb822 entry
-  printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\n' "$1" "$2"
-  printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n'
-}
-
-# debootstrap minbase, then what Docker Hub's debian:13 (or 12) adds to it.
-minbase_tarball() {
-  _tar="$FRESH/$SUITE-minbase-rootfs.tar"
-  if [ ! -s "$_tar" ]; then
-    _mirror=$(debian_mirror)
-    _r="$SCRATCH/rootfs"
-    log "debootstrap --variant=minbase $SUITE from $_mirror" >&2
-    debootstrap --variant=minbase "$SUITE" "$_r" "$_mirror" >"$LOGS/debootstrap.log" 2>&1 ||
-      { tail -n 20 "$LOGS/debootstrap.log" >&2; return 1; }
-    rm -f "$_r/etc/apt/sources.list"
-    {
-      sources_stanza "$_mirror" "$SUITE $SUITE-updates"
-      case "$_mirror" in  # the security archive beside a mirror of debian/
-        */debian | */debian/) sources_stanza "${_mirror%/}-security" "$SUITE-security" ;;
-      esac
-    } >"$_r/etc/apt/sources.list.d/debian.sources"
-    _clean='rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true'
-    printf '%s\n' "DPkg::Post-Invoke { \"$_clean\"; };" "APT::Update::Post-Invoke { \"$_clean\"; };" \
-      'Dir::Cache::pkgcache "";' 'Dir::Cache::srcpkgcache "";' >"$_r/etc/apt/apt.conf.d/docker-clean"
-    printf '%s\n' 'Acquire::Languages "none";' >"$_r/etc/apt/apt.conf.d/docker-no-languages"
-    rm -f "$_r"/var/cache/apt/archives/*.deb "$_r"/var/cache/apt/*.bin
-    rm -rf "$_r"/var/lib/apt/lists/*
-    : >"$_r/etc/resolv.conf"
-    tar -C "$_r" -cf "$_tar.tmp" . && mv "$_tar.tmp" "$_tar" || return 1
-    rm -rf "$_r"
-  fi
-  echo "$_tar"
-}
-
 if ! pm image exists "$BASE_IMAGE"; then
   B0=$(date +%s)
-  if [ "${FRESH_BASE:-minbase}" = slim ]; then TAR=$(base_tarball "$SUITE"); else TAR=$(minbase_tarball); fi
+  if [ "${FRESH_BASE:-minbase}" = slim ]; then TAR=$(base_tarball "$SUITE"); else TAR=$(minbase_tarball "$SUITE"); fi
   [ -n "${TAR:-}" ] || { fail "debootstrap $SUITE"; finish fresh-test; exit 1; }
   check "podman import $(basename "$TAR") as $BASE_IMAGE" \
     pm import --change "$IMPORT_CHANGES_ENV" --change "$IMPORT_CHANGES_CMD" "$TAR" "$BASE_IMAGE"

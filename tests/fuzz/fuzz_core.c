@@ -27,7 +27,7 @@
 
 #include "core/attn_impl.h"
 #include "fuzz.h"
-#include "proto/proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 /* A smaller budget than the codec harnesses': the core's cost grows as
  * Lq * Lk * D, and the online path does not count Lq * Lk. */

@@ -568,8 +568,10 @@ class V1Test(Case):
             "unknown field 'temperature' (fields: query, key, value,"), cm.exception.message)
         with self.assertRaises(AttndError) as cm:
             self.c.attention(5, [[[1, 1]]], [[[1, 0]]])
+        # the client sends the number as a float, 5.0, and attnd names it
+        # as it was written
         self.assertEqual(cm.exception.message, self.server_error(
-            "/v1/attention", {"query": 5, "key": [[[1, 1]]], "value": [[[1, 0]]]}))
+            "/v1/attention", {"query": 5.0, "key": [[[1, 1]]], "value": [[[1, 0]]]}))
         status, _, body = self.c.request("GET", "/v3")
         self.assertEqual(status, 404)
         self.assertTrue(self.c.ready())

@@ -224,9 +224,9 @@ class DecodeBudgetTest(harness.ServerTestCase):
             if depth == 1000:
                 self.assertTrue(ans["error"].startswith("id: "), ans)
             else:
-                self.assertEqual(ans["error"], "body nests deeper than 1000 "
-                                 "levels (at byte %d), the limit of attnd's "
-                                 "JSON reader" % (len(head) + 999))
+                self.assertEqual(ans["error"], "body is nested 1001 levels "
+                                 "deep at byte %d; the limit is 1000 levels"
+                                 % (len(head) + 999))
         self.assert_serving()
 
     def test_a_gzip_body_inflates_inside_the_budget(self):

@@ -251,9 +251,12 @@ class RoutesTest(CheckMixin, harness.ServerTestCase):
         self.assertEqual(status, 200)
         self.assertTrue(hdrs["content-type"].startswith("text/html"))
         self.assertIn(b"<html", body.lower())
-        status, hdrs, body = self.srv.get("/app.js")
-        self.assertEqual(status, 200)
-        self.assertIn("javascript", hdrs["content-type"])
+        for script in ("app.js", "tensors.js"):
+            status, hdrs, body = self.srv.get("/" + script)
+            self.assertEqual(status, 200)
+            self.assertIn("javascript", hdrs["content-type"])
+            self.assertIn(('<script src="%s">' % script).encode(),
+                          self.srv.get("/")[2])
         status, hdrs, body = self.srv.request("POST", "/", b"{}")
         self.assert_error(status, hdrs, body, 405)
 

@@ -6,7 +6,7 @@
     the default PREFIX is /usr/local; `make uninstall` removes them all.
   * deploy/attnd.1 renders with `man -l` and groff without a warning, and
     names every flag of `attnd --help` with its default and variable, every
-    /v1 field of proto/json_v1.c's table (docs/api.md too), the signals and
+    /v1 field of proto/v1/json_v1.c's table (docs/api.md too), the signals and
     the exit statuses, which are checked against the binary; the README's
     table has a row for every flag; --help's texts start in their column.
   * the unit passes `systemd-analyze verify` (syntax, unknown keys, the
@@ -67,8 +67,8 @@ GROFF_PROBLEM = groff_problem()
 
 
 def v1_fields():
-    """The /v1 fields, from proto/json_v1.c's field_names table."""
-    with open(os.path.join(ROOT, "proto", "json_v1.c")) as f:
+    """The /v1 fields, from proto/v1/json_v1.c's field_names table."""
+    with open(os.path.join(ROOT, "proto", "v1", "json_v1.c")) as f:
         src = f.read()
     table = re.search(r"field_names\[F_COUNT\] = \{(.*?)\};", src, re.S).group(1)
     return re.findall(r'"(\w+)"', table)
@@ -218,7 +218,7 @@ class InstallTest(unittest.TestCase):
             self.assertIn(word, text)
 
     def test_every_v1_field_in_the_man_page_and_api_md(self):
-        """proto/json_v1.c's field table, the one /v1 reads, is the source:
+        """proto/v1/json_v1.c's field table, the one /v1 reads, is the source:
         each field is named in the man page's POST /v1/attention and in
         docs/api.md's POST /v1/attention section."""
         fields = v1_fields()

@@ -77,7 +77,8 @@ def cases():
     add("two objects", base_text + base_text, "after the JSON object")
     add("trailing NUL", base_text.encode() + b"\x00", "after the JSON object")
     add("invalid utf8 key", b'{"\xff\xfe":1}', "unknown field")
-    add("deep nesting", b"[" * 5000 + b"]" * 5000, "JSON")
+    add("deep nesting", b"[" * 5000 + b"]" * 5000, "nested 1001 levels deep",
+        "the limit is 1000 levels")
     add("unterminated string", b'{"query": "abc', "JSON")
     # what Python's json.dumps writes for floats that are not finite (a
     # numpy array with a NaN, through tolist())
@@ -459,10 +460,11 @@ class MalformedTest(harness.ServerTestCase):
 
     def test_past_flt_max_is_refused_showing_the_value(self):
         for text, shown in (
-                ("3.4028236e38", "3.4028236e+38 is out of float32 range "
+                ("3.4028236e38", "3.4028236e38 is out of float32 range "
                  "(the largest is 3.4028235e38)"),
                 ("340282356779733661637539395458142568448",
-                 "3.4028235677973366e+38 is out of float32 range (decimals "
+                 "340282356779733661637539395458142568448 is out of float32 "
+                 "range (decimals "
                  "from 3.40282356779733661637539395458142568448e38 on round "
                  "to infinity")):
             for field, body in (

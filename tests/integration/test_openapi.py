@@ -9,7 +9,7 @@ The document is checked three ways:
   * it matches the routes: GET /openapi.json serves it byte for byte; every
     documented path and method is answered (never 404/405); the methods in a
     405's Allow header are exactly the documented ones; every route in the
-    server's routing table (server/http/http.c, server/http/assets.c) is documented;
+    server's routing table (server/http/http_route.c, server/http/assets.c) is documented;
     undocumented paths are 404;
   * real responses (200s and every kind of error attnd can be made to send)
     validate against the schema documented for their status and content
@@ -238,7 +238,7 @@ SHM = "/v2/systemsharedmemory/"
 
 
 def with_variants(path):
-    """A route of http.c and the paths it also answers: a model route under
+    """A route of http_route.c and the paths it also answers: a model route under
     /versions/{version}, a shared memory route under /region/{region}."""
     paths = {path}
     if path.startswith("/v2/models/{model}"):
@@ -249,21 +249,21 @@ def with_variants(path):
 
 
 def routing_source():
-    """The text of attnd's routing: server/http/http.c (the route table and the
+    """The text of attnd's routing: server/http/http_route.c (the route table and the
     other struct http_route definitions) and server/http/http_impl.h (struct
     http_route itself)."""
     return "".join(open(os.path.join(harness.ROOT, "server", "http", f)).read()
-                   for f in ("http.c", "http_impl.h"))
+                   for f in ("http_route.c", "http_impl.h"))
 
 
 def server_routes():
     """Path templates of attnd's routing: http_routes[] and the other
-    struct http_route definitions in server/http/http.c ({m} is the model; the
+    struct http_route definitions in server/http/http_route.c ({m} is the model; the
     model routes also answer under /versions/{v}), and the embedded files
     of server/http/assets.c."""
     src = routing_source()
     table = re.search(r"http_routes\[\]\s*=\s*{(.*?)\n};", src, re.S)
-    assert table, "no http_routes[] table in server/http/http.c"
+    assert table, "no http_routes[] table in server/http/http_route.c"
     paths = set(re.findall(r'{\s*"(/[^"]*)"', table.group(1)))
     for p in re.findall(r'static const struct http_route \w+\s*=\s*{\s*"(/[^"]*)"', src):
         paths |= with_variants(p.replace("{m}", "{model}"))
@@ -327,7 +327,7 @@ class DocumentTest(harness.unittest.TestCase):
         self.assertGreaterEqual(n, 5)
 
     def test_only_inference_and_metadata_routes_take_the_token(self):
-        """server/http/http.c marks the routes that check --token; the document
+        """server/http/http_route.c marks the routes that check --token; the document
         must say the same (security on exactly those operations)."""
         src = routing_source()
         if not re.search(r"\bint auth;", src):  # before per-route flags: /v1 only
@@ -459,7 +459,7 @@ class RoutesTest(LiveCase):
                 self.assertNotIn(status, (404, 405), "%s %s: %d %r" % (method, url, status, data))
             self.assertIn(str(status), op["responses"], "%s %s: %d" % (method, url, status))
             n += 1
-        self.assertEqual(n, 50)
+        self.assertEqual(n, 52)
 
     def test_allow_header_lists_exactly_the_documented_methods(self):
         for path, item in self.doc["paths"].items():

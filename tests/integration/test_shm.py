@@ -924,50 +924,178 @@ class Concurrency(ShmCase):
         write it while requests read the key: each answer is either a 400
         naming the NaN, or a 200 whose output is the reference's for 0.5:
         what attnd checked is what it computed with."""
-        rng = np.random.default_rng(12)
-        q, k, v = (rng.standard_normal(s) for s in ((1, 4, 8, 16), (1, 4, 512, 16),
-                                                      (1, 4, 512, 16)))
-        k[0, 3, 511, 15] = 0.5
-        r = self.region(1 << 20)
-        self.registered("race", r)
-        pk = Packer(r, "race")
-        inputs, seen = [], {}
-        for name, arr in (("query", q), ("key", k), ("value", v)):
-            data, back = encode(arr, "FP32")
-            off, size = pk.put(data)
-            if name == "key":
-                flip = off + size - 4
-            inputs.append(shm_input(name, "FP32", arr.shape, "race", off, size))
-            seen[name] = nested(back.reshape(arr.shape))
-        ref_out, _ = reference.attention(seen)
-        ref = np.asarray(ref_out, np.float64)
-        stop = threading.Event()
-        good, nan = struct.pack("<f", 0.5), struct.pack("<f", float("nan"))
+        def send(inputs):
+            return self.infer({"inputs": inputs, "outputs": [
+                {"name": "output", "parameters": {"binary_data": False}}]})[::2]
 
-        def writer():
-            while not stop.is_set():
-                r.write(flip, nan)
-                r.write(flip, good)
-        t = threading.Thread(target=writer)
-        t.start()
-        counts = {200: 0, 400: 0}
-        try:
-            deadline = time.time() + 4
-            while time.time() < deadline:
-                st, _, body = self.infer({"inputs": inputs, "outputs": [
-                    {"name": "output", "parameters": {"binary_data": False}}]})
-                self.assertIn(st, (200, 400), body)
-                counts[st] += 1
-                if st == 400:
-                    self.assertIn("key[0][3][511][15]: FP32 value is not finite", body["error"])
-                    continue
+        def check(st, body, ref):
+            if st == 200:
                 got = np.asarray(body["outputs"][0]["data"], np.float64)
                 self.assertTrue(np.all(np.isfinite(got)))
-                self.assertTrue(np.all(np.abs(got - ref.ravel()) <= 1e-5 + 1e-5 * np.abs(ref.ravel())))
-        finally:
-            stop.set()
+                self.assertTrue(np.all(np.abs(got - ref.ravel()) <=
+                                       1e-5 + 1e-5 * np.abs(ref.ravel())))
+        nan_race(self, "race", send, check)
+
+
+def nan_race(case, name, send, check):
+    """Requests for 4 s, each send(inputs) -> (status, body) over q, k, v
+    of (1,4,8,16), (1,4,512,16), (1,4,512,16) in region name, while one key
+    element, [0][3][511][15], flips between 0.5 and NaN as fast as Python
+    can write it: every answer a 200 or a 400 naming that element, each
+    then judged by check(status, body, the float64 reference's output for
+    0.5), and more than 10 of them."""
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.standard_normal(s) for s in ((1, 4, 8, 16), (1, 4, 512, 16),
+                                                  (1, 4, 512, 16)))
+    k[0, 3, 511, 15] = 0.5
+    r = case.region(1 << 20)
+    case.registered(name, r)
+    pk = Packer(r, name)
+    inputs, seen = [], {}
+    for tensor, arr in (("query", q), ("key", k), ("value", v)):
+        data, back = encode(arr, "FP32")
+        off, size = pk.put(data)
+        if tensor == "key":
+            flip = off + size - 4
+        inputs.append(shm_input(tensor, "FP32", arr.shape, name, off, size))
+        seen[tensor] = nested(back.reshape(arr.shape))
+    ref_out, _ = reference.attention(seen)
+    ref = np.asarray(ref_out, np.float64)
+    stop = threading.Event()
+    good, nan = struct.pack("<f", 0.5), struct.pack("<f", float("nan"))
+
+    def writer():
+        while not stop.is_set():
+            r.write(flip, nan)
+            r.write(flip, good)
+    t = threading.Thread(target=writer)
+    t.start()
+    counts = {200: 0, 400: 0}
+    try:
+        deadline = time.time() + 4
+        while time.time() < deadline:
+            st, body = send(inputs)
+            case.assertIn(st, (200, 400), body)
+            counts[st] += 1
+            if st == 400:
+                case.assertIn("key[0][3][511][15]: FP32 value is not finite",
+                              body["error"])
+            check(st, body, ref)
+    finally:
+        stop.set()
+        t.join()
+    case.assertGreater(counts[200] + counts[400], 10, counts)
+
+
+class InPlace(ShmCase):
+    """FP32 inputs read where they lie in their region, when the answer
+    prints no number: the core reads the client's mapping, inside a SIGBUS
+    guard on every thread that computes."""
+    server_args = ShmCase.server_args + ("--max-request-gflop", "1000")
+
+    # (1, 1, L, L, 1): seconds of the core's work on two workers, with
+    # inputs of 4 L bytes each.  Value all 0.75, so every output is 0.75
+    # (a weighted mean of equal values, up to rounding) whatever the
+    # weights.
+    L = 60000
+
+    def long_request(self):
+        n = self.L * 4
+        r, out = self.region(3 * n), self.region(n)
+        rng = np.random.default_rng(21)
+        r.write(0, rng.standard_normal(2 * self.L).astype("<f4").tobytes())
+        r.write(2 * n, np.full(self.L, 0.75, "<f4").tobytes())
+        out.write(0, b"\xab" * n)
+        self.registered("long", r)
+        self.registered("long-out", out)
+        shape = [1, 1, self.L, 1]
+        req = {"inputs": [shm_input("query", "FP32", shape, "long", 0, n),
+                          shm_input("key", "FP32", shape, "long", n, n),
+                          shm_input("value", "FP32", shape, "long", 2 * n, n)],
+               "outputs": [shm_output("output", "long-out", 0, n)]}
+        return r, out, req
+
+    def start(self, req):
+        """Sends req on a thread; (answer dict, thread); answer gets the
+        reply and the time it came."""
+        answer = {}
+
+        def run():
+            answer["r"] = self.infer(req)
+            answer["t"] = time.monotonic()
+        t = threading.Thread(target=run)
+        t.start()
+        return answer, t
+
+    def test_truncated_while_the_core_reads_it(self):
+        """The object emptied while the core computes with its inputs:
+        the request gets a 400, the output is not written, the server
+        keeps serving (a read in place that faulted outside the guard
+        would have killed it)."""
+        r, out, req = self.long_request()
+        answer, t = self.start(req)
+        time.sleep(0.5)
+        if "r" in answer:
             t.join()
-        self.assertGreater(counts[200] + counts[400], 10, counts)
+            self.skipTest("the request was computed in under 0.5 s")
+        cut = time.monotonic()
+        r.truncate(0)
+        t.join(120)
+        st, _, body = answer["r"]
+        if st == 200 and answer["t"] - cut < 0.05:
+            self.skipTest("the core finished as the object was emptied")
+        self.assertEqual(st, 400, body)
+        self.assertIn("lost pages while the request was computed", body["error"])
+        self.assertEqual(out.read(0, 64), b"\xab" * 64)
+        self.assert_serving()
+
+    def test_unregistered_and_unlinked_while_the_core_reads_it(self):
+        """The region unregistered and its object unlinked mid-compute:
+        the request's hold keeps the mapping, and its answer is whole."""
+        r, out, req = self.long_request()
+        answer, t = self.start(req)
+        time.sleep(0.5)
+        self.assertEqual(self.call("POST", SHM + "/region/long/unregister")[0], 200)
+        r.unlink()
+        t.join(120)
+        st, _, body = answer["r"]
+        self.assertEqual(st, 200, body)
+        got = np.frombuffer(out.read(0, self.L * 4), "<f4")
+        self.assertLess(np.max(np.abs(got - 0.75)), 1e-4, got[:8])
+        self.assertNotIn("long", [x["name"] for x in self.status()[1]])
+
+    def test_a_client_writing_nan_mid_request_changes_only_its_answer(self):
+        """nan_race with the output into a region, so that the key is read
+        in place: each answer a 400 naming the NaN (seen by the check),
+        the output untouched, or a 200 that wrote the whole output, the
+        heads that do not read the element exactly the reference's; and
+        the server keeps serving."""
+        out = self.region(4096)
+        self.registered("race2-out", out)
+        n_out = 4 * 8 * 16 * 4
+
+        def send(inputs):
+            out.write(0, b"\xab" * n_out)
+            return self.infer({"inputs": inputs, "outputs": [
+                shm_output("output", "race2-out", 0, n_out)]})[::2]
+
+        def check(st, body, ref):
+            got = out.read(0, n_out)
+            if st == 400:
+                self.assertEqual(got, b"\xab" * n_out)
+                return
+            self.assertNotIn(b"\xab\xab\xab\xab", got)
+            got = np.frombuffer(got, "<f4").reshape(4, 8 * 16)
+            want = ref.reshape(4, 8 * 16)[:3]
+            self.assertTrue(np.all(np.abs(got[:3] - want) <= 1e-5 + 1e-5 * np.abs(want)))
+        nan_race(self, "race2", send, check)
+        self.assert_serving()
+
+    def assert_serving(self):
+        Lifetime.assert_serving(self)
+
+    def good_request(self):
+        return Lifetime.good_request(self)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 #
 # Knobs: BUDGET_ROUNDS (5): rounds alternating the paths; the best of them
 # (see budget.py for why), and the ratio of the medians beside it.
+# BUDGET_PATHS: a comma-separated subset of the paths ("shm small,tcp small").
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/tests/load/lib.sh"

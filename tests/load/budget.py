@@ -24,6 +24,8 @@ Paths (no weights; v2 FP32 inputs, output FP32):
                  --conn-memory-kb 256 (deploy/k8s/sidecar.yaml), the client
                  asking for the 4 MiB SO_SNDBUF attnd_client asks for
   tcp large  v2 binary tensors over loopback TCP
+  json small POST /v1/attention, JSON numbers (no target: what the
+             number reader and printer cost against the attention)
 
 small = (B, H, Lq, Lk, D) = (1, 8, 128, 128, 64), large = (1, 16, 2048,
 2048, 64).  ROUNDS rounds (default 5) alternate the paths.  Each figure is
@@ -43,7 +45,18 @@ machine's (on a virtual machine, waking the halted vCPU), so for the
 small shape the core is also timed sleeping SLEEP_US before every call,
 a little less than the client's turn between two requests here, and the
 ratio to that is printed too: how far attnd is from a server that adds
-nothing but that one wait.  Prints a table and one JSON line a path
+nothing but that one wait.
+
+A second table says where the rest goes, per request, in the best
+round: the bytes attnd's read and write system calls moved (rchar and
+wchar of /proc/PID/io), those calls (syscr, syscw), its minor page
+faults (/proc/PID/stat), and every system call from `strace -c -f` on a
+sample of requests after the measured ones (its slowdown is not in the
+CPU figures; the column reads "-" without strace).  "over the core" is
+attnd's CPU per request less the core's per call, and "memcpy" what a
+memcpy of the bytes moved costs here (numpy's copy, best of 20): their
+quotient says how many times the cost of moving the bytes once attnd
+spends beyond the attention.  Prints a table and one JSON line a path
 (kind "budget") for tests/bench/report.py's directory when
 ATTND_BENCH_DIR is set.
 """
@@ -65,12 +78,16 @@ from multiprocessing import shared_memory
 SHAPES = {"small": (1, 8, 128, 128, 64), "large": (1, 16, 2048, 2048, 64)}
 # requests measured per round, and warm-up requests before them
 COUNTS = {"small": (1000, 50), "large": (10, 2)}
-TARGETS = {"shm small": 1.5, "tcp small": 2.0, "tcp256 small": 2.0,
-           "unix small": 1.8, "unix256 small": 1.8, "unixbuf small": None,
-           "sidecar small": 1.8,
-           "tcp large": 1.10}
-PATHS = ["shm small", "tcp small", "tcp256 small", "unix small",
-         "unix256 small", "unixbuf small", "sidecar small", "tcp large"]
+TARGETS = {"shm small": 1.25, "tcp small": 1.5, "tcp256 small": 1.5,
+           "unix small": 1.5, "unix256 small": 1.5, "unixbuf small": None,
+           "sidecar small": 1.5,
+           "tcp large": 1.06, "json small": None}
+ALL_PATHS = ["shm small", "tcp small", "tcp256 small", "unix small",
+             "unix256 small", "unixbuf small", "sidecar small", "tcp large",
+             "json small"]
+# BUDGET_PATHS="shm small,tcp small" runs only those.
+PATHS = [p for p in ALL_PATHS if p in os.environ.get(
+    "BUDGET_PATHS", ",".join(ALL_PATHS)).split(",")]
 # "tcp256", "unix256": attnd configured for clients that keep their
 # connections, libmicrohttpd reading a body up to about 200 KiB at a time
 # instead of 25 KiB (docs/operations.md, "Connection memory").
@@ -97,7 +114,10 @@ KINDS = {
                 UNIX_SNDBUF, []),
     "sidecar": ("v2 binary, Unix socket, --conn-memory-kb 256, client "
                 "SO_SNDBUF 4 MiB", True, SIDECAR_SNDBUF, MEMORY_FLAGS),
+    "json": ("/v1 JSON, TCP", False, None, []),
 }
+# requests under strace -c per path and size (after the measured ones)
+STRACE_COUNTS = {"small": 50, "large": 2}
 # the core's sleep before each call in its second timing (small shape)
 SLEEP_US = 200
 
@@ -161,6 +181,55 @@ def switches(pid):
         re.search(r"^voluntary_ctxt_switches:\s*(\d+)", t, re.M)[1]))
 
 
+def minflt(pid):
+    """attnd's minor page faults so far (every thread)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+READS = {"read", "readv", "recvfrom", "recvmsg", "recvmmsg"}
+
+
+def strace_calls(pid, send, n):
+    """attnd's system calls per request over n requests (send() each),
+    from strace -c -f attached for them alone: (all, reads), or None
+    without strace."""
+    fd, out = tempfile.mkstemp(prefix="attnd-strace.")
+    os.close(fd)
+    try:
+        st = subprocess.Popen(["strace", "-c", "-f", "-q", "-o", out,
+                               "-p", str(pid)], stderr=subprocess.DEVNULL)
+    except FileNotFoundError:
+        os.unlink(out)
+        return None
+    time.sleep(0.5)  # attached to every thread
+    for _ in range(n):
+        send()
+    st.send_signal(signal.SIGINT)
+    st.wait(30)
+    with open(out) as f:
+        text = f.read()
+    os.unlink(out)
+    calls = {m[2]: int(m[1]) for m in re.finditer(
+        r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)(?:\s+\d+)?\s+(\w+)$", text, re.M)}
+    if "total" not in calls:
+        return None
+    return (calls["total"] / n,
+            sum(c for name, c in calls.items() if name in READS) / n)
+
+
+def memcpy_us(nbytes):
+    """A memcpy of nbytes here (numpy's copy), best of 20, in µs."""
+    src = np.ones(max(nbytes, 1), np.uint8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(20):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e6
+
+
 def settle(pid, limit=10.0):
     """Waits until attnd is idle: less than 1 ms of CPU in 100 ms.  At
     start OpenBLAS's thread pool spins for a while (about 90 ms of CPU),
@@ -193,6 +262,13 @@ def binary_body(q, k, v):
         {"name": "output", "parameters": {"binary_data": True}}]}).encode()
     body = hdr + q.tobytes() + k.tobytes() + v.tobytes()
     return body, {"Inference-Header-Content-Length": str(len(hdr))}
+
+
+def json_body(q, k, v):
+    return json.dumps({"query": q.tolist(), "key": k.tolist(),
+                       "value": v.tolist(),
+                       "return_weights": False}).encode(), {
+                           "Content-Type": "application/json"}
 
 
 def shm_body(q, k, v, out_bytes):
@@ -248,7 +324,7 @@ def post(conn, path, body, headers):
     return data
 
 
-def run_path(binary, path_name, data):
+def run_path(binary, path_name, data, sample):
     kind, size = path_name.split()
     q, k, v = data[size]
     n, warm = COUNTS[size]
@@ -275,20 +351,36 @@ def run_path(binary, path_name, data):
             buf[:] = np.concatenate([q.ravel(), k.ravel(), v.ravel()])
             del buf
             body, headers = shm_body(q, k, v, out_bytes)
+        elif kind == "json":
+            body, headers = json_body(q, k, v)
+            n, warm = max(n // 10, 2), max(warm // 10, 1)
         else:
             body, headers = binary_body(q, k, v)
-        url = "/v2/models/attention/infer"
+        url = ("/v1/attention" if kind == "json"
+               else "/v2/models/attention/infer")
         for _ in range(warm):
             post(conn, url, body, headers)
-        settle(d.proc.pid)
-        s0, c0 = switches(d.proc.pid), cpu_ns(d.proc.pid)
+        pid = d.proc.pid
+        answer = len(post(conn, url, body, headers))
+        settle(pid)
+        f0 = minflt(pid)
+        s0, c0 = switches(pid), cpu_ns(pid)
         t0 = time.monotonic()
         for _ in range(n):
             post(conn, url, body, headers)
         t1 = time.monotonic()
-        c1, s1 = cpu_ns(d.proc.pid), switches(d.proc.pid)
+        c1, s1 = cpu_ns(pid), switches(pid)
+        faults = (minflt(pid) - f0) / n
+        calls = (strace_calls(pid, lambda: post(conn, url, body, headers),
+                              STRACE_COUNTS[size]) if sample else None)
         conn.close()
-        return (c1 - c0) / n / 1e3, n / (t1 - t0), (s1 - s0) / n
+        # the bytes attnd moves: the wire's both ways, and through shared
+        # memory the tensors it reads out of and writes into the regions
+        nbytes = len(body) + answer
+        if kind == "shm":
+            nbytes += in_bytes + out_bytes
+        return ((c1 - c0) / n / 1e3, n / (t1 - t0), (s1 - s0) / n,
+                (nbytes, faults, calls))
     finally:
         d.stop()
         for m in shms:
@@ -304,6 +396,32 @@ def core_us(core_rate, shape, seconds, sleep_us=0):
     return json.loads(line[len("CORE_RESULT "):])["cpu_us_per_call"]
 
 
+def print_moved(attnd, core, moved):
+    """Where attnd's CPU beyond the core's goes, per request: the best
+    round's, and the first round's strace sample."""
+    print("\nPer request: the bytes attnd moves (wire both ways; through "
+          "shared memory also the tensors out of and into the regions), its "
+          "system calls and the reads among them (strace -c, a sample after "
+          "the first round), minor page faults; attnd's CPU over the core's "
+          "(best rounds) against a memcpy of the bytes moved\n")
+    print("| path | shape | bytes moved | system calls | reads | page faults "
+          "| over the core | memcpy of the bytes | over / memcpy | "
+          "bytes moved / CPU over the core |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for p in PATHS:
+        kind, size = p.split()
+        best = min(range(len(attnd[p])), key=lambda i: attnd[p][i])
+        nbytes, faults, _ = moved[p][best]
+        st = moved[p][0][2]
+        over = attnd[p][best] - min(core[size])
+        mc = memcpy_us(int(nbytes))
+        bw = f"{nbytes / over / 1e3:.2f} GB/s" if over > 0 else "-"
+        calls = "- | -" if st is None else f"{st[0]:.1f} | {st[1]:.1f}"
+        print(f"| {KINDS[kind][0]} | {size} | {nbytes / 1024:.0f} KiB | "
+              f"{calls} | {faults:.1f} | {over:.0f} µs | {mc:.1f} µs | "
+              f"{over / mc if mc > 0 else 0:.1f}x | {bw} |")
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -314,6 +432,7 @@ def main():
     rate = {p: [] for p in PATHS}
     sw = {p: [] for p in PATHS}
     core = {s: [] for s in SHAPES}
+    moved = {p: [] for p in PATHS}  # (bytes, calls, faults, strace, body)
     slept = []  # the small shape's core, sleeping SLEEP_US before each call
     for r in range(rounds):
         for s, shape in SHAPES.items():
@@ -323,7 +442,8 @@ def main():
               f"us/call, {slept[-1]:.0f} us/call sleeping {SLEEP_US} us "
               "before each", file=sys.stderr)
         for p in PATHS:
-            us, rps, per = run_path(binary, p, data)
+            us, rps, per, m = run_path(binary, p, data, sample=r == 0)
+            moved[p].append(m)
             attnd[p].append(us)
             rate[p].append(rps)
             sw[p].append(per)
@@ -359,7 +479,9 @@ def main():
                       "attnd_us": attnd[p], "core_us": core[size],
                       "ratio": ratio, "median_ratio": median, "target": t,
                       "req_per_s": rate[p], "switches": sw[p],
-                      "core_slept_us": slept if size == "small" else None})
+                      "core_slept_us": slept if size == "small" else None,
+                      "moved": moved[p]})
+    print_moved(attnd, core, moved)
     out_dir = os.environ.get("ATTND_BENCH_DIR")
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)

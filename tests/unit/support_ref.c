@@ -1,11 +1,14 @@
 /* support_ref.c - the shared cases and float64 reference (support_ref.h). */
+#include <cblas.h>
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/attn_impl.h"
 #include "support_ref.h"
+#include "support_skip.h"
 
 uint64_t rng_next(rng *r) {
   r->s ^= r->s >> 12;
@@ -21,10 +24,7 @@ float rng_sym(rng *r, float a) {
 int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
 
 /* ------------------------------------------------------------------ */
-/* Cases: old kinds as in test_core.c, new ones above them. */
-
-
-
+/* Cases. */
 
 float *rand_floats(rng *r, size_t n, float a) {
   float *x = malloc((n ? n : 1) * sizeof *x);
@@ -101,14 +101,15 @@ void make_case(tcase *c, const shape *s0, int kinds, uint64_t seed) {
   c->k = rand_floats(&r, (size_t)s.B * s.Hkv * s.Lk * s.D, 1.0f);
   c->v = rand_floats(&r, (size_t)s.B * s.Hkv * s.Lk * s.Dv, 1.0f);
   p->q = c->q; p->k = c->k; p->v = c->v;
-  /* a larger scale than 1/sqrt(D), so that soft-capping bites */
-  p->scale = (float)(3.0 / sqrt((double)s.D));
+  /* without K_UNIT a larger scale than 1/sqrt(D), so that soft-capping
+   * bites */
+  p->scale = (float)(((kinds & K_UNIT) ? 1.0 : 3.0) / sqrt((double)s.D));
   if (kinds & K_ADD) {
     p->scoring = ATTN_SCORING_ADDITIVE;
     p->Hd = 1 + rng_int(&r, 12);
     c->wq = rand_floats(&r, (size_t)p->Hd * s.D, 1.0f / sqrtf((float)s.D));
     c->wk = rand_floats(&r, (size_t)p->Hd * s.D, 1.0f / sqrtf((float)s.D));
-    c->wv = rand_floats(&r, (size_t)p->Hd, 2.0f);
+    c->wv = rand_floats(&r, (size_t)p->Hd, (kinds & K_UNIT) ? 1.0f : 2.0f);
     p->w_q = c->wq; p->w_k = c->wk; p->w_v = c->wv;
   }
   if (kinds & (K_VL1 | K_VL2)) {
@@ -144,6 +145,10 @@ void make_case(tcase *c, const shape *s0, int kinds, uint64_t seed) {
   make_new_kinds(c, &s, kinds, &r);
 }
 
+void make_unit_case(tcase *c, const shape *s, int kinds, uint64_t seed) {
+  make_case(c, s, kinds | K_UNIT, seed);
+}
+
 void free_case(tcase *c) {
   free(c->q); free(c->k); free(c->v); free(c->bias); free(c->wq);
   free(c->wk); free(c->wv); free(c->sinks); free(c->slopes); free(c->mask);
@@ -152,7 +157,6 @@ void free_case(tcase *c) {
 
 /* ------------------------------------------------------------------ */
 /* The float64 reference. */
-
 
 seq ref_seq(const attn_problem *p, int i) {
   seq s = {0, 0, p->Lq, p->Lk};
@@ -237,9 +241,8 @@ int ref_keep(const attn_problem *p, int b, int h, int i, int j) {
   return u >= (double)p->dropout_p;
 }
 
-/* One row: weights w (Lk), output o (Dv) and *lse; returns allowed keys. */
-int ref_row(const attn_problem *p, int b, int h, int i, double *w,
-            double *o, double *lse) {
+int ref_row_mag(const attn_problem *p, int b, int h, int i, double *w,
+                double *o, double *lse, double *mag) {
   int kvh = h / (p->H / p->Hkv), n = 0;
   double mx = p->sinks ? (double)p->sinks[h] : -INFINITY, den = 0.0;
   for (int j = 0; j < p->Lk; j++) {
@@ -253,7 +256,8 @@ int ref_row(const attn_problem *p, int b, int h, int i, double *w,
     if (ref_allowed(p, b, h, i, j)) den += (w[j] = exp(w[j] - mx));
   if (p->sinks) den += exp(p->sinks[h] - mx);
   for (int d = 0; d < p->Dv; d++) o[d] = 0.0;
-  *lse = den > 0.0 ? mx + log(den) : -INFINITY;
+  for (int d = 0; mag && d < p->Dv; d++) mag[d] = 0.0;
+  if (lse) *lse = den > 0.0 ? mx + log(den) : -INFINITY;
   if (n == 0) return 0;
   for (int j = 0; j < p->Lk; j++) {
     w[j] /= den;
@@ -262,6 +266,120 @@ int ref_row(const attn_problem *p, int b, int h, int i, double *w,
       wd = ref_keep(p, b, h, i, j) ? wd / (1.0 - p->dropout_p) : 0.0;
     const float *v = p->v + (((size_t)b * p->Hkv + kvh) * p->Lk + j) * p->Dv;
     for (int d = 0; d < p->Dv; d++) o[d] += wd * v[d];
+    for (int d = 0; mag && d < p->Dv; d++) mag[d] += fabs(wd * v[d]);
   }
   return n;
+}
+
+int ref_row(const attn_problem *p, int b, int h, int i, double *w,
+            double *o, double *lse) {
+  return ref_row_mag(p, b, h, i, w, o, lse, NULL);
+}
+
+int under_valgrind(void) {
+  const char *v = getenv("ATTND_VALGRIND");
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Comparing the core with the reference. */
+
+size_t ref_out_len(const attn_problem *p) {
+  return (size_t)p->B * p->H * p->Lq * p->Dv;
+}
+
+size_t ref_w_len(const attn_problem *p) {
+  return (size_t)p->B * p->H * p->Lq * p->Lk;
+}
+
+/* mag, when not NULL, widens the output tolerance by 1e-5 sum_j |w_j v_j|
+ * (ref_row_mag), for values far from unit scale. */
+static void check_row(const attn_problem *p, const char *what, int b, int h,
+                      int i, int n, const double *rw, const double *ro,
+                      const double *mag, const float *w, const float *o1,
+                      const float *o2) {
+  double sum = 0.0;
+  for (int j = 0; j < p->Lk; j++) {
+    int ok = ref_allowed(p, b, h, i, j);
+    if (!ok)
+      EXPECT(w[j] == 0.0f, "%s: masked weight (%d,%d,%d,%d) = %g",
+                    what, b, h, i, j, w[j]);
+    EXPECT(fabs(w[j] - rw[j]) <= 1e-5,
+                  "%s: weight (%d,%d,%d,%d) %.9g vs ref %.9g", what, b, h, i,
+                  j, w[j], rw[j]);
+    sum += w[j];
+  }
+  if (n > 0)
+    EXPECT(fabs(sum - 1.0) <= 1e-5, "%s: row (%d,%d,%d) sums to %.9g",
+                  what, b, h, i, sum);
+  for (int d = 0; d < p->Dv; d++) {
+    double tol = 1e-5 + 1e-5 * fabs(ro[d]) + (mag ? 1e-5 * mag[d] : 0.0);
+    if (n == 0)
+      EXPECT(o1[d] == 0.0f && o2[d] == 0.0f,
+                    "%s: empty row (%d,%d,%d) output %g / %g", what, b, h, i,
+                    o1[d], o2[d]);
+    EXPECT(fabs(o1[d] - ro[d]) <= tol,
+                  "%s: out (%d,%d,%d,%d) weights path %.9g vs ref %.9g", what,
+                  b, h, i, d, o1[d], ro[d]);
+    EXPECT(fabs(o2[d] - ro[d]) <= tol,
+                  "%s: out (%d,%d,%d,%d) online path %.9g vs ref %.9g", what,
+                  b, h, i, d, o2[d], ro[d]);
+  }
+}
+
+void assert_all_finite(const float *x, size_t n, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    EXPECT(isfinite(x[i]), "%s[%zu] = %g", what, i, x[i]);
+}
+
+void ref_run_both(const attn_problem *p, float *out_w, float *w,
+                  float *out_online) {
+  ck_assert_int_eq(attn_forward(p, out_w, w), 0);
+  ck_assert_int_eq(attn_forward(p, out_online, NULL), 0);
+}
+
+int ref_compare(const attn_problem *p, const char *what, int scaled) {
+  float *o1 = malloc(ref_out_len(p) * sizeof *o1);
+  float *o2 = malloc(ref_out_len(p) * sizeof *o2);
+  float *w = malloc(ref_w_len(p) * sizeof *w);
+  double *rw = malloc((size_t)p->Lk * sizeof *rw);
+  double *ro = malloc((size_t)p->Dv * sizeof *ro);
+  double *mag = malloc((size_t)p->Dv * sizeof *mag);
+  int empty = 0;
+  ck_assert(o1 && o2 && w && rw && ro && mag);
+  /* NaN everywhere first: attnd hands the core unzeroed buffers, so an
+   * element the core does not write must fail the comparison */
+  memset(o1, 0xff, ref_out_len(p) * sizeof *o1);
+  memset(o2, 0xff, ref_out_len(p) * sizeof *o2);
+  memset(w, 0xff, ref_w_len(p) * sizeof *w);
+  ck_assert_int_eq(attn_forward(p, o1, w), 0);
+  ck_assert_int_eq(attn_forward(p, o2, NULL), 0);
+  for (int b = 0; b < p->B; b++)
+    for (int h = 0; h < p->H; h++)
+      for (int i = 0; i < p->Lq; i++) {
+        size_t row = ((size_t)b * p->H + h) * p->Lq + i;
+        int n = ref_row_mag(p, b, h, i, rw, ro, NULL, mag);
+        empty += n == 0;
+        check_row(p, what, b, h, i, n, rw, ro, scaled ? mag : NULL,
+                  w + row * p->Lk, o1 + row * p->Dv, o2 + row * p->Dv);
+      }
+  free(o1); free(o2); free(w); free(rw); free(ro); free(mag);
+  return empty;
+}
+
+int ref_native_gemm_or_skip(const char *test) {
+  if (attn__use_avx512()) return 1;
+  support_skip(test, "this CPU (or valgrind) has no AVX-512F + FMA for the "
+               "native kernels");
+  return 0;
+}
+
+int ref_run_suite(Suite *s) {
+  /* One BLAS thread, as in an attnd worker; keeps valgrind runs sane. */
+  openblas_set_num_threads(1);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -330,11 +330,14 @@ START_TEST(test_body_holds_share_the_byte_budget) {
   /* A hold turns into the job's reservation in one step: here the body
    * held 2c, the job needs c, and 2c more would not have fitted beside
    * the hold. */
-  ck_assert_int_eq(batcher_reserve_held(b, c, 2 * c), 0);
+  ck_assert_int_eq(batcher_reserve_held(b, c, 2 * c, NULL, 0), 0);
   ck_assert_uint_eq(batcher_bytes_in_use(b), c);
   /* A refused reservation gives the hold back too. */
   ck_assert_int_eq(batcher_hold(b, c), 0);
-  ck_assert_int_eq(batcher_reserve_held(b, 4 * c, c), ATTND_EBUSY);
+  char why[256];
+  ck_assert_int_eq(batcher_reserve_held(b, 4 * c, c, why, sizeof why),
+                   ATTND_EBUSY);
+  ck_assert_msg(strstr(why, "--max-inflight-mb"), "%s", why);
   ck_assert_uint_eq(batcher_bytes_in_use(b), c);
   batcher_unhold(b, 0);  /* nothing held: a no-op */
   batcher_submit(b, &t[0].job);

@@ -39,18 +39,8 @@
 #include "support_ref.h"
 #include "support_skip.h"
 
-#define EXPECT(cond, ...)                                                    \
-  do {                                                                       \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                  \
-  } while (0)
-
 static const double U = 0x1p-8;  /* BF16's unit roundoff */
 static const double EXP_ERR = 0x1p-16; /* the softmax exp (docs/api.md) */
-
-static int under_valgrind(void) {
-  const char *v = getenv("ATTND_VALGRIND");
-  return v && *v && strcmp(v, "0") != 0;
-}
 
 /* ------------------------------------------------------------------ */
 /* Kernel paths. */
@@ -638,11 +628,4 @@ static Suite *bf16_suite(void) {
   return s;
 }
 
-int main(void) {
-  openblas_set_num_threads(1);
-  SRunner *sr = srunner_create(bf16_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return ref_run_suite(bf16_suite()); }

@@ -27,18 +27,6 @@
 
 #include "support_ref.h"
 
-
-#define EXPECT(cond, ...)                                                    \
-  do {                                                                       \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                  \
-  } while (0)
-
-static int under_valgrind(void) {
-  const char *v = getenv("ATTND_VALGRIND");
-  return v && *v && strcmp(v, "0") != 0;
-}
-
-
 /* ------------------------------------------------------------------ */
 /* Comparing. */
 
@@ -585,11 +573,4 @@ static Suite *variants_suite(void) {
   return s;
 }
 
-int main(void) {
-  openblas_set_num_threads(1);
-  SRunner *sr = srunner_create(variants_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return ref_run_suite(variants_suite()); }

@@ -16,7 +16,7 @@
 
 #include "proto/mem.h"
 #include "proto/proto.h"
-#include "proto/proto_impl.h"
+#include "proto/tensor/tensor.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -797,9 +797,9 @@ START_TEST(nesting_deeper_than_the_limit_names_it) {
       ck_assert_msg(!strstr(err, "deeper") && !strstr(err, "not valid"),
                     "%s", err);
     } else {
-      snprintf(want, sizeof want, "body nests deeper than %d levels (at byte "
-               "%d), the limit of attnd's JSON reader", PROTO_JSON_MAX_DEPTH,
-               6 + PROTO_JSON_MAX_DEPTH - 1);
+      snprintf(want, sizeof want, "body is nested %d levels deep at byte "
+               "%d; the limit is %d levels", PROTO_JSON_MAX_DEPTH + 1,
+               6 + PROTO_JSON_MAX_DEPTH - 1, PROTO_JSON_MAX_DEPTH);
       ck_assert_str_eq(err, want);
     }
   }
@@ -854,7 +854,7 @@ END_TEST
 
 START_TEST(numbers_beyond_float_range_are_rejected) {
   BAD("{\"query\":[[[1,1e39]]],\"key\":[[[1,2]]],\"value\":[[[1]]]}",
-      "query[0][0][1]: 1e+39 is out of float32 range");
+      "query[0][0][1]: 1e39 is out of float32 range");
   BAD("{\"query\":[[[1,2]]],\"key\":[[[1,-4e38]]],\"value\":[[[1]]]}",
       "key[0][0][1]", "out of float32 range");
   BAD("{\"query\":[[[1,2]]],\"key\":[[[1,2]]],\"value\":[[[1e999]]]}",
@@ -1579,7 +1579,7 @@ END_TEST
 START_TEST(variant_bad_values_are_named) {
   BAD("{" QKV4 ",\"sinks\":[1]}", "sinks: shape [1] is not (H,) = [2]");
   BAD("{" QKV4 ",\"sinks\":[[1,2]]}", "sinks: shape [1,2]");
-  BAD("{" QKV4 ",\"sinks\":[1,3.5e38]}", "sinks[1]: 3.5e+38 is out of float32");
+  BAD("{" QKV4 ",\"sinks\":[1,3.5e38]}", "sinks[1]: 3.5e38 is out of float32");
   BAD("{" QKV4 ",\"alibi_slopes\":[[1,2],[3,4]]}",
       "alibi_slopes: shape [2,2] is neither (H,) = [2] nor (B, H) = [1,2]");
   BAD("{" QKV4 ",\"softcap\":0}", "softcap: 0 is not a finite number > 0");

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fenv.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -600,51 +601,115 @@ START_TEST(an_earlier_sigbus_handler_still_hears_the_rest) {
 }
 END_TEST
 
+/* ---- a computation reading a mapping in place ------------------------ */
+
+static int read_at(void *arg) {
+  const volatile unsigned char *p = arg;
+  return p[0] + 7;
+}
+
+/* What the core does around P V: flush-to-zero on, then a read that may
+ * fault. */
+static int ftz_then_read(void *arg) {
+  fenv_t env;
+  fegetenv(&env);
+  env.__mxcsr |= 0x8040u;  /* FTZ and DAZ */
+  fesetenv(&env);
+  return read_at(arg);
+}
+
+static unsigned mxcsr_now(void) {
+  fenv_t env;
+  fegetenv(&env);
+  return env.__mxcsr;
+}
+
+START_TEST(fault_run_stops_a_computation_that_faults) {
+  unsigned char *m = lost_mapping(), healthy[1] = {5};  /* m: no pages */
+  struct fault_range r[2] = {{m, 4096}, {m + 4096, 4096}};
+  unsigned long caught = fault_caught();
+  unsigned before = mxcsr_now();
+  ck_assert_int_eq(fault_init(), 0);
+  ck_assert_int_eq(fault_run(r, 2, read_at, healthy), 12);
+  ck_assert_uint_eq(fault_caught(), caught);
+  ck_assert_int_eq(fault_run(r, 2, ftz_then_read, m + 4100), ATTND_EINVAL);
+  ck_assert_uint_eq(fault_caught(), caught + 1);
+  ck_assert_uint_eq(mxcsr_now(), before);  /* flush-to-zero off again */
+  ck_assert_int_eq(fault_run(r, FAULT_RANGES + 1, read_at, m), ATTND_EINTERNAL);
+  munmap(m, 8192);
+  unlink_objects();
+}
+END_TEST
+
 /* ---- the decoder through a request's holds -------------------------- */
 
-START_TEST(decoder_reads_inputs_and_lists_outputs) {
-  struct shm_registry *reg = shm_new(8, 1 << 20);
-  const char *k = make_object(4096);
+/* FP32 query (1,2,2) at 0 and key (1,3,2) at 16, FP16 value (1,3,2) at
+ * 40 and INT64 valid_lens (1,) at 56, all in region "r". */
+#define DECODER_INPUTS                                                      \
+  "{\"inputs\":["                                                           \
+  "{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,2],"             \
+  "\"parameters\":{\"shared_memory_region\":\"r\","                        \
+  "\"shared_memory_byte_size\":16}},"                                       \
+  "{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"               \
+  "\"parameters\":{\"shared_memory_region\":\"r\","                        \
+  "\"shared_memory_offset\":16,\"shared_memory_byte_size\":24}},"           \
+  "{\"name\":\"value\",\"datatype\":\"FP16\",\"shape\":[1,3,2],"             \
+  "\"parameters\":{\"shared_memory_region\":\"r\","                        \
+  "\"shared_memory_offset\":40,\"shared_memory_byte_size\":12}},"           \
+  "{\"name\":\"valid_lens\",\"datatype\":\"INT64\",\"shape\":[1],"           \
+  "\"parameters\":{\"shared_memory_region\":\"r\","                        \
+  "\"shared_memory_offset\":56,\"shared_memory_byte_size\":8}}],"
+
+/* A new object holding DECODER_INPUTS' tensors: q = [[1, 0], [0, 2]],
+ * k = [[1, 1], [2, 0], [0, 3]], v = [[1, 0], [0, 1], [1, 1]], lens 2. */
+static const char *decoder_object(void) {
   static const float q[4] = {1, 0, 0, 2}, kv[6] = {1, 1, 2, 0, 0, 3};
   static const uint16_t v16[6] = {0x3c00, 0, 0, 0x3c00, 0x3c00, 0x3c00};
   static const int64_t lens[1] = {2};
-  static const char json[] =
-      "{\"inputs\":["
-      "{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,2],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_byte_size\":16}},"
-      "{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":[1,3,2],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":16,\"shared_memory_byte_size\":24}},"
-      "{\"name\":\"value\",\"datatype\":\"FP16\",\"shape\":[1,3,2],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":40,\"shared_memory_byte_size\":12}},"
-      "{\"name\":\"valid_lens\",\"datatype\":\"INT64\",\"shape\":[1],"
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":56,\"shared_memory_byte_size\":8}}],"
-      "\"outputs\":[{\"name\":\"weights\"},{\"name\":\"output\","
-      "\"parameters\":{\"shared_memory_region\":\"r\","
-      "\"shared_memory_offset\":1024,\"shared_memory_byte_size\":64,"
-      "\"binary_data\":false}}]}";
-  char err[PROTO_ERR_MAX], *body;
+  const char *k = make_object(4096);
+  write_object(k, 0, q, 16);
+  write_object(k, 16, kv, 24);
+  write_object(k, 40, v16, 12);
+  write_object(k, 56, lens, 8);
+  return k;
+}
+
+/* A registry with a decoder_object registered as region "r" (its key in
+ * *key), and DECODER_INPUTS followed by outputs (the rest of the body)
+ * decoded through a request's holds s. */
+static struct shm_registry *decoder_decode(const char *outputs,
+                                           const char **key,
+                                           struct shm_http_req *s,
+                                           proto_shm *p, proto_request *req) {
+  struct shm_registry *reg = shm_new(8, 1 << 20);
+  char err[PROTO_ERR_MAX], json[2048];
+  *key = decoder_object();
+  snprintf(json, sizeof json, "%s%s", DECODER_INPUTS, outputs);
+  ck_assert_int_eq(reg_rc(reg, "r", *key, 0, 4096, err), 0);
+  memset(s, 0, sizeof *s);
+  shm_http_req_begin(s, reg, p);
+  ck_assert_msg(proto_v2_decode_shm(json, strlen(json), NULL,
+                                    PROTO_MODEL_ATTENTION, p, req, 0,
+                                    err) == 0, "%s", err);
+  ck_assert(req->prob.q[3] == 2.0f && req->prob.k[5] == 3.0f);
+  ck_assert(req->prob.v[3] == 1.0f && req->prob.valid_lens[0] == 2);
+  return reg;
+}
+
+START_TEST(decoder_reads_inputs_and_lists_outputs) {
+  const char *k;
+  char *body;
   size_t len, jlen;
   struct shm_http_req s;
   proto_shm p;
   proto_request req;
   proto_shm_write w[PROTO_OUT_COUNT];
-  write_object(k, 0, q, 16);
-  write_object(k, 16, kv, 24);
-  write_object(k, 40, v16, 12);
-  write_object(k, 56, lens, 8);
-  ck_assert_int_eq(reg_rc(reg, "r", k, 0, 4096, err), 0);
-  memset(&s, 0, sizeof s);
-  shm_http_req_begin(&s, reg, &p);
-  ck_assert_msg(proto_v2_decode_shm(json, strlen(json), NULL,
-                                    PROTO_MODEL_ATTENTION, &p, &req, 0,
-                                    err) == 0, "%s", err);
+  struct shm_registry *reg = decoder_decode(
+      "\"outputs\":[{\"name\":\"weights\"},{\"name\":\"output\","
+      "\"parameters\":{\"shared_memory_region\":\"r\","
+      "\"shared_memory_offset\":1024,\"shared_memory_byte_size\":64,"
+      "\"binary_data\":false}}]}", &k, &s, &p, &req);
   ck_assert_int_eq(s.n, 1);  /* one region, held once */
-  ck_assert(req.prob.q[3] == 2.0f && req.prob.k[5] == 3.0f);
-  ck_assert(req.prob.v[3] == 1.0f && req.prob.valid_lens[0] == 2);
   ck_assert_int_eq(proto_v2_shm_outputs(&req, w), 1);
   ck_assert_uint_eq(w[0].offset, 1024);
   ck_assert_uint_eq(w[0].len, 2 * 2 * sizeof(float));
@@ -670,6 +735,36 @@ START_TEST(decoder_reads_inputs_and_lists_outputs) {
   proto_request_free(&req);
   shm_http_req_end(&s);
   ck_assert_uint_eq(shm_count(reg), 0);
+  shm_free(reg);
+  unlink_objects();
+}
+END_TEST
+
+/* With every output into a region, FP32 query and key are read where
+ * they lie (the core then reads the mapping: proto_request.shared); the
+ * FP16 value and the INT64 lengths are copied.  A JSON output, as in the
+ * test above, keeps every input copied. */
+START_TEST(decoder_reads_fp32_in_place_when_nothing_prints) {
+  const char *k;
+  struct shm_http_req s;
+  proto_shm p;
+  proto_request req;
+  struct shm_registry *reg = decoder_decode(
+      "\"outputs\":[{\"name\":\"output\","
+      "\"parameters\":{\"shared_memory_region\":\"r\","
+      "\"shared_memory_offset\":1024,\"shared_memory_byte_size\":64}}]}",
+      &k, &s, &p, &req);
+  ck_assert_int_eq(req.n_shared, 2);
+  ck_assert_ptr_eq(req.shared[0].p, req.prob.q);
+  ck_assert_uint_eq(req.shared[0].n, 16);
+  ck_assert_ptr_eq(req.shared[1].p, req.prob.k);
+  ck_assert_uint_eq(req.shared[1].n, 24);
+  /* the region's words are what the core reads: the client's writes show */
+  static const float three = 3.0f;
+  write_object(k, 12, &three, 4);
+  ck_assert(req.prob.q[3] == 3.0f);
+  proto_request_free(&req);
+  shm_http_req_end(&s);
   shm_free(reg);
   unlink_objects();
 }
@@ -869,7 +964,9 @@ static Suite *shm_suite(void) {
   tcase_add_test(tc, a_full_file_system_is_named);
   tcase_add_test(tc, sigbus_outside_a_guard_still_kills);
   tcase_add_test(tc, an_earlier_sigbus_handler_still_hears_the_rest);
+  tcase_add_test(tc, fault_run_stops_a_computation_that_faults);
   tcase_add_test(tc, decoder_reads_inputs_and_lists_outputs);
+  tcase_add_test(tc, decoder_reads_fp32_in_place_when_nothing_prints);
   tcase_add_test(tc, decoder_checks_what_it_copied);
   tcase_add_test(tc, a_fault_on_one_thread_leaves_the_other_alone);
   tcase_add_test(tc, many_threads_hold_while_one_unregisters);

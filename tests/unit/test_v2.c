@@ -15,7 +15,7 @@
 
 #include "proto/mem.h"
 #include "proto/proto.h"
-#include "proto/proto_impl.h"
+#include "proto/v2/v2.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -1510,20 +1510,20 @@ START_TEST(binary_outputs_in_parts_are_the_bytes_of_the_copy) {
   static const int want_parts[] = {2, 1, 3, 0, 1, 1, 2, 4};
   static const int want_blocks[] = {2, 1, 2, 0, 1, 1, 2, 4};
   static const int want_joined[] = {0, 0, 0, 0, 1, 0, 0, 0};
-  /* an id longer than the room before the output: the parts stay apart */
+  /* an id whose JSON is longer than the room before the output (within
+   * PROTO_ID_MAX: control bytes, six bytes each as escapes): the parts
+   * stay apart */
   static const int long_id[] = {0, 0, 0, 0, 0, 1, 0, 0};
   long live = mem_live();
   for (int c = 0; c < 8; c++) {
     body b;
-    char json[2048], *whole;
+    char json[4096], *whole;
     size_t len, jlen;
     proto_request r1, r2;
     proto_parts parts;
     char id[700] = "";
-    if (long_id[c]) {
-      memset(id, '7', 600);
-      id[600] = 0;
-    }
+    for (int i = 0; long_id[c] && i < 100; i++)
+      memcpy(id + 6 * i, "\\u0001", 7);
     snprintf(json, sizeof json,
              "{\"inputs\":[" IN_Q "," IN_K "," IN_V "],%s%s%s%s}",
              *id ? "\"id\":\"" : "", id, *id ? "\"," : "", outputs[c]);

@@ -51,7 +51,7 @@ INPUT_DATATYPES = ("FP32", "FP64", "FP16", "BF16", "INT32", "INT64", "BOOL")
 
 # The first double that rounds to infinity in each type attnd rounds a
 # number to, that number's decimal, and the largest finite value: attnd's
-# range messages (proto/numscan.c).
+# range messages (proto/text/numscan.c).
 _RANGE = {
     "float32": (340282356779733661637539395458142568448.0,
                 "3.40282356779733661637539395458142568448e38", "3.4028235e38"),
@@ -113,27 +113,26 @@ def describe(v: Any) -> str:
     if isinstance(v, dict):
         return "an object"
     if isinstance(v, numbers.Real):
-        return "%g" % float(v)
+        return number_text(v)
     return "a " + type(v).__name__
 
 
-def _shortest_g(x: float) -> str:
-    """The shortest %g text that reads back as x, with all of an integer part
-    below 10^16 ("65520", not "6.552e+04"), as attnd prints a number in a
-    range message."""
-    ax = abs(x)
-    p = 1 + int(math.log10(ax)) if 1 <= ax < 1e16 else 1
-    while p < 17:
-        if float("%.*g" % (p, x)) == x:
-            break
-        p += 1
-    return "%.*g" % (p, x)
+def number_text(v: Any) -> str:
+    """A number as this client writes it in JSON (json_numbers), which is
+    how attnd echoes it: an integer as its digits, a float32 as its
+    shortest digits, any other float as Python's repr ("5.0", "1e+39")."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return str(int(v))
+    if isinstance(v, np.float32):
+        return str(v)
+    return repr(float(v))
 
 
 def range_message(what: str, x: float, rounded_to: str) -> str:
-    """attnd's message for a number that rounds to infinity."""
+    """attnd's message for a number that rounds to infinity, the number as
+    this client writes it in JSON (Python's repr), which attnd echoes."""
     tie, text, largest = _RANGE[rounded_to]
-    num = _shortest_g(x)
+    num = repr(float(x))
     if abs(x) == tie:
         return ("%s: %s is out of %s range (decimals from %s on round to infinity; "
                 "the largest is %s)" % (what, num, rounded_to, text, largest))
@@ -176,7 +175,7 @@ def _is_number(x: Any) -> bool:
 
 class _Walk:
     """Nested lists -> a flat list and a shape, checked element by element in
-    the order attnd reads them, with attnd's messages (proto/tensor.c)."""
+    the order attnd reads them, with attnd's messages (proto/tensor/tensor.c)."""
 
     def __init__(self, name: str, kind: str) -> None:
         self.name = name
