@@ -873,6 +873,9 @@ static int bench_split(int quick) {
   pool_free(&p2);
   problem_free(&pb);
   return 0;
+}
+
+/* ------------------------------------------------------------------ */
 /* The core beside its peers (tests/bench/peers.py, make bench-peers): q,
  * k and v of (B, H, L, L, D), no mask, scale 1/sqrt(D), read from a file
  * (each (B, H, L, D) float32, in that order), on one thread, no weights;
