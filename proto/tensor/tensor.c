@@ -171,14 +171,16 @@ static int flat_dims(const cJSON *shape, proto__tensor *t, char *err) {
                  what);
     }
     double v = c->valuedouble;
-    proto__describe(c, what, sizeof what);
-    if (v < 0)
-      return ERR("%s: shape[%d]=%s is negative", t->name, d, what);
     if (v == 0)
       return ERR("%s: axis %d is empty", t->name, d);
-    if (v > INT_MAX)
+    if (v < 0 || v > INT_MAX) {
+      /* the number as the client wrote it: only for the message */
+      proto__describe(c, what, sizeof what);
+      if (v < 0)
+        return ERR("%s: shape[%d]=%s is negative", t->name, d, what);
       return ERR("%s: shape[%d]=%s is too large (the largest is %d)",
                  t->name, d, what, INT_MAX);
+    }
     if (d < PROTO__MAX_RANK)
       t->shape[d] = (int)v;
   }
@@ -326,20 +328,21 @@ static int put_half(fill_ctx *f, const cJSON *e) {
 
 static int put_len(fill_ctx *f, const cJSON *e) {
   char *err = f->err, at[64], what[48];
-  index_str(f->idx, f->t->rank, at, sizeof at);
-  if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble)) {
-    proto__describe(e, what, sizeof what);
-    return ERR("%s: expected an integer at %s, got %s", f->t->name, at, what);
+  int whole = cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble);
+  double x = whole ? e->valuedouble : 0;
+  if (whole && x >= 0 && x <= (double)f->hi) {
+    ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
+    return 0;
   }
-  double x = e->valuedouble;
+  /* the index and the number as the client wrote it: only for the message */
+  index_str(f->idx, f->t->rank, at, sizeof at);
   proto__describe(e, what, sizeof what);
+  if (!whole)
+    return ERR("%s: expected an integer at %s, got %s", f->t->name, at, what);
   if (x < 0)
     return ERR("%s%s=%s is negative", f->t->name, at, what);
-  if (x > (double)f->hi)
-    return ERR("%s%s=%s exceeds %s %lld", f->t->name, at, what, f->what,
-               f->hi);
-  ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
-  return 0;
+  return ERR("%s%s=%s exceeds %s %lld", f->t->name, at, what, f->what,
+             f->hi);
 }
 
 static int put_bool(fill_ctx *f, const cJSON *e) {
