@@ -214,6 +214,7 @@ browser-test: all
 # Benchmarks (tests/bench/run.sh prints one table of figures and ratios).
 # core/ only, so that work in progress elsewhere cannot stop a benchmark.
 $(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o \
+                      $(BUILD)/obj/tests/bench/bench_modes.o \
                       $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC))
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)
@@ -243,7 +244,8 @@ shm-bench: all
 budget-bench: all
 	@sh tests/load/bench_budget.sh
 
--include $(BUILD)/obj/tests/bench/bench_core.d
+-include $(BUILD)/obj/tests/bench/bench_core.d \
+         $(BUILD)/obj/tests/bench/bench_modes.d
 
 # The core beside ONNX Runtime's MultiHeadAttention and PyTorch's
 # scaled_dot_product_attention from Debian 13, float32 and BF16, one thread
