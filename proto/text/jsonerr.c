@@ -14,9 +14,9 @@
  *     a blank, so where it stopped can be far past the first bad byte;
  *     the message points at the first NUL outside a string before it.
  *     (Only NUL: the other control bytes are rare in what clients send,
- *     and tests/unit/test_numparse.c puts a 0x01, which cJSON skips and
- *     attnd's own reader refuses, in front of a body to compare the two
- *     readers' messages.)
+ *     and tests/unit/test_numparse_decode.c puts a 0x01, which cJSON
+ *     skips and attnd's own reader refuses, in front of a body to compare
+ *     the two readers' messages.)
  * Anything else keeps "body is not valid JSON (near byte N)".
  *
  * Runs on the error path only: a body that parsed never comes here. */

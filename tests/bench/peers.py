@@ -5,7 +5,7 @@ Debian's python3-onnxruntime, python3-onnx and python3-torch).
 
 On each shape (B, H, Lq, Lk, D), no mask, no weights, scale 1/sqrt(D):
 
-  attnd     build/<suite>/attnd-bench peers (bench_core.c), float32 mode
+  attnd     build/<suite>/attnd-bench peers (bench_modes.c), float32 mode
             and BF16 mode (q, k, v given as BF16)
   ORT       ONNX Runtime's com.microsoft MultiHeadAttention, a one-node
             model, inputs (B, L, H*D) and output bound once (IO binding),
