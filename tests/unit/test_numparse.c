@@ -26,6 +26,7 @@
 #include "proto/tensor/tensor.h"
 
 #include "support_num.h"
+#include "support_suite.h"
 
 /* Text s is accepted exactly when it rounds to a finite float (strtof,
  * to nearest), and must then read as strtof(s), bit for bit. */
@@ -760,38 +761,18 @@ START_TEST(printer_powers_of_ten_are_exact) {
 }
 END_TEST
 
-static Suite *numparse_suite(void) {
-  Suite *s = suite_create("numparse");
-  TCase *tc;
-  tc = tcase_create("parse");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, random_floats_printed_many_ways);
-  tcase_add_test(tc, midpoints_between_neighbours);
-  tcase_add_test(tc, subnormals_and_range_edges);
-  tcase_add_test(tc, long_mantissas);
-  tcase_add_test(tc, float64_reprs_and_near_midpoints);
-  tcase_add_test(tc, json_number_grammar);
-  tcase_add_test(tc, number_lists);
-  tcase_add_test(tc, lists_of_random_tokens_read_as_one_by_one);
-  tcase_add_test(tc, list_tokens_at_every_offset_and_length);
-  tcase_add_test(tc, list_errors_at_every_position);
-  tcase_add_test(tc, list_values_equal_strtof);
-  tcase_add_test(tc, short_tokens_near_midpoints_equal_strtof);
-  suite_add_tcase(s, tc);
-  tc = tcase_create("print");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, printed_floats_are_shortest_and_closest);
-  tcase_add_test(tc, printed_layout_is_unchanged);
-  tcase_add_test(tc, printed_lists_match_one_by_one);
-  tcase_add_test(tc, printer_powers_of_ten_are_exact);
-  suite_add_tcase(s, tc);
-  return s;
-}
-
 int main(void) {
-  SRunner *sr = srunner_create(numparse_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  support_case cases[] = {
+    {"parse", {random_floats_printed_many_ways, midpoints_between_neighbours,
+               subnormals_and_range_edges, long_mantissas,
+               float64_reprs_and_near_midpoints, json_number_grammar,
+               number_lists, lists_of_random_tokens_read_as_one_by_one,
+               list_tokens_at_every_offset_and_length,
+               list_errors_at_every_position, list_values_equal_strtof,
+               short_tokens_near_midpoints_equal_strtof}},
+    {"print", {printed_floats_are_shortest_and_closest,
+               printed_layout_is_unchanged, printed_lists_match_one_by_one,
+               printer_powers_of_ten_are_exact}},
+  };
+  return support_run("numparse", cases, sizeof cases / sizeof cases[0]);
 }

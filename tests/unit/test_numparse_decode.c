@@ -22,6 +22,7 @@
 #include "proto/tensor/tensor.h"
 
 #include "support_num.h"
+#include "support_suite.h"
 
 /* ---- through the decoders ----------------------------------------------- */
 
@@ -703,31 +704,19 @@ START_TEST(comma_count_matches_the_bytewise_one) {
 }
 END_TEST
 
-static Suite *numparse_decode_suite(void) {
-  Suite *s = suite_create("numparse_decode");
-  TCase *tc;
-  tc = tcase_create("decode");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, decoders_round_correctly);
-  tcase_add_test(tc, decoded_tensors_equal_strtof);
-  tcase_add_test(tc, mutated_bodies_decode_as_on_the_cjson_path);
-  tcase_add_test(tc, what_only_cjson_accepts_still_decodes);
-  tcase_add_test(tc, numbers_json_forbids_are_refused_on_both_paths);
-  tcase_add_test(tc, cjson_path_rounds_long_decimals_once);
-  tcase_add_test(tc, long_leaves_with_a_stop_byte_anywhere);
-  tcase_add_test(tc, errors_in_leaves_keep_their_messages);
-  tcase_add_test(tc, flt_max_text_is_accepted_everywhere);
-  tcase_add_test(tc, fp16_and_bf16_tops_are_accepted);
-  tcase_add_test(tc, past_the_midpoint_is_refused_with_the_value);
-  tcase_add_test(tc, comma_count_matches_the_bytewise_one);
-  suite_add_tcase(s, tc);
-  return s;
-}
-
 int main(void) {
-  SRunner *sr = srunner_create(numparse_decode_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  support_case cases[] = {
+    {"decode", {decoders_round_correctly, decoded_tensors_equal_strtof,
+                mutated_bodies_decode_as_on_the_cjson_path,
+                what_only_cjson_accepts_still_decodes,
+                numbers_json_forbids_are_refused_on_both_paths,
+                cjson_path_rounds_long_decimals_once,
+                long_leaves_with_a_stop_byte_anywhere,
+                errors_in_leaves_keep_their_messages,
+                flt_max_text_is_accepted_everywhere,
+                fp16_and_bf16_tops_are_accepted,
+                past_the_midpoint_is_refused_with_the_value,
+                comma_count_matches_the_bytewise_one}},
+  };
+  return support_run("numparse_decode", cases, sizeof cases / sizeof cases[0]);
 }

@@ -19,6 +19,7 @@
 #include "proto/tensor/tensor.h"
 
 #include "support_v1.h"
+#include "support_suite.h"
 
 /* ---- tensor forms -------------------------------------------------------- */
 
@@ -567,9 +568,8 @@ END_TEST
 
 /* ---- suite -------------------------------------------------------------------- */
 
-static Suite *proto_suite(void) {
-  Suite *s = suite_create("proto");
-  struct { const char *name; const TTest *tests[24]; } cases[] = {
+int main(void) {
+  support_case cases[] = {
     {"forms", {nested_rank3_gives_shapes_and_values,
                flat_rank4_gives_shapes_and_values,
                forms_mix_and_response_follows_query,
@@ -604,20 +604,5 @@ static Suite *proto_suite(void) {
                 element_budget_bounds_weights_of_small_inputs,
                 element_budget_rejects_huge_bodies_before_parsing}},
   };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    TCase *tc = tcase_create(cases[c].name);
-    tcase_set_timeout(tc, 120); /* the float sweep, under valgrind too */
-    for (int t = 0; cases[c].tests[t]; t++)
-      tcase_add_test(tc, cases[c].tests[t]);
-    suite_add_tcase(s, tc);
-  }
-  return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(proto_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return support_run("proto", cases, sizeof cases / sizeof cases[0]);
 }

@@ -18,6 +18,7 @@
 #include "proto/tensor/tensor.h"
 
 #include "support_v1.h"
+#include "support_suite.h"
 
 /* ---- encoder ----------------------------------------------------------------- */
 
@@ -677,9 +678,8 @@ END_TEST
 
 /* ---- suite -------------------------------------------------------------------- */
 
-static Suite *proto_encode_suite(void) {
-  Suite *s = suite_create("proto_encode");
-  struct { const char *name; const TTest *tests[24]; } cases[] = {
+int main(void) {
+  support_case cases[] = {
     {"encode", {encode_nested_rank3, encode_nested_rank4,
                 encode_flat_and_omits_absent_parts,
                 encode_flat_rank4_with_weights,
@@ -699,20 +699,5 @@ static Suite *proto_encode_suite(void) {
                   window_sides_clamp_at_the_longer_length,
                   encode_lse_nested_and_flat_with_null_for_minus_inf}},
   };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    TCase *tc = tcase_create(cases[c].name);
-    tcase_set_timeout(tc, 120); /* the float sweep, under valgrind too */
-    for (int t = 0; cases[c].tests[t]; t++)
-      tcase_add_test(tc, cases[c].tests[t]);
-    suite_add_tcase(s, tc);
-  }
-  return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(proto_encode_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return support_run("proto_encode", cases, sizeof cases / sizeof cases[0]);
 }

@@ -19,6 +19,7 @@
 #include "proto/tensor/tensor.h"
 
 #include "support_v1.h"
+#include "support_suite.h"
 
 /* ---- fields and body ------------------------------------------------------- */
 
@@ -429,9 +430,8 @@ END_TEST
 
 /* ---- suite -------------------------------------------------------------------- */
 
-static Suite *proto_errors_suite(void) {
-  Suite *s = suite_create("proto_errors");
-  struct { const char *name; const TTest *tests[24]; } cases[] = {
+int main(void) {
+  support_case cases[] = {
     {"malformed", {unknown_field_is_named, duplicate_fields_at_every_level,
                    missing_required_tensors, body_errors_are_clear,
                    body_is_read_by_length_not_nul,
@@ -447,20 +447,5 @@ static Suite *proto_errors_suite(void) {
                    empty_tensors_name_field_and_axis, flat_form_errors,
                    late_failures_free_earlier_buffers}},
   };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    TCase *tc = tcase_create(cases[c].name);
-    tcase_set_timeout(tc, 120); /* the float sweep, under valgrind too */
-    for (int t = 0; cases[c].tests[t]; t++)
-      tcase_add_test(tc, cases[c].tests[t]);
-    suite_add_tcase(s, tc);
-  }
-  return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(proto_errors_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return support_run("proto_errors", cases, sizeof cases / sizeof cases[0]);
 }

@@ -34,6 +34,7 @@
 #include "server/shm/shm.h"
 #include "server/shm/shm_http.h"
 #include "support_shm.h"
+#include "support_suite.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -628,30 +629,20 @@ START_TEST(many_threads_hold_while_one_unregisters) {
 }
 END_TEST
 
-static Suite *shm_suite(void) {
-  Suite *s = suite_create("shm");
-  TCase *tc = tcase_create("registry");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, register_status_unregister);
-  tcase_add_test(tc, register_refusals_say_what_triton_says);
-  tcase_add_test(tc, limits_count_every_region);
-  tcase_add_test(tc, unregister_waits_for_the_last_hold);
-  tcase_add_test(tc, reads_and_writes_go_through_the_region_offset);
-  tcase_add_test(tc, truncated_or_removed_objects_fail_cleanly);
-  tcase_add_test(tc, decoder_reads_inputs_and_lists_outputs);
-  tcase_add_test(tc, decoder_reads_fp32_in_place_when_nothing_prints);
-  tcase_add_test(tc, decoder_checks_what_it_copied);
-  tcase_add_test(tc, a_fault_on_one_thread_leaves_the_other_alone);
-  tcase_add_test(tc, many_threads_hold_while_one_unregisters);
-  suite_add_tcase(s, tc);
-  return s;
-}
-
 int main(void) {
   mem_init();
-  SRunner *sr = srunner_create(shm_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  support_case cases[] = {
+    {"registry", {register_status_unregister,
+                  register_refusals_say_what_triton_says,
+                  limits_count_every_region,
+                  unregister_waits_for_the_last_hold,
+                  reads_and_writes_go_through_the_region_offset,
+                  truncated_or_removed_objects_fail_cleanly,
+                  decoder_reads_inputs_and_lists_outputs,
+                  decoder_reads_fp32_in_place_when_nothing_prints,
+                  decoder_checks_what_it_copied,
+                  a_fault_on_one_thread_leaves_the_other_alone,
+                  many_threads_hold_while_one_unregisters}},
+  };
+  return support_run("shm", cases, sizeof cases / sizeof cases[0]);
 }

@@ -31,6 +31,7 @@
 #include "server/shm/shm.h"
 #include "server/shm/shm_http.h"
 #include "support_shm.h"
+#include "support_suite.h"
 
 /* ---- a file system that cannot back a page ---------------------------- */
 
@@ -322,27 +323,16 @@ START_TEST(fault_run_stops_a_computation_that_faults) {
 }
 END_TEST
 
-static Suite *shm_faults_suite(void) {
-  Suite *s = suite_create("shm_faults");
-  TCase *tc = tcase_create("registry");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, a_full_file_system_is_named);
-  tcase_add_test(tc, sigbus_outside_a_guard_still_kills);
-  tcase_add_test(tc, an_earlier_sigbus_handler_still_hears_the_rest);
-  tcase_add_test(tc, fault_run_stops_a_computation_that_faults);
-  suite_add_tcase(s, tc);
-  return s;
-}
-
-
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--earlier-sigbus-handler") == 0)
     return earlier_handler_child(argv[2]);
   self_path = argv[0];
   mem_init();
-  SRunner *sr = srunner_create(shm_faults_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  support_case cases[] = {
+    {"faults", {a_full_file_system_is_named,
+                sigbus_outside_a_guard_still_kills,
+                an_earlier_sigbus_handler_still_hears_the_rest,
+                fault_run_stops_a_computation_that_faults}},
+  };
+  return support_run("shm_faults", cases, sizeof cases / sizeof cases[0]);
 }

@@ -19,6 +19,7 @@
 #include "proto/v2/v2.h"
 
 #include "support_v2.h"
+#include "support_suite.h"
 
 static float bits_f32(uint32_t u) {
   float f;
@@ -753,9 +754,8 @@ END_TEST
 
 /* ---- suite -------------------------------------------------------------------- */
 
-static Suite *v2_suite(void) {
-  Suite *s = suite_create("v2");
-  struct { const char *name; const TTest *tests[16]; } cases[] = {
+int main(void) {
+  support_case cases[] = {
     {"dtype", {f16_widens_exactly, f16_inf_and_nan_are_rejected,
                f64_to_f16_rounds_to_nearest_even, bf16_rounds_and_widens,
                f64_to_f32_rounds_to_nearest_even,
@@ -776,20 +776,5 @@ static Suite *v2_suite(void) {
               budget_applies_to_v2}},
     {"models", {models_and_metadata, model_renamed}},
   };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    TCase *tc = tcase_create(cases[c].name);
-    tcase_set_timeout(tc, 120);
-    for (int t = 0; cases[c].tests[t]; t++)
-      tcase_add_test(tc, cases[c].tests[t]);
-    suite_add_tcase(s, tc);
-  }
-  return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(v2_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return support_run("v2", cases, sizeof cases / sizeof cases[0]);
 }

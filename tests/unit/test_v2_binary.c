@@ -17,6 +17,7 @@
 #include "proto/v2/v2.h"
 
 #include "support_v2.h"
+#include "support_suite.h"
 
 /* ---- binary requests ----------------------------------------------------------- */
 
@@ -593,9 +594,8 @@ END_TEST
 
 /* ---- suite -------------------------------------------------------------------- */
 
-static Suite *v2_binary_suite(void) {
-  Suite *s = suite_create("v2_binary");
-  struct { const char *name; const TTest *tests[16]; } cases[] = {
+int main(void) {
+  support_case cases[] = {
     {"binary", {binary_request_decodes_and_encodes, binary_layout_errors,
                 binary_value_errors, binary_lengths_int32_and_int64,
                 mutated_bodies_are_refused_cleanly}},
@@ -606,20 +606,5 @@ static Suite *v2_binary_suite(void) {
     {"coding", {inflate_gzip_zlib_and_raw, inflate_bomb_stops_at_the_cap,
                 accept_encoding_and_deflate}},
   };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    TCase *tc = tcase_create(cases[c].name);
-    tcase_set_timeout(tc, 120);
-    for (int t = 0; cases[c].tests[t]; t++)
-      tcase_add_test(tc, cases[c].tests[t]);
-    suite_add_tcase(s, tc);
-  }
-  return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(v2_binary_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return support_run("v2_binary", cases, sizeof cases / sizeof cases[0]);
 }

@@ -17,6 +17,7 @@
 #include "proto/v2/v2.h"
 
 #include "support_v2.h"
+#include "support_suite.h"
 
 /* ---- window parameters and diagnostics outputs --------------------------- */
 
@@ -345,29 +346,13 @@ END_TEST
 
 /* ---- suite -------------------------------------------------------------------- */
 
-static Suite *v2_outputs_suite(void) {
-  Suite *s = suite_create("v2_outputs");
-  struct { const char *name; const TTest *tests[16]; } cases[] = {
+int main(void) {
+  support_case cases[] = {
     {"diagnostics", {window_parameters_decode,
                      diagnostics_outputs_decode_and_encode,
                      binary_outputs_in_parts_are_the_bytes_of_the_copy}},
     {"variants", {variant_inputs_and_parameters_decode,
                   variant_errors_name_the_input_or_parameter}},
   };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    TCase *tc = tcase_create(cases[c].name);
-    tcase_set_timeout(tc, 120);
-    for (int t = 0; cases[c].tests[t]; t++)
-      tcase_add_test(tc, cases[c].tests[t]);
-    suite_add_tcase(s, tc);
-  }
-  return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(v2_outputs_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return support_run("v2_outputs", cases, sizeof cases / sizeof cases[0]);
 }
