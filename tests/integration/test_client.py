@@ -25,7 +25,7 @@ a 503), tokens, keep-alive (one connection per thread, counted by a
 forwarding proxy in front of the real server) and the reconnection after
 the server closed an idle connection; the FP16/BF16 encoders against an
 exact rational rounding.  This file holds the install, /v1, the README and
-the encoders, and the setup the other client suites share: v2, the
+the encoders, and the setup the other client suites share (as tc): v2, the
 variants and the served model name in test_client_v2.py; health,
 connections and retries in test_client_connections.py; shared memory in
 test_client_shm.py.
@@ -124,16 +124,6 @@ def install_client():
     AttndClient, AttndError = mod.AttndClient, mod.AttndError
     AttndInputError, AttndConnectionError = mod.AttndInputError, mod.AttndConnectionError
     return mod
-
-
-def bind_client(ns):
-    """Installs the client (install_client) and binds its names in the
-    module namespace ns too: the setUpModule of the suites that share
-    this file's setup (test_client_v2.py, test_client_connections.py)."""
-    install_client()
-    ns.update(attnd_client=attnd_client, AttndClient=AttndClient, AttndError=AttndError,
-              AttndInputError=AttndInputError, AttndConnectionError=AttndConnectionError,
-              VENV_PYTHON=VENV_PYTHON)
 
 
 def setUpModule():

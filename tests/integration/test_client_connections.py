@@ -18,21 +18,11 @@ import unittest
 import harness
 import test_client as tc
 from reference import rand_request
-from test_client import (Case, OnAsyncio, Proxy, Synced, free_port, rounded)
-
-try:
-    import numpy as np
-except ImportError:  # run_under_capable_python reruns this under Debian's python3
-    np = None
-
-# the installed client's names, bound by setUpModule (test_client.bind_client)
-attnd_client = None
-AttndClient = AttndError = AttndInputError = AttndConnectionError = None
-VENV_PYTHON = None
+from test_client import (Case, OnAsyncio, Proxy, Synced, free_port, rounded, np)
 
 
 def setUpModule():
-    tc.bind_client(globals())
+    tc.install_client()
 
 
 # ---- health, readiness and connections ------------------------------------------------
@@ -45,7 +35,7 @@ class HealthTest(Case):
         self.assertTrue(self.c.server_ready())
         self.assertTrue(self.c.model_ready("attention"))
         self.assertTrue(self.c.model_ready("additive_attention", version=1))
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             self.c.model_ready("bert")
         self.assertEqual(cm.exception.status, 404)
         self.assertIn("bert", cm.exception.message)
@@ -57,13 +47,13 @@ class HealthTest(Case):
         for call in (dead.ready, dead.healthy, dead.server_ready,
                      lambda: dead.model_ready("attention"),
                      lambda: dead.attention([[[1.0]]], [[[1.0]]], [[[1.0]]])):
-            with self.assertRaises(AttndConnectionError) as cm:
+            with self.assertRaises(tc.AttndConnectionError) as cm:
                 call()
             self.assertIsNone(cm.exception.status)
-            self.assertIsInstance(cm.exception, AttndError)
+            self.assertIsInstance(cm.exception, tc.AttndError)
             self.assertIsInstance(cm.exception.__cause__, OSError)
         t0 = time.monotonic()
-        with self.assertRaises(AttndConnectionError):
+        with self.assertRaises(tc.AttndConnectionError):
             dead.wait_ready(timeout=0.3)
         self.assertLess(time.monotonic() - t0, 5)
 
@@ -133,7 +123,7 @@ class HealthTest(Case):
             c = self.client(proxy.url, retries=0)
             self.check(c.infer("attention", req), want)
             proxy.drop_next = True
-            with self.assertRaises(AttndConnectionError) as cm:
+            with self.assertRaises(tc.AttndConnectionError) as cm:
                 c.infer("attention", req)
             self.assertEqual(cm.exception.tries, 1)
             self.assertEqual(proxy.accepted, 1)
@@ -186,7 +176,7 @@ class RetryTest(Case):
         for retries, tries in ((2, 3), (0, 1), (4, 5)):
             c = self.client(self.proxy.url, retries=retries, max_backoff=0.05)
             before = self.proxy.accepted
-            with self.assertRaises(AttndError) as cm:
+            with self.assertRaises(tc.AttndError) as cm:
                 c.attention(self.req["query"], self.req["key"], self.req["value"])
             e = cm.exception
             self.assertEqual((e.status, e.tries, e.retry_after), (503, tries, 0.2))
@@ -195,21 +185,21 @@ class RetryTest(Case):
                 self.assertTrue(str(e).endswith("(after %d tries)" % tries), str(e))
             self.assertEqual(self.proxy.accepted - before, tries)
             c.close()
-        self.assertEqual(attnd_client.DEFAULT_RETRIES, 2)
+        self.assertEqual(tc.attnd_client.DEFAULT_RETRIES, 2)
 
     def test_a_wait_past_the_timeout_is_not_made(self):
         self.proxy.reject = 100
         self.proxy.retry_after = "30"
         c = self.client(self.proxy.url, timeout=1.0, retries=5, max_backoff=10)
         t0 = time.monotonic()
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             c.infer("attention", self.req)
         self.assertEqual((cm.exception.status, cm.exception.tries), (503, 1))
         self.assertLess(time.monotonic() - t0, 1.0)
         # capped by max_backoff, within the timeout: waited, tried again
         c = self.client(self.proxy.url, timeout=5.0, retries=1, max_backoff=0.3)
         t0 = time.monotonic()
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             c.infer("attention", self.req)
         self.assertEqual(cm.exception.tries, 2)
         self.assertGreaterEqual(time.monotonic() - t0, 0.3)
@@ -233,7 +223,7 @@ class RetryTest(Case):
             for srv in started:
                 self.assertEqual(srv.stop(), 0)
         c = self.client("127.0.0.1:%d" % free_port(), retries=0)
-        with self.assertRaises(AttndConnectionError) as cm:
+        with self.assertRaises(tc.AttndConnectionError) as cm:
             c.healthy()
         self.assertEqual(cm.exception.tries, 1)
 
@@ -243,12 +233,12 @@ class RetryTest(Case):
         for call in (lambda: c.register_system_shared_memory("r", "/attnd_none", 4096),
                      lambda: c.unregister_system_shared_memory("r")):
             before = self.proxy.accepted
-            with self.assertRaises(AttndConnectionError) as cm:
+            with self.assertRaises(tc.AttndConnectionError) as cm:
                 call()
             self.assertEqual(cm.exception.tries, 1)
             self.assertEqual(self.proxy.accepted - before, 1)
         before = self.proxy.accepted
-        with self.assertRaises(AttndConnectionError) as cm:
+        with self.assertRaises(tc.AttndConnectionError) as cm:
             c.infer("attention", self.req)
         self.assertEqual(cm.exception.tries, 3)
         self.assertEqual(self.proxy.accepted - before, 3)
@@ -259,11 +249,11 @@ class RetryTest(Case):
         self.addCleanup(silent.close)
         c = self.client("127.0.0.1:%d" % silent.port, timeout=0.5)
         t0 = time.monotonic()
-        with self.assertRaises(AttndConnectionError) as cm:
+        with self.assertRaises(tc.AttndConnectionError) as cm:
             c.infer("attention", self.req)
         self.assertEqual(cm.exception.tries, 1)
         self.assertLess(time.monotonic() - t0, 3)
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             self.c.infer("attention", self.req, timeout_us=1)
         self.assertEqual((cm.exception.status, cm.exception.tries), (504, 1))
 
@@ -315,7 +305,7 @@ class AsyncHealthTest(OnAsyncio, HealthTest):
                     pass
             got["ended"].set()
         threading.Thread(target=serve, daemon=True).start()
-        ac = attnd_client.AsyncAttndClient("127.0.0.1:%d" % lsock.getsockname()[1])
+        ac = tc.attnd_client.AsyncAttndClient("127.0.0.1:%d" % lsock.getsockname()[1])
         q = np.ones((1, 4, 256, 64), np.float32)
 
         async def main():
@@ -347,7 +337,7 @@ class AsyncHealthTest(OnAsyncio, HealthTest):
     def test_large_tensors_are_encoded_and_decoded_off_the_loop(self):
         """Over OFFLOAD_BYTES, building the request and reading the answer
         run in the executor's threads; small ones on the loop's."""
-        ac = attnd_client.AsyncAttndClient(self.url)
+        ac = tc.attnd_client.AsyncAttndClient(self.url)
         seen = []
         build = ac._attention_call
 
@@ -445,7 +435,7 @@ class ResendTest(unittest.TestCase):
     never shared memory registration, and inference only by the retry
     policy (counted in tries)."""
 
-    kind = staticmethod(lambda *a, **kw: AttndClient(*a, **kw))
+    kind = staticmethod(lambda *a, **kw: tc.AttndClient(*a, **kw))
     META = {"name": "attnd", "version": "0", "extensions": []}
 
     def test_closed_under_a_request(self):
@@ -453,7 +443,7 @@ class ResendTest(unittest.TestCase):
         self.addCleanup(srv.close)
         c = self.kind(srv.url, retries=0)
         self.assertEqual(c.server_metadata(), self.META)
-        with self.assertRaises(AttndConnectionError) as cm:
+        with self.assertRaises(tc.AttndConnectionError) as cm:
             c.register_system_shared_memory("r", "/attnd-test", 4096)
         self.assertEqual(cm.exception.tries, 1)
         self.assertEqual([m for m, _ in srv.got], ["GET", "POST"])
@@ -462,7 +452,7 @@ class ResendTest(unittest.TestCase):
         self.assertEqual(c.server_metadata(), self.META)  # closed under it, sent again
         self.assertEqual(srv.got, [("GET", "/v2")] * 3)
         del srv.got[:]
-        with self.assertRaises(AttndConnectionError):
+        with self.assertRaises(tc.AttndConnectionError):
             c.infer("attention", {"query": [[[1.0]]], "key": [[[1.0]]], "value": [[[1.0]]]})
         self.assertEqual([m for m, _ in srv.got], ["POST"])
         c.close()
@@ -480,7 +470,7 @@ class AsyncResendTest(ResendTest):
     def setUp(self):
         self.loop = asyncio.new_event_loop()
         self.addCleanup(self.loop.close)
-        self.kind = lambda *a, **kw: Synced(attnd_client.AsyncAttndClient(*a, **kw), self.loop)
+        self.kind = lambda *a, **kw: Synced(tc.attnd_client.AsyncAttndClient(*a, **kw), self.loop)
 
 
 class EventLoopsTest(Case):
@@ -488,7 +478,7 @@ class EventLoopsTest(Case):
 
     def test_one_client_across_two_asyncio_runs(self):
         req = rand_request(454, B=1, Lq=3, Lk=4)
-        ac = attnd_client.AsyncAttndClient(self.url)
+        ac = tc.attnd_client.AsyncAttndClient(self.url)
 
         async def work():
             r = await ac.attention(req["query"], req["key"], req["value"])

@@ -19,21 +19,11 @@ import unittest
 import harness
 import test_client as tc
 from reference import (attention, flatten, nest, rand_request, rand_tensor, shape_of)
-from test_client import (Case, OnAsyncio, Proxy, direct_bf16, rounded, run)
-
-try:
-    import numpy as np
-except ImportError:  # run_under_capable_python reruns this under Debian's python3
-    np = None
-
-# the installed client's names, bound by setUpModule (test_client.bind_client)
-attnd_client = None
-AttndClient = AttndError = AttndInputError = AttndConnectionError = None
-VENV_PYTHON = None
+from test_client import (Case, OnAsyncio, Proxy, direct_bf16, rounded, run, np)
 
 
 def setUpModule():
-    tc.bind_client(globals())
+    tc.install_client()
 
 
 # ---- v2 ------------------------------------------------------------------------------
@@ -44,7 +34,7 @@ class V2Test(Case):
         self.assertIn("binary_tensor_data", meta["extensions"])
         m = self.c.model_metadata("attention", version="1")
         self.assertEqual([i["name"] for i in m["inputs"]][:3], ["query", "key", "value"])
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             self.c.model_metadata("bert")
         self.assertEqual(cm.exception.status, 404)
         cfg = self.c.model_config("attention")
@@ -162,17 +152,17 @@ class V2Test(Case):
 
     def test_server_errors(self):
         req = rand_request(35)
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             self.c.infer("bert", req)
         self.assertEqual(cm.exception.status, 404)
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             self.c.infer("attention", {"query": req["query"], "key": req["key"]})
         self.assertEqual(cm.exception.status, 400)
         self.assertEqual(cm.exception.message, "value: required input is missing")
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             self.c.infer("attention", req, timeout_us=1)
         self.assertEqual(cm.exception.status, 504)
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             self.c.infer("attention", req, datatypes={"query": "INT32"})
         self.assertEqual(cm.exception.status, 400)
         self.assertIn("datatype INT32 is not supported", cm.exception.message)
@@ -270,7 +260,7 @@ class UnixSocketTest(harness.UnixSocketServer, Case):
     def test_no_server_at_the_path_names_the_socket(self):
         missing = os.path.join(self.dir, "nobody.sock")
         dead = self.client(unix_socket=missing, timeout=5)
-        with self.assertRaises(AttndConnectionError) as cm:
+        with self.assertRaises(tc.AttndConnectionError) as cm:
             dead.healthy()
         self.assertIsNone(cm.exception.status)
         self.assertIn("on the Unix socket " + missing, cm.exception.message)
@@ -359,11 +349,11 @@ class AttentionOverV2Test(Case):
                      {"w_q": [[1.0, 1.0]]}):
             want = self.server_error("/v1/attention", dict({"query": q, "key": k, "value": v},
                                                            **opts))
-            with self.assertRaises(AttndError) as cm:
+            with self.assertRaises(tc.AttndError) as cm:
                 self.c.attention(np.asarray(q, np.float32), k, v, binary=False, **opts)
             self.assertEqual(cm.exception.status, 400)
             self.assertEqual(cm.exception.message, want, opts)
-            with self.assertRaises(AttndError) as cm:
+            with self.assertRaises(tc.AttndError) as cm:
                 self.c.attention(np.asarray(q, np.float32), k, v, **opts)
             self.assertEqual(cm.exception.status, 400)
             # over v2 attnd's own text, naming the option (v2 or /v1 words)
@@ -493,7 +483,7 @@ class VariantsTest(Case):
                                                            **opts))
             for binary in (True, False):
                 with self.subTest(opts=opts, binary=binary):
-                    with self.assertRaises(AttndError) as cm:
+                    with self.assertRaises(tc.AttndError) as cm:
                         self.c.attention(np.asarray(q, np.float32), k, v, binary=binary,
                                          **opts)
                     self.assertEqual(cm.exception.status, 400)
@@ -557,7 +547,7 @@ class RenamedModelTest(Case):
                 self.assertEqual(c.last_response["model_name"], "sdpa")
                 self.check(c.attention(req["query"], req["key"], req["value"]), req)
             c.close()
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             self.c.attention(req["query"], req["key"], req["value"], model="attention")
         self.assertEqual(cm.exception.status, 404)
         self.check(self.c.attention(req["query"], req["key"], req["value"], model="sdpa"), req)
@@ -566,7 +556,7 @@ class RenamedModelTest(Case):
         req = rand_request(452, B=1, Lq=3, Lk=4)
         self.check(self.c.attention(req["query"], req["key"], req["value"],
                                     timeout_us=60 * 10**6), req)
-        with self.assertRaises(AttndError) as cm:
+        with self.assertRaises(tc.AttndError) as cm:
             self.c.attention(req["query"], req["key"], req["value"], timeout_us=1)
         self.assertEqual(cm.exception.status, 504)
         with self.assertRaises(ValueError) as cm:
@@ -580,7 +570,7 @@ class RenamedModelTest(Case):
             try:
                 r = self.c.attention(req["query"], req["key"], req["value"],
                                      precision="bf16", binary=binary)
-            except AttndError as e:
+            except tc.AttndError as e:
                 if e.status == 400 and "precision" in e.message:
                     self.skipTest("server has no precision parameter")
                 raise
@@ -621,7 +611,7 @@ class RequestTest(unittest.TestCase):
         return call.path, json.loads(call.body)
 
     def test_precision_and_timeout_on_the_wire(self):
-        for cls in (AttndClient, attnd_client.AsyncAttndClient):
+        for cls in (tc.AttndClient, tc.attnd_client.AsyncAttndClient):
             path, head = self.built(cls, precision="bf16", timeout_us=5000)
             self.assertEqual(path, "/v2/models/m/infer")
             self.assertEqual(head["parameters"], {"precision": "bf16", "timeout": 5000})
@@ -632,16 +622,16 @@ class RequestTest(unittest.TestCase):
             self.assertNotIn("parameters", head)
 
     def test_one_signature_and_docstring(self):
-        a, s = AttndClient.attention, attnd_client.AsyncAttndClient.attention
+        a, s = tc.AttndClient.attention, tc.attnd_client.AsyncAttndClient.attention
         self.assertIs(a, s)
         params = inspect.signature(a).parameters
         for n in ("model", "timeout_us", "precision", "window_align"):
             self.assertEqual(params[n].kind, inspect.Parameter.KEYWORD_ONLY)
         with self.assertRaises(TypeError):
-            AttndClient("127.0.0.1:9").attention([[[1.0]]], [[[1.0]]], [[[1.0]]], None)
+            tc.AttndClient("127.0.0.1:9").attention([[[1.0]]], [[[1.0]]], [[[1.0]]], None)
 
     def test_module_help(self):
-        p = run([VENV_PYTHON, "-m", "attnd_client", "--help"], cwd=tempfile.gettempdir())
+        p = run([tc.VENV_PYTHON, "-m", "attnd_client", "--help"], cwd=tempfile.gettempdir())
         self.assertIn("usage: python3 -m attnd_client", p.stdout)
         self.assertIn("url", p.stdout)
 
