@@ -66,12 +66,22 @@ static inline int attn__use_avx512bf16(void) {
 static inline int attn__fast_avx512bf16(void) {
   return attn__use_avx512bf16() && __builtin_cpu_is("amd");
 }
+/* AMX-TILE and AMX-BF16 (TDPBF16PS), with AVX512-BF16 for the packing:
+ * the kernels of gemm_bf16_amx.c can run on this CPU.  libgcc counts
+ * AMX only where the OS enables its state (XCR0); using it further
+ * needs the process's permission, which the caller holds and says so in
+ * attn_problem.amx. */
+static inline int attn__use_amx(void) {
+  return attn__use_avx512bf16() && __builtin_cpu_supports("amx-tile") &&
+         __builtin_cpu_supports("amx-bf16");
+}
 #else
 #define ATTN__HAVE_AVX2_FMA 0
 static inline int attn__use_avx2_fma(void) { return 0; }
 static inline int attn__use_avx512(void) { return 0; }
 static inline int attn__use_avx512bf16(void) { return 0; }
 static inline int attn__fast_avx512bf16(void) { return 0; }
+static inline int attn__use_amx(void) { return 0; }
 #endif
 
 /* Flush-to-zero around the products P V.  A probability near FLT_MIN
@@ -297,7 +307,7 @@ typedef struct attn__scratch {
   int wrows;          /* weights path: rows per chunk (scores wrows * Lk) */
   int stream;         /* weights path: write weights with streaming stores */
   int gemm;           /* ATTN_GEMM_BLAS, _NATIVE or, in BF16 mode, _BF16
-                       * (attn__gemm_pick) */
+                       * or _AMX (attn__gemm_pick) */
   int qrows;          /* query rows per task (attn__query_block) */
   size_t nqb;         /* query blocks per (b, h), over every sequence */
 } attn__scratch;
@@ -465,7 +475,8 @@ void attn__gemm_nn(int gemm, int m, int n, int k, const float *a, int lda,
 size_t attn__gemm_pack_floats(const attn_problem *p);
 
 /* The GEMM a checked problem's products use: ATTN_GEMM_BLAS or
- * ATTN_GEMM_NATIVE, from p->gemm, the CPU and the BLAS (gemm.c). */
+ * ATTN_GEMM_NATIVE, in BF16 mode also ATTN_GEMM_BF16 or ATTN_GEMM_AMX,
+ * from p->gemm, p->amx and the CPU (gemm.c). */
 int attn__gemm_pick(const attn_problem *p);
 
 #if ATTN__HAVE_AVX2_FMA
@@ -535,6 +546,17 @@ void attn__bf16_nt_avx512(int m, int n, int k, float alpha, const void *a,
 void attn__bf16_nn_avx512(int m, int n, int k, const float *a, int lda,
                           const void *b, int bdt, size_t ldb, float beta,
                           float *c, int ldc, uint32_t *a2, uint32_t *pack);
+/* The AMX kernels, the same products with the same operands; call only
+ * when attn__use_amx() and the process holds the tile-data permission
+ * (attn_problem.amx).  a2 holds A as BF16 rows and pack B's pairs, both
+ * padded to whole tiles (bf16.c sizes them). */
+void attn__bf16_nt_amx(int m, int n, int k, float alpha, const void *a,
+                       int adt, size_t lda, const void *b, int bdt,
+                       size_t ldb, float *c, int ldc, uint16_t *a2,
+                       uint32_t *pack);
+void attn__bf16_nn_amx(int m, int n, int k, const float *a, int lda,
+                       const void *b, int bdt, size_t ldb, float beta,
+                       float *c, int ldc, uint16_t *a2, uint32_t *pack);
 /* dst[0, n) = attn__bf16_round of src (floats) or of src widened (BF16),
  * for the float32 kernels' operands; call only when attn__use_avx512(). */
 void attn__bf16_round_avx512(float *dst, const float *src, int n);
