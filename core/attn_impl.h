@@ -534,29 +534,24 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
                    char *scratch, const attn__scratch *lay);
 
 #if ATTN__HAVE_AVX2_FMA
-/* The AVX512-BF16 kernels; call only when attn__use_avx512bf16().  a and
- * b are float32 or BF16 (adt, bdt: enum attn_dtype); a2 and pack are
- * the pair buffers (bf16.c sizes them).
+/* BF16 mode's kernels, one pair per instruction set with one contract.
+ * a and b are float32 or BF16 (adt, bdt: enum attn_dtype); a2 and pack
+ * hold A as BF16 and B in pairs (bf16.c sizes them).
  *   NT  C (m, n) = alpha A (m, k) B (n, k)^T
- *   NN  C (m, n) = A (m, k) B (k, n) + beta C   (A float32) */
-void attn__bf16_nt_avx512(int m, int n, int k, float alpha, const void *a,
-                          int adt, size_t lda, const void *b, int bdt,
-                          size_t ldb, float *c, int ldc, uint32_t *a2,
-                          uint32_t *pack);
-void attn__bf16_nn_avx512(int m, int n, int k, const float *a, int lda,
-                          const void *b, int bdt, size_t ldb, float beta,
-                          float *c, int ldc, uint32_t *a2, uint32_t *pack);
-/* The AMX kernels, the same products with the same operands; call only
- * when attn__use_amx() and the process holds the tile-data permission
- * (attn_problem.amx).  a2 holds A as BF16 rows and pack B's pairs, both
- * padded to whole tiles (bf16.c sizes them). */
-void attn__bf16_nt_amx(int m, int n, int k, float alpha, const void *a,
-                       int adt, size_t lda, const void *b, int bdt,
-                       size_t ldb, float *c, int ldc, uint16_t *a2,
-                       uint32_t *pack);
-void attn__bf16_nn_amx(int m, int n, int k, const float *a, int lda,
-                       const void *b, int bdt, size_t ldb, float beta,
-                       float *c, int ldc, uint16_t *a2, uint32_t *pack);
+ *   NN  C (m, n) = A (m, k) B (k, n) + beta C   (A float32)
+ * _avx512 (VDPBF16PS): call only when attn__use_avx512bf16().  _amx
+ * (TDPBF16PS): call only when attn__use_amx() and the process holds the
+ * tile-data permission (attn_problem.amx). */
+typedef void attn__bf16_nt_fn(int m, int n, int k, float alpha,
+                              const void *a, int adt, size_t lda,
+                              const void *b, int bdt, size_t ldb, float *c,
+                              int ldc, uint32_t *a2, uint32_t *pack);
+typedef void attn__bf16_nn_fn(int m, int n, int k, const float *a, int lda,
+                              const void *b, int bdt, size_t ldb, float beta,
+                              float *c, int ldc, uint32_t *a2,
+                              uint32_t *pack);
+attn__bf16_nt_fn attn__bf16_nt_avx512, attn__bf16_nt_amx;
+attn__bf16_nn_fn attn__bf16_nn_avx512, attn__bf16_nn_amx;
 /* dst[0, n) = attn__bf16_round of src (floats) or of src widened (BF16),
  * for the float32 kernels' operands; call only when attn__use_avx512(). */
 void attn__bf16_round_avx512(float *dst, const float *src, int n);

@@ -75,7 +75,7 @@ void attn__bf16_scores(const attn_problem *p, const attn__task *t, int j0,
   if (lay->gemm == ATTN_GEMM_AMX) {
     attn__bf16_nt_amx(t->rows, n, p->D, p->scale, q, p->dtype, (size_t)p->D,
                       k, p->dtype, (size_t)p->Dk, s, lds,
-                      (uint16_t *)(scratch + lay->b16a),
+                      (uint32_t *)(scratch + lay->b16a),
                       (uint32_t *)(scratch + lay->b16b));
     return;
   }
@@ -117,7 +117,7 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
 #if ATTN__HAVE_AVX2_FMA
   if (lay->gemm == ATTN_GEMM_AMX) {
     attn__bf16_nn_amx(t->rows, p->Dv, n, s, lds, v, p->dtype, (size_t)p->Dv,
-                      beta, o, p->Dv, (uint16_t *)(scratch + lay->b16a),
+                      beta, o, p->Dv, (uint32_t *)(scratch + lay->b16a),
                       (uint32_t *)(scratch + lay->b16b));
     return;
   }

@@ -181,16 +181,16 @@ static const void *elem(const void *base, int dt, size_t off) {
 
 AMX void attn__bf16_nt_amx(int m, int n, int k, float alpha, const void *a,
                            int adt, size_t lda, const void *b, int bdt,
-                           size_t ldb, float *c, int ldc, uint16_t *a2,
+                           size_t ldb, float *c, int ldc, uint32_t *a2,
                            uint32_t *pack) {
   int np = ((k + 1) / 2 + 15) / 16 * 16; /* pairs, padded */
-  rows_bf16(a, adt, lda, m, k, a2, 2 * np, (m + 15) / 16 * 16);
+  rows_bf16(a, adt, lda, m, k, (uint16_t *)a2, 2 * np, (m + 15) / 16 * 16);
   tiles_begin();
   for (int j0 = 0; j0 < n; j0 += BF16_PANEL) {
     int w = n - j0 < BF16_PANEL ? n - j0 : BF16_PANEL;
     bf16_pack_keys(elem(b, bdt, (size_t)j0 * ldb), bdt, ldb, w, k, pack, np);
     TILE_FENCE();
-    blocks(m, w, np / 16, a2, (size_t)np * 4, pack, BF16_PANEL * 4,
+    blocks(m, w, np / 16, (const uint16_t *)a2, (size_t)np * 4, pack, BF16_PANEL * 4,
            (size_t)16 * BF16_PANEL * 4, c + j0, (size_t)ldc, 0, 0.0f, alpha);
   }
   tiles_end();
@@ -198,20 +198,20 @@ AMX void attn__bf16_nt_amx(int m, int n, int k, float alpha, const void *a,
 
 AMX void attn__bf16_nn_amx(int m, int n, int k, const float *a, int lda,
                            const void *b, int bdt, size_t ldb, float beta,
-                           float *c, int ldc, uint16_t *a2, uint32_t *pack) {
+                           float *c, int ldc, uint32_t *a2, uint32_t *pack) {
   int ldp = (n + 15) / 16 * 16;
   tiles_begin();
   for (int k0 = 0; k0 < k; k0 += ATTN__KBLOCK) {
     int kb = k - k0 < ATTN__KBLOCK ? k - k0 : ATTN__KBLOCK;
     int kp = (kb + 1) / 2, np = (kp + 15) / 16 * 16;
     int load_c = k0 > 0 ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
-    rows_bf16(a + k0, ATTN_DTYPE_F32, (size_t)lda, m, kb, a2, 2 * np,
-              (m + 15) / 16 * 16);
+    rows_bf16(a + k0, ATTN_DTYPE_F32, (size_t)lda, m, kb, (uint16_t *)a2,
+              2 * np, (m + 15) / 16 * 16);
     bf16_pack_values(elem(b, bdt, (size_t)k0 * ldb), bdt, ldb, kb, n, pack,
                      ldp);
     memset(pack + (size_t)kp * ldp, 0, (size_t)(np - kp) * ldp * 4);
     TILE_FENCE();
-    blocks(m, n, np / 16, a2, (size_t)np * 4, pack, (size_t)ldp * 4,
+    blocks(m, n, np / 16, (const uint16_t *)a2, (size_t)np * 4, pack, (size_t)ldp * 4,
            (size_t)16 * ldp * 4, c, (size_t)ldc, load_c, beta, 1.0f);
   }
   tiles_end();

@@ -610,37 +610,11 @@ START_TEST(test_bf16_exp_within_its_bound) {
 END_TEST
 
 #if ATTN__HAVE_AVX2_FMA
-/* The two kernel pairs behind one signature (a2: A's buffer). */
-typedef void (*nt_fn)(int m, int n, int k, float alpha, const float *a,
-                      const float *b, float *c, void *a2, uint32_t *pk);
-typedef void (*nn_fn)(int m, int n, int k, const float *a, const float *b,
-                      float beta, float *c, void *a2, uint32_t *pk);
-
-static void nt_avx512(int m, int n, int k, float alpha, const float *a,
-                      const float *b, float *c, void *a2, uint32_t *pk) {
-  attn__bf16_nt_avx512(m, n, k, alpha, a, ATTN_DTYPE_F32, (size_t)k, b,
-                       ATTN_DTYPE_F32, (size_t)k, c, n, a2, pk);
-}
-static void nn_avx512(int m, int n, int k, const float *a, const float *b,
-                      float beta, float *c, void *a2, uint32_t *pk) {
-  attn__bf16_nn_avx512(m, n, k, a, k, b, ATTN_DTYPE_F32, (size_t)n, beta,
-                       c, n, a2, pk);
-}
-static void nt_amx(int m, int n, int k, float alpha, const float *a,
-                   const float *b, float *c, void *a2, uint32_t *pk) {
-  attn__bf16_nt_amx(m, n, k, alpha, a, ATTN_DTYPE_F32, (size_t)k, b,
-                    ATTN_DTYPE_F32, (size_t)k, c, n, a2, pk);
-}
-static void nn_amx(int m, int n, int k, const float *a, const float *b,
-                   float beta, float *c, void *a2, uint32_t *pk) {
-  attn__bf16_nn_amx(m, n, k, a, k, b, ATTN_DTYPE_F32, (size_t)n, beta, c,
-                    n, a2, pk);
-}
-
 /* C = 0.5 A B^T and C = A B + 0.75 C against float64 on the rounded
  * operands, on odd sizes (edges of every tile, panel, pair and key
  * block); and a row's bits the same computed alone (m = 1). */
-static void kernels_vs_float64(const char *name, nt_fn nt, nn_fn nn) {
+static void kernels_vs_float64(const char *name, attn__bf16_nt_fn *nt,
+                               attn__bf16_nn_fn *nn) {
   static const int dims[][3] = {{1, 1, 1},     {7, 65, 3},   {13, 130, 33},
                                 {12, 64, 64},  {30, 17, 129}, {6, 600, 80},
                                 {33, 47, 48},  {17, 15, 96},  {40, 100, 70}};
@@ -653,7 +627,8 @@ static void kernels_vs_float64(const char *name, nt_fn nt, nn_fn nn) {
     float *c0 = malloc((size_t)m * 1024 * 4), c1[1024];
     uint32_t *a2 = aligned_alloc(64, 1 << 20), *pk = aligned_alloc(64, 1 << 21);
     memcpy(c0, c, (size_t)m * 1024 * 4);
-    nt(m, n, k, 0.5f, a, b, c, a2, pk);
+    nt(m, n, k, 0.5f, a, ATTN_DTYPE_F32, (size_t)k, b, ATTN_DTYPE_F32,
+       (size_t)k, c, n, a2, pk);
     for (int i = 0; i < m; i++)
       for (int j = 0; j < n; j++) {
         double s = 0, ab = 0;
@@ -666,13 +641,15 @@ static void kernels_vs_float64(const char *name, nt_fn nt, nn_fn nn) {
                "%s nt %dx%dx%d (%d,%d): %.9g vs %.9g", name, m, n, k, i, j,
                c[i * n + j], 0.5 * s);
       }
-    nt(1, n, k, 0.5f, a + (size_t)(m - 1) * k, b, c1, a2, pk);
+    nt(1, n, k, 0.5f, a + (size_t)(m - 1) * k, ATTN_DTYPE_F32, (size_t)k, b,
+       ATTN_DTYPE_F32, (size_t)k, c1, n, a2, pk);
     EXPECT(!memcmp(c1, c + (size_t)(m - 1) * n, (size_t)n * 4),
            "%s nt %dx%dx%d: the last row alone differs", name, m, n, k);
     /* NN: n <= 80 columns */
     int nn_ = n > 80 ? 80 : n;
     memcpy(c, c0, (size_t)m * 1024 * 4);
-    nn(m, nn_, k, a, b, 0.75f, c, a2, pk);
+    nn(m, nn_, k, a, k, b, ATTN_DTYPE_F32, (size_t)nn_, 0.75f, c, nn_, a2,
+       pk);
     for (int i = 0; i < m; i++)
       for (int j = 0; j < nn_; j++) {
         double s = 0.75 * c0[i * nn_ + j], ab = fabs(s);
@@ -686,7 +663,8 @@ static void kernels_vs_float64(const char *name, nt_fn nt, nn_fn nn) {
                j, c[i * nn_ + j], s);
       }
     memcpy(c1, c0 + (size_t)(m - 1) * nn_, (size_t)nn_ * 4);
-    nn(1, nn_, k, a + (size_t)(m - 1) * k, b, 0.75f, c1, a2, pk);
+    nn(1, nn_, k, a + (size_t)(m - 1) * k, k, b, ATTN_DTYPE_F32,
+       (size_t)nn_, 0.75f, c1, nn_, a2, pk);
     EXPECT(!memcmp(c1, c + (size_t)(m - 1) * nn_, (size_t)nn_ * 4),
            "%s nn %dx%dx%d: the last row alone differs", name, m, nn_, k);
     free(a); free(b); free(c); free(c0); free(a2); free(pk);
@@ -701,9 +679,10 @@ START_TEST(test_bf16_kernels_match_float64) {
     support_skip("test_bf16_kernels_match_float64", "avx512bf16: this CPU "
                  "has no AVX512-BF16 (or valgrind hides it)");
   else
-    kernels_vs_float64("avx512bf16", nt_avx512, nn_avx512);
+    kernels_vs_float64("avx512bf16", attn__bf16_nt_avx512,
+                       attn__bf16_nn_avx512);
   if (amx_runs("test_bf16_kernels_match_float64"))
-    kernels_vs_float64("amx-bf16", nt_amx, nn_amx);
+    kernels_vs_float64("amx-bf16", attn__bf16_nt_amx, attn__bf16_nn_amx);
 #else
   support_skip("test_bf16_kernels_match_float64", "not an x86-64 build");
 #endif
