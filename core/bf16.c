@@ -1,9 +1,10 @@
 /* bf16.c - BF16 mode's two products: the dispatch between the AMX
  * kernels (gemm_bf16_amx.c), the AVX512-BF16 ones (gemm_bf16_avx512.c)
  * and the portable path, which rounds the operands to BF16 in float32
- * buffers and runs the float32 products (gemm.c) on them.  Both round the same operands the same way
- * (attn__bf16_round); they differ only in how the float32 sums are
- * ordered, so the last bits of the answers may differ between them.
+ * buffers and runs the float32 products (gemm.c) on them.  All three
+ * round the same operands the same way (attn__bf16_round); they differ
+ * only in how the float32 sums are ordered, so the last bits of the
+ * answers may differ between them.
  * attn__gemm_pick says which runs (lay->gemm); no globals, no
  * allocation: the buffers are the task's scratch (b16a, b16b).
  */

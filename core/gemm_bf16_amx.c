@@ -151,9 +151,10 @@ AMX static void put(const float *buf, float *c, size_t ldc, int rows,
   }
 }
 
-/* Every block of rows [0, m) by columns [0, w): A (a, lda bytes a row),
- * B column tile g at b + 64 g, kc steps; sums into c as put says. */
-AMX static void blocks(int m, int w, int kc, const uint16_t *a, size_t lda,
+/* Every block of rows [0, m) by columns [0, w): A (a, BF16 rows two to a
+ * word, lda bytes a row), B column tile g at b + 64 g, kc steps; sums
+ * into c as put says. */
+AMX static void blocks(int m, int w, int kc, const uint32_t *a, size_t lda,
                        const uint32_t *b, size_t ldb, size_t bstep, float *c,
                        size_t ldc, int load_c, float beta, float alpha) {
   float buf[1024] __attribute__((aligned(64)));
@@ -190,7 +191,7 @@ AMX void attn__bf16_nt_amx(int m, int n, int k, float alpha, const void *a,
     int w = n - j0 < BF16_PANEL ? n - j0 : BF16_PANEL;
     bf16_pack_keys(elem(b, bdt, (size_t)j0 * ldb), bdt, ldb, w, k, pack, np);
     TILE_FENCE();
-    blocks(m, w, np / 16, (const uint16_t *)a2, (size_t)np * 4, pack, BF16_PANEL * 4,
+    blocks(m, w, np / 16, a2, (size_t)np * 4, pack, BF16_PANEL * 4,
            (size_t)16 * BF16_PANEL * 4, c + j0, (size_t)ldc, 0, 0.0f, alpha);
   }
   tiles_end();
@@ -211,7 +212,7 @@ AMX void attn__bf16_nn_amx(int m, int n, int k, const float *a, int lda,
                      ldp);
     memset(pack + (size_t)kp * ldp, 0, (size_t)(np - kp) * ldp * 4);
     TILE_FENCE();
-    blocks(m, n, np / 16, (const uint16_t *)a2, (size_t)np * 4, pack, (size_t)ldp * 4,
+    blocks(m, n, np / 16, a2, (size_t)np * 4, pack, (size_t)ldp * 4,
            (size_t)16 * ldp * 4, c, (size_t)ldc, load_c, beta, 1.0f);
   }
   tiles_end();

@@ -11,11 +11,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* asm/prctl.h's values, which Debian 12's headers already have; spelt
- * here so that older headers build too. */
+/* asm/prctl.h's values and CPUID.(7, 0):EDX's AMX bits, spelt here
+ * since not every compiler's headers have them (clang 14's cpuid.h). */
 #define AMX_REQ_XCOMP_PERM 0x1023
 #define AMX_XTILECFG 17
 #define AMX_XTILEDATA 18
+#define AMX_CPUID_BF16 (1u << 22)
+#define AMX_CPUID_TILE (1u << 24)
 
 /* XCR0, the state components the OS enables (needs OSXSAVE). */
 static uint64_t amx_xcr0(void) {
@@ -29,7 +31,7 @@ static int amx_cpu(void) {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
     return 0;
-  return (d & bit_AMX_TILE) && (d & bit_AMX_BF16);
+  return (d & AMX_CPUID_TILE) && (d & AMX_CPUID_BF16);
 }
 
 /* 1 when the OS saves the tile state (XCR0 bits 17 and 18). */

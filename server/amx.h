@@ -6,11 +6,11 @@
  * XFEATURE_XTILEDATA); a tile instruction before that is SIGILL.  The
  * permission holds for every thread of the process, those that exist and
  * those made later, and for children made by fork; exec clears it.  It
- * makes room for the tile state in every signal frame (about 11 KiB
- * more), so the kernel refuses it while a thread has an alternate signal
- * stack too small for that, and refuses such stacks afterwards.  attnd
- * installs no alternate signal stack: its handlers (main.c, shm/fault.c)
- * run on the threads' own stacks, which are megabytes.
+ * makes room for the tile state in every signal frame (8 KiB more), so
+ * the kernel refuses it while a thread has an alternate signal stack too
+ * small for that, and refuses such stacks afterwards.  attnd installs no
+ * alternate signal stack: its handlers (main.c, shm/fault.c) run on the
+ * threads' own stacks, which are megabytes.
  *
  * Threads: call amx_request once, on the main thread, before the threads
  * that run the core exist (main.c does, before the batcher starts; the
