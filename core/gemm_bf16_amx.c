@@ -31,9 +31,12 @@
  * TDPBF16PS ignores the MXCSR as VDPBF16PS does: BF16 subnormals count
  * as 0, subnormal results flush to 0, sums round to nearest even.
  *
- * Tile state: each call loads the tile configuration (LDTILECFG) and
- * releases the tiles (TILERELEASE) before it returns, so a thread holds
- * no tile state between calls.  The process must hold the kernel's
+ * Tile state: the configuration is loaded (LDTILECFG) once a panel's or
+ * a key block's operands are packed, and the tiles are released
+ * (TILERELEASE) once its sums are out, so a thread holds no tile state
+ * between calls, nor while it reads the caller's tensors: a SIGBUS guard
+ * (server/shm/fault.c) that jumps out of a read of a shared memory
+ * region leaves none behind.  The process must hold the kernel's
  * permission for tile data (attn_problem.amx: the caller's business; a
  * tile instruction without it is SIGILL).  No globals, no allocation:
  * the operands live in the task's scratch (attn__scratch.b16a, b16b).
@@ -186,22 +189,21 @@ AMX void attn__bf16_nt_amx(int m, int n, int k, float alpha, const void *a,
                            uint32_t *pack) {
   int np = ((k + 1) / 2 + 15) / 16 * 16; /* pairs, padded */
   rows_bf16(a, adt, lda, m, k, (uint16_t *)a2, 2 * np, (m + 15) / 16 * 16);
-  tiles_begin();
   for (int j0 = 0; j0 < n; j0 += BF16_PANEL) {
     int w = n - j0 < BF16_PANEL ? n - j0 : BF16_PANEL;
     bf16_pack_keys(elem(b, bdt, (size_t)j0 * ldb), bdt, ldb, w, k, pack, np);
     TILE_FENCE();
+    tiles_begin();
     blocks(m, w, np / 16, a2, (size_t)np * 4, pack, BF16_PANEL * 4,
            (size_t)16 * BF16_PANEL * 4, c + j0, (size_t)ldc, 0, 0.0f, alpha);
+    tiles_end();
   }
-  tiles_end();
 }
 
 AMX void attn__bf16_nn_amx(int m, int n, int k, const float *a, int lda,
                            const void *b, int bdt, size_t ldb, float beta,
                            float *c, int ldc, uint32_t *a2, uint32_t *pack) {
   int ldp = (n + 15) / 16 * 16;
-  tiles_begin();
   for (int k0 = 0; k0 < k; k0 += ATTN__KBLOCK) {
     int kb = k - k0 < ATTN__KBLOCK ? k - k0 : ATTN__KBLOCK;
     int kp = (kb + 1) / 2, np = (kp + 15) / 16 * 16;
@@ -212,9 +214,10 @@ AMX void attn__bf16_nn_amx(int m, int n, int k, const float *a, int lda,
                      ldp);
     memset(pack + (size_t)kp * ldp, 0, (size_t)(np - kp) * ldp * 4);
     TILE_FENCE();
+    tiles_begin();
     blocks(m, n, np / 16, a2, (size_t)np * 4, pack, (size_t)ldp * 4,
            (size_t)16 * ldp * 4, c, (size_t)ldc, load_c, beta, 1.0f);
+    tiles_end();
   }
-  tiles_end();
 }
 #endif /* ATTN__HAVE_AVX2_FMA */
