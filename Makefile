@@ -212,9 +212,11 @@ browser-test: all
 	@sh tests/browser/run.sh
 
 # Benchmarks (tests/bench/run.sh prints one table of figures and ratios).
-# core/ only, so that work in progress elsewhere cannot stop a benchmark.
+# core/ only, and server/amx.c for AMX's permission, so that work in
+# progress elsewhere cannot stop a benchmark.
 $(BUILD)/attnd-bench: $(BUILD)/obj/tests/bench/bench_core.o \
                       $(BUILD)/obj/tests/bench/bench_modes.o \
+                      $(BUILD)/obj/server/amx.o \
                       $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC))
 	@[ "$(V)" = 1 ] || echo "  LINK  $@"
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(FINAL_LIBS)

@@ -121,7 +121,8 @@ int attn_check(const attn_problem *p) {
   /* Written so that NaN fails too. */
   if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f)) return ATTND_EINVAL;
   if (p->gemm != ATTN_GEMM_AUTO && p->gemm != ATTN_GEMM_BLAS &&
-      p->gemm != ATTN_GEMM_NATIVE && p->gemm != ATTN_GEMM_BF16)
+      p->gemm != ATTN_GEMM_NATIVE && p->gemm != ATTN_GEMM_BF16 &&
+      p->gemm != ATTN_GEMM_AMX)
     return ATTND_EINVAL;
   if (!check_sizes(p)) return ATTND_EINVAL;
   if (!check_variants(p)) return ATTND_EINVAL;

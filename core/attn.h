@@ -96,8 +96,10 @@
  * BF16 mode (attn_problem.precision, enum attn_precision below): both
  * products take BF16 operands and sum in float32; q, k and v may then
  * be given as BF16 (attn_problem.dtype), read as they are.  Its kernels
- * are the AVX512-BF16 ones where they outrun the float32 FMA, else the
- * float32 ones on BF16-rounded operands (attn_kernel_name says which).
+ * are AMX's where the CPU has AMX-BF16 and the caller allows them
+ * (attn_problem.amx), else the AVX512-BF16 ones where they outrun the
+ * float32 FMA, else the float32 ones on BF16-rounded operands
+ * (attn_kernel_name says which).
  */
 #ifndef ATTN_H
 #define ATTN_H
@@ -133,12 +135,17 @@ enum attn_gemm {
   ATTN_GEMM_NATIVE = 2, /* the AVX-512F kernels; cblas_sgemm where the CPU
                          * lacks AVX-512F (or under valgrind, which hides
                          * it) */
-  ATTN_GEMM_BF16 = 3    /* BF16 mode: the AVX512-BF16 kernels (VDPBF16PS)
+  ATTN_GEMM_BF16 = 3,   /* BF16 mode: the AVX512-BF16 kernels (VDPBF16PS)
                          * where the CPU has them, else as NATIVE; auto
                          * picks them only where they outrun the float32
-                         * FMA kernels (AMD Zen 4 and 5).  In BF16 mode
-                         * NATIVE and BLAS run the float32 products on
-                         * BF16-rounded operands.  float32 mode: as
+                         * FMA kernels (AMD Zen 4 and 5) and AMX is not
+                         * allowed.  In BF16 mode NATIVE and BLAS run the
+                         * float32 products on BF16-rounded operands.
+                         * float32 mode: as auto */
+  ATTN_GEMM_AMX = 4     /* BF16 mode: the AMX kernels (TDPBF16PS) where
+                         * the CPU has AMX-BF16 and attn_problem.amx
+                         * allows them, else as auto, which picks them
+                         * under the same condition.  float32 mode: as
                          * auto */
 };
 
@@ -222,6 +229,14 @@ typedef struct attn_problem {
 
   /* enum attn_gemm; 0 (auto) unless a test or benchmark forces a path. */
   int gemm;
+
+  /* 1 when the calling process holds the permission to use AMX tile
+   * data (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+   * succeeded), so that BF16 mode may run on AMX where the CPU has it;
+   * 0 (attn_problem_init) keeps the core off AMX.  A tile instruction
+   * without the permission is SIGILL, and asking for it is the
+   * process's business (the server's), not the core's. */
+  int amx;
 
   /* Stopping a problem that runs: NULL, or a flag the caller (or any
    * other thread) may set non-zero at any time.  The core reads it,
@@ -314,11 +329,12 @@ int attn_forward(const attn_problem *p, float *out, float *weights);
 int attn_forward_lse(const attn_problem *p, float *out, float *weights,
                      float *lse);
 
-/* Which kernels the products of a problem with this precision run on
- * this CPU: "avx512" (the native float32 kernels), "blas" (cblas_sgemm),
+/* Which kernels the products of a problem with this precision and
+ * attn_problem.amx (amx) run on this CPU by default: "avx512" (the
+ * native float32 kernels), "blas" (cblas_sgemm), "amx-bf16" (TDPBF16PS),
  * "avx512bf16" (VDPBF16PS), or in BF16 mode "avx512"/"blas" on
  * BF16-rounded operands.  A static string. */
-const char *attn_kernel_name(int precision);
+const char *attn_kernel_name(int precision, int amx);
 
 /* Per-row diagnostics (design.md), each shaped (B, H, Lq) and each
  * optional (NULL skips it), for query row (b, h, i):

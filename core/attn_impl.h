@@ -66,12 +66,27 @@ static inline int attn__use_avx512bf16(void) {
 static inline int attn__fast_avx512bf16(void) {
   return attn__use_avx512bf16() && __builtin_cpu_is("amd");
 }
+/* AMX-TILE and AMX-BF16 (TDPBF16PS), with AVX512-BF16 for the packing:
+ * the kernels of gemm_bf16_amx.c can run on this CPU.  libgcc counts
+ * AMX only where the OS enables its state (XCR0); using it further
+ * needs the process's permission, which the caller holds and says so in
+ * attn_problem.amx.  clang's __builtin_cpu_supports does not know AMX's
+ * names (clang builds only the fuzzers), so there AMX counts as absent. */
+static inline int attn__use_amx(void) {
+#if defined(__clang__)
+  return 0;
+#else
+  return attn__use_avx512bf16() && __builtin_cpu_supports("amx-tile") &&
+         __builtin_cpu_supports("amx-bf16");
+#endif
+}
 #else
 #define ATTN__HAVE_AVX2_FMA 0
 static inline int attn__use_avx2_fma(void) { return 0; }
 static inline int attn__use_avx512(void) { return 0; }
 static inline int attn__use_avx512bf16(void) { return 0; }
 static inline int attn__fast_avx512bf16(void) { return 0; }
+static inline int attn__use_amx(void) { return 0; }
 #endif
 
 /* Flush-to-zero around the products P V.  A probability near FLT_MIN
@@ -297,7 +312,7 @@ typedef struct attn__scratch {
   int wrows;          /* weights path: rows per chunk (scores wrows * Lk) */
   int stream;         /* weights path: write weights with streaming stores */
   int gemm;           /* ATTN_GEMM_BLAS, _NATIVE or, in BF16 mode, _BF16
-                       * (attn__gemm_pick) */
+                       * or _AMX (attn__gemm_pick) */
   int qrows;          /* query rows per task (attn__query_block) */
   size_t nqb;         /* query blocks per (b, h), over every sequence */
 } attn__scratch;
@@ -465,7 +480,8 @@ void attn__gemm_nn(int gemm, int m, int n, int k, const float *a, int lda,
 size_t attn__gemm_pack_floats(const attn_problem *p);
 
 /* The GEMM a checked problem's products use: ATTN_GEMM_BLAS or
- * ATTN_GEMM_NATIVE, from p->gemm, the CPU and the BLAS (gemm.c). */
+ * ATTN_GEMM_NATIVE, in BF16 mode also ATTN_GEMM_BF16 or ATTN_GEMM_AMX,
+ * from p->gemm, p->amx and the CPU (gemm.c). */
 int attn__gemm_pick(const attn_problem *p);
 
 #if ATTN__HAVE_AVX2_FMA
@@ -523,18 +539,24 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
                    char *scratch, const attn__scratch *lay);
 
 #if ATTN__HAVE_AVX2_FMA
-/* The AVX512-BF16 kernels; call only when attn__use_avx512bf16().  a and
- * b are float32 or BF16 (adt, bdt: enum attn_dtype); a2 and pack are
- * the pair buffers (bf16.c sizes them).
+/* BF16 mode's kernels, one pair per instruction set with one contract.
+ * a and b are float32 or BF16 (adt, bdt: enum attn_dtype); a2 and pack
+ * hold A as BF16 and B in pairs (bf16.c sizes them).
  *   NT  C (m, n) = alpha A (m, k) B (n, k)^T
- *   NN  C (m, n) = A (m, k) B (k, n) + beta C   (A float32) */
-void attn__bf16_nt_avx512(int m, int n, int k, float alpha, const void *a,
-                          int adt, size_t lda, const void *b, int bdt,
-                          size_t ldb, float *c, int ldc, uint32_t *a2,
-                          uint32_t *pack);
-void attn__bf16_nn_avx512(int m, int n, int k, const float *a, int lda,
-                          const void *b, int bdt, size_t ldb, float beta,
-                          float *c, int ldc, uint32_t *a2, uint32_t *pack);
+ *   NN  C (m, n) = A (m, k) B (k, n) + beta C   (A float32)
+ * _avx512 (VDPBF16PS): call only when attn__use_avx512bf16().  _amx
+ * (TDPBF16PS): call only when attn__use_amx() and the process holds the
+ * tile-data permission (attn_problem.amx). */
+typedef void attn__bf16_nt_fn(int m, int n, int k, float alpha,
+                              const void *a, int adt, size_t lda,
+                              const void *b, int bdt, size_t ldb, float *c,
+                              int ldc, uint32_t *a2, uint32_t *pack);
+typedef void attn__bf16_nn_fn(int m, int n, int k, const float *a, int lda,
+                              const void *b, int bdt, size_t ldb, float beta,
+                              float *c, int ldc, uint32_t *a2,
+                              uint32_t *pack);
+attn__bf16_nt_fn attn__bf16_nt_avx512, attn__bf16_nt_amx;
+attn__bf16_nn_fn attn__bf16_nn_avx512, attn__bf16_nn_amx;
 /* dst[0, n) = attn__bf16_round of src (floats) or of src widened (BF16),
  * for the float32 kernels' operands; call only when attn__use_avx512(). */
 void attn__bf16_round_avx512(float *dst, const float *src, int n);

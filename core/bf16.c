@@ -1,9 +1,10 @@
-/* bf16.c - BF16 mode's two products: the dispatch between the
- * AVX512-BF16 kernels (gemm_bf16_avx512.c) and the portable path, which
- * rounds the operands to BF16 in float32 buffers and runs the float32
- * products (gemm.c) on them.  Both round the same operands the same way
- * (attn__bf16_round); they differ only in how the float32 sums are
- * ordered, so the last bits of the answers may differ between them.
+/* bf16.c - BF16 mode's two products: the dispatch between the AMX
+ * kernels (gemm_bf16_amx.c), the AVX512-BF16 ones (gemm_bf16_avx512.c)
+ * and the portable path, which rounds the operands to BF16 in float32
+ * buffers and runs the float32 products (gemm.c) on them.  All three
+ * round the same operands the same way (attn__bf16_round); they differ
+ * only in how the float32 sums are ordered, so the last bits of the
+ * answers may differ between them.
  * attn__gemm_pick says which runs (lay->gemm); no globals, no
  * allocation: the buffers are the task's scratch (b16a, b16b).
  */
@@ -13,12 +14,15 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 
 void attn__bf16_scratch(const attn_problem *p, size_t rows, size_t *a,
                         size_t *b) {
-  size_t kb = ATTN__KBLOCK, d = (size_t)p->D, dk = (size_t)p->Dk;
-  size_t dv = (size_t)p->Dv, dpad = (d + 1) & ~(size_t)1;
-  size_t dv16 = (dv + 15) / 16 * 16;
-  /* pairs of Q or of a P block; or Q rounded in float32 */
-  *a = max2(rows * max2(dpad, kb) * 2, rows * d * 4);
-  /* a 64-key panel or a value block in pairs; or K or V rounded */
+  size_t kb = (ATTN__KBLOCK + 31) / 32 * 32, d = (size_t)p->D;
+  size_t dk = (size_t)p->Dk;
+  size_t dv = (size_t)p->Dv, dpad = (d + 31) & ~(size_t)31;
+  size_t dv16 = (dv + 15) / 16 * 16, rows16 = (rows + 15) / 16 * 16;
+  /* Q or a P block as BF16 (AMX: k padded to 32, rows to 16); or Q
+   * rounded in float32 */
+  *a = max2(rows16 * max2(dpad, kb) * 2, rows * d * 4);
+  /* a 64-key panel or a value block in pairs (AMX: pairs padded to 16);
+   * or K or V rounded */
   *b = max2(max2(64 * dpad * 2, kb * dv16 * 2), kb * max2(dk, dv) * 4);
 }
 
@@ -69,6 +73,13 @@ void attn__bf16_scores(const attn_problem *p, const attn__task *t, int j0,
   size_t koff = (((size_t)t->b * p->Hkv + t->kvh) * p->Lk + j0) * p->Dk;
   const void *q = at(p, p->q, p->q16, qoff), *k = at(p, p->k, p->k16, koff);
 #if ATTN__HAVE_AVX2_FMA
+  if (lay->gemm == ATTN_GEMM_AMX) {
+    attn__bf16_nt_amx(t->rows, n, p->D, p->scale, q, p->dtype, (size_t)p->D,
+                      k, p->dtype, (size_t)p->Dk, s, lds,
+                      (uint32_t *)(scratch + lay->b16a),
+                      (uint32_t *)(scratch + lay->b16b));
+    return;
+  }
   if (lay->gemm == ATTN_GEMM_BF16) {
     attn__bf16_nt_avx512(t->rows, n, p->D, p->scale, q, p->dtype,
                          (size_t)p->D, k, p->dtype, (size_t)p->Dk, s, lds,
@@ -105,6 +116,12 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
   size_t voff = (((size_t)t->b * p->Hkv + t->kvh) * p->Lk + j0) * p->Dv;
   const void *v = at(p, p->v, p->v16, voff);
 #if ATTN__HAVE_AVX2_FMA
+  if (lay->gemm == ATTN_GEMM_AMX) {
+    attn__bf16_nn_amx(t->rows, p->Dv, n, s, lds, v, p->dtype, (size_t)p->Dv,
+                      beta, o, p->Dv, (uint32_t *)(scratch + lay->b16a),
+                      (uint32_t *)(scratch + lay->b16b));
+    return;
+  }
   if (lay->gemm == ATTN_GEMM_BF16) {
     attn__bf16_nn_avx512(t->rows, p->Dv, n, s, lds, v, p->dtype,
                          (size_t)p->Dv, beta, o, p->Dv,
@@ -120,7 +137,9 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
   }
 }
 
-const char *attn_kernel_name(int precision) {
+const char *attn_kernel_name(int precision, int amx) {
+  if (precision == ATTN_PRECISION_BF16 && amx && attn__use_amx())
+    return "amx-bf16";
   if (precision == ATTN_PRECISION_BF16 && attn__fast_avx512bf16())
     return "avx512bf16";
   return attn__use_avx512() ? "avx512" : "blas";

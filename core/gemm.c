@@ -156,18 +156,23 @@ size_t attn__gemm_pack_floats(const attn_problem *p) {
 }
 
 /* Native where it can run unless BLAS is asked for (the table at the
- * top says why); in BF16 mode the AVX512-BF16 kernels where they are
- * the faster, or where they can run when asked for (bf16.c).  __builtin_cpu_supports reads what libgcc found at
+ * top says why); in BF16 mode AMX where allowed, else the AVX512-BF16
+ * kernels where they are the faster, or where they can run when asked
+ * for (bf16.c).  __builtin_cpu_supports reads what libgcc found at
  * start-up: a load and a test, cheap enough for every call. */
 int attn__gemm_pick(const attn_problem *p) {
   if (p->gemm == ATTN_GEMM_BLAS || !attn__use_avx512())
     return ATTN_GEMM_BLAS;
-  /* BF16 mode: VDPBF16PS when asked for, or by default where it is the
-   * faster (attn_impl.h) */
+  /* BF16 mode: AMX where the caller allows it and the CPU has it, when
+   * asked for or by default; VDPBF16PS when asked for, or by default
+   * where it is the faster (attn_impl.h) */
+  int dflt = p->gemm == ATTN_GEMM_AUTO || p->gemm == ATTN_GEMM_AMX;
+  if (attn__is_bf16(p) && dflt && p->amx && attn__use_amx())
+    return ATTN_GEMM_AMX;
   if (attn__is_bf16(p) &&
       (p->gemm == ATTN_GEMM_BF16 ? attn__use_avx512bf16()
-       : p->gemm == ATTN_GEMM_AUTO ? attn__fast_avx512bf16()
-                                   : 0))
+       : dflt                    ? attn__fast_avx512bf16()
+                                 : 0))
     return ATTN_GEMM_BF16;
   return ATTN_GEMM_NATIVE;
 }

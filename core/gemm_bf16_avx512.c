@@ -37,29 +37,7 @@
 #define TILE_TARGET BF16K
 #define TILE_ELEM uint32_t
 #include "tile_avx512.h"
-
-/* Lanes [0, k) of 16; none for k <= 0. */
-static inline __mmask16 lanes(int k) {
-  return (__mmask16)(k <= 0 ? 0u : attn__lanes16(k));
-}
-
-/* Elements [off, off + cnt) of a float32 or BF16 tensor (cnt <= 32) as
- * 32 BF16 values, zero beyond cnt. */
-BF16K static INLINE __m512i load32(const void *src, int dt, size_t off,
-                                   int cnt) {
-  if (dt == ATTN_DTYPE_BF16) {
-    __mmask32 mk = cnt >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << cnt) - 1;
-    return _mm512_maskz_loadu_epi16(mk, (const uint16_t *)src + off);
-  }
-  const float *f = (const float *)src + off;
-  const __m512 top = _mm512_set1_ps(ATTN__BF16_MAX);
-  const __m512 bot = _mm512_set1_ps(-ATTN__BF16_MAX);
-  __m512 lo = _mm512_maskz_loadu_ps(lanes(cnt), f);
-  __m512 hi = _mm512_maskz_loadu_ps(lanes(cnt - 16), f + 16);
-  lo = _mm512_min_ps(_mm512_max_ps(lo, bot), top);
-  hi = _mm512_min_ps(_mm512_max_ps(hi, bot), top);
-  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
+#include "bf16_pack_avx512.h"
 
 /* dst row r (kp words) = src row r (k values, leading dimension ld) as
  * BF16 pairs, the last pair's second half 0 when k is odd. */
@@ -71,55 +49,7 @@ BF16K static void to_pairs(const void *src, int dt, size_t ld, int m, int k,
       int cnt = k - c0 < 32 ? k - c0 : 32, pad = (cnt + 1) & ~1;
       __mmask32 mk = pad >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << pad) - 1;
       _mm512_mask_storeu_epi16(d + c0, mk,
-                               load32(src, dt, (size_t)r * ld + c0, cnt));
-    }
-  }
-}
-
-/* pk[p * 64 + c] = the pair (b[c][2p], b[c][2p + 1]) for keys c < w (<=
- * 64) and pairs p < kp; lanes of a 16-key group beyond w are 0, groups
- * beyond it are not written (the tile's masks never read them). */
-BF16K static void pack_keys(const void *b, int dt, size_t ldb, int w, int k,
-                            uint32_t *pk) {
-  int kp = (k + 1) / 2;
-  for (int c0 = 0; c0 < w; c0 += 16) {
-    int rows = w - c0 < 16 ? w - c0 : 16;
-    for (int d0 = 0; d0 < k; d0 += 32) {
-      int cnt = k - d0 < 32 ? k - d0 : 32, p0 = d0 / 2;
-      int np = kp - p0 < 16 ? kp - p0 : 16;
-      __m512 r[16];
-      for (int y = 0; y < 16; y++)
-        r[y] = y < rows ? _mm512_castsi512_ps(load32(
-                              b, dt, (size_t)(c0 + y) * ldb + d0, cnt))
-                        : _mm512_setzero_ps();
-      transpose16(r);
-      for (int x = 0; x < np; x++)
-        _mm512_storeu_ps(pk + (size_t)(p0 + x) * TILE_NC + c0, r[x]);
-    }
-  }
-}
-
-/* vp[p * ldp + c] = the pair (v[2p][c], v[2p + 1][c]) for p < (kb + 1)
- * / 2 and c < ldp (dv rounded up to 16; columns from dv on are 0), the
- * second half 0 for an odd kb's last pair. */
-BF16K static void pack_values(const void *v, int dt, size_t ldv, int kb,
-                              int dv, uint32_t *vp, int ldp) {
-  const __m512i lo_idx = _mm512_set_epi16(
-      47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
-      38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
-  for (int p = 0; p < (kb + 1) / 2; p++) {
-    uint32_t *row = vp + (size_t)p * ldp;
-    int two = 2 * p + 1 < kb;
-    for (int c0 = 0; c0 < dv; c0 += 32) {
-      int cnt = dv - c0 < 32 ? dv - c0 : 32;
-      __m512i a = load32(v, dt, (size_t)(2 * p) * ldv + c0, cnt);
-      __m512i b = two ? load32(v, dt, (size_t)(2 * p + 1) * ldv + c0, cnt)
-                      : _mm512_setzero_si512();
-      _mm512_storeu_si512(row + c0, _mm512_permutex2var_epi16(a, lo_idx, b));
-      if (c0 + 16 < ldp)
-        _mm512_storeu_si512(row + c0 + 16,
-                            _mm512_permutex2var_epi16(a, hi_idx, b));
+                               bf16_load32(src, dt, (size_t)r * ld + c0, cnt));
     }
   }
 }
@@ -166,7 +96,7 @@ static const void *elem(const void *base, int dt, size_t off) {
 
 AVX512F void attn__bf16_round_avx512(float *dst, const float *src, int n) {
   for (int c = 0; c < n; c += 16) {
-    __mmask16 mk = lanes(n - c);
+    __mmask16 mk = bf16_lanes(n - c);
     __m512i u = _mm512_maskz_loadu_epi32(mk, src + c);
     _mm512_mask_storeu_epi32(dst + c, mk, attn__bf16_round16(u));
   }
@@ -190,7 +120,8 @@ BF16K void attn__bf16_nt_avx512(int m, int n, int k, float alpha,
   to_pairs(a, adt, lda, m, k, a2, kp);
   for (int j0 = 0; j0 < n; j0 += TILE_NC) {
     int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
-    pack_keys(elem(b, bdt, (size_t)j0 * ldb), bdt, ldb, w, k, pack);
+    bf16_pack_keys(elem(b, bdt, (size_t)j0 * ldb), bdt, ldb, w, k, pack,
+                   kp);
     strip(m, w, kp, a2, (size_t)kp, pack, TILE_NC, c + j0, (size_t)ldc, 0,
           0.0f, alpha);
   }
@@ -205,7 +136,8 @@ BF16K void attn__bf16_nn_avx512(int m, int n, int k, const float *a,
     int kb = k - k0 < ATTN__KBLOCK ? k - k0 : ATTN__KBLOCK;
     int kp = (kb + 1) / 2;
     to_pairs(a + k0, ATTN_DTYPE_F32, (size_t)lda, m, kb, a2, kp);
-    pack_values(elem(b, bdt, (size_t)k0 * ldb), bdt, ldb, kb, n, pack, ldp);
+    bf16_pack_values(elem(b, bdt, (size_t)k0 * ldb), bdt, ldb, kb, n, pack,
+                     ldp);
     for (int j0 = 0; j0 < n; j0 += TILE_NC) {
       int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
       for (int q0 = 0; q0 < kp; q0 += KC_PAIRS) {

@@ -20,6 +20,7 @@
 #include "core/attn.h"
 #include "core/attnd_err.h"
 #include "proto/proto.h"
+#include "server/amx.h"
 
 enum config_kind { KIND_INT, KIND_LONG, KIND_HOST, KIND_LOG, KIND_STR,
                    KIND_MODE };
@@ -359,15 +360,18 @@ void config_usage(FILE *out) {
 
 /* --version: attnd's own, then the libraries it runs with, as each
  * reports itself at run time (Debian 12 and 13 ship different ones),
- * then the core's matrix-product kernels on this CPU per precision. */
+ * then the core's matrix-product kernels on this CPU per precision, with
+ * AMX's permission asked for as attnd asks at start. */
 static void config_print_version(FILE *out) {
+  char why[160];
+  int amx = amx_request(why, sizeof why);
   fprintf(out, "attnd %s\n", ATTND_VERSION);
   fprintf(out, "libmicrohttpd %s, libuv %s, cJSON %s\n", MHD_get_version(),
           uv_version_string(), cJSON_Version());
   fprintf(out, "%s\n", openblas_get_config());
   fprintf(out, "kernels: fp32 %s, bf16 %s\n",
-          attn_kernel_name(ATTN_PRECISION_FP32),
-          attn_kernel_name(ATTN_PRECISION_BF16));
+          attn_kernel_name(ATTN_PRECISION_FP32, amx),
+          attn_kernel_name(ATTN_PRECISION_BF16, amx));
 }
 
 int config_parse(struct config *cfg, int argc, char **argv, FILE *out,

@@ -2,7 +2,8 @@
  *
  * DESIGN
  * - Start: parse the configuration (exit 2 on a bad value), pin OpenBLAS
- *   to one thread per caller, start the batcher (loop thread + workers),
+ *   to one thread per caller, ask for AMX's tile data (amx.h) before any
+ *   thread of ours exists, start the batcher (loop thread + workers),
  *   then HTTP; only then mark ready and print "listening on", which is what
  *   supervisors and the test harness wait for.
  * - Signals: SIGTERM/SIGINT handlers only write a byte to a self-pipe
@@ -34,6 +35,7 @@
 #include "proto/mem.h"
 #include "proto/proto.h"
 #include "server/sched/batcher.h"
+#include "server/amx.h"
 #include "server/clock.h"
 #include "server/config.h"
 #include "server/http/http.h"
@@ -209,6 +211,17 @@ static void main_config_parts(const struct config *cfg,
   hc->allow_client_shm = cfg->allow_client_shm;
 }
 
+/* AMX for BF16 mode where the CPU has it (amx.h): the batcher passes
+ * the answer to every job.  Said once when the CPU has AMX but attnd may
+ * not use it. */
+static int main_amx(void) {
+  char why[160];
+  int amx = amx_request(why, sizeof why);
+  if (!amx && why[0])
+    log_info("AMX: %s; BF16 mode runs without it", why);
+  return amx;
+}
+
 /* With --tls-cert/--tls-key: reads both PEM files now, at startup (the
  * only time attnd reads them).  0, or -1 after writing why to stderr. */
 static int main_load_tls(const struct config *cfg, struct tls_pem *tls) {
@@ -282,6 +295,7 @@ int main(int argc, char **argv) {
   mem_init();  /* cJSON's allocator, before any thread */
   /* One BLAS thread per worker: the workers are the parallelism. */
   openblas_set_num_threads(1);
+  bc.amx = main_amx();
   if (main_signals() != 0 || !(m = metrics_new()) ||
       !(shm = shm_new((size_t)cfg.shm_max_regions,
                       (uint64_t)cfg.shm_max_mb << 20)) ||

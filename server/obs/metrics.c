@@ -76,6 +76,7 @@ struct metrics {
   _Atomic uint64_t bytes_in, bytes_out;
   _Atomic int64_t inflight, queue_depth;
   _Atomic int64_t inflight_bytes, inflight_limit;
+  int amx;                  /* attn_problem.amx, set before threads */
   _Atomic uint64_t inline_runs[METRICS_INLINE_COUNT];
   _Atomic uint64_t splits, split_helped;
   _Atomic uint64_t cancelled[METRICS_CANCEL_COUNT];
@@ -221,6 +222,8 @@ void metrics_add_inflight_bytes(struct metrics *m, int64_t delta) {
 void metrics_set_inflight_limit(struct metrics *m, size_t bytes) {
   atomic_store_explicit(&m->inflight_limit, (int64_t)bytes, RELAXED);
 }
+
+void metrics_set_amx(struct metrics *m, int amx) { m->amx = amx; }
 
 /* The sum is kept in MFLOP, so that it fits in its integer. */
 void metrics_record_flops(struct metrics *m, double flops) {
@@ -403,8 +406,8 @@ static void metrics_render_gauges(struct metrics_buf *b, struct metrics *m) {
   metrics_head(b, "attnd_kernel_info", "gauge",
                "The matrix-product kernels each precision runs on this CPU.");
   metrics_printf(b, "attnd_kernel_info{fp32=\"%s\",bf16=\"%s\"} 1\n",
-                 attn_kernel_name(ATTN_PRECISION_FP32),
-                 attn_kernel_name(ATTN_PRECISION_BF16));
+                 attn_kernel_name(ATTN_PRECISION_FP32, m->amx),
+                 attn_kernel_name(ATTN_PRECISION_BF16, m->amx));
 }
 
 /* One gauge or counter of the process_* family, left out when its value

@@ -99,6 +99,10 @@ void metrics_add_queue_depth(struct metrics *m, int delta);
 void metrics_add_inflight_bytes(struct metrics *m, int64_t delta);
 void metrics_set_inflight_limit(struct metrics *m, size_t bytes);
 
+/* Whether the core may use AMX (attn_problem.amx), for the kernel names
+ * of attnd_kernel_info; set before any thread reads the metrics. */
+void metrics_set_amx(struct metrics *m, int amx);
+
 /* A request's estimated cost (attn_cost_flops), before it runs. */
 void metrics_record_flops(struct metrics *m, double flops);
 

@@ -570,7 +570,9 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
     return NULL;
   b->cfg = *cfg;
   b->ex.m = m;
+  b->ex.amx = cfg->amx;
   metrics_set_inflight_limit(m, cfg->max_bytes);
+  metrics_set_amx(m, cfg->amx);
   pthread_mutex_init(&b->mu, NULL);
   b->slots = calloc((size_t)cfg->workers, sizeof *b->slots);
   if (!b->slots)

@@ -40,6 +40,9 @@ struct batcher_config {
   size_t max_bytes;         /* budget of the jobs' hold_bytes */
   uint64_t inline_ns;       /* batcher_run_here's bounds, 0 = never: */
   uint64_t inline_idle_ns;  /* always, and while nothing else is in flight */
+  int amx;                  /* 1: the process holds AMX's permission
+                               (amx_request), so the core may use AMX
+                               (attn_problem.amx, attnd_kernel_info) */
 };
 
 /* Private to the batcher: the shape a job is grouped by. */

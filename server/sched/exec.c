@@ -339,6 +339,7 @@ int exec_job(struct exec_ctx *x, struct batcher_job *job,
   job->batch_size = batch_size;
   job->started_ns = clock_now_ns();
   job->req.prob.stop = &job->cancel;
+  job->req.prob.amx = x->amx;
   if (atomic_load(&job->cancel))
     err = exec_cancelled(x, job);
   else if (job->deadline_ns && job->started_ns > job->deadline_ns) {

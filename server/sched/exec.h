@@ -38,6 +38,7 @@ struct exec_ctx {
   _Atomic int idle_hint;    /* vacant worker places, a copy the batcher
                                writes under its lock; read relaxed here to
                                size a split */
+  int amx;                  /* every job's attn_problem.amx (batcher_config) */
 };
 
 /* Every item submitted to the batcher's pool starts with this: a batch

@@ -82,10 +82,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/amx.h"
+
 #include "bench_core.h"
 #include "core/attn.h"
 #include "core/attn_impl.h"
 #include "server/sched/work.h" /* WORK_SPLIT_CHUNKS: the server's split */
+
+int bench_amx;
+
+int bench_amx_start(void) {
+  char why[160];
+  int amx = amx_request(why, sizeof why);
+  if (why[0]) fprintf(stderr, "attnd-bench: AMX: %s\n", why);
+  return amx;
+}
 
 double now_s(void) {
   struct timespec ts;
@@ -318,6 +329,7 @@ void problem_init(problem *pb, const shape *s, int with_w, int gemm,
   pb->p.scale = 1.0f / 8.0f;
   pb->p.causal = s->causal ? ATTN_CAUSAL_UPPER_LEFT : ATTN_CAUSAL_NONE;
   pb->p.gemm = gemm;
+  pb->p.amx = bench_amx;
 }
 
 void problem_free(problem *pb) {
@@ -537,8 +549,11 @@ static int bench_variants(int quick) {
 }
 
 /* ------------------------------------------------------------------ */
-/* BF16 mode against float32: (B, H, L, D, target ratio with
- * AVX512-BF16), one thread, no weights, rounds alternating the two. */
+/* BF16 mode against float32: (B, H, L, D, target ratio), one thread,
+ * no weights, rounds alternating float32, what auto runs in BF16 mode
+ * (AMX where the CPU has it and the permission came), and where the CPU
+ * has AVX512-BF16 the VDPBF16PS kernels and the float32 ones on rounded
+ * operands, each forced. */
 
 typedef struct precision_case { int B, H, L, D; double target; } precision_case;
 
@@ -565,7 +580,7 @@ static int bench_precision(int quick) {
     const precision_case *c = &precision_cases[i];
     shape s = {"precision", c->B, c->H, c->L, c->D, 0, 0, 1, 0.0};
     problem pb;
-    double f32 = 1e30, b16 = 1e30, dp = 1e30;
+    double f32 = 1e30, b16 = 1e30, dp = 1e30, rn = 1e30;
     int small = c->L <= 256;
     problem_init(&pb, &s, 0, ATTN_GEMM_AUTO, &seed);
     pb.p.valid_lens = NULL;
@@ -581,6 +596,9 @@ static int bench_precision(int quick) {
       pb.p.gemm = ATTN_GEMM_BF16; /* VDPBF16PS, wherever it runs */
       t = precision_cpu(&pl, &pb, small ? 20 : 1);
       dp = t < dp ? t : dp;
+      pb.p.gemm = ATTN_GEMM_NATIVE; /* float32 kernels, rounded operands */
+      t = precision_cpu(&pl, &pb, small ? 20 : 1);
+      rn = t < rn ? t : rn;
       pb.p.gemm = ATTN_GEMM_AUTO;
     }
     printf("{\"kind\":\"precision\",\"B\":%d,\"H\":%d,\"Lq\":%d,"
@@ -588,11 +606,13 @@ static int bench_precision(int quick) {
            "\"fp32_cpu_sec\":%.9g,\"bf16_cpu_sec\":%.9g,\"ratio\":%.4g,"
            "\"target\":%.2g,\"fp32_kernel\":\"%s\","
            "\"bf16_kernel\":\"%s\",\"vdpbf16ps_cpu_sec\":%.9g,"
-           "\"vdpbf16ps_ratio\":%.4g}\n",
+           "\"vdpbf16ps_ratio\":%.4g,\"rounded_fp32_cpu_sec\":%.9g,"
+           "\"rounded_fp32_ratio\":%.4g}\n",
            c->B, c->H, c->L, c->L, c->D, f32, b16, f32 / b16, c->target,
-           attn_kernel_name(ATTN_PRECISION_FP32),
-           attn_kernel_name(ATTN_PRECISION_BF16), dp < 1e30 ? dp : 0.0,
-           dp < 1e30 ? f32 / dp : 0.0);
+           attn_kernel_name(ATTN_PRECISION_FP32, bench_amx),
+           attn_kernel_name(ATTN_PRECISION_BF16, bench_amx),
+           dp < 1e30 ? dp : 0.0, dp < 1e30 ? f32 / dp : 0.0,
+           rn < 1e30 ? rn : 0.0, rn < 1e30 ? f32 / rn : 0.0);
     fflush(stdout);
     problem_free(&pb);
   }
@@ -647,6 +667,7 @@ int main(int argc, char **argv) {
   }
   if (threads < 1) threads = 1;
   openblas_set_num_threads(1);
+  bench_amx = bench_amx_start();
   if (argc >= 4 && !strcmp(argv[1], "mem"))
     return bench_mem(atoi(argv[2]), atoi(argv[3]), threads);
   if (argc >= 2 && !strcmp(argv[1], "variants"))

@@ -58,6 +58,12 @@ typedef struct problem {
   int32_t *vl;
 } problem;
 
+/* 1 when AMX's tile-data permission came (bench_amx_start, at the start
+ * of main, before any thread): problem_init sets attn_problem.amx from
+ * it, so BF16 mode runs where attnd would run it. */
+extern int bench_amx;
+int bench_amx_start(void);
+
 double now_s(void);
 double cpu_s(void);
 void *xalloc(size_t bytes);

@@ -192,7 +192,8 @@ int bench_peak(int quick) {
            "\"kernel\":\"%s\",\"sink\":%d}\n",
            c->B, c->H, c->L, c->L, c->D, c->causal, c->window, cpu[i],
            peak[i], attn__use_avx512() ? 16 : attn__use_avx2_fma() ? 8 : 0,
-           frac[i], c->target, attn_kernel_name(ATTN_PRECISION_FP32),
+           frac[i], c->target,
+           attn_kernel_name(ATTN_PRECISION_FP32, bench_amx),
            sink != 0.0);
     problem_free(&pb[i]);
   }
@@ -332,8 +333,9 @@ int bench_peers(int argc, char **argv) {
          "\"fp32_kernel\":\"%s\",\"bf16_kernel\":\"%s\","
          "\"corename\":\"%s\"}\n",
          s.B, s.H, s.L, s.L, s.D, rounds, f32, b16,
-         attn_kernel_name(ATTN_PRECISION_FP32),
-         attn_kernel_name(ATTN_PRECISION_BF16), openblas_get_corename());
+         attn_kernel_name(ATTN_PRECISION_FP32, bench_amx),
+         attn_kernel_name(ATTN_PRECISION_BF16, bench_amx),
+         openblas_get_corename());
   pool_free(&pl);
   free(qkv); free(q16); free(k16); free(v16); free(outs);
   problem_free(&pb);

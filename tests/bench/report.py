@@ -168,8 +168,10 @@ def variant_lines(variants, out):
 
 def precision_lines(rows, out):
     """BF16 mode against float32, one thread, no weights: the ratio of
-    CPU seconds per call against its target, for what auto runs and for
-    VDPBF16PS forced where the CPU has it."""
+    CPU seconds per call against its target, for what auto runs (AMX
+    where the CPU has it) and, where the CPU has AVX512-BF16, for
+    VDPBF16PS and for the float32 kernels on rounded operands, each
+    forced."""
     checks = []
     if not rows:
         return checks
@@ -188,6 +190,9 @@ def precision_lines(rows, out):
         if r.get("vdpbf16ps_cpu_sec"):
             line += "; VDPBF16PS forced %.3f ms, %.2fx" % (
                 r["vdpbf16ps_cpu_sec"] * 1e3, r["vdpbf16ps_ratio"])
+        if r.get("rounded_fp32_cpu_sec"):
+            line += "; float32 kernels on rounded operands %.3f ms, %.2fx" % (
+                r["rounded_fp32_cpu_sec"] * 1e3, r["rounded_fp32_ratio"])
         out.append(line)
     return checks
 

@@ -13,7 +13,10 @@ For each request, on the weights path and the online path:
     empty rows exactly 0; lse within Delta.
 And the refusals (unknown precision, bf16 with additive scoring), that
 precision "fp32" answers the bits of no precision at all, and that
---version and /metrics name the kernels.
+--version and /metrics name the kernels: amx-bf16 where the CPU has AMX
+(attnd asks for the permission at start, and says so when it does not
+come).  Shapes off every tile edge (rows and keys not multiples of 16, D
+not one of 32, Dk != Dv) go through whichever kernels run.
 """
 
 import json
@@ -87,6 +90,18 @@ def factors(Lk, delta, round_v):
     rho = math.exp(2 * delta) * (1 + EXP_ERR) ** 2 * (1 + 2 * g) - 1
     out = (1 + rho) * (1 + U) ** (1 + round_v) * (1 + g) - 1
     return out, (1 + rho) * (1 + U) - 1
+
+
+def cpu_has_amx():
+    """True when Linux reports AMX-TILE, AMX-BF16 and AVX512-BF16 (it
+    drops the AMX flags where the OS does not enable their state)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((l.split(":", 1)[1].split() for l in f
+                          if l.startswith("flags")), [])
+    except OSError:
+        return False
+    return {"amx_tile", "amx_bf16", "avx512_bf16", "avx512bw"} <= set(flags)
 
 
 class Bf16Test(harness.ServerTestCase):
@@ -194,6 +209,16 @@ class Bf16Test(harness.ServerTestCase):
                 extra = {"mask": m}
             req.update(extra)
             self.run_v1(req, what)
+
+    def test_v1_tile_edges_within_the_bound(self):
+        rng = random.Random(47)
+        req = rand_request(147, B=1, H=2, Hkv=1, Lq=33, Lk=47, D=40, Dv=20)
+        self.run_v1(req, "33 rows, 47 keys, D 40, Dv 20")
+        m = [[[[rng.random() < 0.7 for _ in range(47)] for _ in range(33)]
+              for _ in range(2)]]
+        m[0][1][16] = [False] * 47
+        self.run_v1(dict(req, mask=m, causal="lower_right"),
+                    "masked, causal, an empty row 16")
 
     def test_v1_refusals_name_the_field(self):
         req = rand_request(7, B=1, H=1, Hkv=1, Lq=2, Lk=3, D=4, Dv=2)
@@ -314,7 +339,12 @@ class Bf16Test(harness.ServerTestCase):
         self.assertIn('fp32="%s"' % fp32, info[0])
         self.assertIn('bf16="%s"' % bf, info[0])
         self.assertIn(fp32, ("avx512", "blas"))
-        self.assertIn(bf, ("avx512bf16", "avx512", "blas"))
+        self.assertIn(bf, ("amx-bf16", "avx512bf16", "avx512", "blas"))
+        if not cpu_has_amx() or harness.VALGRIND:
+            self.assertNotEqual(bf, "amx-bf16")
+        elif bf != "amx-bf16":  # the permission did not come: said once
+            said = [x for x in self.srv.log if "AMX: " in x]
+            self.assertEqual(len(said), 1, "".join(self.srv.log[-20:]))
 
 
 def v2client_nest(flat, shape):

@@ -137,7 +137,7 @@ class InstallTest(unittest.TestCase):
                                    r"libmicrohttpd \d+\.\d+\.\d+, libuv \d+\.\d+\.\d+, "
                                    r"cJSON \d+\.\d+\.\d+\nOpenBLAS \d+\.\d+\.\d+.*\n"
                                    r"kernels: fp32 (avx512|blas), "
-                                   r"bf16 (avx512bf16|avx512|blas)\n$")
+                                   r"bf16 (amx-bf16|avx512bf16|avx512|blas)\n$")
 
     def test_unit_execstart_is_the_installed_binary(self):
         installed = unit_settings(open(self.unit).read())

@@ -1,10 +1,13 @@
 /* test_core_bf16.c - BF16 mode (attn_problem.precision) on every kernel
  * path, against float64 references and the error bound of docs/api.md.
  *
- * Kernel paths: the AVX512-BF16 products (gemm BF16; skipped where the
- * CPU lacks AVX512-BF16), the native float32 products on BF16-rounded
- * operands (gemm NATIVE; skipped without AVX-512F), cblas_sgemm on them
- * (gemm BLAS, everywhere) and whatever auto picks.  For every variant
+ * Kernel paths: the AMX products (gemm AMX; the suite asks for AMX's
+ * permission as attnd does, and skips them where the CPU lacks AMX-BF16
+ * or the permission does not come), the AVX512-BF16 products (gemm
+ * BF16; skipped where the CPU lacks AVX512-BF16), the native float32
+ * products on BF16-rounded operands (gemm NATIVE; skipped without
+ * AVX-512F), cblas_sgemm on them (gemm BLAS, everywhere) and whatever
+ * auto picks (AMX where allowed).  For every variant
  * (mask, valid_lens, causal both ways, windows, bias, dropout, softcap,
  * ALiBi, sinks, packing, grouped heads) and both paths (weights and
  * online), per output element and row:
@@ -22,8 +25,9 @@
  *     and V were rounded, and nothing else was;
  *   - masked and empty positions exactly 0, lse within Delta.
  * And: BF16 inputs (dtype BF16) give the bits of float32 inputs holding
- * the same values; batch items and task splits do not change a bit;
- * attn_check refuses what BF16 mode does not do.
+ * the same values; batch items, task splits and the other rows of a
+ * row's tile do not change a bit; attn_check refuses what BF16 mode does
+ * not do; the kernels alone meet float64 on the edges of every tile.
  */
 #include <check.h>
 #include <cblas.h>
@@ -36,6 +40,7 @@
 
 #include "core/attn.h"
 #include "core/attn_impl.h"
+#include "server/amx.h"
 #include "support_ref.h"
 #include "support_skip.h"
 
@@ -48,14 +53,29 @@ static const double EXP_ERR = 0x1p-16; /* the softmax exp (docs/api.md) */
 typedef struct kpath { const char *name; int gemm; } kpath;
 
 static const kpath paths[] = {
-  {"auto", ATTN_GEMM_AUTO}, {"avx512bf16", ATTN_GEMM_BF16},
+  {"auto", ATTN_GEMM_AUTO}, {"amx-bf16", ATTN_GEMM_AMX},
+  {"avx512bf16", ATTN_GEMM_BF16},
   {"native float32 on bf16 operands", ATTN_GEMM_NATIVE},
   {"cblas on bf16 operands", ATTN_GEMM_BLAS},
 };
 #define NPATHS (int)(sizeof paths / sizeof paths[0])
 
+/* AMX's permission (amx_request in main, before the runner forks) and
+ * why it did not come. */
+static int amx_ok;
+static char amx_why[160];
+
+/* 1 when the AMX kernels can run here; else prints the skip line. */
+static int amx_runs(const char *test) {
+  if (amx_ok && attn__use_amx()) return 1;
+  support_skip(test, "amx-bf16: %s", amx_why[0] ? amx_why
+               : "this CPU has no AMX-BF16 (or valgrind hides it)");
+  return 0;
+}
+
 /* 1 when the path can run here; else prints the skip line. */
 static int path_runs(int k, const char *test) {
+  if (paths[k].gemm == ATTN_GEMM_AMX) return amx_runs(test);
   if (paths[k].gemm == ATTN_GEMM_BF16 && !attn__use_avx512bf16()) {
     support_skip(test, "%s: this CPU has no AVX512-BF16 (or valgrind "
                  "hides it)", paths[k].name);
@@ -277,6 +297,7 @@ static void compare_bf16(const attn_problem *p0, int gemm, const char *what) {
   run x;
   p.precision = ATTN_PRECISION_BF16;
   p.gemm = gemm;
+  p.amx = amx_ok;
   refs_make(&r, &p);
   run_both(&p, &x);
   double *rw = malloc((size_t)p.Lk * 8), *ro = malloc((size_t)p.Dv * 8);
@@ -298,6 +319,7 @@ static const shape full_shapes[] = {
   {1, 4, 2, 65, 129, 16, 8}, {2, 1, 1, 130, 300, 8, 12},
   {1, 2, 1, 70, 33, 64, 70}, {1, 2, 2, 1, 600, 33, 16},
   {2, 4, 1, 65, 7, 3, 5},    {1, 2, 2, 300, 300, 8, 4},
+  {1, 2, 1, 33, 47, 48, 20}, {1, 1, 1, 17, 15, 130, 129},
 };
 static const shape vg_shapes[] = {
   {1, 1, 1, 1, 1, 1, 1}, {2, 1, 1, 3, 7, 5, 3}, {1, 4, 2, 66, 9, 8, 4},
@@ -369,6 +391,7 @@ START_TEST(test_bf16_inputs_used_as_sent) {
     attn_problem p = c.p, ph;
     p.precision = ATTN_PRECISION_BF16;
     p.gemm = paths[k].gemm;
+    p.amx = amx_ok;
     ph = p;
     ph.dtype = ATTN_DTYPE_BF16;
     ph.q16 = bits_of(c.q, nq); ph.k16 = bits_of(c.k, nk);
@@ -401,6 +424,7 @@ START_TEST(test_bf16_batch_and_split_invariant) {
     attn_problem p = c.p, one;
     p.precision = ATTN_PRECISION_BF16;
     p.gemm = paths[k].gemm;
+    p.amx = amx_ok;
     one = p;
     one.B = 1;
     size_t per_o = (size_t)s.H * s.Lq * s.Dv;
@@ -426,6 +450,42 @@ START_TEST(test_bf16_batch_and_split_invariant) {
     run_free(&all); run_free(&it);
     free_case(&c);
   }
+}
+END_TEST
+
+/* Which kernels run: AMX only in BF16 mode, only when the caller allows
+ * it (attn_problem.amx) and the CPU has it, by default and when forced;
+ * forced without it, the default rule; attn_kernel_name agrees. */
+START_TEST(test_bf16_pick_amx_only_when_allowed) {
+  shape s = {1, 1, 1, 5, 7, 4, 3};
+  tcase c;
+  make_case(&c, &s, 0, 3);
+  attn_problem p = c.p;
+  int fallback, native = attn__use_avx512() ? ATTN_GEMM_NATIVE
+                                           : ATTN_GEMM_BLAS;
+  p.precision = ATTN_PRECISION_BF16;
+  fallback = attn__gemm_pick(&p); /* amx 0: the rule without AMX */
+  ck_assert_int_ne(fallback, ATTN_GEMM_AMX);
+  ck_assert_str_ne(attn_kernel_name(ATTN_PRECISION_BF16, 0), "amx-bf16");
+  p.gemm = ATTN_GEMM_AMX;
+  ck_assert_int_eq(attn_check(&p), 0);
+  ck_assert_int_eq(attn__gemm_pick(&p), fallback);
+  p.amx = 1; /* allowed: picked where the CPU has it */
+  int want = attn__use_amx() ? ATTN_GEMM_AMX : fallback;
+  ck_assert_int_eq(attn__gemm_pick(&p), want);
+  p.gemm = ATTN_GEMM_AUTO;
+  ck_assert_int_eq(attn__gemm_pick(&p), want);
+  ck_assert_str_eq(attn_kernel_name(ATTN_PRECISION_BF16, 1),
+                   attn__use_amx() ? "amx-bf16"
+                                   : attn_kernel_name(ATTN_PRECISION_BF16, 0));
+  p.gemm = ATTN_GEMM_NATIVE; /* another path forced */
+  ck_assert_int_eq(attn__gemm_pick(&p), native);
+  p.precision = ATTN_PRECISION_FP32; /* float32 never runs on AMX */
+  p.gemm = ATTN_GEMM_AMX;
+  ck_assert_int_eq(attn__gemm_pick(&p), native);
+  ck_assert_str_eq(attn_kernel_name(ATTN_PRECISION_FP32, 1),
+                   attn_kernel_name(ATTN_PRECISION_FP32, 0));
+  free_case(&c);
 }
 END_TEST
 
@@ -549,29 +609,26 @@ START_TEST(test_bf16_exp_within_its_bound) {
 }
 END_TEST
 
-/* The kernels alone against float64 on odd sizes (edges of every tile,
- * panel and pair): C = A B^T and C = A B + beta C. */
-START_TEST(test_bf16_kernels_match_float64) {
 #if ATTN__HAVE_AVX2_FMA
-  if (!attn__use_avx512bf16()) {
-    support_skip("test_bf16_kernels_match_float64", "this CPU has no "
-                 "AVX512-BF16 (or valgrind hides it)");
-    return;
-  }
-  static const int dims[][3] = {{1, 1, 1}, {7, 65, 3}, {13, 130, 33},
-                                {12, 64, 64}, {30, 17, 129}, {6, 600, 80}};
+/* C = 0.5 A B^T and C = A B + 0.75 C against float64 on the rounded
+ * operands, on odd sizes (edges of every tile, panel, pair and key
+ * block); and a row's bits the same computed alone (m = 1). */
+static void kernels_vs_float64(const char *name, attn__bf16_nt_fn *nt,
+                               attn__bf16_nn_fn *nn) {
+  static const int dims[][3] = {{1, 1, 1},     {7, 65, 3},   {13, 130, 33},
+                                {12, 64, 64},  {30, 17, 129}, {6, 600, 80},
+                                {33, 47, 48},  {17, 15, 96},  {40, 100, 70}};
   rng r = {99};
   for (size_t t = 0; t < sizeof dims / sizeof dims[0]; t++) {
     int m = dims[t][0], n = dims[t][1], k = dims[t][2];
     float *a = rand_floats(&r, (size_t)m * 1024, 2.0f);
     float *b = rand_floats(&r, (size_t)1024 * 1024, 2.0f);
     float *c = rand_floats(&r, (size_t)m * 1024, 1.0f);
-    float *c0 = malloc((size_t)m * 1024 * 4);
+    float *c0 = malloc((size_t)m * 1024 * 4), c1[1024];
     uint32_t *a2 = aligned_alloc(64, 1 << 20), *pk = aligned_alloc(64, 1 << 21);
     memcpy(c0, c, (size_t)m * 1024 * 4);
-    /* NT: C (m, n) = 0.5 A (m, k) B (n, k)^T */
-    attn__bf16_nt_avx512(m, n, k, 0.5f, a, ATTN_DTYPE_F32, (size_t)k, b,
-                         ATTN_DTYPE_F32, (size_t)k, c, n, a2, pk);
+    nt(m, n, k, 0.5f, a, ATTN_DTYPE_F32, (size_t)k, b, ATTN_DTYPE_F32,
+       (size_t)k, c, n, a2, pk);
     for (int i = 0; i < m; i++)
       for (int j = 0; j < n; j++) {
         double s = 0, ab = 0;
@@ -581,31 +638,106 @@ START_TEST(test_bf16_kernels_match_float64) {
           ab += fabs(x);
         }
         EXPECT(fabs(c[i * n + j] - 0.5 * s) <= (k + 2) * 0x1p-24 * ab,
-               "nt %dx%dx%d (%d,%d): %.9g vs %.9g", m, n, k, i, j,
+               "%s nt %dx%dx%d (%d,%d): %.9g vs %.9g", name, m, n, k, i, j,
                c[i * n + j], 0.5 * s);
       }
-    /* NN: C (m, n) = A (m, k) B (k, n) + 0.75 C, n <= 80 columns */
-    int nn = n > 80 ? 80 : n;
+    nt(1, n, k, 0.5f, a + (size_t)(m - 1) * k, ATTN_DTYPE_F32, (size_t)k, b,
+       ATTN_DTYPE_F32, (size_t)k, c1, n, a2, pk);
+    EXPECT(!memcmp(c1, c + (size_t)(m - 1) * n, (size_t)n * 4),
+           "%s nt %dx%dx%d: the last row alone differs", name, m, n, k);
+    /* NN: n <= 80 columns */
+    int nn_ = n > 80 ? 80 : n;
     memcpy(c, c0, (size_t)m * 1024 * 4);
-    attn__bf16_nn_avx512(m, nn, k, a, k, b, ATTN_DTYPE_F32, (size_t)nn,
-                         0.75f, c, nn, a2, pk);
+    nn(m, nn_, k, a, k, b, ATTN_DTYPE_F32, (size_t)nn_, 0.75f, c, nn_, a2,
+       pk);
     for (int i = 0; i < m; i++)
-      for (int j = 0; j < nn; j++) {
-        double s = 0.75 * c0[i * nn + j], ab = fabs(s);
+      for (int j = 0; j < nn_; j++) {
+        double s = 0.75 * c0[i * nn_ + j], ab = fabs(s);
         for (int d = 0; d < k; d++) {
-          double x = bf16d(a[i * k + d]) * bf16d(b[d * nn + j]);
+          double x = bf16d(a[i * k + d]) * bf16d(b[d * nn_ + j]);
           s += x;
           ab += fabs(x);
         }
-        EXPECT(fabs(c[i * nn + j] - s) <= (k + 4) * 0x1p-24 * ab,
-               "nn %dx%dx%d (%d,%d): %.9g vs %.9g", m, nn, k, i, j,
-               c[i * nn + j], s);
+        EXPECT(fabs(c[i * nn_ + j] - s) <= (k + 4) * 0x1p-24 * ab,
+               "%s nn %dx%dx%d (%d,%d): %.9g vs %.9g", name, m, nn_, k, i,
+               j, c[i * nn_ + j], s);
       }
+    memcpy(c1, c0 + (size_t)(m - 1) * nn_, (size_t)nn_ * 4);
+    nn(1, nn_, k, a + (size_t)(m - 1) * k, k, b, ATTN_DTYPE_F32,
+       (size_t)nn_, 0.75f, c1, nn_, a2, pk);
+    EXPECT(!memcmp(c1, c + (size_t)(m - 1) * nn_, (size_t)nn_ * 4),
+           "%s nn %dx%dx%d: the last row alone differs", name, m, nn_, k);
     free(a); free(b); free(c); free(c0); free(a2); free(pk);
   }
+}
+#endif
+
+/* The kernels alone against float64. */
+START_TEST(test_bf16_kernels_match_float64) {
+#if ATTN__HAVE_AVX2_FMA
+  if (!attn__use_avx512bf16())
+    support_skip("test_bf16_kernels_match_float64", "avx512bf16: this CPU "
+                 "has no AVX512-BF16 (or valgrind hides it)");
+  else
+    kernels_vs_float64("avx512bf16", attn__bf16_nt_avx512,
+                       attn__bf16_nn_avx512);
+  if (amx_runs("test_bf16_kernels_match_float64"))
+    kernels_vs_float64("amx-bf16", attn__bf16_nt_amx, attn__bf16_nn_amx);
 #else
   support_skip("test_bf16_kernels_match_float64", "not an x86-64 build");
 #endif
+}
+END_TEST
+
+/* A query row's bits are the same computed alone (Lq = 1) as among the
+ * rows of its tile and task, on the core's own kernels and both paths:
+ * rows 0, 15, 16 and the last of 37, plain and with sinks.  Not through
+ * cblas_sgemm, whose kernels and sums change with the number of rows. */
+START_TEST(test_bf16_row_alone_as_in_its_tile) {
+  shape s = {1, 2, 1, 37, 300, 40, 24};
+  static const int rows[] = {0, 15, 16, 36};
+  for (int k = 0; k < NPATHS; k++) {
+    if (!path_runs(k, "test_bf16_row_alone_as_in_its_tile")) continue;
+    for (int sinks = 0; sinks < 2; sinks++) {
+      tcase c;
+      make_case(&c, &s, sinks ? K_SINK : 0, 31 + (uint64_t)sinks);
+      attn_problem p = c.p, one;
+      p.precision = ATTN_PRECISION_BF16;
+      p.gemm = paths[k].gemm;
+      p.amx = amx_ok;
+      if (attn__gemm_pick(&p) == ATTN_GEMM_BLAS) {
+        free_case(&c);
+        break;
+      }
+      run all, it;
+      run_both(&p, &all);
+      float q1[2 * 40];
+      for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+        int i = rows[ri];
+        for (int h = 0; h < s.H; h++)
+          memcpy(q1 + h * s.D, c.q + ((size_t)h * s.Lq + i) * s.D,
+                 (size_t)s.D * 4);
+        one = p;
+        one.Lq = 1;
+        one.q = q1;
+        run_both(&one, &it);
+        for (int h = 0; h < s.H; h++) {
+          size_t row = (size_t)h * s.Lq + i;
+          EXPECT(!memcmp(it.o1 + (size_t)h * s.Dv, all.o1 + row * s.Dv,
+                         (size_t)s.Dv * 4) &&
+                 !memcmp(it.o2 + (size_t)h * s.Dv, all.o2 + row * s.Dv,
+                         (size_t)s.Dv * 4) &&
+                 !memcmp(it.w + (size_t)h * s.Lk, all.w + row * s.Lk,
+                         (size_t)s.Lk * 4),
+                 "%s: row %d of head %d alone differs from it among 37 "
+                 "(sinks %d)", paths[k].name, i, h, sinks);
+        }
+        run_free(&it);
+      }
+      run_free(&all);
+      free_case(&c);
+    }
+  }
 }
 END_TEST
 
@@ -621,11 +753,16 @@ static Suite *bf16_suite(void) {
   TCase *edge = tcase_create("edge");
   tcase_set_timeout(edge, 300);
   tcase_add_test(edge, test_bf16_batch_and_split_invariant);
+  tcase_add_test(edge, test_bf16_row_alone_as_in_its_tile);
   tcase_add_test(edge, test_bf16_check_refusals);
+  tcase_add_test(edge, test_bf16_pick_amx_only_when_allowed);
   tcase_add_test(edge, test_bf16_rounding);
   tcase_add_test(edge, test_bf16_exp_within_its_bound);
   suite_add_tcase(s, edge);
   return s;
 }
 
-int main(void) { return ref_run_suite(bf16_suite()); }
+int main(void) {
+  amx_ok = amx_request(amx_why, sizeof amx_why);
+  return ref_run_suite(bf16_suite());
+}

@@ -394,7 +394,7 @@ START_TEST(test_gemm_override_is_checked_and_picked) {
   ck_assert_int_eq(attn__gemm_pick(&c.p), native);
   attn__scratch_layout(&c.p, 1, &lay);
   ck_assert_int_eq(lay.gemm, native);
-  for (int bad = -1; bad <= 4; bad += 5) { /* 3 is ATTN_GEMM_BF16 */
+  for (int bad = -1; bad <= 5; bad += 6) { /* 3, 4: BF16 and AMX */
     c.p.gemm = bad;
     ck_assert_int_eq(attn_check(&c.p), ATTND_EINVAL);
     ck_assert_uint_eq(attn_scratch_bytes(&c.p, 0), 0);
