@@ -60,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/clock.h"
@@ -276,6 +277,20 @@ static void http_log_access(struct http_req *r, struct MHD_Connection *c) {
   log_access(&a);
 }
 
+#ifdef ATTND_TEST_HOOKS
+/* build/attnd-test only: ATTND_TEST_END_DELAY_MS holds the end of each
+ * request (after its answer is written) that many milliseconds, so that
+ * a test's next request surely arrives before the last one has ended. */
+static void http_end_delay(void) {
+  const char *e = getenv("ATTND_TEST_END_DELAY_MS");
+  long ms = e ? strtol(e, NULL, 10) : 0;
+  if (ms > 0 && ms < 60000)
+    nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000L}, NULL);
+}
+#else
+static void http_end_delay(void) {}
+#endif
+
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                        enum MHD_RequestTerminationCode toe) {
   struct http *h = cls;
@@ -284,6 +299,7 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
     return;
   }
+  http_end_delay();
   /* The answer has been written: only now may the client's rest be read
    * and dropped.  After a failure there is no answer to wait for. */
   if (r->linger_fd >= 0) {

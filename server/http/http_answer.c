@@ -48,6 +48,13 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
             : "Bearer realm=\"attnd\"");
   if (r->close || atomic_load(&r->h->quiesced))
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  /* Whatever the answer, the request is done with its regions (nothing
+   * of it runs while an answer is queued: a queued job's connection is
+   * suspended until the job is back).  They are let go before the client
+   * hears, so that it may unregister or register them again as soon as
+   * it has its answer, also after a refusal; the request's end, after the
+   * answer is written, may come later than the client's next request. */
+  shm_http_req_end(&r->shm);
   ret = MHD_queue_response(r->conn, status, resp);
   MHD_destroy_response(resp);
   r->state = REQ_ANSWERED;

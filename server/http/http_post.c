@@ -360,10 +360,6 @@ enum MHD_Result http_post_answer(struct http_req *r) {
   int n = 0, binary = job->json_len < job->plain_len;
   char *body = job->body;
 
-  /* The job is done with its regions (its outputs are written): they are
-   * let go before the client hears, so that it may unregister or register
-   * them again as soon as it has its answer. */
-  shm_http_req_end(&r->shm);
   /* A client that left (ATTND_ECANCELED): 499, as nginx logs it; the
    * connection closes after it, if it is still there to write to. */
   if (job->err == ATTND_ECANCELED)

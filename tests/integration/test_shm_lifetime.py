@@ -6,7 +6,8 @@ objects change under it (the regions, tensors and server of test_shm.py):
     and under an output: a 4xx for the request that touches them, no
     output written, and the server keeps serving;
   * a region unregistered while a queued request holds it (deferred, as
-    in Triton), concurrent requests sharing regions, and a client writing
+    in Triton), a refused request's regions let go before its answer,
+    concurrent requests sharing regions, and a client writing
     NaN into an input while requests read it (the core never sees it);
   * inputs read in place: the object emptied, unregistered and unlinked,
     or written with NaN while the core reads it.
@@ -17,8 +18,10 @@ Needs numpy: importing test_shm runs this file again with Debian's
 
 import json
 import os
+import shutil
 import struct
 import sys
+import tempfile
 import threading
 import time
 
@@ -179,6 +182,57 @@ class Deferred(ShmCase):
             if line.startswith("attnd_queue_depth "):
                 return float(line.split()[1]) >= 1
         return False
+
+
+class LetGoBeforeTheAnswer(ShmCase):
+    """A request lets its regions go before its client hears the answer,
+    a refusal too, not at its end after the answer is written: attnd-test
+    holds every request's end 3 s (ATTND_TEST_END_DELAY_MS), and eight
+    HTTP threads give each of the test's connections, over the Unix
+    socket (the least loaded thread), a thread of its own."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="attnd-unix-")
+        cls.sock = os.path.join(cls.dir, "attnd.sock")
+        cls.srv = harness.Attnd(
+            ("--workers", "1", "--allow-client-shm", "1", "--http-threads", "8",
+             "--unix-socket", cls.sock),
+            env={"ATTND_TEST_END_DELAY_MS": "3000"}, binary=harness.TEST_BINARY)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def call(self, method, path, obj=None, headers=None):
+        body = obj if isinstance(obj, (bytes, type(None))) else json.dumps(obj).encode()
+        if method == "POST" and body is None:
+            body = b""
+        conn = harness.UnixHTTPConnection(self.sock, timeout=60)
+        try:
+            return harness.exchange(conn, method, path, body, headers or {})
+        finally:
+            conn.close()
+
+    def test_a_refused_request_lets_its_region_go_before_its_answer(self):
+        r, name, req = Lifetime.good_request(self)
+        req["outputs"] = [shm_output("output", name, 1024, 12)]  # too small
+        t0 = time.monotonic()
+        st, _, body = self.infer(req)
+        self.assertEqual(st, 400, body)
+        self.assertEqual(self.call("POST", SHM + "/region/%s/unregister" % name)[0], 200)
+        self.assertEqual(self.status(), (200, []))
+        self.registered(name, r)
+        if time.monotonic() - t0 >= 3.0:
+            self.skipTest("the machine took 3 s, past the refused request's end")
+        req["outputs"] = [shm_output("output", name, 1024, 16)]
+        st, _, body = self.infer(req)
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.call("POST", SHM + "/region/%s/unregister" % name)[0], 200)
+        self.registered(name, r)
 
 
 class Concurrency(ShmCase):
