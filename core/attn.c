@@ -240,6 +240,12 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
   s->gemm = attn__gemm_pick(p);
   if (s->gemm == ATTN_GEMM_NATIVE)
     s->pack = take(&off, attn__gemm_pack_floats(p) * f);
+  s->kpanel_count = attn__kpanels(p, s->gemm);
+  if (s->kpanel_count > 0) {
+    size_t panels = (size_t)s->kpanel_count;
+    s->kpanels = take(&off, panels * 64 * (size_t)p->D * f);
+    s->kready = take(&off, (panels + 1) * sizeof(int));
+  }
   if (attn__is_bf16(p)) {
     size_t a, b;
     attn__bf16_scratch(p, qb, &a, &b);
@@ -325,6 +331,9 @@ int attn_run_tasks_lse(const attn_problem *p, size_t t0, size_t t1,
   walk.rows = lay.qrows;
   walk.seq = 0;
   walk.first = 0;
+  /* no head's K panels are kept yet: the scratch may hold another
+   * problem's (score.c) */
+  if (lay.kpanel_count > 0) *(int *)((char *)scratch + lay.kready) = -1;
   for (size_t t = t0; t < t1; t++) {
     attn__task task;
     attn__walk_task(p, &walk, t, &task);
