@@ -140,8 +140,8 @@ static long long window_width(const attn_problem *p) {
 /* A task's rows see the union of their keys: under a window of w keys,
  * rows + w - 1 keys for w each, so a block of rows stays at most a
  * quarter of the window, ATTN__QBLOCK at least (for w >= 256 each score
- * computed is then at least 80 % useful); K is packed once per task and
- * key block, which is what larger blocks save. */
+ * computed is then at least 80 % useful); where K is packed per task and
+ * key block (BLAS, long heads), larger blocks pack it fewer times. */
 int attn__query_block(const attn_problem *p) {
   size_t heads = (size_t)p->B * (size_t)p->H;
   long long w = window_width(p);
