@@ -141,8 +141,8 @@ static long long window_width(const attn_problem *p) {
 /* A task's rows see the union of their keys: under a window of w keys,
  * rows + w - 1 keys for w each, so a block of rows stays at most a
  * quarter of the window, ATTN__QBLOCK at least (for w >= 256 each score
- * computed is then at least 80 % useful); K is packed once per task and
- * key block, which is what larger blocks save. */
+ * computed is then at least 80 % useful); where K is packed per task and
+ * key block (BLAS, long heads), larger blocks pack it fewer times. */
 int attn__query_block(const attn_problem *p) {
   size_t heads = (size_t)p->B * (size_t)p->H;
   long long w = window_width(p);
@@ -241,6 +241,12 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
   s->gemm = attn__gemm_pick(p);
   if (s->gemm == ATTN_GEMM_NATIVE)
     s->pack = take(&off, attn__gemm_pack_floats(p) * f);
+  s->kpanel_count = attn__kpanels(p, s->gemm);
+  if (s->kpanel_count > 0) {
+    size_t panels = (size_t)s->kpanel_count;
+    s->kpanels = take(&off, panels * 64 * (size_t)p->D * f);
+    s->kready = take(&off, (panels + 1) * sizeof(int));
+  }
   if (attn__is_bf16(p)) {
     size_t a, b;
     attn__bf16_scratch(p, qb, &a, &b);
@@ -326,6 +332,9 @@ int attn_run_tasks_lse(const attn_problem *p, size_t t0, size_t t1,
   walk.rows = lay.qrows;
   walk.seq = 0;
   walk.first = 0;
+  /* no head's K panels are kept yet: the scratch may hold another
+   * problem's (score.c) */
+  if (lay.kpanel_count > 0) *(int *)((char *)scratch + lay.kready) = -1;
   for (size_t t = t0; t < t1; t++) {
     attn__task task;
     attn__walk_task(p, &walk, t, &task);

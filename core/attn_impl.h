@@ -137,6 +137,18 @@ static inline unsigned attn__lanes16(int k) {
 #ifndef ATTN__KBLOCK
 #define ATTN__KBLOCK 512
 #endif
+/* Rows of a block that go together from scores to P V where the scores
+ * read kept panels: 32 x 512 scores (64 KiB) against 512 KiB for a whole
+ * task's 256 rows. */
+#ifndef ATTN__SUBROWS
+#define ATTN__SUBROWS 32
+#endif
+/* A head's K is packed for the scores once per thread and call rather
+ * than once per task while its panels take at most this many bytes of
+ * scratch (Lk 8192 at D = 128); beyond, each task packs its own. */
+#ifndef ATTN__KPANEL_BYTES
+#define ATTN__KPANEL_BYTES (4u << 20)
+#endif
 /* Weights path: a chunk of a task's rows holds at most this many scores
  * (2 MiB) but never fewer than 64 rows, for the same packing reason;
  * weights go out with streaming stores when the whole weights tensor is
@@ -307,6 +319,11 @@ typedef struct attn__scratch {
   size_t qproj;       /* float[QB * Hd]: additive W_q q */
   size_t kproj;       /* float[Hd * KB]: additive W_k k, transposed */
   size_t pack;        /* float[attn__gemm_pack_floats]: native NT panel */
+  size_t kpanels;     /* float[kpanel_count * 64 * D]: one head's K packed
+                       * for the scores (0 when not kept, attn__kpanels) */
+  size_t kready;      /* int[1 + kpanel_count]: the head whose panels are
+                       * kept, then the keys packed per panel (score.c) */
+  int kpanel_count;   /* 64-key panels of a head: ceil(Lk / 64), or 0 */
   size_t b16a, b16b;  /* BF16 mode: the products' operands (bf16.c) */
   size_t total;
   int wrows;          /* weights path: rows per chunk (scores wrows * Lk) */
@@ -360,6 +377,16 @@ void attn__walk_task(const attn_problem *p, attn__task_walk *w, size_t t,
 void attn__row_intervals(const attn_problem *p, const attn__task *t,
                          int *lo, int *hi, int *klo, int *khi);
 
+/* A run of a task's rows in a key block (online.c, where the scores
+ * read kept panels, and cost.c): attn__run_keys gives the union [*a, *z)
+ * of the rows' non-empty intervals (*a >= *z when none), and
+ * attn__run_width the keys of the block [j0, j0 + n) the run computes:
+ * from j0 to the end of that union within the block, 0 when the union
+ * misses the block, or 1 then when the block is the task's first
+ * computed one (first != 0), which must still write the rows' acc. */
+void attn__run_keys(const int *lo, const int *hi, int rows, int *a, int *z);
+int attn__run_width(int a, int z, int j0, int n, int first);
+
 /* One row's allowed keys inside a block of n keys starting at j0: they
  * lie in [a, z) (block coordinates, 0 <= a <= z <= n); flags, when not
  * NULL, says which keys of [a, z) the mask allows (1.0f or 0.0f; entries
@@ -381,6 +408,12 @@ void attn__row_span(const attn_problem *p, const attn__task *t, int i,
  * added yet. */
 void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
                   float *s, int lds, char *scratch, const attn__scratch *lay);
+
+/* 1 when the dot scores of a block starting at key j0 come from the
+ * head's kept K panels (attn__kpanels; j0 on a panel's first key): then
+ * a call for a few rows costs no packing, and the online path runs a
+ * block ATTN__SUBROWS rows at a time. */
+int attn__scores_kept(const attn__scratch *lay, int j0);
 
 /* Allowed keys of row i in [lo, hi) under the mask (hi - lo without). */
 int attn__row_count(const attn_problem *p, const attn__task *t, int i,
@@ -479,6 +512,12 @@ void attn__gemm_nn(int gemm, int m, int n, int k, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);
 size_t attn__gemm_pack_floats(const attn_problem *p);
 
+/* The 64-key panels of a head's K the scores product keeps for every
+ * task of that head a thread runs in one call (score.c): their count,
+ * or 0 where the product does not keep them (not the native float32
+ * dot product, or a head's panels beyond ATTN__KPANEL_BYTES). */
+int attn__kpanels(const attn_problem *p, int gemm);
+
 /* The GEMM a checked problem's products use: ATTN_GEMM_BLAS or
  * ATTN_GEMM_NATIVE, in BF16 mode also ATTN_GEMM_BF16 or ATTN_GEMM_AMX,
  * from p->gemm, p->amx and the CPU (gemm.c). */
@@ -493,6 +532,15 @@ void attn__gemm_nt_avx512(int m, int n, int k, float alpha, const float *a,
 void attn__gemm_nn_avx512(int m, int n, int k, const float *a, int lda,
                           const float *b, int ldb, float beta, float *c,
                           int ldc);
+/* attn__gemm_nt_avx512 for keys [j0, j0 + n) (j0 a multiple of 64) of
+ * b (leading dimension ldb) through kept panels: panel q at
+ * panels + 64 q k with ready[q] of its keys packed (0 at first), packed
+ * again with the block's keys when it has fewer.  The same bits as
+ * attn__gemm_nt_avx512 on the same keys, and no other key is read. */
+void attn__gemm_nt_panels_avx512(int m, int n, int k, float alpha,
+                                 const float *a, int lda, const float *b,
+                                 int ldb, int j0, float *c, int ldc,
+                                 float *panels, int *ready);
 #endif
 
 /* BF16 mode (bf16.c; the AVX512-BF16 kernels in gemm_bf16_avx512.c).

@@ -5,7 +5,8 @@
  * rows (the weights path in chunks of lay.wrows rows), each computing the
  * scores of the keys [klo, khi) some of its rows may see under causal,
  * the window (either alignment) and packing, as attn__row_intervals and
- * the skipping of online.c find them.
+ * the skipping of online.c find them (down to its runs of rows where the
+ * scores read kept K panels).
  * valid_lens and the mask are data, not options: they are charged as if
  * every key were allowed, so the estimate is an upper bound of what they
  * save.
@@ -42,8 +43,25 @@
  * rows x width scores and, when additive, projects the group's rows and
  * the block's keys.  valid_lens are data: the problem is weighed without
  * them. */
+/* The scores of a task's rows where the online path's blocks read kept
+ * K panels (online.c): runs of ATTN__SUBROWS rows, each computing in
+ * every block its union of intervals [a, z) meets the keys from the
+ * block's start up to z, and one key in the task's first block when it
+ * misses that one (attn__run_width); the blocks it meets run from the
+ * one holding a, so the sum is z minus that block's start. */
+static double kept_scores(const int *lo, const int *hi, int rows, int klo) {
+  double s = 0.0;
+  for (int r0 = 0; r0 < rows; r0 += ATTN__SUBROWS) {
+    int n = rows - r0 < ATTN__SUBROWS ? rows - r0 : ATTN__SUBROWS, a, z;
+    attn__run_keys(lo + r0, hi + r0, n, &a, &z);
+    int start = a < z ? klo + (a - klo) / ATTN__KBLOCK * ATTN__KBLOCK : klo;
+    s += (double)n * (a < z ? z - start + (start > klo) : 1);
+  }
+  return s;
+}
+
 static void cost_walk(const attn_problem *p, const attn__scratch *lay,
-                      int rows, attn__cost_work *w) {
+                      int rows, int online, attn__cost_work *w) {
   attn_problem q = *p;
   int lo[ATTN__QBLOCK_MAX], hi[ATTN__QBLOCK_MAX], klo, khi;
   attn__task_walk walk;
@@ -61,7 +79,10 @@ static void cost_walk(const attn_problem *p, const attn__scratch *lay,
       if (klo >= khi) continue;
       double width = (double)(khi - klo);
       double blocks = (double)((khi - klo + ATTN__KBLOCK - 1) / ATTN__KBLOCK);
-      w->scores += (double)c.rows * width;
+      if (online && lay->kpanel_count > 0 && klo % 64 == 0)
+        w->scores += kept_scores(lo, hi, c.rows, klo);
+      else
+        w->scores += (double)c.rows * width;
       w->keys_projected += width;
       w->rows_projected += (double)c.rows * blocks;
     }
@@ -78,7 +99,7 @@ void attn__cost_count(const attn_problem *p, int with_weights,
   cost_walk(p, &lay,
             with_weights ? (lay.wrows < lay.qrows ? lay.wrows : lay.qrows)
                          : lay.qrows,
-            w);
+            !with_weights, w);
   w->scores *= heads;
   w->keys_projected *= heads;
   w->rows_projected *= heads;

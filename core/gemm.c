@@ -18,8 +18,10 @@
  * increasing order, one FMA chain from zero over the block added to what C
  * held, so the answer does not depend on where a row falls in the tiling,
  * nor on m; and a long row is summed in two levels (the mean of 16000
- * values of 0.1 comes out 1.6e-6 off relatively, where one chain over
- * every key was 1.5e-4 off).
+ * values of 0.1 comes out 2.7e-6 off relatively with NN_KC 256 keys,
+ * where one chain over every key was 1.5e-4 off).  The scores of the
+ * online path read a head's K from panels kept for all its tasks a
+ * thread runs (attn__gemm_nt_panels_avx512, packed on first use).
  *
  * Why native: Debian 12's OpenBLAS 0.3.21 does not recognise some recent
  * CPUs and then runs a generic SSE3 kernel; and for the small products of
@@ -65,7 +67,7 @@ static void blas_nn(int m, int n, int k, const float *a, int lda,
 #define TILE_ELEM float
 #include "tile_avx512.h"
 
-enum { NN_KC = 128 };
+enum { NN_KC = 256 };
 
 #define TILE_LOAD(v)                                                       \
   if (nv > v)                                                              \
@@ -98,8 +100,9 @@ TILE_DEFINE_STRIP()
 AVX512 void attn__gemm_nn_avx512(int m, int n, int k, const float *a,
                                  int lda, const float *b, int ldb,
                                  float beta, float *c, int ldc) {
-  /* Column strips of 64, then key blocks of NN_KC (a 32 KiB block of B
-   * stays in L1 while every row tile passes over it). */
+  /* Column strips of 64, then key blocks of NN_KC (a 64 KiB block of B
+   * stays near the core while every row tile passes over it; half as
+   * many loads and stores of C as blocks of 128 keys). */
   for (int j0 = 0; j0 < n; j0 += TILE_NC) {
     int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
     for (int p0 = 0; p0 < k; p0 += NN_KC) {
@@ -145,6 +148,30 @@ AVX512 void attn__gemm_nt_avx512(int m, int n, int k, float alpha,
           0.0f, alpha);
   }
 }
+
+/* The same product over keys [j0, j0 + n) of a head whose panels are
+ * kept: panel q (keys 64 q .. 64 q + 63 of b) lives at panels + 64 q k,
+ * ready[q] says how many of its keys are packed, and a panel is packed
+ * again, with more keys, when a block needs more than it has.  So only
+ * the block's keys are ever read, as attn__gemm_nt_avx512 reads them.
+ * j0 is a multiple of 64.  Each score is the same FMA chain over k as
+ * attn__gemm_nt_avx512 computes, so the bits are the same. */
+AVX512 void attn__gemm_nt_panels_avx512(int m, int n, int k, float alpha,
+                                        const float *a, int lda,
+                                        const float *b, int ldb, int j0,
+                                        float *c, int ldc, float *panels,
+                                        int *ready) {
+  for (int s = 0; s < n; s += TILE_NC) {
+    int q = (j0 + s) / TILE_NC, w = n - s < TILE_NC ? n - s : TILE_NC;
+    float *pk = panels + (size_t)q * TILE_NC * k;
+    if (ready[q] < w) {
+      pack_t(b + (size_t)q * TILE_NC * ldb, (size_t)ldb, w, k, pk);
+      ready[q] = w;
+    }
+    strip(m, w, k, a, (size_t)lda, pk, TILE_NC, c + s, (size_t)ldc, 0, 0.0f,
+          alpha);
+  }
+}
 #endif /* ATTN__HAVE_AVX2_FMA */
 
 /* ------------------------------------------------------------------ */
@@ -153,6 +180,15 @@ AVX512 void attn__gemm_nt_avx512(int m, int n, int k, float alpha,
 size_t attn__gemm_pack_floats(const attn_problem *p) {
   int k = p->D > p->Dk ? p->D : p->Dk;
   return (size_t)64 * (size_t)k;
+}
+
+int attn__kpanels(const attn_problem *p, int gemm) {
+  size_t panels = ((size_t)p->Lk + 63) / 64;
+  if (gemm != ATTN_GEMM_NATIVE || attn__is_bf16(p) ||
+      p->scoring != ATTN_SCORING_DOT ||
+      panels * 64 * (size_t)p->D * sizeof(float) > ATTN__KPANEL_BYTES)
+    return 0;
+  return (int)panels;
 }
 
 /* Native where it can run unless BLAS is asked for (the table at the

@@ -17,7 +17,7 @@
  * it loads up to four vectors of B, broadcasts one word of A per row and
  * issues one VDPBF16PS per accumulator (tile_avx512.h holds what the two
  * kernels share).  NN sums 128 pairs (256 keys) in
- * one chain and adds that to C, as gemm.c does with 128 keys, so the
+ * one chain and adds that to C, as gemm.c does with 256 keys, so the
  * answer does not depend on where a row falls in the tiling, nor on m.
  *
  * VDPBF16PS ignores the MXCSR: it treats BF16 subnormals as 0, flushes

@@ -51,6 +51,22 @@ void attn__row_intervals(const attn_problem *p, const attn__task *t, int *lo,
   *khi = uhi;
 }
 
+void attn__run_keys(const int *lo, const int *hi, int rows, int *a,
+                    int *z) {
+  *a = INT32_MAX;
+  *z = 0;
+  for (int r = 0; r < rows; r++) {
+    if (lo[r] >= hi[r]) continue;
+    if (lo[r] < *a) *a = lo[r];
+    if (hi[r] > *z) *z = hi[r];
+  }
+}
+
+int attn__run_width(int a, int z, int j0, int n, int first) {
+  if (a < z && a < j0 + n && z > j0) return (z < j0 + n ? z : j0 + n) - j0;
+  return first ? 1 : 0;
+}
+
 void attn__row_span(const attn_problem *p, const attn__task *t, int i,
                     int lo, int hi, int j0, int n, float *flags,
                     attn__span *sp) {

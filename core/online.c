@@ -114,17 +114,63 @@ static void block_accumulate(const attn_problem *p, const attn__task *t,
   attn__ftz_off(csr);
 }
 
-/* Returns 1 when the block was computed, 0 when it was skipped. */
-static int run_block(const attn_problem *p, const attn__task *t,
-                     const online_state *st, int j0, int n, int first,
-                     char *scratch, const attn__scratch *lay) {
-  if (block_spans(p, t, st, j0, n) == 0) return 0; /* skipped, not filled */
+/* Scores to P V of keys [j0, j0 + n) for the rows of t and st: a whole
+ * task, or a run of its rows (run_block). */
+static void block_rows(const attn_problem *p, const attn__task *t,
+                       const online_state *st, int j0, int n, int first,
+                       char *scratch, const attn__scratch *lay) {
   attn__scores(p, t, j0, n, st->s, n, scratch, lay);
   for (int r = 0; r < t->rows; r++) block_row_update(p, t, st, r, j0, n);
   if (p->dropout_p > 0.0f) block_dropout(p, t, st->s, j0, n);
   if (st->g != 1.0f)
     attn__scale_floats(st->s, (size_t)t->rows * n, st->g);
   block_accumulate(p, t, st, j0, n, first, scratch, lay);
+}
+
+/* Rows [r0, r0 + rows) of t, and st's per-row state from row r0. */
+static void sub_rows(const attn__task *t, const online_state *st, int r0,
+                     int rows, int dv, attn__task *sub, online_state *ss) {
+  *sub = *t;
+  *ss = *st;
+  sub->i0 = t->i0 + r0;
+  sub->rows = rows;
+  ss->acc = st->acc + (size_t)r0 * dv;
+  ss->m = st->m + r0;
+  ss->l = st->l + r0;
+  ss->alpha = st->alpha + r0;
+  ss->span = st->span + r0;
+}
+
+/* Returns 1 when the block was computed, 0 when it was skipped.  Where
+ * the scores read the head's kept K panels (score.c), the block runs
+ * ATTN__SUBROWS rows at a time from scores to P V, so that their scores
+ * stay near the core (in L1 and L2) from the product through the
+ * softmax to P V; each row's arithmetic is the same either way.  A run
+ * stops at the last key its rows' intervals reach (a causal diagonal),
+ * and one whose intervals miss the block is skipped unless the block is
+ * the task's first (which writes acc, then from one key of probability
+ * 0): attn__run_width.  What is left out are terms 0 v at the end of
+ * P V's chains; inputs are finite, and a chain from +0 plus +-0 stays
+ * what it was, so the bits are those of the whole block. */
+static int run_block(const attn_problem *p, const attn__task *t,
+                     const online_state *st, int j0, int n, int first,
+                     char *scratch, const attn__scratch *lay) {
+  if (block_spans(p, t, st, j0, n) == 0) return 0; /* skipped, not filled */
+  if (!attn__scores_kept(lay, j0)) {
+    block_rows(p, t, st, j0, n, first, scratch, lay);
+    return 1;
+  }
+  for (int r0 = 0; r0 < t->rows; r0 += ATTN__SUBROWS) {
+    attn__task sub;
+    online_state ss;
+    int rows = t->rows - r0 < ATTN__SUBROWS ? t->rows - r0 : ATTN__SUBROWS;
+    int a, z, w;
+    attn__run_keys(st->lo + r0, st->hi + r0, rows, &a, &z);
+    w = attn__run_width(a, z, j0, n, first);
+    if (w == 0) continue;
+    sub_rows(t, st, r0, rows, p->Dv, &sub, &ss);
+    block_rows(p, &sub, &ss, j0, w, first, scratch, lay);
+  }
   return 1;
 }
 

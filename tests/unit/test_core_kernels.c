@@ -323,10 +323,11 @@ static void check_nn(gemm_nn_fn *fn, int gemm, int m, int n, int k,
 }
 
 /* Sizes around every tile edge: 16-lane vectors, 64-column strips, 6- and
- * 12-row tiles, 128-key blocks of the NN kernel. */
+ * 12-row tiles, 256-key blocks of the NN kernel. */
 static const int gemm_m[] = {1, 2, 5, 6, 7, 11, 12, 13, 16, 25, 70};
 static const int gemm_n[] = {1, 3, 15, 16, 17, 31, 33, 48, 63, 64, 65, 130};
-static const int gemm_k[] = {1, 2, 15, 16, 17, 32, 63, 64, 127, 129, 300};
+static const int gemm_k[] = {1, 2, 15, 16, 17, 32, 63, 64, 127, 129,
+                             255, 257, 300, 513};
 #define GEMM_COUNT(x) ((int)(sizeof x / sizeof x[0]))
 
 static void gemm_sweep(gemm_nt_fn *nt, gemm_nn_fn *nn, int gemm,
@@ -358,6 +359,67 @@ START_TEST(test_native_gemm_kernels_match_float64) {
              "native");
 #else
   ref_native_gemm_or_skip("test_native_gemm_kernels_match_float64");
+#endif
+}
+END_TEST
+
+#if ATTN__HAVE_AVX2_FMA
+/* One call of the kept-panel scores product against the packing one on
+ * the keys [j0, j0 + n) of kb (nb keys of k): the same bits, and only
+ * those keys read (every other key is NaN in the copy passed, which
+ * would show). */
+static void check_kept_block(int m, int k, int nb, const float *kb, int j0,
+                             int n, float *panels, int *ready, rng *r) {
+  float *a = malloc((size_t)m * k * 4), *b = malloc((size_t)nb * k * 4);
+  float *c1 = malloc((size_t)m * n * 4), *c2 = malloc((size_t)m * n * 4);
+  float *pack = aligned_alloc(64, (size_t)64 * k * 4);
+  for (int i = 0; i < m * k; i++) a[i] = rng_sym(r, 1.0f);
+  for (int i = 0; i < nb * k; i++)
+    b[i] = i / k >= j0 && i / k < j0 + n ? kb[i] : NAN;
+  attn__gemm_nt_avx512(m, n, k, 0.25f, a, k, b + (size_t)j0 * k, k, c1, n,
+                       pack);
+  attn__gemm_nt_panels_avx512(m, n, k, 0.25f, a, k, b, k, j0, c2, n, panels,
+                              ready);
+  EXPECT(memcmp(c1, c2, (size_t)m * n * 4) == 0,
+         "kept panels m%d k%d keys %d: block [%d, %d) differs", m, k, nb, j0,
+         j0 + n);
+  free(a); free(b); free(c1); free(c2); free(pack);
+}
+
+/* The scores product on a head's kept panels gives the bits of the one
+ * that packs per call, on every tail: keys and D not multiples of 16,
+ * heads shorter than a panel or a block, blocks starting on any panel,
+ * and a panel packed for a short block, then packed again when a later
+ * block needs more of its keys. */
+#endif
+
+START_TEST(test_kept_panels_give_the_bits_of_packing) {
+#if ATTN__HAVE_AVX2_FMA
+  if (!ref_native_gemm_or_skip("test_kept_panels_give_the_bits_of_packing"))
+    return;
+  static const int ks[] = {1, 17, 64, 100, 128};
+  static const int nbs[] = {1, 15, 63, 64, 65, 700};
+  static const int ms[] = {1, 7, 32};
+  rng r = {0x6b657074};
+  for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+    for (size_t ni = 0; ni < sizeof nbs / sizeof nbs[0]; ni++) {
+      int k = ks[ki], nb = nbs[ni], q = (nb + 63) / 64;
+      float *kb = malloc((size_t)nb * k * 4);
+      float *panels = aligned_alloc(64, (size_t)q * 64 * k * 4);
+      int *ready = calloc((size_t)q, sizeof *ready);
+      for (int i = 0; i < nb * k; i++) kb[i] = rng_sym(&r, 1.0f);
+      for (int j0 = 0; j0 < nb; j0 += 64) {
+        int n = nb - j0 < 512 ? nb - j0 : 512, m = ms[(j0 / 64) % 3];
+        memset(ready, 0, (size_t)q * sizeof *ready);
+        if (n > 20)
+          check_kept_block(m, k, nb, kb, j0, n - 19, panels, ready, &r);
+        check_kept_block(m, k, nb, kb, j0, n, panels, ready, &r);
+        check_kept_block(m, k, nb, kb, j0, n, panels, ready, &r);
+      }
+      free(kb); free(panels); free(ready);
+    }
+#else
+  ref_native_gemm_or_skip("test_kept_panels_give_the_bits_of_packing");
 #endif
 }
 END_TEST
@@ -482,6 +544,7 @@ static Suite *kernels_suite(void) {
   TCase *gemm = tcase_create("gemm kernels");
   tcase_set_timeout(gemm, 120);
   tcase_add_test(gemm, test_native_gemm_kernels_match_float64);
+  tcase_add_test(gemm, test_kept_panels_give_the_bits_of_packing);
   tcase_add_test(gemm, test_gemm_entry_points_match_float64);
   tcase_add_test(gemm, test_gemm_override_is_checked_and_picked);
   tcase_add_test(gemm, test_avx512_row_helpers_match_the_others);

@@ -81,6 +81,59 @@ START_TEST(test_task_split_is_bit_identical_online_path) {
 }
 END_TEST
 
+/* A thread keeps a head's K panels over the tasks it runs in one call
+ * (score.c): query heads sharing a key head (GQA) read the same panels,
+ * a call that starts inside a head packs what it reads, and a scratch
+ * that has just run another problem of the same shape (other keys)
+ * lends none of its panels to the next call.  Each way, and with causal,
+ * window and packed rows whose runs stop early, gives attn_forward's
+ * bits. */
+static void kept_panels_case(const shape *s, int kinds) {
+  tcase c, other;
+  make_unit_case(&c, s, kinds, 41);
+  make_unit_case(&other, s, kinds, 42);
+  size_t no = ref_out_len(&c.p), tasks = attn_task_count(&c.p, 0);
+  size_t b1 = attn_scratch_bytes(&c.p, 0), b2 = attn_scratch_bytes(&other.p, 0);
+  size_t bytes = ((b1 > b2 ? b1 : b2) + 63) / 64 * 64;
+  float *o1 = malloc(no * 4), *o2 = malloc(no * 4);
+  void *scratch = aligned_alloc(64, bytes);
+  ck_assert_int_eq(attn_forward(&c.p, o1, NULL), 0);
+  for (int way = 0; way < 3; way++) {
+    memset(o2, 0xff, no * 4);
+    ck_assert_int_eq(attn_run_tasks(&other.p, 0, attn_task_count(&other.p, 0),
+                                    o2, NULL, scratch),
+                     0);
+    memset(o2, 0xff, no * 4); /* NaN: every element must be written */
+    if (way == 0) /* one call over every task */
+      ck_assert_int_eq(attn_run_tasks(&c.p, 0, tasks, o2, NULL, scratch), 0);
+    for (size_t t = tasks; way == 1 && t-- > 0;) /* one call per task */
+      ck_assert_int_eq(attn_run_tasks(&c.p, t, t + 1, o2, NULL, scratch), 0);
+    if (way == 2) { /* from the middle of a head, then the rest */
+      size_t mid = tasks / 2 + 1;
+      ck_assert_int_eq(attn_run_tasks(&c.p, mid, tasks, o2, NULL, scratch), 0);
+      ck_assert_int_eq(attn_run_tasks(&c.p, 0, mid, o2, NULL, scratch), 0);
+    }
+    EXPECT(memcmp(o1, o2, no * 4) == 0, "kinds %#x way %d: bits differ from "
+           "attn_forward", kinds, way);
+  }
+  free(o1); free(o2); free(scratch);
+  free_case(&c);
+  free_case(&other);
+}
+
+START_TEST(test_kept_panels_follow_heads_and_calls) {
+  static const shape shapes[] = {
+    {1, 4, 2, 300, 700, 40, 24}, /* GQA; keys and D not multiples of 16 */
+    {1, 4, 1, 130, 90, 64, 64},  /* every query head on one key head */
+    {1, 2, 2, 520, 1030, 17, 5}, /* a third block of 6 keys */
+  };
+  static const int kinds[] = {0, K_UL, K_LR | K_WIN, K_PACK, K_MASK | K_VL2};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+      kept_panels_case(&shapes[i], kinds[k]);
+}
+END_TEST
+
 /* Two threads run disjoint task ranges into the same buffers, each with
  * its own scratch, as attnd's workers do; the result is bit-identical to
  * attn_forward. */
@@ -464,6 +517,31 @@ START_TEST(test_causal_and_window_compute_little_beyond_what_they_allow) {
 }
 END_TEST
 
+/* Where a head's K panels are kept, causal rows compute scores for
+ * hardly any pair beyond those they allow: runs of ATTN__SUBROWS rows
+ * stop at their last row's key (attn__cost_count follows the runs, and
+ * test_cost checks it against the scores the core computes). */
+START_TEST(test_causal_runs_stop_at_their_last_key) {
+  attn_problem p = cost_problem(4096, 64);
+  attn__scratch lay;
+  attn__cost_work w;
+  p.B = 1;
+  p.H = p.Hkv = 16;
+  p.causal = ATTN_CAUSAL_UPPER_LEFT;
+  attn__scratch_layout(&p, 0, &lay);
+  if (lay.kpanel_count == 0) {
+    support_skip("test_causal_runs_stop_at_their_last_key",
+                 "no native AVX-512F scores product here (panels not kept)");
+    return;
+  }
+  attn__cost_count(&p, 0, &w);
+  double allowed = 16 * allowed_pairs(4096, 1, -1, -1);
+  /* each run of 32 rows computes a triangle of 32 x 31 / 2 extra */
+  ck_assert_msg(w.scores >= allowed && w.scores <= 1.02 * allowed,
+                "%.0f scores computed for %.0f allowed", w.scores, allowed);
+}
+END_TEST
+
 static Suite *tasks_suite(void) {
   Suite *s = suite_create("core tasks");
   TCase *split = tcase_create("task split");
@@ -471,6 +549,7 @@ static Suite *tasks_suite(void) {
   tcase_add_test(split, test_dropout_same_seed_same_answer_other_seed_differs);
   tcase_add_test(split, test_task_split_is_bit_identical_weights_path);
   tcase_add_test(split, test_task_split_is_bit_identical_online_path);
+  tcase_add_test(split, test_kept_panels_follow_heads_and_calls);
   tcase_add_test(split, test_two_threads_on_disjoint_tasks_match_forward);
   tcase_add_test(split, test_random_problems_match_reference);
   suite_add_tcase(s, split);
@@ -479,6 +558,7 @@ static Suite *tasks_suite(void) {
   tcase_add_test(api, test_check_rejects_inconsistent_problems);
   tcase_add_test(api, test_run_tasks_rejects_ranges_beyond_task_count);
   tcase_add_test(api, test_cost_counts_products_scores_and_skipped_blocks);
+  tcase_add_test(api, test_causal_runs_stop_at_their_last_key);
   tcase_add_test(api,
                  test_causal_and_window_compute_little_beyond_what_they_allow);
   suite_add_tcase(s, api);
