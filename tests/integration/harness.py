@@ -213,10 +213,13 @@ class ServerTestCase(unittest.TestCase):
     exit 0 (and, under valgrind, cleanly) when the class is done."""
 
     server_args = ()
+    server_env = None       # extra environment for attnd
+    server_binary = BINARY  # TEST_BINARY for the test hooks
 
     @classmethod
     def setUpClass(cls):
-        cls.srv = Attnd(cls.server_args)
+        cls.srv = Attnd(cls.server_args, env=cls.server_env,
+                        binary=cls.server_binary)
 
     @classmethod
     def tearDownClass(cls):

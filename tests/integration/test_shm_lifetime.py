@@ -18,10 +18,8 @@ Needs numpy: importing test_shm runs this file again with Debian's
 
 import json
 import os
-import shutil
 import struct
 import sys
-import tempfile
 import threading
 import time
 
@@ -184,28 +182,15 @@ class Deferred(ShmCase):
         return False
 
 
-class LetGoBeforeTheAnswer(ShmCase):
+class LetGoBeforeTheAnswer(harness.UnixSocketServer, ShmCase):
     """A request lets its regions go before its client hears the answer,
     a refusal too, not at its end after the answer is written: attnd-test
     holds every request's end 3 s (ATTND_TEST_END_DELAY_MS), and eight
     HTTP threads give each of the test's connections, over the Unix
     socket (the least loaded thread), a thread of its own."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="attnd-unix-")
-        cls.sock = os.path.join(cls.dir, "attnd.sock")
-        cls.srv = harness.Attnd(
-            ("--workers", "1", "--allow-client-shm", "1", "--http-threads", "8",
-             "--unix-socket", cls.sock),
-            env={"ATTND_TEST_END_DELAY_MS": "3000"}, binary=harness.TEST_BINARY)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            shutil.rmtree(cls.dir, ignore_errors=True)
+    server_args = ("--workers", "1", "--allow-client-shm", "1", "--http-threads", "8")
+    server_env = {"ATTND_TEST_END_DELAY_MS": "3000"}
+    server_binary = harness.TEST_BINARY
 
     def call(self, method, path, obj=None, headers=None):
         body = obj if isinstance(obj, (bytes, type(None))) else json.dumps(obj).encode()
