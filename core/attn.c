@@ -232,6 +232,7 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
     s->rowmax = take(&off, qb * f);
     s->rowsum = take(&off, qb * f);
     s->rowscale = take(&off, qb * f);
+    s->rowahead = take(&off, qb * f);
     s->span = take(&off, qb * sizeof(attn__span));
   }
   if (p->scoring == ATTN_SCORING_ADDITIVE) {

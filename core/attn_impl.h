@@ -315,6 +315,7 @@ typedef struct attn__scratch {
   size_t drop;        /* float[QB * KB]: weights path dropped weights */
   size_t acc;         /* float[QB * Dv]: online path accumulator */
   size_t rowmax, rowsum, rowscale; /* float[QB]: online running state */
+  size_t rowahead;    /* float[QB]: online block's row maxima (attn__rows_max) */
   size_t span;        /* attn__span[QB]: online rows' spans in a block */
   size_t qproj;       /* float[QB * Hd]: additive W_q q */
   size_t kproj;       /* float[Hd * KB]: additive W_k k, transposed */
@@ -430,10 +431,24 @@ int attn__row_count(const attn_problem *p, const attn__task *t, int i,
  * floor is below it.  In BF16 mode the exp is the cheaper one where
  * AVX-512 runs (vexp.c), and with round != 0 s holds the terms rounded
  * to BF16 while the sum is of the unrounded ones (the online path; the
- * weights path rounds the normalised weights instead). */
+ * weights path rounds the normalised weights instead).  mx, when not
+ * NULL, is the maximum of s[a, z) that attn__rows_max found (the same
+ * value, so the same answers). */
 float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
                         int j0, const attn__span *sp, float *s, int n,
-                        float floor, int round, float *m_out);
+                        float floor, int round, const float *mx,
+                        float *m_out);
+
+/* The maxima of rows [0, rows) of a block of scores (leading dimension
+ * n, row r's span span[r]) before any of them is turned into
+ * probabilities: mx[r] is the maximum attn__row_softmax would find, or
+ * NaN where that call finds its own (mask flags, a bias, soft-capping or
+ * ALiBi change the scores first, a span of at most 16 keys, an inf or a
+ * NaN, or no AVX-512).  Found all at once, the rows' maxima do not wait
+ * on each other's probabilities, and each row's probabilities wait on no
+ * pass of their own row: the core overlaps them. */
+void attn__rows_max(const attn_problem *p, const attn__span *span,
+                    const float *s, int n, int rows, float *mx);
 
 /* The exp-and-sum loop both ways, for the tests: s[c] = exp(s[c] - m)
  * (times f[c] when f is not NULL) over [a, z), returning the sum.  The
@@ -446,7 +461,9 @@ float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
  * is attn__row_softmax for a row without mask flags whose bias is added:
  * maximum and exp-and-sum of s[a, z) (a < z) as the two AVX-512 loops
  * above give them, zeros on the rest of [0, n); it returns 0 without
- * writing when a score is inf or NaN. */
+ * writing when a score is inf or NaN.  mx, when not NULL, is that
+ * maximum as attn__max_avx512 gave it for a span of more than 16 keys
+ * whose scores are finite (the call then reads s once). */
 float attn__exp_sum_portable(float *s, const float *f, int a, int z,
                              float m);
 #if ATTN__HAVE_AVX2_FMA
@@ -463,13 +480,13 @@ int attn__scale_sanitize_avx512(float *dst, const float *src, int n,
 /* attn__scale_floats in sixteen lanes (the same products). */
 void attn__scale_avx512(float *x, size_t n, float g);
 int attn__softmax_span_avx512(float *s, int n, int a, int z, float floor,
-                              float *m_out, float *sum);
+                              const float *mx, float *m_out, float *sum);
 /* The same with BF16 mode's cheaper exp (within 2^-17 of exp; vexp.c),
  * for probabilities that are rounded to BF16 next; round != 0 stores
  * them rounded (the sum stays that of the unrounded). */
 int attn__softmax_span_bf16_avx512(float *s, int n, int a, int z,
-                                   float floor, float *m_out, float *sum,
-                                   int round);
+                                   float floor, const float *mx,
+                                   float *m_out, float *sum, int round);
 /* Soft-capping and ALiBi of rowops.c over s[a, z) in sixteen lanes (FMA
  * rounding: they may differ from the portable loops in the last bit). */
 void attn__softcap_avx512(float *s, int a, int z, float cap);

@@ -17,7 +17,7 @@
 #include "attn_impl.h"
 
 typedef struct online_state {
-  float *flags, *s, *acc, *m, *l, *alpha;
+  float *flags, *s, *acc, *m, *l, *alpha, *ahead;
   int *lo, *hi;
   attn__span *span;
   float g;            /* probabilities' factor: 1, or rescale.c's 2^-k */
@@ -31,6 +31,7 @@ static void state_of(char *scratch, const attn__scratch *lay,
   st->m = (float *)(scratch + lay->rowmax);
   st->l = (float *)(scratch + lay->rowsum);
   st->alpha = (float *)(scratch + lay->rowscale);
+  st->ahead = (float *)(scratch + lay->rowahead);
   st->lo = (int *)(scratch + lay->lo);
   st->hi = (int *)(scratch + lay->hi);
   st->span = (attn__span *)(scratch + lay->span);
@@ -77,8 +78,9 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
     st->alpha[r] = 1.0f;
     return;
   }
+  const float *mx = st->ahead[r] == st->ahead[r] ? &st->ahead[r] : NULL;
   float mnew, sum = attn__row_softmax(p, t, t->i0 + r, j0, sp, s, n,
-                                      st->m[r], attn__is_bf16(p), &mnew);
+                                      st->m[r], attn__is_bf16(p), mx, &mnew);
   /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot.
    * What attn__expf gives at the two ends, without the call: exactly 1
    * for a maximum that did not grow, exactly 0 below its cut-off (the
@@ -120,6 +122,7 @@ static void block_rows(const attn_problem *p, const attn__task *t,
                        const online_state *st, int j0, int n, int first,
                        char *scratch, const attn__scratch *lay) {
   attn__scores(p, t, j0, n, st->s, n, scratch, lay);
+  attn__rows_max(p, st->span, st->s, n, t->rows, st->ahead);
   for (int r = 0; r < t->rows; r++) block_row_update(p, t, st, r, j0, n);
   if (p->dropout_p > 0.0f) block_dropout(p, t, st->s, j0, n);
   if (st->g != 1.0f)
@@ -138,6 +141,7 @@ static void sub_rows(const attn__task *t, const online_state *st, int r0,
   ss->m = st->m + r0;
   ss->l = st->l + r0;
   ss->alpha = st->alpha + r0;
+  ss->ahead = st->ahead + r0;
   ss->span = st->span + r0;
 }
 

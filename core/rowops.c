@@ -7,6 +7,8 @@
  * reduction would need reassociation).  The lanes also fix the summation
  * order, so results do not depend on the vector width.
  */
+#include <math.h>
+
 #include "attn_impl.h"
 
 static void row_bias(const attn_problem *p, const attn__task *t, int i,
@@ -175,9 +177,28 @@ static float row_exp(float *s, int n, const attn__span *sp, float m) {
   return attn__exp_sum_portable(s, sp->flags, sp->a, sp->z, m);
 }
 
+void attn__rows_max(const attn_problem *p, const attn__span *span,
+                    const float *s, int n, int rows, float *mx) {
+  for (int r = 0; r < rows; r++) mx[r] = NAN;
+#if ATTN__HAVE_AVX2_FMA
+  if (p->softcap > 0.0f || p->bias || p->alibi_slopes || !attn__use_avx512())
+    return;
+  for (int r = 0; r < rows; r++) {
+    const attn__span *sp = &span[r];
+    int finite;
+    if (sp->flags || sp->z - sp->a <= 16) continue;
+    float m = attn__max_avx512(s + (size_t)r * n, sp->a, sp->z, &finite);
+    if (finite) mx[r] = m;
+  }
+#else
+  (void)p, (void)span, (void)s, (void)n;
+#endif
+}
+
 float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
                         int j0, const attn__span *sp, float *s, int n,
-                        float floor, int round, float *m_out) {
+                        float floor, int round, const float *mx,
+                        float *m_out) {
   if (p->softcap > 0.0f && sp->a < sp->z)
     row_softcap_any(s, sp->a, sp->z, p->softcap);
   if (p->bias && sp->a < sp->z) row_bias(p, t, i, j0, sp->a, sp->z, s);
@@ -187,9 +208,9 @@ float attn__row_softmax(const attn_problem *p, const attn__task *t, int i,
   float sum;
   if (!sp->flags && attn__use_avx512() &&
       (attn__is_bf16(p)
-           ? attn__softmax_span_bf16_avx512(s, n, sp->a, sp->z, floor, m_out,
-                                            &sum, round)
-           : attn__softmax_span_avx512(s, n, sp->a, sp->z, floor, m_out,
+           ? attn__softmax_span_bf16_avx512(s, n, sp->a, sp->z, floor, mx,
+                                            m_out, &sum, round)
+           : attn__softmax_span_avx512(s, n, sp->a, sp->z, floor, mx, m_out,
                                        &sum)))
     return sum;
 #endif

@@ -40,7 +40,7 @@ static float softmax_row(const attn_problem *p, const attn__task *t, int r,
     *m = sink;
     return p->sinks ? 1.0f : 0.0f;
   }
-  sum = attn__row_softmax(p, t, i, klo, &sp, s, n, sink, 0, m);
+  sum = attn__row_softmax(p, t, i, klo, &sp, s, n, sink, 0, NULL, m);
   return p->sinks ? sum + attn__expf(sink - *m) : sum;
 }
 

@@ -212,13 +212,14 @@ AVX512 static void zero16(float *s, int c0, int c1) {
 
 /* One call per row instead of four: what the short rows of small
  * problems spend their time on is the calls.  A span of at most 16 keys
- * stays in one register from load to store.  bf16: exp16_bf16; round:
- * the stored probabilities rounded to BF16 (the sum is of the
+ * stays in one register from load to store.  mx: the span's maximum as
+ * max16 gave it, found ahead (NULL: found here).  bf16: exp16_bf16;
+ * round: the stored probabilities rounded to BF16 (the sum is of the
  * unrounded). */
 AVX512 static inline int softmax_span16(float *s, int n, int a, int z,
-                                        float floor, float *m_out,
-                                        float *sum, const int bf16,
-                                        const int round) {
+                                        float floor, const float *mx,
+                                        float *m_out, float *sum,
+                                        const int bf16, const int round) {
   const __m512 big = _mm512_set1_ps(FLT_MAX);
   float m;
   if (z - a <= 16) {
@@ -233,8 +234,8 @@ AVX512 static inline int softmax_span16(float *s, int n, int a, int z,
     _mm512_mask_storeu_ps(s + a, live, round ? round_ps(e) : e);
     *sum = _mm512_reduce_add_ps(e);
   } else {
-    int finite;
-    m = max16(s, a, z, &finite);
+    int finite = 1;
+    m = mx ? *mx : max16(s, a, z, &finite);
     if (!finite) return 0;
     m = m > floor ? m : floor;
     *sum = exp_sum16(s, NULL, a, z, m, bf16, round);
@@ -246,15 +247,17 @@ AVX512 static inline int softmax_span16(float *s, int n, int a, int z,
 }
 
 AVX512 int attn__softmax_span_avx512(float *s, int n, int a, int z,
-                                     float floor, float *m_out, float *sum) {
-  return softmax_span16(s, n, a, z, floor, m_out, sum, 0, 0);
+                                     float floor, const float *mx,
+                                     float *m_out, float *sum) {
+  return softmax_span16(s, n, a, z, floor, mx, m_out, sum, 0, 0);
 }
 
 AVX512 int attn__softmax_span_bf16_avx512(float *s, int n, int a, int z,
-                                          float floor, float *m_out,
-                                          float *sum, int round) {
-  if (round) return softmax_span16(s, n, a, z, floor, m_out, sum, 1, 1);
-  return softmax_span16(s, n, a, z, floor, m_out, sum, 1, 0);
+                                          float floor, const float *mx,
+                                          float *m_out, float *sum,
+                                          int round) {
+  if (round) return softmax_span16(s, n, a, z, floor, mx, m_out, sum, 1, 1);
+  return softmax_span16(s, n, a, z, floor, mx, m_out, sum, 1, 0);
 }
 
 /* Soft-capping in sixteen lanes: s = cap * tanh(s / cap), NaN as 0 and

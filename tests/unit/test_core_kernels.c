@@ -468,6 +468,97 @@ END_TEST
 /* The AVX-512 row helpers give the bits of the ones they replace: the
  * maximum (and its inf/NaN flag), scale-and-sanitize, and the one-call
  * softmax of a span against the two loops it fuses. */
+/* The online path's row maxima found ahead of the rows' softmax
+ * (attn__rows_max): each is the span's maximum, NaN where the row must
+ * find its own, and a row given it has the bits of a row that finds it,
+ * within 2 ulp of the float64 exp per key, exactly 0 below the cut-off
+ * and outside the span. */
+enum { AH_ROWS = 6, AH_N = 80 };
+
+static void ahead_rows(float *s, float *flags, attn__span *sp) {
+  static const int span[AH_ROWS][2] = {{0, 80}, {5, 70}, {3, 15},
+                                       {0, 64}, {0, 80}, {10, 80}};
+  rng r = {43};
+  for (int i = 0; i < AH_ROWS * AH_N; i++) s[i] = rng_sym(&r, 8.0f);
+  for (int c = 10; c < 80; c += 3) s[5 * AH_N + c] = -95.0f - c; /* cut */
+  s[3 * AH_N + 40] = NAN;
+  for (int c = 0; c < AH_N; c++) flags[c] = (float)(c % 2);
+  for (int i = 0; i < AH_ROWS; i++) {
+    sp[i].a = span[i][0];
+    sp[i].z = span[i][1];
+    sp[i].allowed = sp[i].z - sp[i].a;
+    sp[i].flags = i == 4 ? flags : NULL;
+  }
+}
+
+static void check_ahead_row(const attn_problem *p, const attn__span *sp,
+                            const float *raw, float *s, const float *mx,
+                            int row) {
+  attn__task t;
+  float want[AH_N], m1, m2;
+  memset(&t, 0, sizeof t);
+  memcpy(want, raw, sizeof want);
+  float sum = attn__row_softmax(p, &t, 0, 0, sp, s, AH_N, -FLT_MAX, 0, mx,
+                                &m1);
+  float want_sum = attn__row_softmax(p, &t, 0, 0, sp, want, AH_N, -FLT_MAX,
+                                     0, NULL, &m2);
+  ck_assert_msg(m1 == m2 && sum == want_sum, "row %d", row);
+  ck_assert_mem_eq(s, want, sizeof want);
+  double ref = 0.0;
+  for (int c = 0; c < AH_N; c++) {
+    float x = raw[c] - m1;
+    if (c < sp->a || c >= sp->z || x < ATTN__EXP_LO) {
+      EXPECT(s[c] == 0.0f, "row %d key %d: %g, want 0", row, c, s[c]);
+      continue;
+    }
+    ref += exp((double)x);
+    EXPECT(ulps(s[c], exp((double)x)) <= 2.0, "row %d key %d: %.9g", row,
+           c, s[c]);
+  }
+  EXPECT(fabs(sum - ref) <= 1e-6 * ref, "row %d: sum %.9g, want %.9g", row,
+         sum, ref);
+}
+
+START_TEST(test_row_maxima_ahead_give_the_row_softmax_bits) {
+#if ATTN__HAVE_AVX2_FMA
+  if (!attn__use_avx512()) {
+    support_skip("test_row_maxima_ahead_give_the_row_softmax_bits",
+                 "this CPU (or valgrind) has no AVX-512F");
+    return;
+  }
+  static float s[AH_ROWS * AH_N], raw[AH_ROWS * AH_N], flags[AH_N];
+  float mx[AH_ROWS];
+  attn__span sp[AH_ROWS];
+  attn_problem p;
+  memset(&p, 0, sizeof p);
+  ahead_rows(s, flags, sp);
+  memcpy(raw, s, sizeof raw);
+  attn__rows_max(&p, sp, s, AH_N, AH_ROWS, mx);
+  ck_assert_mem_eq(s, raw, sizeof raw); /* read only */
+  for (int i = 0; i < AH_ROWS; i++) {
+    /* rows 2 (16 keys or fewer), 3 (a NaN) and 4 (mask flags) find
+     * their own */
+    if (i >= 2 && i <= 4) {
+      ck_assert_msg(isnan(mx[i]), "row %d: %g, want NaN", i, mx[i]);
+      continue;
+    }
+    float want = -FLT_MAX;
+    for (int c = sp[i].a; c < sp[i].z; c++)
+      want = fmaxf(want, raw[i * AH_N + c]);
+    ck_assert_msg(mx[i] == want, "row %d: max %g, want %g", i, mx[i], want);
+    check_ahead_row(&p, &sp[i], raw + i * AH_N, s + i * AH_N, &mx[i], i);
+  }
+  /* soft-capping changes the scores before their maximum: none ahead */
+  p.softcap = 30.0f;
+  attn__rows_max(&p, sp, raw, AH_N, AH_ROWS, mx);
+  for (int i = 0; i < AH_ROWS; i++) ck_assert(isnan(mx[i]));
+#else
+  support_skip("test_row_maxima_ahead_give_the_row_softmax_bits",
+               "built without the AVX2 + FMA kernels");
+#endif
+}
+END_TEST
+
 START_TEST(test_avx512_row_helpers_match_the_others) {
 #if ATTN__HAVE_AVX2_FMA
   if (!attn__use_avx512()) {
@@ -490,7 +581,7 @@ START_TEST(test_avx512_row_helpers_match_the_others) {
     ck_assert(f1 == 1 && f2 == 1);
     /* fused softmax vs max then exp-and-sum */
     float m, sum;
-    ck_assert(attn__softmax_span_avx512(s, n, a, z, floor, &m, &sum));
+    ck_assert(attn__softmax_span_avx512(s, n, a, z, floor, NULL, &m, &sum));
     float want_m = attn__max_avx512(t, a, z, &f1);
     want_m = want_m > floor ? want_m : floor;
     float want_sum = attn__exp_sum_avx512(t, NULL, a, z, want_m);
@@ -503,7 +594,7 @@ START_TEST(test_avx512_row_helpers_match_the_others) {
     memcpy(t, s, sizeof t);
     attn__max_avx512(s, a, z, &f1);
     ck_assert_int_eq(f1, 0);
-    ck_assert(!attn__softmax_span_avx512(s, n, a, z, floor, &m, &sum));
+    ck_assert(!attn__softmax_span_avx512(s, n, a, z, floor, NULL, &m, &sum));
     ck_assert_mem_eq(s, t, (size_t)N * sizeof *s);
     /* scale and sanitize, with infinities and NaN among the inputs */
     float g = rng_sym(&r, 2.0f);
@@ -548,6 +639,7 @@ static Suite *kernels_suite(void) {
   tcase_add_test(gemm, test_gemm_entry_points_match_float64);
   tcase_add_test(gemm, test_gemm_override_is_checked_and_picked);
   tcase_add_test(gemm, test_avx512_row_helpers_match_the_others);
+  tcase_add_test(gemm, test_row_maxima_ahead_give_the_row_softmax_bits);
   suite_add_tcase(s, gemm);
   return s;
 }
