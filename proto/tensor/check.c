@@ -279,11 +279,14 @@ static int add_elems(size_t *total, size_t n) {
 
 int proto__check_budget(proto__check *c) {
   const attn_problem *p = c->p;
-  size_t total = 0, rows, out, w = 0, diag = 0;
+  size_t total = 0, in = 0, rows, out, w = 0, diag = 0;
   int bad = 0;
-  for (int i = 0; i < PROTO__IN_COUNT; i++)
-    bad |= add_elems(&total, c->t[i].json ? c->t[i].n : 0);
-  size_t in = total;
+  for (int i = 0; i < PROTO__IN_COUNT; i++) {
+    size_t n = c->t[i].json ? c->t[i].n : 0;
+    bad |= add_elems(&total, n);
+    if (!(c->borrowed >> i & 1u))
+      bad |= add_elems(&in, n);
+  }
   bad |= __builtin_mul_overflow((size_t)p->B * (size_t)p->H, (size_t)p->Lq,
                                 &rows);
   bad |= __builtin_mul_overflow(rows, (size_t)p->Dv, &out);
@@ -315,9 +318,10 @@ int proto__check_budget(proto__check *c) {
   }
   c->req->out_bytes = (out + w + diag) * sizeof(float);
   /* Held before they are allocated: the inputs (four bytes an element at
-   * most) and the outputs.  More than the whole budget alone is left to
-   * the request's cost, which refuses it right after the decode (413,
-   * with advice on the weights). */
+   * most) but those read where they lie in the body, held with it, and
+   * the outputs.  More than the whole budget alone is left to the
+   * request's cost, which refuses it right after the decode (413, with
+   * advice on the weights). */
   size_t need = in * sizeof(float) + c->req->out_bytes;
   int why = mem_hold(need);
   if (why == 0 || why == MEM_HOLD_OVER)

@@ -134,6 +134,9 @@ typedef struct proto__check {
   proto_request *req;
   attn_problem *p;                  /* &req->prob; scoring set already */
   size_t max_elems;                 /* 0 = no bound */
+  unsigned borrowed;                /* bit i: input i will be read where it
+                                       lies in the body, whose bytes the
+                                       request holds already (v2) */
   char *err;
 } proto__check;
 
@@ -160,7 +163,9 @@ int proto__check_cu_seqlens(proto__check *c);
 int proto__window_side(const attn_problem *p, double x);
 /* Inputs plus outputs (weights when req->return_weights or
  * req->diagnostics, and the four diagnostics when requested) within
- * max_elems; ATTND_ETOOBIG otherwise.  Sets req->out_bytes. */
+ * max_elems; ATTND_ETOOBIG otherwise.  Sets req->out_bytes, then holds
+ * (mem_hold) four bytes an input element, but for the inputs c->borrowed
+ * marks, and out_bytes: ATTND_EBUSY or ATTND_ETOOBIG when refused. */
 int proto__check_budget(proto__check *c);
 /* Allocates req->out, req->weights (when return_weights or diagnostics)
  * and the diagnostics (when requested). */

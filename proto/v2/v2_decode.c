@@ -779,9 +779,10 @@ static int decode_root(v2_ctx *c, const cJSON *root) {
     return rc;
   if (c->shapes_only)
     return 0;
-  if ((rc = layout(c)) ||
-      (rc = shm_sizes(c)) ||
-      (rc = json_counts(c)) || (rc = proto__check_budget(&c->ck)) ||
+  if ((rc = layout(c)) || (rc = shm_sizes(c)) || (rc = json_counts(c)))
+    return rc;
+  c->ck.borrowed = proto__v2_borrowed(c);
+  if ((rc = proto__check_budget(&c->ck)) ||
       (rc = copy_id(c)) || (rc = proto__v2_fill_all(c)))
     return rc;
   c->req->qrank = c->ck.t[PROTO__IN_QUERY].rank;

@@ -58,4 +58,9 @@ typedef struct v2_ctx {
  * the input, its index and why). */
 int proto__v2_fill_all(v2_ctx *c);
 
+/* Before the budget (phases 1-4 passed): the inputs phase 5 will read
+ * where they lie in the body, a bit each by enum proto__input, for
+ * c->ck.borrowed: the request holds their bytes with the body already. */
+unsigned proto__v2_borrowed(const v2_ctx *c);
+
 #endif /* PROTO_V2_DECODE_IMPL_H */

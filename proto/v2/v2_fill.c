@@ -115,6 +115,15 @@ static const void *in_place(const v2_ctx *c, int in) {
   return at;
 }
 
+/* Query, key and value as BF16 bits where they lie in the body: kept
+ * (a proto_body) and 2-byte aligned.  Their finiteness is checked in
+ * fill_bf16. */
+static int bf16_in_body(const v2_ctx *c, int in) {
+  const v2_in *v = &c->in[in];
+  return v->binary && !v->shm.name && c->src &&
+         (uintptr_t)(c->body + v->bin_off) % _Alignof(uint16_t) == 0;
+}
+
 /* 1 when no output of the request prints numbers: each is binary or
  * goes into a region, and there are no diagnostics (computed from the
  * inputs after the core, outside its guard). */
@@ -218,7 +227,7 @@ static int fill_bf16(v2_ctx *c, int in, const uint16_t **slot) {
       (void)proto__bin_to_f32(PROTO__DT_BF16, at + 2 * i, 1, &f);
       return bad_element(c, in, i, 0, &f);
     }
-    if (c->src && (uintptr_t)at % _Alignof(uint16_t) == 0) {
+    if (bf16_in_body(c, in)) {
       *slot = (const uint16_t *)(const void *)at;
       c->in_place = 1;
       return 0;
@@ -256,6 +265,18 @@ static int fill_qkv_bf16(v2_ctx *c) {
     if ((rc = fill_bf16(c, in, slots[in - PROTO__IN_QUERY])))
       return rc;
   return 0;
+}
+
+unsigned proto__v2_borrowed(const v2_ctx *c) {
+  unsigned bits = 0;
+  int bf16 = bf16_as_sent(c);
+  for (int in = 0; in < PROTO__IN_COUNT; in++) {
+    int qkv = in <= PROTO__IN_VALUE;
+    if (c->ck.t[in].json &&
+        (bf16 && qkv ? bf16_in_body(c, in) : in_place(c, in) != NULL))
+      bits |= 1u << in;
+  }
+  return bits;
 }
 
 int proto__v2_fill_all(v2_ctx *c) {

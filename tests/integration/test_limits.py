@@ -9,7 +9,9 @@
     is left of --max-inflight-mb gets 503 with Retry-After before the body
     is sent; chunked uploads that stall count as they grow, and the one
     that would overflow is refused when it ends, while a small request is
-    still answered; attnd_inflight_bytes shows what is held, next to
+    still answered; binary inputs read where they lie in the body (FP32,
+    and BF16 in BF16 mode) are held with it and not again as tensors;
+    attnd_inflight_bytes shows what is held, next to
     attnd_inflight_limit_bytes, and falls back to 0.
   * A body's own deadline (--body-timeout-s): a client that sends its
     headers and then nothing is closed, and one that dribbles its body past
@@ -19,8 +21,10 @@
 """
 
 import json
+import math
 import re
 import socket
+import struct
 import threading
 import time
 
@@ -199,6 +203,52 @@ class BudgetTest(harness.ServerTestCase):
         self.assertIn("--max-inflight-mb", json.loads(refused[2])["error"])
         self.assertTrue(harness.wait_for(
             lambda: metric(self.srv, "attnd_inflight_bytes") == 0, 10 * SLOW))
+
+    def held_once(self, dtype, Lk, delta, parameters=None):
+        """A request whose key and value fill about half the 8 MiB budget,
+        read where they lie in the body: held with it, not again as
+        tensors.  Values k/256 - 1/2 are exact in
+        BF16 and FP32; the first query's output is checked against float64."""
+        Lq, D = 16, 64
+        x = [((i * 7919) % 256) / 256.0 - 0.5 for i in range(Lk * D)]
+        if dtype == "BF16":
+            def pack(v):
+                return b"".join(struct.pack("<f", f)[2:] for f in v)
+        else:
+            def pack(v):
+                return struct.pack("<%df" % len(v), *v)
+        size = 2 if dtype == "BF16" else 4
+        header = json.dumps({
+            "inputs": [{"name": n, "datatype": dtype, "shape": [1, L, D],
+                        "parameters": {"binary_data_size": size * L * D}}
+                       for n, L in (("query", Lq), ("key", Lk), ("value", Lk))],
+            "parameters": parameters or {},
+            "outputs": [{"name": "output",
+                         "parameters": {"binary_data": True}}]}).encode()
+        kv = pack(x)
+        status, hdrs, data = self.srv.request(
+            "POST", "/v2/models/attention/infer", header + pack(x[:Lq * D]) + kv + kv,
+            {"Inference-Header-Content-Length": str(len(header)),
+             "Content-Type": "application/octet-stream"})
+        self.assertEqual(status, 200, data[:300])
+        hlen = int(hdrs["inference-header-content-length"])
+        out = struct.unpack("<%df" % (Lq * D), data[hlen:])
+        s = [sum(x[d] * x[j * D + d] for d in range(D)) / 8.0 for j in range(Lk)]
+        m = max(s)
+        w = [math.exp(v - m) for v in s]
+        z = sum(w)
+        for d in range(D):
+            ref = sum(w[j] * x[j * D + d] for j in range(Lk)) / z
+            self.assertAlmostEqual(out[d], ref, delta=delta)
+        self.assertTrue(harness.wait_for(
+            lambda: metric(self.srv, "attnd_inflight_bytes") == 0, 10 * SLOW))
+
+    def test_float32_tensors_read_where_they_lie_in_the_body_are_held_once(self):
+        self.held_once("FP32", 8192, 1e-5)
+
+    def test_bf16_tensors_read_where_they_lie_in_the_body_are_held_once(self):
+        # 3 MiB, which the hold counted as 6 MiB of float32 before.
+        self.held_once("BF16", 12288, 3e-3, {"precision": "bf16"})
 
     def test_weights_over_the_budget_suggest_asking_for_the_output_alone(self):
         status, obj = self.srv.post_json("/v1/attention", v1_body(1200))
