@@ -108,7 +108,9 @@ typedef struct proto_request {
   int return_lse;
   float *lse;
 
-  size_t in_bytes;          /* bytes of decoded input tensors */
+  size_t in_bytes;          /* bytes the inputs keep: the decoded tensors,
+                               and the received body when some are read
+                               in it (proto_v2_decode_body) */
   size_t out_bytes;         /* bytes of out, weights and diagnostics */
 
   void *owned[24];          /* every allocation of this request */

@@ -821,8 +821,10 @@ static int decode(const char *body, size_t len, const char *hdr, int model,
     rc = ATTND_EINVAL;
   cJSON_Delete(root);
   mem_json_arena_end();
-  /* Last: only a request that will be used keeps the body. */
+  /* Last: only a request that will be used keeps the body, which its
+   * inputs' bytes then count whole, header and copied parts too. */
   if (!rc && c.in_place && !(rc = proto__own_block(req, src->base))) {
+    req->in_bytes += (size_t)(src->p - src->base) + src->cap;
     src->base = src->p = NULL;
     src->len = src->cap = 0;
   }

@@ -169,8 +169,7 @@ static int fill_one(v2_ctx *c, int in, const void **slot) {
   const void *at;
   if (!t->json)
     return 0;
-  if ((at = in_place(c, in))) {
-    c->req->in_bytes += t->n * es;
+  if ((at = in_place(c, in))) { /* counted with the body (v2_decode.c) */
     *slot = at;
     c->in_place = 1;
     return 0;
@@ -219,7 +218,6 @@ static int fill_bf16(v2_ctx *c, int in, const uint16_t **slot) {
   const v2_in *v = &c->in[in];
   int rc;
   if (v->binary && !v->shm.name) {
-    c->req->in_bytes += t->n * 2;
     const char *at = c->body + v->bin_off;
     size_t i = bf16_bad(at, t->n);
     if (i != t->n) {
@@ -235,6 +233,7 @@ static int fill_bf16(v2_ctx *c, int in, const uint16_t **slot) {
     uint16_t *h = proto__own_filled(c->req, t->n * 2);
     if (!h)
       return ATTND_ENOMEM;
+    c->req->in_bytes += t->n * 2;
     memcpy(h, at, t->n * 2);
     *slot = h;
     return 0;
