@@ -465,9 +465,6 @@ START_TEST(test_gemm_override_is_checked_and_picked) {
 }
 END_TEST
 
-/* The AVX-512 row helpers give the bits of the ones they replace: the
- * maximum (and its inf/NaN flag), scale-and-sanitize, and the one-call
- * softmax of a span against the two loops it fuses. */
 /* The online path's row maxima found ahead of the rows' softmax
  * (attn__rows_max): each is the span's maximum, NaN where the row must
  * find its own, and a row given it has the bits of a row that finds it,
@@ -559,6 +556,9 @@ START_TEST(test_row_maxima_ahead_give_the_row_softmax_bits) {
 }
 END_TEST
 
+/* The AVX-512 row helpers give the bits of the ones they replace: the
+ * maximum (and its inf/NaN flag), scale-and-sanitize, and the one-call
+ * softmax of a span against the two loops it fuses. */
 START_TEST(test_avx512_row_helpers_match_the_others) {
 #if ATTN__HAVE_AVX2_FMA
   if (!attn__use_avx512()) {
