@@ -282,7 +282,7 @@ int proto__check_budget(proto__check *c) {
   size_t total = 0, in = 0, rows, out, w = 0, diag = 0;
   int bad = 0;
   for (int i = 0; i < PROTO__IN_COUNT; i++) {
-    size_t n = c->t[i].json ? c->t[i].n : 0;
+    size_t n = c->t[i].json && !(c->mapped >> i & 1u) ? c->t[i].n : 0;
     bad |= add_elems(&total, n);
     if (!(c->borrowed >> i & 1u))
       bad |= add_elems(&in, n);
@@ -318,8 +318,8 @@ int proto__check_budget(proto__check *c) {
   }
   c->req->out_bytes = (out + w + diag) * sizeof(float);
   /* Held before they are allocated: the inputs (four bytes an element at
-   * most) but those read where they lie in the body, held with it, and
-   * the outputs.  More than the whole budget alone is left to the
+   * most) but those read where they lie in the body, held with it, or in
+   * a region, which is the client's memory, and the outputs.  More than the whole budget alone is left to the
    * request's cost, which refuses it right after the decode (413, with
    * advice on the weights). */
   size_t need = in * sizeof(float) + c->req->out_bytes;

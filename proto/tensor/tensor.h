@@ -137,6 +137,10 @@ typedef struct proto__check {
   unsigned borrowed;                /* bit i: input i will be read where it
                                        lies in the body, whose bytes the
                                        request holds already (v2) */
+  unsigned mapped;                  /* bit i: input i will be read where it
+                                       lies in a shared memory region,
+                                       which --shm-max-mb bounds, not the
+                                       budget (v2) */
   char *err;
 } proto__check;
 
@@ -163,9 +167,10 @@ int proto__check_cu_seqlens(proto__check *c);
 int proto__window_side(const attn_problem *p, double x);
 /* Inputs plus outputs (weights when req->return_weights or
  * req->diagnostics, and the four diagnostics when requested) within
- * max_elems; ATTND_ETOOBIG otherwise.  Sets req->out_bytes, then holds
- * (mem_hold) four bytes an input element, but for the inputs c->borrowed
- * marks, and out_bytes: ATTND_EBUSY or ATTND_ETOOBIG when refused. */
+ * max_elems, the inputs c->mapped marks left out; ATTND_ETOOBIG
+ * otherwise.  Sets req->out_bytes, then holds (mem_hold) four bytes an
+ * input element, but for the inputs c->borrowed or c->mapped marks, and
+ * out_bytes: ATTND_EBUSY or ATTND_ETOOBIG when refused. */
 int proto__check_budget(proto__check *c);
 /* Allocates req->out, req->weights (when return_weights or diagnostics)
  * and the diagnostics (when requested). */

@@ -782,6 +782,7 @@ static int decode_root(v2_ctx *c, const cJSON *root) {
   if ((rc = layout(c)) || (rc = shm_sizes(c)) || (rc = json_counts(c)))
     return rc;
   c->ck.borrowed = proto__v2_borrowed(c);
+  c->ck.mapped = proto__v2_mapped(c);
   if ((rc = proto__check_budget(&c->ck)) ||
       (rc = copy_id(c)) || (rc = proto__v2_fill_all(c)))
     return rc;

@@ -52,8 +52,10 @@ typedef struct v2_ctx {
  * memory the request owns (proto__own_filled), converted from the binary
  * part, a shared memory region or the JSON tree; or, for an FP32 binary
  * input of a body received as a proto_body, read where it lies (then
- * c->in_place is set).  Points c->p's tensors at them, adds their sizes
- * to c->req->in_bytes, then allocates the outputs (proto__alloc_outputs).
+ * c->in_place is set); or, for one c->ck.mapped marks, read where it
+ * lies in its region.  Points c->p's tensors at them, adds the sizes of
+ * those it allocates to c->req->in_bytes, then allocates the outputs
+ * (proto__alloc_outputs).
  * 0, or an ATTND_E* code with the message in c->err (a refused element:
  * the input, its index and why). */
 int proto__v2_fill_all(v2_ctx *c);
@@ -62,5 +64,9 @@ int proto__v2_fill_all(v2_ctx *c);
  * where they lie in the body, a bit each by enum proto__input, for
  * c->ck.borrowed: the request holds their bytes with the body already. */
 unsigned proto__v2_borrowed(const v2_ctx *c);
+/* Likewise the inputs phase 5 will read where they lie in a shared
+ * memory region, for c->ck.mapped: the client's memory, which the
+ * budget leaves out (--shm-max-mb bounds the mappings). */
+unsigned proto__v2_mapped(const v2_ctx *c);
 
 #endif /* PROTO_V2_DECODE_IMPL_H */

@@ -8,6 +8,7 @@
  * BF16 mode query, key and value sent as BF16 stay BF16 (fill_qkv_bf16).
  * A refused element gets a message naming the input and its multi-index.
  * The decoder's state: v2_decode_impl.h. */
+#include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -138,27 +139,46 @@ static int answer_prints_no_number(const proto_request *req) {
   return 1;
 }
 
-/* An FP32 float input in a shared memory region, read where it lies
- * (proto.h, "Triton's system shared memory extension"): 0 when taken (or
- * refused, with a message), 1 when it is to be copied. */
+/* Whether input in, if it lies in a shared memory region, may be read
+ * there: an FP32 float input of a request whose answer prints no number
+ * (proto.h, "Triton's system shared memory extension"). */
+static int shm_readable(const v2_ctx *c, int in) {
+  const v2_in *v = &c->in[in];
+  return v->shm.name && v->dtype == PROTO__DT_FP32 &&
+         proto__input_kind(in) == PROTO__KIND_F32 &&
+         answer_prints_no_number(c->req);
+}
+
+unsigned proto__v2_mapped(const v2_ctx *c) {
+  unsigned bits = 0;
+  int n = 0;
+  for (int in = 0; in < PROTO__IN_COUNT && n < PROTO_SHARED_MAX; in++)
+    if (c->ck.t[in].json && shm_readable(c, in)) {
+      bits |= 1u << in;
+      n++;
+    }
+  return bits;
+}
+
+/* An input c->ck.mapped marks, read where it lies in its region, its
+ * words checked there: 0 when taken (or refused, with a message), 1 when
+ * it is to be copied.  Its bytes are the client's: in_bytes leaves them
+ * out, as the budget did. */
 static int shm_in_place(v2_ctx *c, int in, const void **slot) {
   const proto__tensor *t = &c->ck.t[in];
-  const v2_in *v = &c->in[in];
   proto_request *req = c->req;
   const float *at;
   size_t bad;
   int rc;
-  if (!v->shm.name || v->dtype != PROTO__DT_FP32 ||
-      proto__input_kind(in) != PROTO__KIND_F32 ||
-      req->n_shared == PROTO_SHARED_MAX || !answer_prints_no_number(req))
+  if (!(c->ck.mapped >> in & 1u))
     return 1;
-  rc = proto__v2_shm_view(c->shm, &v->shm, t->n, &at, &bad, c->err);
+  assert(req->n_shared < PROTO_SHARED_MAX);
+  rc = proto__v2_shm_view(c->shm, &c->in[in].shm, t->n, &at, &bad, c->err);
   if (rc)
     return rc;
   if (bad != t->n)
     return bad_element(c, in, bad, 0, at);
   req->shared[req->n_shared++] = (proto_range){at, t->n * sizeof(float)};
-  req->in_bytes += t->n * sizeof(float);
   *slot = at;
   return 0;
 }

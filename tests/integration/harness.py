@@ -128,6 +128,12 @@ class Attnd:
         status, hdrs, data = self.request("GET", path)
         return status, hdrs, data
 
+    def metric(self, name):
+        """The value of an unlabelled series of /metrics."""
+        _, _, body = self.get("/metrics")
+        m = re.search(r"^%s (\S+)$" % re.escape(name), body.decode(), re.M)
+        return float(m.group(1))
+
     def stream_endless_chunks(self, path, limit=256 << 20):
         """POSTs a chunked body of blanks that would never end (up to limit
         bytes); returns the bytes sent before the server cut the

@@ -22,7 +22,6 @@
 
 import json
 import math
-import re
 import socket
 import struct
 import threading
@@ -63,9 +62,7 @@ def read_answer(s):
 
 
 def metric(srv, name):
-    _, _, body = srv.get("/metrics")
-    m = re.search(r"^%s (\S+)$" % re.escape(name), body.decode(), re.M)
-    return float(m.group(1))
+    return srv.metric(name)
 
 
 def v1_body(L, D=1, **extra):

@@ -349,6 +349,40 @@ class Limits(ShmCase):
         self.registered("c", r, 0, 4096)
 
 
+class Budget(ShmCase):
+    server_args = ("--workers", "1", "--allow-client-shm", "1",
+                   "--max-inflight-mb", "8")
+
+    def test_inputs_read_in_place_are_left_out_of_the_budget(self):
+        """Key and value of 6 MiB each, more than the 8 MiB in-flight
+        budget together: read where they lie in the region (the client's
+        memory, which --shm-max-mb bounds), the budget holds the output
+        alone; copied out, as when the answer prints numbers, they are
+        held and the request is refused naming the flag."""
+        rng = np.random.default_rng(11)
+        Lq, Lk, D = 16, 24576, 64
+        q, k, v = (rng.standard_normal((1, L, D)).astype("<f4")
+                   for L in (Lq, Lk, Lk))
+        r = self.region(13 << 20)
+        self.registered("big", r)
+        pk = Packer(r, "big")
+        inputs = [shm_input(n, "FP32", a.shape, "big", *pk.put(a.tobytes()))
+                  for n, a in (("query", q), ("key", k), ("value", v))]
+        req = {"inputs": inputs,
+               "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}
+        st, hdrs, body = self.call("POST", INFER, req)
+        self.assertEqual(st, 200, body[:300])
+        got = np.frombuffer(body[int(hdrs["inference-header-content-length"]):], "<f4")
+        s = q[0].astype(np.float64) @ k[0].astype(np.float64).T / np.sqrt(D)
+        w = np.exp(s - s.max(axis=1, keepdims=True))
+        ref = (w / w.sum(axis=1, keepdims=True)) @ v[0].astype(np.float64)
+        self.assert_close(got.tolist(), ref.ravel().tolist(), "output")
+        self.assertEqual(self.srv.metric("attnd_inflight_bytes"), 0)
+        req["outputs"] = [{"name": "output"}]
+        self.refused(413, "--max-inflight-mb", req)
+        self.assertEqual(self.srv.metric("attnd_inflight_bytes"), 0)
+
+
 class Token(ShmCase):
     server_args = ("--workers", "1", "--allow-client-shm", "1", "--token", "s3cret")
     headers = {"Authorization": "Bearer s3cret"}

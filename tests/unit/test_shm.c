@@ -388,6 +388,7 @@ START_TEST(decoder_reads_inputs_and_lists_outputs) {
       "\"shared_memory_offset\":1024,\"shared_memory_byte_size\":64,"
       "\"binary_data\":false}}]}", &k, &s, &p, &req);
   ck_assert_int_eq(s.n, 1);  /* one region, held once */
+  ck_assert_uint_eq(req.in_bytes, 17 * sizeof(float)); /* all 4 copied */
   ck_assert_int_eq(proto_v2_shm_outputs(&req, w), 1);
   ck_assert_uint_eq(w[0].offset, 1024);
   ck_assert_uint_eq(w[0].len, 2 * 2 * sizeof(float));
@@ -437,6 +438,8 @@ START_TEST(decoder_reads_fp32_in_place_when_nothing_prints) {
   ck_assert_uint_eq(req.shared[0].n, 16);
   ck_assert_ptr_eq(req.shared[1].p, req.prob.k);
   ck_assert_uint_eq(req.shared[1].n, 24);
+  /* the budget's bytes are the copies': the region's are the client's */
+  ck_assert_uint_eq(req.in_bytes, 7 * sizeof(float));
   /* the region's words are what the core reads: the client's writes show */
   static const float three = 3.0f;
   write_object(k, 12, &three, 4);
