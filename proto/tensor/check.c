@@ -319,9 +319,9 @@ int proto__check_budget(proto__check *c) {
   c->req->out_bytes = (out + w + diag) * sizeof(float);
   /* Held before they are allocated: the inputs (four bytes an element at
    * most) but those read where they lie in the body, held with it, or in
-   * a region, which is the client's memory, and the outputs.  More than the whole budget alone is left to the
-   * request's cost, which refuses it right after the decode (413, with
-   * advice on the weights). */
+   * a region, the client's memory; and the outputs.  More than the whole
+   * budget alone is left to the request's cost, which refuses it right
+   * after the decode (413, with advice on the weights). */
   size_t need = in * sizeof(float) + c->req->out_bytes;
   int why = mem_hold(need);
   if (why == 0 || why == MEM_HOLD_OVER)
