@@ -39,6 +39,20 @@ def fd_count(srv):
     return len(os.listdir("/proc/%d/fd" % srv.proc.pid))
 
 
+def fd_kinds(srv):
+    """What attnd's descriptors are, counted by kind ("socket", "pipe",
+    "anon_inode:[eventfd]", ...), for a failure's message."""
+    kinds = {}
+    d = "/proc/%d/fd" % srv.proc.pid
+    for fd in os.listdir(d):
+        try:
+            k = re.sub(r":\[\d+\]$", "", os.readlink(os.path.join(d, fd)))
+        except OSError:
+            k = "gone"
+        kinds[k] = kinds.get(k, 0) + 1
+    return kinds
+
+
 def status_kb(srv, field):
     with open("/proc/%d/status" % srv.proc.pid) as f:
         return int(re.search(r"%s:\s+(\d+)" % field, f.read()).group(1))
@@ -405,7 +419,8 @@ class ConnLimitTest(Checks, harness.ServerTestCase):
             held = []
             self.assertTrue(wait_for(lambda: held.append(fd_count(self.srv)) or
                                      held[-1] <= idle + 64, 0.5),
-                            "descriptors: %s, idle %d" % (held[-5:], idle))
+                            "descriptors: %s, idle %d: %s" % (held[-5:], idle,
+                                                               fd_kinds(self.srv)))
             # idle connections are closed after --conn-timeout-s, so the
             # limit frees itself and a normal request gets through
             t0 = time.time()
