@@ -139,24 +139,22 @@ static int answer_prints_no_number(const proto_request *req) {
   return 1;
 }
 
-/* Whether input in, if it lies in a shared memory region, may be read
- * there: an FP32 float input of a request whose answer prints no number
- * (proto.h, "Triton's system shared memory extension"). */
-static int shm_readable(const v2_ctx *c, int in) {
-  const v2_in *v = &c->in[in];
-  return v->shm.name && v->dtype == PROTO__DT_FP32 &&
-         proto__input_kind(in) == PROTO__KIND_F32 &&
-         answer_prints_no_number(c->req);
-}
-
+/* The FP32 float inputs in shared memory regions, up to
+ * PROTO_SHARED_MAX, when the answer prints no number: those read where
+ * they lie (proto.h, "Triton's system shared memory extension"). */
 unsigned proto__v2_mapped(const v2_ctx *c) {
   unsigned bits = 0;
   int n = 0;
-  for (int in = 0; in < PROTO__IN_COUNT && n < PROTO_SHARED_MAX; in++)
-    if (c->ck.t[in].json && shm_readable(c, in)) {
+  if (!answer_prints_no_number(c->req))
+    return 0;
+  for (int in = 0; in < PROTO__IN_COUNT && n < PROTO_SHARED_MAX; in++) {
+    const v2_in *v = &c->in[in];
+    if (c->ck.t[in].json && v->shm.name && v->dtype == PROTO__DT_FP32 &&
+        proto__input_kind(in) == PROTO__KIND_F32) {
       bits |= 1u << in;
       n++;
     }
+  }
   return bits;
 }
 
