@@ -128,10 +128,13 @@ class Attnd:
         status, hdrs, data = self.request("GET", path)
         return status, hdrs, data
 
-    def metric(self, name):
-        """The value of an unlabelled series of /metrics."""
-        _, _, body = self.get("/metrics")
-        m = re.search(r"^%s (\S+)$" % re.escape(name), body.decode(), re.M)
+    def metric(self, line):
+        """The value of the /metrics line that starts with `line ` (a
+        name, with its labels when it has any)."""
+        status, _, body = self.get("/metrics")
+        assert status == 200
+        m = re.search(r"^%s (\S+)$" % re.escape(line), body.decode(), re.M)
+        assert m, "no %s in /metrics" % line
         return float(m.group(1))
 
     def stream_endless_chunks(self, path, limit=256 << 20):

@@ -77,12 +77,7 @@ def wait_busy(pid, cpu=0.2, timeout=20):
 
 
 def cancelled(srv, reason):
-    status, _, body = srv.get("/metrics")
-    assert status == 200
-    m = re.search(r'^attnd_cancelled_total\{reason="%s"\} (\d+)$' % reason,
-                  body.decode(), re.M)
-    assert m, "no attnd_cancelled_total{reason=%r}" % reason
-    return int(m.group(1))
+    return int(srv.metric('attnd_cancelled_total{reason="%s"}' % reason))
 
 
 class Cases:
@@ -317,15 +312,6 @@ class QueuedCancelTest(harness.ServerTestCase):
             lambda: cancelled(self.srv, "disconnect") == before + 1, 10 * SLOW))
 
 
-def metric(srv, line):
-    """The value of the /metrics line that starts with `line `."""
-    status, _, body = srv.get("/metrics")
-    assert status == 200
-    m = re.search(r"^%s (\S+)$" % re.escape(line), body.decode(), re.M)
-    assert m, "no %s in /metrics" % line
-    return float(m.group(1))
-
-
 class InlineCancelTest(Cases, harness.ServerTestCase):
     """A long request run on its HTTP thread (alone on the server, under
     --inline-idle-us) is watched as a queued one is: its client leaving
@@ -340,9 +326,9 @@ class InlineCancelTest(Cases, harness.ServerTestCase):
 
     def assert_busy_then_idle(self, leave):
         inline = 'attnd_inline_requests_total{reason="idle"}'
-        before = metric(self.srv, inline)
+        before = self.srv.metric(inline)
         Cases.assert_busy_then_idle(self, leave)
-        self.assertTrue(harness.wait_for(lambda: metric(self.srv, inline) == before + 1,
+        self.assertTrue(harness.wait_for(lambda: self.srv.metric(inline) == before + 1,
                                          10 * SLOW), "the request did not run inline")
 
 
@@ -411,9 +397,9 @@ class QueueGiveBackTest(harness.ServerTestCase):
             for q in queued:
                 q.sendall(long_request())
             self.assertTrue(harness.wait_for(
-                lambda: metric(self.srv, "attnd_queue_depth") == 2, 20 * SLOW),
+                lambda: self.srv.metric("attnd_queue_depth") == 2, 20 * SLOW),
                 "the two requests are not queued")
-            held = metric(self.srv, "attnd_inflight_bytes")
+            held = self.srv.metric("attnd_inflight_bytes")
             status, _, _ = self.srv.request("POST", "/v1/attention", SMALL)
             self.assertEqual(status, 503, "the queue is not full")
             for q in queued:
@@ -422,10 +408,10 @@ class QueueGiveBackTest(harness.ServerTestCase):
                 lambda: cancelled(self.srv, "disconnect") == before + 2, 5 * SLOW),
                 "the queued requests were not completed when their clients left")
             print("queue: %d requests queued, %.1f MiB held; after their clients left: "
-                  "queue %d, %.1f MiB" % (2, held / 2**20, metric(self.srv, "attnd_queue_depth"),
-                                          metric(self.srv, "attnd_inflight_bytes") / 2**20))
-            self.assertEqual(metric(self.srv, "attnd_queue_depth"), 0)
-            self.assertLess(metric(self.srv, "attnd_inflight_bytes"), held * 0.5)
+                  "queue %d, %.1f MiB" % (2, held / 2**20, self.srv.metric("attnd_queue_depth"),
+                                          self.srv.metric("attnd_inflight_bytes") / 2**20))
+            self.assertEqual(self.srv.metric("attnd_queue_depth"), 0)
+            self.assertLess(self.srv.metric("attnd_inflight_bytes"), held * 0.5)
             status, _, body = self.srv.request("POST", "/v1/attention", SMALL)
             self.assertEqual(status, 200, body)
         finally:

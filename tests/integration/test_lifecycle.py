@@ -11,7 +11,6 @@ configuration exits 2 with a message naming the flag or variable.
 import json
 import os
 import random
-import re
 import http.client
 import signal
 import socket
@@ -42,12 +41,6 @@ def heavy_body(seed, L=128):
         return [[[rng.uniform(-1, 1) for _ in range(D)] for _ in range(L_)] for _ in range(B)]
     return json.dumps({"query": t(2, L, 4), "key": t(2, L, 4), "value": t(2, L, 4),
                        "return_weights": True}).encode()
-
-
-def metric(srv, name):
-    _, _, body = srv.get("/metrics")
-    m = re.search(r"^%s (\S+)$" % re.escape(name), body.decode(), re.M)
-    return float(m.group(1)) if m else 0.0
 
 
 wait_for = harness.wait_for
@@ -211,7 +204,7 @@ class DrainTest(unittest.TestCase):
             for t in threads:
                 t.start()
             # Signal once at least half of them are inside the server.
-            self.assertTrue(wait_for(lambda: metric(srv, "attnd_inflight_requests") >= n // 2
+            self.assertTrue(wait_for(lambda: srv.metric("attnd_inflight_requests") >= n // 2
                                      or len(results) == n, 120))
             srv.proc.send_signal(signal.SIGTERM)
             for t in threads:
@@ -241,7 +234,7 @@ class DrainTest(unittest.TestCase):
                 s.sendall(long_request(2 * N))   # about 10 s of work each
                 socks.append(s)
                 self.assertTrue(wait_busy(srv.proc.pid, timeout=20 * SLOW))
-            self.assertTrue(wait_for(lambda: metric(srv, "attnd_queue_depth") == 1, 20 * SLOW))
+            self.assertTrue(wait_for(lambda: srv.metric("attnd_queue_depth") == 1, 20 * SLOW))
             t0 = time.time()
             srv.proc.send_signal(signal.SIGTERM)
             answers = [read_answer(s) for s in socks]

@@ -61,10 +61,6 @@ def read_answer(s):
     return status, hdrs, body[:n]
 
 
-def metric(srv, name):
-    return srv.metric(name)
-
-
 def v1_body(L, D=1, **extra):
     t = {"shape": [1, L, D], "data": [0.25] * (L * D)}
     req = {"query": t, "key": t, "value": t}
@@ -111,7 +107,7 @@ class CostTest(harness.ServerTestCase):
             # Its Content-Length was held from the headers on; refused by
             # its shapes, it holds nothing while the rest is still to come.
             self.assertTrue(harness.wait_for(
-                lambda: metric(self.srv, "attnd_inflight_bytes") == 0, 10 * SLOW))
+                lambda: self.srv.metric("attnd_inflight_bytes") == 0, 10 * SLOW))
             s.sendall(body[len(header) + 4096:])
             status, _, data = read_answer(s)
         finally:
@@ -120,9 +116,9 @@ class CostTest(harness.ServerTestCase):
         self.assertIn("--max-request-gflop", json.loads(data)["error"])
 
     def test_the_estimates_are_a_histogram(self):
-        before = metric(self.srv, "attnd_request_cost_gflop_count")
+        before = self.srv.metric("attnd_request_cost_gflop_count")
         self.assertEqual(self.srv.post_json("/v1/attention", v1_body(16))[0], 200)
-        self.assertEqual(metric(self.srv, "attnd_request_cost_gflop_count"),
+        self.assertEqual(self.srv.metric("attnd_request_cost_gflop_count"),
                          before + 1)
         _, _, text = self.srv.get("/metrics")
         self.assertIn(b'attnd_request_cost_gflop_bucket{le="+Inf"}', text)
@@ -143,9 +139,9 @@ class BudgetTest(harness.ServerTestCase):
         held = self.start_upload(6 * MiB)
         try:
             self.assertTrue(harness.wait_for(
-                lambda: metric(self.srv, "attnd_inflight_bytes") >= 6 * MiB,
+                lambda: self.srv.metric("attnd_inflight_bytes") >= 6 * MiB,
                 10 * SLOW))
-            self.assertEqual(metric(self.srv, "attnd_inflight_limit_bytes"), 8 * MiB)
+            self.assertEqual(self.srv.metric("attnd_inflight_limit_bytes"), 8 * MiB)
             s = self.start_upload(4 * MiB)
             try:
                 status, hdrs, body = read_answer(s)  # no body byte sent
@@ -159,7 +155,7 @@ class BudgetTest(harness.ServerTestCase):
         finally:
             held.close()
         self.assertTrue(harness.wait_for(
-            lambda: metric(self.srv, "attnd_inflight_bytes") == 0, 10 * SLOW))
+            lambda: self.srv.metric("attnd_inflight_bytes") == 0, 10 * SLOW))
 
     def test_a_body_larger_than_the_whole_budget_is_413(self):
         s = self.start_upload(9 * MiB)
@@ -183,7 +179,7 @@ class BudgetTest(harness.ServerTestCase):
                 for s in socks:
                     s.sendall(chunk)
             time.sleep(0.5)
-            self.assertLessEqual(metric(self.srv, "attnd_inflight_bytes"), 8 * MiB)
+            self.assertLessEqual(self.srv.metric("attnd_inflight_bytes"), 8 * MiB)
             self.assertEqual(self.srv.post_json("/v1/attention", v1_body(8))[0], 200)
             answers = []
             for s in socks:
@@ -199,7 +195,7 @@ class BudgetTest(harness.ServerTestCase):
         self.assertIn("retry-after", refused[1])
         self.assertIn("--max-inflight-mb", json.loads(refused[2])["error"])
         self.assertTrue(harness.wait_for(
-            lambda: metric(self.srv, "attnd_inflight_bytes") == 0, 10 * SLOW))
+            lambda: self.srv.metric("attnd_inflight_bytes") == 0, 10 * SLOW))
 
     def held_once(self, dtype, Lk, delta, parameters=None):
         """A request whose key and value fill about half the 8 MiB budget,
@@ -238,7 +234,7 @@ class BudgetTest(harness.ServerTestCase):
             ref = sum(w[j] * x[j * D + d] for j in range(Lk)) / z
             self.assertAlmostEqual(out[d], ref, delta=delta)
         self.assertTrue(harness.wait_for(
-            lambda: metric(self.srv, "attnd_inflight_bytes") == 0, 10 * SLOW))
+            lambda: self.srv.metric("attnd_inflight_bytes") == 0, 10 * SLOW))
 
     def test_float32_tensors_read_where_they_lie_in_the_body_are_held_once(self):
         self.held_once("FP32", 8192, 1e-5)
@@ -293,7 +289,7 @@ class BodyDeadlineTest(harness.ServerTestCase):
             s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
                       b"Content-Length: 1000\r\n\r\n")
             self.assertTrue(harness.wait_for(
-                lambda: metric(self.srv, "attnd_inflight_bytes") == 1000, 5 * SLOW))
+                lambda: self.srv.metric("attnd_inflight_bytes") == 1000, 5 * SLOW))
             try:
                 self.assertEqual(s.recv(100), b"")
             except ConnectionResetError:
@@ -305,7 +301,7 @@ class BodyDeadlineTest(harness.ServerTestCase):
         self.assertLess(took, 10 * SLOW)
         self.assertGreater(took, 1.5)
         self.assertTrue(harness.wait_for(
-            lambda: metric(self.srv, "attnd_inflight_bytes") == 0, 5 * SLOW))
+            lambda: self.srv.metric("attnd_inflight_bytes") == 0, 5 * SLOW))
 
     def test_a_body_dribbled_past_the_deadline_is_408(self):
         body = v1_body(4)
@@ -325,7 +321,7 @@ class BodyDeadlineTest(harness.ServerTestCase):
             s.close()
         self.assertEqual(status, 408, data)
         self.assertIn("--body-timeout-s", json.loads(data)["error"])
-        self.assertEqual(metric(self.srv, "attnd_inflight_bytes"), 0)
+        self.assertEqual(self.srv.metric("attnd_inflight_bytes"), 0)
 
     def test_a_body_in_time_is_served(self):
         self.assertEqual(self.srv.post_json("/v1/attention", v1_body(4))[0], 200)
