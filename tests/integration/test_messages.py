@@ -23,7 +23,6 @@ import socket
 
 import harness
 from test_cancel import N, SMALL, long_request, wait_busy
-from test_limits import metric
 
 SLOW = 10 if harness.VALGRIND else 1
 V1 = "/v1/attention"
@@ -164,7 +163,7 @@ class QueueFullMessageTest(harness.ServerTestCase):
                             "attnd is not computing")
             queued.sendall(long_request())
             self.assertTrue(harness.wait_for(
-                lambda: metric(self.srv, "attnd_queue_depth") == 1, 20 * SLOW),
+                lambda: self.srv.metric("attnd_queue_depth") == 1, 20 * SLOW),
                 "the second request is not queued")
             status, obj = self.srv.post_json(V1, SMALL)
             self.assertEqual(status, 503, obj)
