@@ -127,14 +127,16 @@ static int acceptor_pause(struct acceptor *a, int ms) {
 }
 
 /* Accepts what is waiting on listen socket fd, whose connections go to
- * lane home (ACCEPTOR_ANY_LANE: the Unix socket), up to ACCEPTOR_BURST;
- * 0 when the thread must end. */
+ * lane home (ACCEPTOR_ANY_LANE: the Unix socket), up to ACCEPTOR_BURST,
+ * each once there is room: the room acceptor_main waited for before its
+ * poll may have gone to another listener's burst; 0 when the thread must
+ * end. */
 static int acceptor_take(struct acceptor *a, int lfd, unsigned home) {
   for (int i = 0; i < ACCEPTOR_BURST; i++) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
     int fd;
-    if (i > 0 && !acceptor_wait_room(a))
+    if (!acceptor_wait_room(a))
       return 0;
     fd = accept4(lfd, (struct sockaddr *)&ss, &len,
                  SOCK_NONBLOCK | SOCK_CLOEXEC);

@@ -471,6 +471,38 @@ static void temp_socket_path(char *path, size_t cap) {
   unlink(path);
 }
 
+/* With max_open open, no listener's connection is taken, whichever
+ * listener the last one came from: here the TCP socket's backlog (more
+ * than two of the accept thread's bursts) fills the one place over and
+ * over while a Unix client waits; each close lets exactly one more in. */
+START_TEST(at_max_open_no_listener_takes_one_past_the_limit) {
+  struct handed h = {0};
+  enum { TCP = 64 };
+  char path[108];
+  int c[TCP], u, unix_seen = 0;
+  temp_socket_path(path, sizeof path);
+  start_with(&h, "127.0.0.1", 0, path, 1, 1, 1);
+  c[0] = client(acceptor_port(h.a));
+  ck_assert_int_eq(wait_handed(&h, 1, 5000), 1);
+  u = unix_client(path);
+  ck_assert_int_ge(u, 0);
+  for (int i = 1; i < TCP; i++)
+    ck_assert_int_ge(c[i] = client(acceptor_port(h.a)), 0);
+  for (int n = 1; n <= TCP; n++) {
+    ck_assert_int_eq(wait_handed(&h, n + 1, 20), n); /* one open: full */
+    acceptor_closed(h.a, h.lane[n - 1], 1, NULL);
+    ck_assert_int_eq(wait_handed(&h, n + 1, 5000), n + 1);
+  }
+  for (int i = 0; i < h.n; i++)
+    unix_seen += h.peer[i].ss_family == AF_UNIX;
+  ck_assert_int_eq(unix_seen, 1);
+  for (int i = 0; i < TCP; i++)
+    close(c[i]);
+  close(u);
+  finish(&h);
+}
+END_TEST
+
 /* Connects client i, which sends the byte 'a' + i at once. */
 static int client_sending(int port, const char *upath, int i) {
   char b = (char)('a' + i);
@@ -804,6 +836,7 @@ static Suite *acceptor_suite(void) {
   tc = tcase_create("unix");
   tcase_add_test(tc, the_unix_socket_takes_connections_with_its_mode);
   tcase_add_test(tc, a_stale_socket_file_is_replaced);
+  tcase_add_test(tc, at_max_open_no_listener_takes_one_past_the_limit);
   tcase_add_test(tc, a_socket_a_live_server_answers_on_is_refused_and_kept);
   tcase_add_test(tc, a_path_that_is_not_a_socket_is_never_removed);
   tcase_add_test(tc, a_successors_socket_file_is_left_alone);
