@@ -105,11 +105,15 @@ int proto__v2_shm_fill(const proto_shm *shm, const proto__shm_use *u,
                        size_t *bad, long long *badval,
                        char err[PROTO_ERR_MAX]);
 
-/* The n FP32 elements of u's region where they lie (proto_shm.view),
- * checked finite there: 0 with *at and *bad = the index of the first
- * element that is not (n when none); 1 when they cannot be read in place
- * (no view, an offset not aligned for float, a big-endian host): copy
- * them; or what the view returned (message in err). */
+/* 1 when u's FP32 elements can be read where they lie: the server
+ * offers views, the offset is aligned for float and the host is
+ * little-endian; 0 when they must be copied. */
+int proto__v2_shm_viewable(const proto_shm *shm, const proto__shm_use *u);
+
+/* The n FP32 elements of u's region where they lie (proto_shm.view; u
+ * viewable, above), checked finite there: 0 with *at and *bad = the
+ * index of the first element that is not (n when none), or what the view
+ * returned (message in err). */
 int proto__v2_shm_view(const proto_shm *shm, const proto__shm_use *u,
                        size_t n, const float **at, size_t *bad,
                        char err[PROTO_ERR_MAX]);

@@ -139,9 +139,11 @@ static int answer_prints_no_number(const proto_request *req) {
   return 1;
 }
 
-/* The FP32 float inputs in shared memory regions, up to
- * PROTO_SHARED_MAX, when the answer prints no number: those read where
- * they lie (proto.h, "Triton's system shared memory extension"). */
+/* The FP32 float inputs in shared memory regions that can be read where
+ * they lie (proto__v2_shm_viewable), up to PROTO_SHARED_MAX, when the
+ * answer prints no number: those read in place (proto.h, "Triton's
+ * system shared memory extension").  The budget leaves exactly these
+ * out, so every other input is a copy it holds. */
 unsigned proto__v2_mapped(const v2_ctx *c) {
   unsigned bits = 0;
   int n = 0;
@@ -150,7 +152,8 @@ unsigned proto__v2_mapped(const v2_ctx *c) {
   for (int in = 0; in < PROTO__IN_COUNT && n < PROTO_SHARED_MAX; in++) {
     const v2_in *v = &c->in[in];
     if (c->ck.t[in].json && v->shm.name && v->dtype == PROTO__DT_FP32 &&
-        proto__input_kind(in) == PROTO__KIND_F32) {
+        proto__input_kind(in) == PROTO__KIND_F32 &&
+        proto__v2_shm_viewable(c->shm, &v->shm)) {
       bits |= 1u << in;
       n++;
     }
@@ -173,7 +176,7 @@ static int shm_in_place(v2_ctx *c, int in, const void **slot) {
   assert(req->n_shared < PROTO_SHARED_MAX);
   rc = proto__v2_shm_view(c->shm, &c->in[in].shm, t->n, &at, &bad, c->err);
   if (rc)
-    return rc;
+    return rc; /* negative: the view's refusal */
   if (bad != t->n)
     return bad_element(c, in, bad, 0, at);
   req->shared[req->n_shared++] = (proto_range){at, t->n * sizeof(float)};

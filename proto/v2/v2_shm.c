@@ -15,6 +15,7 @@
  * its nearest double, and the double 2^64 (what 2^64 - 1 written out
  * rounds to) as 2^64 - 1: every size a real object can have is exact, and
  * the overflow check below still sees the sums that overflow. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -227,14 +228,17 @@ int proto__v2_shm_fill(const proto_shm *shm, const proto__shm_use *u,
   return fill_bounced(shm, u, kind, dt, n, hi, dst, bad, badval, err);
 }
 
+int proto__v2_shm_viewable(const proto_shm *shm, const proto__shm_use *u) {
+  return shm && shm->view && u->offset % _Alignof(float) == 0 &&
+         __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+}
+
 int proto__v2_shm_view(const proto_shm *shm, const proto__shm_use *u,
                        size_t n, const float **at, size_t *bad,
                        char err[PROTO_ERR_MAX]) {
   const void *p;
   int rc;
-  if (!shm->view || u->offset % _Alignof(float) ||
-      __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
-    return 1;
+  assert(proto__v2_shm_viewable(shm, u));
   rc = shm->view(shm->ctx, u->region, u->offset, n * sizeof(float),
                  proto__f32_first_bad, &p, bad, err);
   *at = p;

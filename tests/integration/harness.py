@@ -137,6 +137,11 @@ class Attnd:
         assert m, "no %s in /metrics" % line
         return float(m.group(1))
 
+    def status_kb(self, field):
+        """A kB field of attnd's /proc/PID/status ("VmHWM", "VmRSS")."""
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            return int(re.search(r"^%s:\s+(\d+)" % field, f.read(), re.M).group(1))
+
     def stream_endless_chunks(self, path, limit=256 << 20):
         """POSTs a chunked body of blanks that would never end (up to limit
         bytes); returns the bytes sent before the server cut the

@@ -21,7 +21,6 @@ Every figure is printed.
 import gzip
 import json
 import os
-import re
 import threading
 import unittest
 
@@ -69,11 +68,6 @@ def bodies():
     return BODIES
 
 
-def status_kb(pid, field):
-    with open("/proc/%d/status" % pid) as f:
-        return int(re.search(r"%s:\s+(\d+)" % field, f.read()).group(1))
-
-
 def cpu_s(pid):
     """utime + stime of the process, seconds."""
     with open("/proc/%d/stat" % pid) as f:
@@ -95,7 +89,7 @@ class DecodeBudgetTest(harness.ServerTestCase):
         cls.srv = harness.Attnd(cls.server_args, env={
             "ASAN_OPTIONS": (asan + ":" if asan else "") +
             "quarantine_size_mb=0"})
-        cls.hwm0 = status_kb(cls.srv.proc.pid, "VmHWM")
+        cls.hwm0 = cls.srv.status_kb("VmHWM")
 
     def post(self, path, body, headers=None):
         h = {"Content-Type": "application/json"}
@@ -109,7 +103,7 @@ class DecodeBudgetTest(harness.ServerTestCase):
             "/v2/models/attention/infer"
 
     def assert_within_budget(self, what):
-        grown = (status_kb(self.srv.proc.pid, "VmHWM") - self.hwm0) >> 10
+        grown = (self.srv.status_kb("VmHWM") - self.hwm0) >> 10
         print("\n%s: peak RSS grew by %d MiB (budget %d + %d MiB)"
               % (what, grown, BUDGET_MB, CONSTANT_MB))
         self.assertLessEqual(grown, BUDGET_MB + CONSTANT_MB, what)

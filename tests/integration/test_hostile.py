@@ -53,11 +53,6 @@ def fd_kinds(srv):
     return kinds
 
 
-def status_kb(srv, field):
-    with open("/proc/%d/status" % srv.proc.pid) as f:
-        return int(re.search(r"%s:\s+(\d+)" % field, f.read()).group(1))
-
-
 def inflight(srv):
     """attnd_inflight_requests, not counting the /metrics request itself."""
     _, _, body = srv.get("/metrics")
@@ -456,7 +451,7 @@ class OversizeTest(Checks, harness.ServerTestCase):
             self.assertIn("--max-body-mb", json.loads(body)["error"])
 
     def test_huge_content_length_is_413_without_reading(self):
-        hwm = status_kb(self.srv, "VmHWM")
+        hwm = self.srv.status_kb("VmHWM")
         for n in (1024 * 1024 + 1, 10 << 30, (1 << 63) + 5, 10 ** 30):
             s = connect(self.srv)
             try:
@@ -465,7 +460,7 @@ class OversizeTest(Checks, harness.ServerTestCase):
                 self.assert_413(read_one(s))
             finally:
                 s.close()
-        self.assertLess(status_kb(self.srv, "VmHWM") - hwm, 16 * 1024)
+        self.assertLess(self.srv.status_kb("VmHWM") - hwm, 16 * 1024)
         self.assert_serving()
 
     def test_chunked_bodies_far_over_the_limit_are_not_buffered(self):
@@ -473,7 +468,7 @@ class OversizeTest(Checks, harness.ServerTestCase):
         # most 1 MiB of each, so the peak RSS grows by far less than one
         # body, let alone four.
         idle = self.idle_fds()
-        hwm = status_kb(self.srv, "VmHWM")
+        hwm = self.srv.status_kb("VmHWM")
         answers = []
 
         def upload():
@@ -498,7 +493,7 @@ class OversizeTest(Checks, harness.ServerTestCase):
         self.assertEqual(len(answers), 4)
         for a in answers:
             self.assert_413(a)
-        grown = status_kb(self.srv, "VmHWM") - hwm
+        grown = self.srv.status_kb("VmHWM") - hwm
         self.assertLess(grown, 24 * 1024, "peak RSS grew by %d kB" % grown)
         self.assert_settled(idle)
         self.assert_serving()

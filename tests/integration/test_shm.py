@@ -383,6 +383,36 @@ class Budget(ShmCase):
             lambda: self.srv.metric("attnd_inflight_bytes") == 0, 30))
 
 
+class UnalignedBudget(ShmCase):
+    server_args = Budget.server_args
+
+    def test_an_input_at_an_offset_not_aligned_for_float_is_a_copy_the_budget_holds(self):
+        """The same key and value as Budget's, each 2 bytes past a
+        float's alignment: they cannot be read where they lie, so they
+        are copied, and the copies are held like any other: the request
+        is refused naming the flag before anything is allocated for
+        them."""
+        rng = np.random.default_rng(12)
+        Lq, Lk, D = 16, 24576, 64
+        q, k, v = (rng.standard_normal((1, L, D)).astype("<f4")
+                   for L in (Lq, Lk, Lk))
+        r = self.region(13 << 20)
+        self.registered("odd", r)
+        pk = Packer(r, "odd")
+        inputs = [shm_input("query", "FP32", q.shape, "odd", *pk.put(q.tobytes()))]
+        for name, a in (("key", k), ("value", v)):
+            at = pk.reserve(a.nbytes + 2)[0] + 2
+            r.write(at, a.tobytes())
+            inputs.append(shm_input(name, "FP32", a.shape, "odd", at, a.nbytes))
+        req = {"inputs": inputs,
+               "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}
+        hwm = self.srv.status_kb("VmHWM")
+        self.refused(413, "--max-inflight-mb", req)
+        self.assertLess(self.srv.status_kb("VmHWM") - hwm, k.nbytes // 2048)
+        self.assertTrue(harness.wait_for(
+            lambda: self.srv.metric("attnd_inflight_bytes") == 0, 30))
+
+
 class Token(ShmCase):
     server_args = ("--workers", "1", "--allow-client-shm", "1", "--token", "s3cret")
     headers = {"Authorization": "Bearer s3cret"}
