@@ -26,10 +26,13 @@
  * open.  A connection handed over that
  * never starts (the server dropped it, out of memory, without a word)
  * would hold its place forever; when the thread has waited a whole
- * ACCEPTOR_WRITE_OFF_MS for room with no start and no close, it writes
- * such ones off (handed = started), and one that starts after all is
- * counted back in.  A lane's count only steers the choice of lane, so a
- * written-off connection stays in it.
+ * write_off_ms for room with no start and no close, it writes such ones
+ * off (out of handed), at most max_open of them not started since,
+ * so the server (whose lanes make room for twice max_open, handoff.h)
+ * never holds more than that even if they all start after all; one that
+ * does is counted back in, as open and not yet served.  A lane's count
+ * only steers the choice of lane, so a written-off connection stays in
+ * it.
  */
 #include "server/conn/acceptor_impl.h"
 
@@ -44,9 +47,12 @@
 /* Writes off the connections handed over that never started (see the
  * DESIGN note).  Under a->mu. */
 static void acceptor_write_off(struct acceptor *a) {
-  size_t lost = a->handed - a->started;
+  size_t lost = a->handed - a->started, cap = a->max_open - a->written_off;
+  if (lost > cap)
+    lost = cap;
   a->unserved -= lost < a->unserved ? lost : a->unserved;
-  a->handed = a->started;
+  a->handed -= lost;
+  a->written_off += lost;
 }
 
 /* Waits while max_open connections are open; 0 once stopping. */
@@ -57,7 +63,12 @@ static int acceptor_wait_room(struct acceptor *a) {
     size_t started = a->started, closed = a->closed;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_sec += ACCEPTOR_WRITE_OFF_MS / 1000;
+    t.tv_sec += a->write_off_ms / 1000;
+    t.tv_nsec += (long)(a->write_off_ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+      t.tv_sec++;
+      t.tv_nsec -= 1000000000L;
+    }
     if (pthread_cond_timedwait(&a->cv, &a->mu, &t) == ETIMEDOUT &&
         started == a->started && closed == a->closed)
       acceptor_write_off(a);
@@ -195,6 +206,10 @@ static void *acceptor_main(void *arg) {
   return NULL;
 }
 
+void acceptor_write_off_after(struct acceptor *a, unsigned ms) {
+  a->write_off_ms = ms;
+}
+
 int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
                  acceptor_refuse_fn *refuse, void *arg) {
   a->fn = fn;
@@ -210,8 +225,12 @@ int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
 void acceptor_started(struct acceptor *a) {
   pthread_mutex_lock(&a->mu);
   a->started++;
-  if (a->started > a->handed) /* written off, and started after all */
+  if (a->started > a->handed) { /* written off, and started after all */
     a->handed = a->started;
+    a->unserved++;
+    if (a->written_off > 0)
+      a->written_off--;
+  }
   pthread_mutex_unlock(&a->mu);
 }
 

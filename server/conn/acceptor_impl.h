@@ -18,7 +18,11 @@
 
 #define ACCEPTOR_BURST 16           /* accepts per wake of poll */
 #define ACCEPTOR_BACKOFF_MS 100     /* after EMFILE and the like */
-#define ACCEPTOR_WRITE_OFF_MS 1000
+/* How long the thread waits for room with no start and no close before
+ * it writes off the connections handed over that never started
+ * (acceptor.c): far longer than a lane thread is ever busy with one
+ * request's decoding or an inline computation. */
+#define ACCEPTOR_WRITE_OFF_MS 10000
 /* A lane holding ACCEPTOR_SLACK_ALL / lanes (at least 1) connections
  * more than the least loaded one is full until every other lane holds
  * as many: 32 with two lanes, 8 with eight.  A client with a thread
@@ -55,6 +59,10 @@ struct acceptor {
   size_t handed, started, closed;  /* under mu */
   size_t unserved;                 /* handed, not yet served nor closed;
                                       under mu */
+  size_t written_off;              /* written off, not started since;
+                                      at most max_open; under mu */
+  unsigned write_off_ms;           /* ACCEPTOR_WRITE_OFF_MS, or the
+                                      caller's (acceptor_write_off_after) */
   int stopping;                    /* under mu */
   struct peers *peers;             /* per-address counts, or NULL; under
                                       mu */

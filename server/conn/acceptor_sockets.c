@@ -117,6 +117,7 @@ struct acceptor *acceptor_listen(const struct sockaddr *sa, socklen_t len,
   a->wake = -1;
   a->ufd = -1;
   a->lanes = lanes ? lanes : 1;
+  a->write_off_ms = ACCEPTOR_WRITE_OFF_MS;
   if (!(a->lane = mem_calloc(a->lanes, sizeof *a->lane)) ||
       acceptor_bind_all(a, sa, len) != 0 ||
       (a->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)

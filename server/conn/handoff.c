@@ -10,9 +10,9 @@
 #include "core/attnd_err.h"
 
 void handoff_daemon_options(size_t max_conns, struct MHD_OptionItem o[2]) {
-  o[0] = (struct MHD_OptionItem){
-      MHD_OPTION_CONNECTION_LIMIT,
-      (intptr_t)(max_conns < UINT_MAX ? max_conns : UINT_MAX), NULL};
+  size_t room = max_conns < UINT_MAX / 2 ? 2 * max_conns : UINT_MAX;
+  o[0] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+                                 (intptr_t)room, NULL};
   o[1] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 }
 

@@ -6,9 +6,11 @@
  * connection to the lane's daemon with MHD_add_connection, which
  * documents that the daemon serves it: which thread serves which
  * connection is then a matter of the library's contract, not of how it
- * picks a pool thread.  Every lane's daemon may hold all of --max-conns
- * (handoff_daemon_options); the acceptor holds the whole server to it,
- * and to --max-conns-per-ip.
+ * picks a pool thread.  The acceptor holds the whole server to
+ * --max-conns and --max-conns-per-ip; every lane's daemon may hold twice
+ * --max-conns (handoff_daemon_options), a limit it must never reach:
+ * libmicrohttpd closes a connection it adds past its limit with neither
+ * an answer nor a word to attnd.
  *
  * Unix socket clients: MHD_add_connection takes the client's address for
  * libmicrohttpd's own use (the access handler may ask for it); a Unix
@@ -36,8 +38,12 @@
    MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET)
 
 /* Fills o (an MHD_OPTION_ARRAY) with a lane daemon's connection limit:
- * the whole of max_conns, so that a lane is never full before the
- * server is (the acceptor counts them all). */
+ * twice max_conns.  The acceptor counts them all, so a lane is never full
+ * before the server is; the second max_conns is room for connections the
+ * library still counts after attnd has: it reports a close before it
+ * lets go of the connection's place, and the acceptor hands the waiting
+ * client over on that report; and for those the acceptor has written
+ * off (acceptor.c), at most max_conns, which may start after all. */
 void handoff_daemon_options(size_t max_conns, struct MHD_OptionItem o[2]);
 
 /* Adds fd (a new non-blocking connection from sa, len) to d, a lane's

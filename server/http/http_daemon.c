@@ -139,9 +139,9 @@ static size_t http_memory_increment(size_t mem) {
 #endif
 }
 
-/* Lane lane's daemon (handoff.h): one thread; a connection limit of the
- * whole --max-conns, which the acceptor enforces over all lanes, as it
- * does --max-conns-per-ip. */
+/* Lane lane's daemon (handoff.h): one thread; a connection limit above
+ * --max-conns, which the acceptor enforces over all lanes, as it does
+ * --max-conns-per-ip. */
 static struct MHD_Daemon *http_start_daemon(struct http *h,
                                             struct http_lane *lane) {
   unsigned int flags = HANDOFF_MHD_FLAGS;

@@ -436,6 +436,30 @@ class ConnLimitTest(Checks, harness.ServerTestCase):
             s.close()
 
 
+class OneLaneFullTest(harness.ServerTestCase):
+    # One HTTP thread holding all of --max-conns: a client waiting in the
+    # backlog is handed over the moment the one before it closes, while
+    # libmicrohttpd may still count the closed one.
+    server_args = ("--workers", "1", "--http-threads", "1", "--max-conns", "1")
+
+    def test_a_client_waiting_for_the_last_place_is_served_not_reset(self):
+        req = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        failed = []
+        for i in range(300):
+            a, b = connect(self.srv, timeout=10), connect(self.srv, timeout=10)
+            b.sendall(req)
+            a.sendall(req)
+            for name, s in (("first", a), ("second", b)):
+                try:
+                    got = s.recv(64)
+                except OSError as e:
+                    got = repr(e).encode()
+                if not got.startswith(b"HTTP/1.1 200"):
+                    failed.append((i, name, got[:40]))
+                s.close()
+        self.assertEqual(failed, [], "%d of 600 clients not served" % len(failed))
+
+
 # ---- bodies over the limit ---------------------------------------------------
 
 class OversizeTest(Checks, harness.ServerTestCase):

@@ -39,6 +39,7 @@ struct handed {
   struct acceptor *a;
   int n;
   int unserved;             /* 1: take() does not report the first request */
+  int unstarted;            /* 1: nor the start (a busy or lost lane) */
   int fd[MAX_HANDED];
   unsigned lane[MAX_HANDED];
   pthread_t by[MAX_HANDED]; /* the thread that handed it over */
@@ -47,6 +48,7 @@ struct handed {
   int rfd[MAX_HANDED];      /* given to the refuse callback */
   int rwhy[MAX_HANDED];     /* and why */
   size_t per_address;       /* acceptor_limit_per_address before the run */
+  unsigned write_off_ms;    /* acceptor_write_off_after before it, if not 0 */
 };
 
 static int take(void *arg, int fd, const struct sockaddr *sa, socklen_t len,
@@ -55,8 +57,9 @@ static int take(void *arg, int fd, const struct sockaddr *sa, socklen_t len,
   /* Started before the test can see it: a test that closes what it was
    * handed would otherwise race the start, and a close before its start
    * is not counted (closed <= started). */
-  acceptor_started(h->a);
-  if (!h->unserved)
+  if (!h->unstarted)
+    acceptor_started(h->a);
+  if (!h->unserved && !h->unstarted)
     acceptor_served(h->a);
   pthread_mutex_lock(&h->mu);
   ck_assert_int_lt(h->n, MAX_HANDED);
@@ -109,8 +112,11 @@ static struct acceptor *start_with(struct handed *h, const char *host,
   struct sockaddr_storage ss;
   socklen_t len = net_sockaddr(host, port, &ss, NULL);
   size_t per_address = h->per_address;
+  unsigned write_off_ms = h->write_off_ms;
+  int unstarted = h->unstarted;
   ck_assert_uint_gt(len, 0);
   memset(h, 0, sizeof *h);
+  h->unstarted = unstarted;
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->cv, NULL);
   h->a = acceptor_listen((struct sockaddr *)&ss, len, lanes);
@@ -118,6 +124,8 @@ static struct acceptor *start_with(struct handed *h, const char *host,
   if (upath)
     ck_assert_int_eq(acceptor_listen_unix(h->a, upath, 0600), 0);
   ck_assert_int_eq(acceptor_limit_per_address(h->a, per_address), 0);
+  if (write_off_ms)
+    acceptor_write_off_after(h->a, write_off_ms);
   ck_assert_int_eq(acceptor_run(h->a, max_open, take,
                                 with_refuse ? refuse : NULL, h),
                    0);
@@ -363,6 +371,36 @@ START_TEST(at_max_open_clients_wait_until_one_closes) {
   ck_assert_int_eq(wait_handed(&h, 4, 5000), 4);
   ck_assert_int_eq(wait_handed(&h, 5, 300), 4);
   for (int i = 0; i < 5; i++)
+    close(c[i]);
+  finish(&h);
+}
+END_TEST
+
+/* Connections handed over that never start are written off after a
+ * quiet spell, at most max_open of them not started since: here one, so
+ * a lane that takes connections and never starts them lets in one more,
+ * not one a spell; both start after all and are counted open and not
+ * yet served. */
+START_TEST(connections_that_never_start_are_written_off_at_most_max_open) {
+  struct handed h = {.unstarted = 1, .write_off_ms = 200};
+  int c[3];
+  start(&h, "127.0.0.1", 0, 1, 1);
+  for (int i = 0; i < 3; i++)
+    c[i] = client(acceptor_port(h.a));
+  ck_assert_int_eq(wait_handed(&h, 1, 5000), 1);
+  ck_assert_int_eq(wait_handed(&h, 2, 5000), 2);   /* the first written off */
+  ck_assert_int_eq(wait_handed(&h, 3, 1000), 2);   /* and no more */
+  acceptor_started(h.a);
+  acceptor_served(h.a);
+  acceptor_started(h.a);
+  ck_assert_uint_eq(acceptor_open(h.a), 2);
+  ck_assert_uint_eq(acceptor_unserved(h.a), 1);
+  acceptor_closed(h.a, h.lane[0], 1, NULL);
+  ck_assert_int_eq(wait_handed(&h, 3, 300), 2);    /* one open: still full */
+  acceptor_closed(h.a, h.lane[1], 0, NULL);
+  ck_assert_int_eq(wait_handed(&h, 3, 5000), 3);
+  ck_assert_uint_eq(acceptor_unserved(h.a), 1);    /* the third */
+  for (int i = 0; i < 3; i++)
     close(c[i]);
   finish(&h);
 }
@@ -817,6 +855,7 @@ static Suite *acceptor_suite(void) {
   tcase_add_test(tc, with_more_lanes_a_crowd_from_one_cpu_reaches_all_of_them);
   tcase_add_test(tc, closed_connections_leave_their_lane);
   tcase_add_test(tc, at_max_open_clients_wait_until_one_closes);
+  tcase_add_test(tc, connections_that_never_start_are_written_off_at_most_max_open);
   tcase_add_test(tc, quiescing_refuses_new_clients);
   tcase_add_test(tc, a_port_in_use_is_refused_even_by_a_reuse_group);
   tcase_add_test(tc, a_port_held_by_another_server_is_refused);
