@@ -353,27 +353,36 @@ class Budget(ShmCase):
     server_args = ("--workers", "1", "--allow-client-shm", "1",
                    "--max-inflight-mb", "8")
 
-    def test_inputs_read_in_place_are_left_out_of_the_budget(self):
-        """Key and value of 6 MiB each, more than the 8 MiB in-flight
-        budget together: read where they lie in the region (the client's
-        memory, which --shm-max-mb bounds), the budget holds the output
-        alone; copied out, as when the answer prints numbers, they are
-        held and the request is refused naming the flag."""
+    def lay_out(self, name, shift):
+        """A query of 16 rows and key and value of 6 MiB each (more than
+        the 8 MiB budget together) in a region of their own; key and
+        value shift bytes past a 64-byte boundary.  Returns the tensors
+        and the request for a binary output."""
         rng = np.random.default_rng(11)
-        Lq, Lk, D = 16, 24576, 64
-        q, k, v = (rng.standard_normal((1, L, D)).astype("<f4")
-                   for L in (Lq, Lk, Lk))
+        q, k, v = (rng.standard_normal((1, L, 64)).astype("<f4")
+                   for L in (16, 24576, 24576))
         r = self.region(13 << 20)
-        self.registered("big", r)
-        pk = Packer(r, "big")
-        inputs = [shm_input(n, "FP32", a.shape, "big", *pk.put(a.tobytes()))
-                  for n, a in (("query", q), ("key", k), ("value", v))]
-        req = {"inputs": inputs,
-               "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}
+        self.registered(name, r)
+        pk = Packer(r, name)
+        inputs = [shm_input("query", "FP32", q.shape, name, *pk.put(q.tobytes()))]
+        for n, a in (("key", k), ("value", v)):
+            at = pk.reserve(a.nbytes + shift)[0] + shift
+            r.write(at, a.tobytes())
+            inputs.append(shm_input(n, "FP32", a.shape, name, at, a.nbytes))
+        return (q, k, v), {"inputs": inputs, "outputs": [
+            {"name": "output", "parameters": {"binary_data": True}}]}
+
+    def test_inputs_read_in_place_are_left_out_of_the_budget(self):
+        """Read where they lie in the region (the client's memory, which
+        --shm-max-mb bounds), key and value are left out of the budget,
+        which holds the output alone; copied out, as when the answer
+        prints numbers, they are held and the request is refused naming
+        the flag."""
+        (q, k, v), req = self.lay_out("big", 0)
         st, hdrs, body = self.call("POST", INFER, req)
         self.assertEqual(st, 200, body[:300])
         got = np.frombuffer(body[int(hdrs["inference-header-content-length"]):], "<f4")
-        s = q[0].astype(np.float64) @ k[0].astype(np.float64).T / np.sqrt(D)
+        s = q[0].astype(np.float64) @ k[0].astype(np.float64).T / np.sqrt(64)
         w = np.exp(s - s.max(axis=1, keepdims=True))
         ref = (w / w.sum(axis=1, keepdims=True)) @ v[0].astype(np.float64)
         self.assert_close(got.tolist(), ref.ravel().tolist(), "output")
@@ -382,30 +391,12 @@ class Budget(ShmCase):
         self.assertTrue(harness.wait_for(
             lambda: self.srv.metric("attnd_inflight_bytes") == 0, 30))
 
-
-class UnalignedBudget(ShmCase):
-    server_args = Budget.server_args
-
     def test_an_input_at_an_offset_not_aligned_for_float_is_a_copy_the_budget_holds(self):
-        """The same key and value as Budget's, each 2 bytes past a
-        float's alignment: they cannot be read where they lie, so they
-        are copied, and the copies are held like any other: the request
-        is refused naming the flag before anything is allocated for
-        them."""
-        rng = np.random.default_rng(12)
-        Lq, Lk, D = 16, 24576, 64
-        q, k, v = (rng.standard_normal((1, L, D)).astype("<f4")
-                   for L in (Lq, Lk, Lk))
-        r = self.region(13 << 20)
-        self.registered("odd", r)
-        pk = Packer(r, "odd")
-        inputs = [shm_input("query", "FP32", q.shape, "odd", *pk.put(q.tobytes()))]
-        for name, a in (("key", k), ("value", v)):
-            at = pk.reserve(a.nbytes + 2)[0] + 2
-            r.write(at, a.tobytes())
-            inputs.append(shm_input(name, "FP32", a.shape, "odd", at, a.nbytes))
-        req = {"inputs": inputs,
-               "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}
+        """Key and value 2 bytes past a float's alignment cannot be read
+        where they lie, so they are copied, and the copies are held like
+        any other: the request is refused naming the flag before anything
+        is allocated for them."""
+        (_, k, _), req = self.lay_out("odd", 2)
         hwm = self.srv.status_kb("VmHWM")
         self.refused(413, "--max-inflight-mb", req)
         self.assertLess(self.srv.status_kb("VmHWM") - hwm, k.nbytes // 2048)
