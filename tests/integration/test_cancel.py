@@ -9,11 +9,11 @@ client that waited must get 504 for a deadline, the access log must say
 499 for a client that left, and attnd_cancelled_total must count each.  A
 request queued behind a busy worker whose client leaves is never computed,
 and gives its queue place and budget back at once: a full queue whose
-clients left admits the next request; so does one taken in a batch behind
-a request still computing, which hears its 504 at its deadline.  The same
-holds for a request run
-on its HTTP thread (--inline-idle-us) and for one with diagnostics; the
-largest v2 timeout is a deadline like any other.
+clients left admits the next request.  A request taken in a batch behind
+one still computing is dropped as soon as its client leaves, and hears its
+504 at its deadline.  The same holds for a request run on its HTTP
+thread (--inline-idle-us) and for one with diagnostics; the largest v2
+timeout is a deadline like any other.
 The server keeps answering everyone else throughout.  (The request costs
 more than --max-request-gflop admits by default, which is the other way
 attnd bounds work: these servers run with the limit off.)

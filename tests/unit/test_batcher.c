@@ -431,8 +431,8 @@ END_TEST
 
 /* A job whose client left, and one whose deadline passed, both queued
  * in the middle of what would be a batch: neither is computed (taken off
- * the queue by the loop, or dropped from the batch by the worker: the
- * batch is then of 2 or of 4), and the others answer exactly what they
+ * the queue or the batch by the loop, or skipped by the worker: the batch
+ * is then of 2 or of 4), and the others answer exactly what they
  * would alone. */
 START_TEST(test_cancelled_jobs_leave_their_batch_mates_untouched) {
   struct metrics *m;
