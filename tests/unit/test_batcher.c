@@ -546,7 +546,8 @@ static void hold_a_batch_mate(struct batcher *b, struct tjob *t,
 
 /* With t[1] still holding the worker, t[2] has been answered want_err
  * uncomputed and given back its queue place and budget; once t[1] goes,
- * it is answered as alone and t[2] is completed no second time. */
+ * it is answered as alone and t[2] is completed no second time.  The
+ * caller then finishes. */
 static void expect_answered_in_its_batch(struct batcher *b,
                                          struct metrics *m, struct tjob *t,
                                          uint64_t by_ns, int want_err) {
@@ -567,7 +568,6 @@ static void expect_answered_in_its_batch(struct batcher *b,
   usleep(20000);
   ck_assert_int_eq(n_done, 3);
   free(want);
-  finish(b, m, t, 3);
 }
 
 /* A job taken in a batch but not started hears 504 at its deadline, not
@@ -582,6 +582,7 @@ START_TEST(test_deadline_fires_for_a_job_waiting_in_its_batch) {
                                ATTND_ETIMEDOUT);
   ck_assert_uint_eq(support_counter_labelled(m, "attnd_cancelled_total",
                                              "reason=\"deadline\""), 1);
+  finish(b, m, t, 3);
 }
 END_TEST
 
@@ -597,6 +598,9 @@ START_TEST(test_cancelled_job_waiting_in_its_batch_is_dropped_at_once) {
   batcher_wake_cancelled(b);
   expect_answered_in_its_batch(b, m, t, clock_now_ns() + 500 * 1000000u,
                                ATTND_ECANCELED);
+  ck_assert_uint_eq(support_counter_labelled(m, "attnd_cancelled_total",
+                                             "reason=\"disconnect\""), 1);
+  finish(b, m, t, 3);
 }
 END_TEST
 
@@ -610,6 +614,7 @@ START_TEST(test_cancel_all_answers_a_job_waiting_in_its_batch) {
   batcher_cancel_all(b);
   expect_answered_in_its_batch(b, m, t, clock_now_ns() + 500 * 1000000u,
                                ATTND_EDRAINING);
+  finish(b, m, t, 3);
 }
 END_TEST
 
