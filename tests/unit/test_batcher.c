@@ -544,18 +544,45 @@ static void hold_a_batch_mate(struct batcher *b, struct tjob *t,
                 "with t[2]", t[1].batch_size);
 }
 
-/* With t[1] still holding the worker, t[2] has been answered want_err
- * uncomputed and given back its queue place and budget; once t[1] goes,
- * it is answered as alone and t[2] is completed no second time.  The
- * caller then finishes. */
-static void expect_answered_in_its_batch(struct batcher *b,
-                                         struct metrics *m, struct tjob *t,
-                                         uint64_t by_ns, int want_err) {
+/* How a job taken in a batch and not started is stopped, by _i: its
+ * deadline passes, its client leaves, the drain ends.  What it answers,
+ * and the reason attnd_cancelled_total counts (NULL: none). */
+static const struct {
+  int err;
+  const char *reason;
+} stopped_in_batch[] = {
+  {ATTND_ETIMEDOUT, "reason=\"deadline\""},
+  {ATTND_ECANCELED, "reason=\"disconnect\""},
+  {ATTND_EDRAINING, NULL},
+};
+
+/* While its batch mate t[1] still holds the worker, t[2] is answered
+ * uncomputed, at its deadline or once the batcher is told, and gives its
+ * queue place and budget back (it counts as queued until then); once
+ * t[1] goes, t[1] is answered as alone and t[2] is completed no second
+ * time. */
+START_TEST(test_a_job_waiting_in_its_batch_is_answered_on_time) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
+  struct tjob t[3];
   char *want = expected_body(SHAPE_A);
+  uint64_t deadline = _i == 0 ? clock_now_ns() + 100 * 1000000u : 0;
   int i;
-  ck_assert_msg(answered_by(&t[2], by_ns),
+  hold_a_batch_mate(b, t, deadline);
+  if (_i > 0) {
+    ck_assert_uint_eq(support_counter(m, "attnd_queue_depth"), 1);
+    if (_i == 1) {
+      atomic_store(&t[2].job.cancel, BATCHER_GONE);
+      batcher_wake_cancelled(b);
+    } else {
+      batcher_close(b);
+      batcher_cancel_all(b);
+    }
+  }
+  ck_assert_msg(answered_by(&t[2], (deadline ? deadline : clock_now_ns()) +
+                                       500 * 1000000u),
                 "not answered while its batch mate computes");
-  ck_assert_int_eq(t[2].err, want_err);
+  ck_assert_int_eq(t[2].err, stopped_in_batch[_i].err);
   ck_assert_ptr_null(t[2].body);
   ck_assert_int_eq(t[2].batch_size, 0);
   for (i = 0; i < 10000 && batcher_outstanding(b) > 1; i++)
@@ -567,53 +594,10 @@ static void expect_answered_in_its_batch(struct batcher *b,
   expect_answered(3, &t[1], want);
   usleep(20000);
   ck_assert_int_eq(n_done, 3);
+  if (stopped_in_batch[_i].reason)
+    ck_assert_uint_eq(support_counter_labelled(m, "attnd_cancelled_total",
+                                               stopped_in_batch[_i].reason), 1);
   free(want);
-}
-
-/* A job taken in a batch but not started hears 504 at its deadline, not
- * when its batch mate before it is done. */
-START_TEST(test_deadline_fires_for_a_job_waiting_in_its_batch) {
-  struct metrics *m;
-  struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
-  struct tjob t[3];
-  uint64_t deadline = clock_now_ns() + 100 * 1000000u;
-  hold_a_batch_mate(b, t, deadline);
-  expect_answered_in_its_batch(b, m, t, deadline + 500 * 1000000u,
-                               ATTND_ETIMEDOUT);
-  ck_assert_uint_eq(support_counter_labelled(m, "attnd_cancelled_total",
-                                             "reason=\"deadline\""), 1);
-  finish(b, m, t, 3);
-}
-END_TEST
-
-/* A job taken in a batch but not started, whose client left, is dropped
- * once the batcher is told; until then it counts as queued. */
-START_TEST(test_cancelled_job_waiting_in_its_batch_is_dropped_at_once) {
-  struct metrics *m;
-  struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
-  struct tjob t[3];
-  hold_a_batch_mate(b, t, 0);
-  ck_assert_uint_eq(support_counter(m, "attnd_queue_depth"), 1);
-  atomic_store(&t[2].job.cancel, BATCHER_GONE);
-  batcher_wake_cancelled(b);
-  expect_answered_in_its_batch(b, m, t, clock_now_ns() + 500 * 1000000u,
-                               ATTND_ECANCELED);
-  ck_assert_uint_eq(support_counter_labelled(m, "attnd_cancelled_total",
-                                             "reason=\"disconnect\""), 1);
-  finish(b, m, t, 3);
-}
-END_TEST
-
-/* The drain's end answers a job waiting in its batch at once too. */
-START_TEST(test_cancel_all_answers_a_job_waiting_in_its_batch) {
-  struct metrics *m;
-  struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
-  struct tjob t[3];
-  hold_a_batch_mate(b, t, 0);
-  batcher_close(b);
-  batcher_cancel_all(b);
-  expect_answered_in_its_batch(b, m, t, clock_now_ns() + 500 * 1000000u,
-                               ATTND_EDRAINING);
   finish(b, m, t, 3);
 }
 END_TEST
@@ -681,9 +665,8 @@ static Suite *batcher_suite(void) {
   tcase_add_test(tc, test_keys_are_served_round_robin);
   tcase_add_test(tc, test_expired_deadline_is_not_computed);
   tcase_add_test(tc, test_deadline_fires_while_workers_are_busy);
-  tcase_add_test(tc, test_deadline_fires_for_a_job_waiting_in_its_batch);
-  tcase_add_test(tc, test_cancelled_job_waiting_in_its_batch_is_dropped_at_once);
-  tcase_add_test(tc, test_cancel_all_answers_a_job_waiting_in_its_batch);
+  tcase_add_loop_test(tc, test_a_job_waiting_in_its_batch_is_answered_on_time,
+                      0, 3);
   tcase_add_test(tc, test_close_refuses_and_cancel_all_drops_queued);
   tcase_add_test(tc, test_stop_answers_queued_jobs);
   tcase_add_test(tc, test_cheap_job_runs_on_the_calling_thread);
