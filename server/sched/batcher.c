@@ -17,15 +17,20 @@
  * - The loop thread (uv_run on b->loop) owns the per-key queues, the
  *   round-robin cursor and the batch slots.  It is the only thread that
  *   calls libuv functions other than uv_async_send.
- * - Workers (pool.c) run one batch at a time (batcher_run): exec_job and
- *   complete each job (calling job->done), then hand the batch slot back
- *   on b->done_batches under b->mu and uv_async_send.
+ * - Workers (pool.c) run one batch at a time (batcher_run): take each job
+ *   off the batch under b->mu, exec_job and complete it (calling
+ *   job->done), then hand the batch slot back on b->done_batches under
+ *   b->mu and uv_async_send.
  *
  * Queues:
  * - b->in_head/in_tail: submitted jobs not yet seen by the loop (b->mu).
  * - b->done_batches: batch slots workers have finished (b->mu).
  * - b->queues[]: one FIFO per shape key (loop thread only).  An empty
  *   queue is removed, so the array holds only keys with waiting work.
+ * - batch->jobs, in each of the `workers` batch slots: the jobs of a
+ *   launched batch not yet started.  The loop fills it before
+ *   pool_submit; from then on it changes under b->mu only, by the worker
+ *   taking its next job or by the loop's sweep taking one out.
  *
  * The async callback drains both b->mu lists in one step (uv_async_send
  * coalesces), re-queues, then dispatches while a worker place is vacant:
@@ -43,21 +48,33 @@
  * uv_async_send, no done()).  pool.c's lock and a split's lock (exec.c)
  * are leaves too; no two of these are ever held together.
  *
- * Cancelling: a job's cancel word (batcher.h) is set by the watcher
- * (server/conn/watch.c: the client left, the deadline passed), which
- * then wakes the loop (batcher_wake_cancelled); every pass of the loop
- * completes the queued jobs whose word is set, so a job whose client
- * left gives its queue place and budget back at once.  Running jobs read
- * the word themselves (exec.c, the core).  b->running lists the jobs
- * that a worker or an HTTP thread has taken, from their start to just
- * before done() (or, inline, before the reservation is given back), so
- * that batcher_cancel_all can set every running job's word under b->mu;
- * a job that starts after it finds b->cancel_all set.
+ * Cancelling and deadlines: a job's cancel word (batcher.h) is set by the
+ * watcher (server/conn/watch.c: the client left, the deadline passed),
+ * which then wakes the loop (batcher_wake_cancelled).  A job is either
+ * not yet started or running, and each state has one path.  Not yet
+ * started (in a queue, or in a batch behind its batch mates): every pass
+ * of the loop (batcher_expire) completes those whose word is set or whose
+ * deadline has passed, and arms the timer for the next deadline among
+ * them, so a job whose client left gives its queue place and budget back
+ * at once and a late one hears 504 on time, however long its batch mates
+ * compute.  Running: the job reads the word itself (exec.c, the core).
+ * The two never overlap: a worker takes a job off its batch and onto
+ * b->running in one step under b->mu, the sweep takes jobs off batches
+ * under b->mu, so each job is completed once, and a worker never sees a
+ * job the sweep took.  Skipping one leaves its batch mates' answers as
+ * they were: each job is computed as its own problem.  b->running lists
+ * the jobs that a worker or an HTTP thread has taken, from their start to
+ * just before done() (or, inline, before the reservation is given back),
+ * so that batcher_cancel_all can set every running job's word under
+ * b->mu; a job that starts after it finds b->cancel_all set, and the
+ * jobs not yet started are completed by the loop (batcher_fail_queued).
  *
- * Accounting (b->mu): `queued` counts reserved jobs that no worker has
- * taken (admission against max_queue), `outstanding` counts reserved jobs
- * whose done() has not returned, `bytes` sums their hold_bytes and the holds
- * of bodies still arriving (batcher_hold), all against max_bytes.  Every
+ * Accounting (b->mu): `queued` counts reserved jobs not yet started,
+ * queued or waiting in a batch (admission against max_queue; the
+ * metrics' attnd_queue_depth moves with it), `outstanding` counts
+ * reserved jobs whose done() has not returned, `bytes` sums their
+ * hold_bytes and the holds of bodies still arriving (batcher_hold), all
+ * against max_bytes.  Every
  * change to `bytes` is added to the metrics' gauge after the unlock, as a
  * difference, so that the gauge needs no lock of its own.
  */
@@ -81,8 +98,11 @@
 struct batcher_batch {
   struct exec_item base;    /* first; kind EXEC_ITEM_BATCH */
   struct batcher *b;
-  struct batcher_job *jobs; /* linked through job->next */
-  int n;
+  struct batcher_job *jobs; /* not yet started, linked through job->next:
+                               filled by the loop before pool_submit, then
+                               taken under b->mu, by the worker one at a
+                               time or by the loop's sweep */
+  int n;                    /* jobs it left the queue with */
   struct batcher_batch *next;
 };
 
@@ -202,8 +222,9 @@ static void batcher_finish(struct batcher *b, struct batcher_job *job,
   batcher_release(b, hold_bytes);
 }
 
-/* Completes every job of a queue list that never reached a worker, with
- * err, or with err 0 each with what its cancel word says. */
+/* Completes every job of a list of jobs never started (queued, or taken
+ * off a batch), with err, or with err 0 each with what its cancel word
+ * says. */
 static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
                               int err) {
   size_t n = 0;
@@ -279,29 +300,45 @@ static void batcher_unlist(struct batcher *b, struct batcher_job *job) {
 
 /* ---- workers ---------------------------------------------------------- */
 
-/* The pool's run function: a batch's jobs, executed (exec.c) and completed
- * one by one, then the slot handed back to the loop thread; or a split
- * helper, which is exec.c's business. */
+/* Takes the next job of a batch to run it: off the batch, out of the
+ * queued count and onto the running list, in one step under b->mu, so
+ * that the loop's sweep (batcher_expire) either completes it before this
+ * or never sees it.  NULL when none is left. */
+static struct batcher_job *batcher_start_next(struct batcher *b,
+                                              struct batcher_batch *batch) {
+  struct batcher_job *job;
+  pthread_mutex_lock(&b->mu);
+  job = batch->jobs;
+  if (job) {
+    batch->jobs = job->next;
+    job->next = NULL;
+    b->queued--;
+    batcher_link(b, job);
+  }
+  pthread_mutex_unlock(&b->mu);
+  if (job)
+    metrics_add_queue_depth(b->ex.m, -1);
+  return job;
+}
+
+/* The pool's run function: a batch's jobs, taken, executed (exec.c) and
+ * completed one by one, skipping those the loop completed meanwhile, then
+ * the slot handed back to the loop thread; or a split helper, which is
+ * exec.c's business. */
 static void batcher_run(struct pool_item *item, struct pool_worker *w,
                         void *arg) {
   struct batcher_batch *batch = (struct batcher_batch *)item;
   struct batcher *b = arg;
-  struct batcher_job *job, *next;
+  struct batcher_job *job;
   int n;
 
   if (((struct exec_item *)item)->kind == EXEC_ITEM_HELPER) {
     exec_help(item, w);
     return;
   }
-  job = batch->jobs;
   n = batch->n;
-  pthread_mutex_lock(&b->mu);
-  for (; job; job = job->next)
-    batcher_link(b, job);
-  pthread_mutex_unlock(&b->mu);
-  for (job = batch->jobs; job; job = next) {
+  while ((job = batcher_start_next(b, batch)) != NULL) {
     int err = exec_job(&b->ex, job, w, n);
-    next = job->next;
     batcher_unlist(b, job);
     batcher_finish(b, job, err);
   }
@@ -321,47 +358,66 @@ static void batcher_due(uint64_t *due, uint64_t at) {
     *due = at;
 }
 
-/* Moves *pp, a queued job, to the list whose tail link is **ep. */
-static void batcher_pull(struct batcher_queue *q, struct batcher_job **pp,
-                         struct batcher_job ***ep) {
+/* Moves *pp, a job not yet started, to the list whose tail link is **ep. */
+static void batcher_pull(struct batcher_job **pp, struct batcher_job ***ep) {
   struct batcher_job *job = *pp;
   *pp = job->next;
   job->next = NULL;
   **ep = job;
   *ep = &job->next;
-  q->n--;
 }
 
-/* Completes queued jobs whose cancel word is set (batcher.h: their
- * client left, their deadline passed, the drain) with the error it names,
- * and those whose deadline has passed with ATTND_ETIMEDOUT, giving their
- * queue places and budget back; lowers *due to the next deadline still
- * ahead, so that a job stuck behind busy workers hears 504 on time rather
- * than when one frees up.  Every wake-up of the loop runs this, and the
- * watcher wakes it when it sets a word (batcher_wake_cancelled). */
+/* Takes the jobs of the list at *pp that are not to start: to **sp those
+ * whose cancel word is set, to **ep those past their deadline.  Lowers
+ * *due to the next deadline of those left; *last is the last one left
+ * (NULL: none).  Returns how many it took. */
+static int batcher_sift(struct batcher_job **pp, uint64_t now,
+                        uint64_t *due, struct batcher_job ***ep,
+                        struct batcher_job ***sp, struct batcher_job **last) {
+  int n = 0;
+  *last = NULL;
+  while (*pp) {
+    struct batcher_job *job = *pp;
+    if (atomic_load_explicit(&job->cancel, memory_order_relaxed))
+      batcher_pull(pp, sp);
+    else if (job->deadline_ns && now > job->deadline_ns)
+      batcher_pull(pp, ep);
+    else {
+      if (job->deadline_ns)
+        batcher_due(due, job->deadline_ns + 1);
+      *last = job;
+      pp = &job->next;
+      continue;
+    }
+    n++;
+  }
+  return n;
+}
+
+/* The one deadline path of jobs not yet started: completes those whose
+ * cancel word is set (batcher.h: their client left, their deadline
+ * passed, the drain) with the error it names, and those whose deadline
+ * has passed with ATTND_ETIMEDOUT, giving their queue places and budget
+ * back; lowers *due to the next deadline still ahead, so that a job
+ * stuck behind busy workers hears 504 on time rather than when one frees
+ * up.  It looks at the queues and at the batches on the workers, whose
+ * jobs wait there behind their batch mates.  Every wake-up of the loop
+ * runs this, and the watcher wakes it when it sets a word
+ * (batcher_wake_cancelled). */
 static void batcher_expire(struct batcher *b, uint64_t now, uint64_t *due) {
+  struct batcher_job *expired = NULL, **ep = &expired, *last;
+  struct batcher_job *stopped = NULL, **sp = &stopped;
   size_t i;
   for (i = 0; i < b->nq; i++) {
     struct batcher_queue *q = &b->queues[i];
-    struct batcher_job **pp = &q->head, *expired = NULL, **ep = &expired;
-    struct batcher_job *stopped = NULL, **sp = &stopped;
-    q->tail = NULL;
-    while (*pp) {
-      struct batcher_job *job = *pp;
-      if (atomic_load_explicit(&job->cancel, memory_order_relaxed))
-        batcher_pull(q, pp, &sp);
-      else if (job->deadline_ns && now > job->deadline_ns)
-        batcher_pull(q, pp, &ep);
-      else {
-        if (job->deadline_ns)
-          batcher_due(due, job->deadline_ns + 1);
-        q->tail = job;
-        pp = &job->next;
-      }
-    }
-    batcher_fail_list(b, expired, ATTND_ETIMEDOUT);
-    batcher_fail_list(b, stopped, 0);
+    q->n -= batcher_sift(&q->head, now, due, &ep, &sp, &q->tail);
   }
+  pthread_mutex_lock(&b->mu);
+  for (i = 0; i < (size_t)b->cfg.workers; i++)
+    batcher_sift(&b->slots[i].jobs, now, due, &ep, &sp, &last);
+  pthread_mutex_unlock(&b->mu);
+  batcher_fail_list(b, expired, ATTND_ETIMEDOUT);
+  batcher_fail_list(b, stopped, 0);
 }
 
 /* May queue q leave now?  If not, lowers *due to when it may. */
@@ -389,8 +445,6 @@ static int batcher_launch(struct batcher *b, size_t i) {
 
   pthread_mutex_lock(&b->mu);
   placed = batcher_occupy(b);
-  if (placed)
-    b->queued -= (size_t)n;
   pthread_mutex_unlock(&b->mu);
   if (!placed)
     return 0;
@@ -405,7 +459,6 @@ static int batcher_launch(struct batcher *b, size_t i) {
   if (!q->head)
     q->tail = NULL;
   batch->n = n;
-  metrics_add_queue_depth(b->ex.m, -n);
   metrics_record_batch(b->ex.m, n);
   pool_submit(b->ex.pool, &batch->base.item);
   return 1;
@@ -474,13 +527,21 @@ static void batcher_enqueue(struct batcher *b, struct batcher_job *job) {
   q->n++;
 }
 
-/* Completes every queued job with err and empties the queues. */
+/* Completes every job not yet started with err: the queues, emptied, and
+ * the jobs waiting in batches on the workers. */
 static void batcher_fail_queued(struct batcher *b, int err) {
+  struct batcher_job *taken = NULL, **tp = &taken;
   size_t i;
   for (i = 0; i < b->nq; i++)
     batcher_fail_list(b, b->queues[i].head, err);
   b->nq = 0;
   b->rr = 0;
+  pthread_mutex_lock(&b->mu);
+  for (i = 0; i < (size_t)b->cfg.workers; i++)
+    while (b->slots[i].jobs)
+      batcher_pull(&b->slots[i].jobs, &tp);
+  pthread_mutex_unlock(&b->mu);
+  batcher_fail_list(b, taken, err);
 }
 
 static void batcher_shutdown(struct batcher *b) {

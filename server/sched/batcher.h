@@ -17,8 +17,10 @@
  * and is handed to a worker without copying tensors.  Keys are served
  * round-robin.  With max_delay_us 0 a batch leaves as soon as a worker is
  * free; otherwise it waits until it is full or its oldest job has waited
- * max_delay_us (millisecond timer granularity).  A job whose deadline has
- * passed before it runs is completed with ATTND_ETIMEDOUT, uncomputed.
+ * max_delay_us (millisecond timer granularity).  A job whose deadline
+ * passes before it starts is completed with ATTND_ETIMEDOUT, uncomputed,
+ * at its deadline: in its queue, or in its batch while the jobs before it
+ * compute.  Until it starts a job counts as queued (max_queue).
  *
  * Threads: batcher_start/batcher_stop from the controlling thread;
  * everything else from any thread.
@@ -36,7 +38,7 @@ struct batcher_config {
   int workers;              /* compute threads, >= 1 */
   int max_batch;            /* >= 1 */
   long max_delay_us;        /* 0 = greedy */
-  size_t max_queue;         /* jobs reserved but not yet running */
+  size_t max_queue;         /* jobs reserved but not yet started */
   size_t max_bytes;         /* budget of the jobs' hold_bytes */
   uint64_t inline_ns;       /* batcher_run_here's bounds, 0 = never: */
   uint64_t inline_idle_ns;  /* always, and while nothing else is in flight */
@@ -87,10 +89,12 @@ struct batcher_job {
 
   /* Set by anyone at any time, once (the HTTP layer's watcher, or
    * batcher_cancel_all): why the job is to stop, enum batcher_cancel.
-   * A queued job is then completed uncomputed once the batcher is told
-   * (batcher_wake_cancelled), giving back its queue place and budget at once; one
-   * that runs stops within a key block (attn_problem.stop) or before its
-   * next phase (diagnostics, encoding, compression).  err is then
+   * A job not yet started (queued, or in its batch behind others) is
+   * then completed uncomputed once the batcher is told
+   * (batcher_wake_cancelled), giving back its queue place and budget at
+   * once, and its batch's worker skips it; one that runs stops within a
+   * key block (attn_problem.stop) or before its next phase (diagnostics,
+   * encoding, compression).  err is then
    * ATTND_ECANCELED (the client left), ATTND_ETIMEDOUT (its deadline
    * passed) or ATTND_EDRAINING (the drain), and no other job of its
    * batch is touched. */
@@ -176,7 +180,7 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone);
 void batcher_close(struct batcher *b);
 
 /* Tells the batcher that a job's cancel word was set: its loop thread
- * then completes every queued job whose word is set (batcher.h, cancel).
+ * then completes every job not yet started whose word is set (cancel).
  * Any thread, no lock held, until batcher_stop; a void * for
  * watch_add's callback (the watch is stopped before the batcher). */
 void batcher_wake_cancelled(void *b);
@@ -184,17 +188,17 @@ void batcher_wake_cancelled(void *b);
 /* The end of a drain that ran out of time: stores BATCHER_DRAIN in the
  * cancel word of every job reserved and not completed, queued or running
  * (on a worker or its HTTP thread), and of every job that starts later;
- * queued ones are completed at once.  All answer ATTND_EDRAINING within
- * about a key block's work each. */
+ * those not yet started (queued, or in a batch) are completed at once.
+ * All answer ATTND_EDRAINING within about a key block's work each. */
 void batcher_cancel_all(struct batcher *b);
 
 /* Jobs reserved and not yet completed (done() not yet returned). */
 size_t batcher_outstanding(struct batcher *b);
 
-/* Stops the workers and the loop thread and frees everything.  Queued jobs
- * are completed with ATTND_EDRAINING first; running ones finish.  Nobody
- * may call into b concurrently or afterwards, and every done() must be
- * safe to run until batcher_stop returns. */
+/* Stops the workers and the loop thread and frees everything.  Jobs not
+ * yet started are completed with ATTND_EDRAINING first; running ones
+ * finish.  Nobody may call into b concurrently or afterwards, and every
+ * done() must be safe to run until batcher_stop returns. */
 void batcher_stop(struct batcher *b);
 
 #endif /* ATTND_BATCHER_H */

@@ -9,9 +9,11 @@ client that waited must get 504 for a deadline, the access log must say
 499 for a client that left, and attnd_cancelled_total must count each.  A
 request queued behind a busy worker whose client leaves is never computed,
 and gives its queue place and budget back at once: a full queue whose
-clients left admits the next request.  The same holds for a request run
-on its HTTP thread (--inline-idle-us) and for one with diagnostics; the
-largest v2 timeout is a deadline like any other.
+clients left admits the next request.  A request taken in a batch behind
+one still computing is dropped as soon as its client leaves, and hears its
+504 at its deadline.  The same holds for a request run on its HTTP
+thread (--inline-idle-us) and for one with diagnostics; the largest v2
+timeout is a deadline like any other.
 The server keeps answering everyone else throughout.  (The request costs
 more than --max-request-gflop admits by default, which is the other way
 attnd bounds work: these servers run with the limit off.)
@@ -418,6 +420,73 @@ class QueueGiveBackTest(harness.ServerTestCase):
             busy.close()
             for q in queued:
                 q.close()
+
+
+class BatchMateTest(harness.ServerTestCase):
+    """Two requests of one shape queued behind a busy worker leave together
+    as one batch; the second, waiting behind the first, is answered at its
+    deadline, or dropped when its client leaves, while the first still
+    computes, not when it is done."""
+    server_args = ("--workers", "1", "--max-batch", "4", "--inline-idle-us", "0",
+                   "--max-request-gflop", "0", "--max-body-mb", "8")
+
+    def connect(self):
+        return socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
+
+    def batch_behind(self, params):
+        """Sends a long request, then two of another shape (the second with
+        params) and lets the first go: returns (mate, waiting, sent), the
+        sockets of the batch of two and when the second was sent."""
+        pid = self.srv.proc.pid
+        busy, mate, waiting = self.connect(), self.connect(), self.connect()
+        self.socks = [busy, mate, waiting]
+        busy.sendall(long_request(3 * N))
+        self.assertTrue(wait_busy(pid, timeout=20 * SLOW), "attnd is not computing")
+        mate.sendall(long_request(2 * N))     # seconds of work, stopped by tearDown
+        sent = time.monotonic()
+        waiting.sendall(long_request(2 * N, params=params))
+        self.assertTrue(harness.wait_for(
+            lambda: self.srv.metric("attnd_queue_depth") == 2, 20 * SLOW),
+            "the two requests are not queued")
+        busy.close()   # stops; the two leave as one batch, the mate starts
+        self.assertTrue(harness.wait_for(
+            lambda: self.srv.metric("attnd_queue_depth") == 1, 5 * SLOW),
+            "the waiting request is not counted as queued")
+        return mate, waiting, sent
+
+    def assert_mate_computing(self, mate):
+        mate.setblocking(False)
+        try:
+            self.assertRaises(BlockingIOError, mate.recv, 1)
+        finally:
+            mate.setblocking(True)
+
+    def tearDown(self):
+        for s in getattr(self, "socks", []):
+            s.close()
+
+    def test_a_deadline_in_a_batch_answers_504_on_time(self):
+        before = cancelled(self.srv, "deadline")
+        mate, waiting, sent = self.batch_behind({"timeout": 1500000})   # 1.5 s
+        status, _, body = read_answer(waiting)
+        late = time.monotonic() - sent
+        print("BatchMateTest: 504 %.2f s after sending, timeout 1.5 s" % late)
+        self.assertEqual(status, 504, body[:200])
+        self.assertLess(late, 1.5 + 2.0 * SLOW)
+        self.assert_mate_computing(mate)
+        self.assertEqual(cancelled(self.srv, "deadline"), before + 1)
+
+    def test_a_client_that_leaves_its_batch_is_dropped_at_once(self):
+        before = cancelled(self.srv, "disconnect")
+        mate, waiting, _ = self.batch_behind(None)
+        held = self.srv.metric("attnd_inflight_bytes")
+        waiting.close()
+        self.assertTrue(harness.wait_for(
+            lambda: cancelled(self.srv, "disconnect") == before + 2, 2 * SLOW),
+            "dropped only when its batch mate is done")
+        self.assert_mate_computing(mate)
+        self.assertEqual(self.srv.metric("attnd_queue_depth"), 0)
+        self.assertLess(self.srv.metric("attnd_inflight_bytes"), held)
 
 
 class FarDeadlineTest(harness.ServerTestCase):

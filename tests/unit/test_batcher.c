@@ -4,7 +4,8 @@
  * layer does, and their answers compared with attn_forward + encode run
  * directly.  A "gate" job whose done() blocks holds the only worker busy,
  * so that queue limits, batching and fairness can be observed without
- * timing assumptions.
+ * timing assumptions.  There are two gates: the second holds the worker
+ * in the middle of a batch.
  */
 #include <check.h>
 #include <pthread.h>
@@ -30,12 +31,13 @@ static const char *SHAPE_B =
 /* Completion bookkeeping shared by every job of a test. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static int n_done, gate_entered, gate_open;
+static int n_done, gate_entered[3], gate_open[3];  /* gates 1 and 2 */
 static struct batcher_job *order[MAXJ];
 
 struct tjob {
   struct batcher_job job;
-  int is_gate;
+  int is_gate;              /* 0, or the gate its done() waits at */
+  int answered;             /* done() was called */
   int err, batch_size;
   char *body;
 };
@@ -46,10 +48,11 @@ static void on_done(struct batcher_job *job) {
   t->err = job->err;
   t->batch_size = job->batch_size;
   t->body = job->body;  /* the test owns the body from here on */
+  t->answered = 1;
   if (t->is_gate) {
-    gate_entered = 1;
+    gate_entered[t->is_gate] = 1;
     pthread_cond_broadcast(&cv);
-    while (!gate_open)
+    while (!gate_open[t->is_gate])
       pthread_cond_wait(&cv, &mu);
   }
   order[n_done++] = job;
@@ -58,7 +61,9 @@ static void on_done(struct batcher_job *job) {
 }
 
 static void reset(void) {
-  n_done = gate_entered = gate_open = 0;
+  n_done = 0;
+  memset(gate_entered, 0, sizeof gate_entered);
+  memset(gate_open, 0, sizeof gate_open);
   memset(order, 0, sizeof order);
 }
 
@@ -69,18 +74,35 @@ static void wait_done(int n) {
   pthread_mutex_unlock(&mu);
 }
 
-static void wait_gate(void) {
+static void wait_gate_of(int g) {
   pthread_mutex_lock(&mu);
-  while (!gate_entered)
+  while (!gate_entered[g])
     pthread_cond_wait(&cv, &mu);
   pthread_mutex_unlock(&mu);
 }
 
-static void open_gate(void) {
+static void open_gate_of(int g) {
   pthread_mutex_lock(&mu);
-  gate_open = 1;
+  gate_open[g] = 1;
   pthread_cond_broadcast(&cv);
   pthread_mutex_unlock(&mu);
+}
+
+static void wait_gate(void) { wait_gate_of(1); }
+static void open_gate(void) { open_gate_of(1); }
+
+/* Waits until t's done() has been called or clock_now_ns() passes by_ns;
+ * 1 when it was called. */
+static int answered_by(const struct tjob *t, uint64_t by_ns) {
+  int answered;
+  for (;;) {
+    pthread_mutex_lock(&mu);
+    answered = t->answered;
+    pthread_mutex_unlock(&mu);
+    if (answered || clock_now_ns() > by_ns)
+      return answered;
+    usleep(1000);
+  }
 }
 
 static void decode(struct tjob *t, const char *json) {
@@ -409,8 +431,8 @@ END_TEST
 
 /* A job whose client left, and one whose deadline passed, both queued
  * in the middle of what would be a batch: neither is computed (taken off
- * the queue by the loop, or dropped from the batch by the worker: the
- * batch is then of 2 or of 4), and the others answer exactly what they
+ * the queue or the batch by the loop, or skipped by the worker: the batch
+ * is then of 2 or of 4), and the others answer exactly what they
  * would alone. */
 START_TEST(test_cancelled_jobs_leave_their_batch_mates_untouched) {
   struct metrics *m;
@@ -505,6 +527,81 @@ START_TEST(test_deadline_fires_while_workers_are_busy) {
 }
 END_TEST
 
+/* Forms one batch [t[1], t[2]] of SHAPE_A behind the held worker (t[0]),
+ * t[2] with the deadline given (0: none), and holds the worker again in
+ * t[1]'s done(), at the second gate: t[2] is then taken in a batch and
+ * not started, waiting behind its batch mate. */
+static void hold_a_batch_mate(struct batcher *b, struct tjob *t,
+                              uint64_t deadline_ns) {
+  hold_the_worker(b, t, 3);
+  t[1].is_gate = 2;
+  ck_assert_int_eq(submit(b, &t[1]), 0);
+  t[2].job.deadline_ns = deadline_ns;
+  ck_assert_int_eq(submit(b, &t[2]), 0);
+  open_gate();
+  wait_gate_of(2);
+  ck_assert_msg(t[1].batch_size == 2, "t[1] left in a batch of %d, not "
+                "with t[2]", t[1].batch_size);
+}
+
+/* How a job taken in a batch and not started is stopped, by _i: its
+ * deadline passes, its client leaves, the drain ends.  What it answers,
+ * and the reason attnd_cancelled_total counts (NULL: none). */
+static const struct {
+  int err;
+  const char *reason;
+} stopped_in_batch[] = {
+  {ATTND_ETIMEDOUT, "reason=\"deadline\""},
+  {ATTND_ECANCELED, "reason=\"disconnect\""},
+  {ATTND_EDRAINING, NULL},
+};
+
+/* While its batch mate t[1] still holds the worker, t[2] is answered
+ * uncomputed, at its deadline or once the batcher is told, and gives its
+ * queue place and budget back (it counts as queued until then); once
+ * t[1] goes, t[1] is answered as alone and t[2] is completed no second
+ * time. */
+START_TEST(test_a_job_waiting_in_its_batch_is_answered_on_time) {
+  struct metrics *m;
+  struct batcher *b = start(&m, 1, 4, 64, 1 << 20);
+  struct tjob t[3];
+  char *want = expected_body(SHAPE_A);
+  uint64_t deadline = _i == 0 ? clock_now_ns() + 100 * 1000000u : 0;
+  int i;
+  hold_a_batch_mate(b, t, deadline);
+  if (_i > 0) {
+    ck_assert_uint_eq(support_counter(m, "attnd_queue_depth"), 1);
+    if (_i == 1) {
+      atomic_store(&t[2].job.cancel, BATCHER_GONE);
+      batcher_wake_cancelled(b);
+    } else {
+      batcher_close(b);
+      batcher_cancel_all(b);
+    }
+  }
+  ck_assert_msg(answered_by(&t[2], (deadline ? deadline : clock_now_ns()) +
+                                       500 * 1000000u),
+                "not answered while its batch mate computes");
+  ck_assert_int_eq(t[2].err, stopped_in_batch[_i].err);
+  ck_assert_ptr_null(t[2].body);
+  ck_assert_int_eq(t[2].batch_size, 0);
+  for (i = 0; i < 10000 && batcher_outstanding(b) > 1; i++)
+    usleep(1000);  /* t[0] and t[2] leave the count after their done() */
+  ck_assert_uint_eq(batcher_outstanding(b), 1);
+  ck_assert_uint_eq(batcher_bytes_in_use(b), t[1].job.hold_bytes);
+  ck_assert_uint_eq(support_counter(m, "attnd_queue_depth"), 0);
+  open_gate_of(2);
+  expect_answered(3, &t[1], want);
+  usleep(20000);
+  ck_assert_int_eq(n_done, 3);
+  if (stopped_in_batch[_i].reason)
+    ck_assert_uint_eq(support_counter_labelled(m, "attnd_cancelled_total",
+                                               stopped_in_batch[_i].reason), 1);
+  free(want);
+  finish(b, m, t, 3);
+}
+END_TEST
+
 START_TEST(test_close_refuses_and_cancel_all_drops_queued) {
   struct metrics *m;
   struct batcher *b = start(&m, 1, 1, 64, 1 << 20);
@@ -568,6 +665,8 @@ static Suite *batcher_suite(void) {
   tcase_add_test(tc, test_keys_are_served_round_robin);
   tcase_add_test(tc, test_expired_deadline_is_not_computed);
   tcase_add_test(tc, test_deadline_fires_while_workers_are_busy);
+  tcase_add_loop_test(tc, test_a_job_waiting_in_its_batch_is_answered_on_time,
+                      0, 3);
   tcase_add_test(tc, test_close_refuses_and_cancel_all_drops_queued);
   tcase_add_test(tc, test_stop_answers_queued_jobs);
   tcase_add_test(tc, test_cheap_job_runs_on_the_calling_thread);
