@@ -55,6 +55,14 @@ enum proto_output {
   PROTO_OUT_COUNT
 };
 
+/* How many inputs a v2 request can name: every input of the additive
+ * model, which has the dot-product model's and its three weights. */
+#define PROTO_IN_COUNT 13
+
+/* The most tensors one v2 request names: each input and each output at
+ * most once (a name given twice is refused). */
+#define PROTO_TENSORS_MAX (PROTO_IN_COUNT + PROTO_OUT_COUNT)
+
 /* 1 for the four diagnostics (computed together, from the weights). */
 static inline int proto_out_is_diagnostic(int k) {
   return k >= PROTO_OUT_ALLOWED_KEYS && k <= PROTO_OUT_JACOBIAN_NORM;
@@ -268,8 +276,10 @@ typedef struct proto_shm {
   void *ctx;
   /* Finds the region registered as name and holds it until the request
    * is over; returns its handle with its registered byte size in
-   * *byte_size, or NULL when no region has that name. */
-  void *(*find)(void *ctx, const char *name, uint64_t *byte_size);
+   * *byte_size, or NULL: with err empty when no region has that name
+   * (404), with a message in err when it cannot be held (400). */
+  void *(*find)(void *ctx, const char *name, uint64_t *byte_size,
+                char err[PROTO_ERR_MAX]);
   /* Copies n bytes at offset off of region (off + n within its byte
    * size) into dst.  0, or ATTND_EINVAL with a message in err when the
    * object no longer holds them (truncated after registration).  Bytes

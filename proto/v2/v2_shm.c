@@ -84,7 +84,13 @@ int proto__v2_shm_locate(const proto_shm *shm, proto__shm_use *u,
   uint64_t size = 0;
   char name[48];
   proto__quote_name(u->name, name, sizeof name);
-  u->region = shm ? shm->find(shm->ctx, u->name, &size) : NULL;
+  err[0] = '\0';
+  u->region = shm ? shm->find(shm->ctx, u->name, &size, err) : NULL;
+  if (!u->region && err[0]) {
+    char why[96]; /* find's message is short */
+    snprintf(why, sizeof why, "%s", err);
+    return ERR("%s: region '%s': %s", where, name, why);
+  }
   if (!u->region) {
     snprintf(err, PROTO_ERR_MAX, "%s: Unable to find shared memory region: "
              "'%s'", where, name);
