@@ -6,7 +6,9 @@
  * grammar (numbers, strings and their escapes, literals, blanks) and
  * stops at the first byte that breaks it, saying where and what it
  * expected: "body is not valid JSON at byte 60000123: expected a value,
- * got '}'".  NaN and infinity tokens, and NUL bytes, keep the messages of
+ * got '}'".  One rule beyond the grammar: no string holds the escape
+ * \u0000, since cJSON's strings end at a NUL, and a name, datatype, id
+ * or key cut short there would pass for another.  NaN and infinity tokens, and NUL bytes, keep the messages of
  * jsonerr.c (the place in the request, the NUL's offset).
  *
  * The decoders run it lazily: the inside of an array holding no container
@@ -35,14 +37,10 @@ typedef struct jc {
   size_t strict_to; /* lazy: no skipping before this offset */
 } jc;
 
-static int is_ws(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-}
-
 static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
 
 static size_t skip_ws(const jc *c, size_t i) {
-  while (i < c->len && is_ws(c->t[i]))
+  while (i < c->len && proto__json_blank(c->t[i]))
     i++;
   return i;
 }
@@ -154,6 +152,13 @@ static size_t string(const jc *c, size_t i, size_t *bytes) {
       i += 2;
     } else if (i + 5 < n && t[i + 1] == 'u' && is_hex(t[i + 2]) &&
                is_hex(t[i + 3]) && is_hex(t[i + 4]) && is_hex(t[i + 5])) {
+      if (!memcmp(t + i + 2, "0000", 4)) {
+        /* names and ids are C strings after cJSON: one would end here */
+        snprintf(c->err, PROTO_ERR_MAX, "body at byte %zu%s: \\u0000 in a "
+                 "string; attnd takes no NUL character in a JSON string",
+                 i, c->where);
+        return 0;
+      }
       i += 6;
     } else {
       snprintf(c->err, PROTO_ERR_MAX, "body is not valid JSON at byte "

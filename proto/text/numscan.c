@@ -95,10 +95,6 @@ static int v1_tensor_name(const char *s, size_t n) {
   return 0;
 }
 
-static int is_ws(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-}
-
 static int is_name(const char *s, size_t n, const char *name) {
   return strlen(name) == n && !memcmp(name, s, n);
 }
@@ -358,7 +354,7 @@ static int scan_body(scan *s) {
   unsigned char type[MAX_DEPTH], ctx[MAX_DEPTH], key[MAX_DEPTH];
   int depth = 0, err = 0;
   size_t i = 0, done = 0, kstart = 0, klen = 0;
-  while (i < s->len && is_ws(s->body[i]))
+  while (i < s->len && proto__json_blank(s->body[i]))
     i++;
   if (i == s->len || s->body[i] != '{')
     return -1;
@@ -526,7 +522,7 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
   if (!root)
     goto out;
   for (const char *e = end; e < s.out + s.olen; e++)
-    if (!is_ws(*e))
+    if (!proto__json_blank(*e))
       goto fail;
   if (!cJSON_IsObject(root) || walk_root(root, codec, &s, 0))
     goto fail;

@@ -83,6 +83,12 @@ int proto__f64_to_bf16(double x, uint16_t *out);
  * on this path sends the decoder back to cJSON on the original body, which
  * then decides the request and words the message. */
 
+/* JSON's blanks: space, tab, line feed, carriage return.  (Not
+ * strchr(" \t\r\n", ch), which also finds the string's own NUL.) */
+static inline int proto__json_blank(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
 /* Set in a leaf node's type once its elements are converted. */
 #define PROTO__LEAF_READ 0x4000
 
@@ -212,8 +218,10 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what,
  * ATTND_EINVAL with a message naming the byte and what was expected
  * ("body is not valid JSON at byte N<where>: expected a value, got '}'"),
  * a nesting deeper than PROTO_JSON_MAX_DEPTH ("body is nested 1001
- * levels deep at byte N; the limit is 1000 levels"), or jsonerr.c's messages for a NUL byte and for NaN and
- * infinity.  Linear in len, no allocation.  st counts what a cJSON tree
+ * levels deep at byte N; the limit is 1000 levels"), a string holding
+ * the escape \u0000 ("body at byte N: \u0000 in a string; ..."; cJSON
+ * would end the string there), or jsonerr.c's messages for a NUL byte and
+ * for NaN and infinity.  Linear in len, no allocation.  st counts what a cJSON tree
  * of the text holds, for proto__json_tree_bytes (with lazy, an upper
  * bound).
  *

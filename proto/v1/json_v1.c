@@ -51,10 +51,6 @@ typedef struct v1_ctx {
 
 /* ---- phase 1: the body ------------------------------------------------- */
 
-static int is_ws(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-}
-
 /* leaves: check the syntax (jsoncheck.c), then parse with numscan
  * (tensor arrays as leaves); 0: cJSON on the whole body, which passed the
  * check, with its tree held in the budget first. */
@@ -62,7 +58,7 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
                       cJSON **root) {
   int rc;
   size_t i = 0;
-  while (i < len && is_ws(body[i]))
+  while (i < len && proto__json_blank(body[i]))
     i++;
   if (i == len)
     return ERR("empty body: expected a JSON object with query, key and "
@@ -74,7 +70,7 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
                                 c->err)))
       return rc;
     for (size_t j = c->st->end; j < len; j++)
-      if (!is_ws(body[j]))
+      if (!proto__json_blank(body[j]))
         return proto__json_strict(c->st, c->err) ? ATTND_EINVAL
                : ERR("body has unexpected data after the JSON object at "
                      "byte %zu", j);

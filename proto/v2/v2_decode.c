@@ -100,16 +100,10 @@ static int header_len(v2_ctx *c, const char *h) {
   return 0;
 }
 
-/* JSON's blanks.  (Not strchr(" \t\r\n", ch), which also finds the
- * string's NUL: a body of NUL bytes would read as empty.) */
-static int is_ws(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-}
-
 /* The JSON part after its value (st->end): blanks only. */
 static int check_after(v2_ctx *c) {
   for (size_t j = c->st->end; j < c->hlen; j++)
-    if (!is_ws(c->body[j]))
+    if (!proto__json_blank(c->body[j]))
       return proto__json_strict(c->st, c->err) ? ATTND_EINVAL
              : ERR("body has unexpected data after the JSON object at byte "
                    "%zu%s", j, c->has_header ? " (binary data must start "
@@ -127,7 +121,7 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   const char *where = c->has_header ? " of the inference header" : "";
   size_t i = 0;
   int rc;
-  while (i < c->hlen && is_ws(c->body[i]))
+  while (i < c->hlen && proto__json_blank(c->body[i]))
     i++;
   if (i == c->hlen)
     return ERR("empty body: expected a JSON inference request with "

@@ -392,7 +392,7 @@ int proto_shm_register_decode(const char *body, size_t len, const char *name,
                len ? "not valid JSON" : "the body is empty", at);
   }
   for (const char *p = end; p < body + len; p++)
-    if (!strchr(" \t\r\n", *p)) {
+    if (!proto__json_blank(*p)) {
       cJSON_Delete(root);
       return ERR("failed to parse the request JSON buffer: unexpected data "
                  "after the JSON object at byte %zu", (size_t)(p - body));

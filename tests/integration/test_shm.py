@@ -253,7 +253,16 @@ class Registration(ShmCase):
             ("x", b"", "failed to parse the request JSON buffer"),
             ("x", b"{\"key\": ", "failed to parse the request JSON buffer"),
             ("x", b"[1]", "failed to parse the request JSON buffer"),
+            # a key cut short at a NUL would name another object
+            ("x", {"key": r.key + "\0zzz", "byte_size": 16},
+             "failed to parse the request JSON buffer: body at byte %d: \\u0000 in a "
+             "string" % (9 + len(r.key))),
         ]
+        # bytes after the object are refused alike, NUL bytes too
+        good = json.dumps({"key": r.key, "byte_size": 16}).encode()
+        for tail, at in ((b"x", 0), (b"\0\0", 0), (b" \0", 1)):
+            cases.append(("x", good + tail, "unexpected data after the JSON object at "
+                          "byte %d" % (len(good) + at)))
         for name, body, phrase in cases:
             st, hdrs, data = self.call("POST", "%s/region/%s/register" % (SHM, name), body)
             self.assertEqual(st, 400, (body, data))

@@ -44,6 +44,29 @@ class ErrorTest(V2Case):
         inputs[2].set_raw(inputs[2]._raw + b"1234", size=len(inputs[2]._raw))
         self.infer_error(inputs, 400, "4 bytes after the binary inputs")
 
+    def test_nul_escape_in_any_string_is_refused(self):
+        # cJSON's strings end at a NUL: each of these would pass for the
+        # name before it (query, FP32, causal) or be echoed cut short
+        from v2client import build_request
+        body, jl = build_request(self.qkv())
+        cases = [("name", lambda r: r["inputs"][0].update(name="query\0zz")),
+                 ("datatype", lambda r: r["inputs"][0].update(datatype="FP32\0zz")),
+                 ("parameter name", lambda r: r.update(parameters={"causal\0x": True})),
+                 ("id", lambda r: r.update(id="ab\0cd"))]
+        for what, change in cases:
+            with self.subTest(what=what):
+                r = json.loads(body[:jl])
+                change(r)
+                head = json.dumps(r).encode()
+                at = head.index(b"\\u0000")
+                status, hdrs, data = self.raw(
+                    "/v2/models/attention/infer", head + body[jl:],
+                    {"Inference-Header-Content-Length": str(len(head))})
+                self.assert_error(status, hdrs, data, 400, "body at byte %d of the inference "
+                                  "header: \\u0000 in a string; attnd takes no NUL "
+                                  "character in a JSON string" % at)
+        self.client.infer("attention", self.qkv())  # still served
+
     def test_header_length_errors(self):
         from v2client import build_request
         body, jl = build_request(self.qkv())
