@@ -671,11 +671,27 @@ static int shapes(v2_ctx *c) {
   return 0;
 }
 
+/* The bytes of t's elements in datatype dtype, printed into s ("4096");
+ * or, when they pass what a 64-bit byte count holds, "more than
+ * 18446744073709551615" (the shape alone is not refused for that
+ * earlier).  Their number, or 0 then. */
+static uint64_t need_str(const proto__tensor *t, int dtype, char *s,
+                         size_t cap) {
+  uint64_t n;
+  if (__builtin_mul_overflow((uint64_t)t->n,
+                             (uint64_t)proto__dtype_size(dtype), &n)) {
+    snprintf(s, cap, "more than %llu", (unsigned long long)UINT64_MAX);
+    return 0;
+  }
+  snprintf(s, cap, "%llu", (unsigned long long)n);
+  return n;
+}
+
 /* Binary inputs take consecutive byte ranges after the JSON part, in the
  * order they are listed; together they must fill the body exactly. */
 static int layout(v2_ctx *c) {
   size_t off = c->hlen, rest = c->len - c->hlen;
-  char shp[64];
+  char shp[64], need[48];
   for (int pos = 0;; pos++) {
     int in = 0;
     while (in < PROTO__IN_COUNT &&
@@ -689,10 +705,12 @@ static int layout(v2_ctx *c) {
     if (!v->binary)
       continue;
     proto__shape_str(t->shape, t->rank, shp, sizeof shp);
-    if (v->bin_size / es != t->n || v->bin_size % es)
+    if (v->bin_size / es != t->n || v->bin_size % es) {
+      need_str(t, v->dtype, need, sizeof need);
       return ERR("%s: binary_data_size is %zu bytes, shape %s of %s needs "
-                 "%zu", t->name, v->bin_size, shp,
-                 proto__dtype_name(v->dtype), t->n * es);
+                 "%s", t->name, v->bin_size, shp,
+                 proto__dtype_name(v->dtype), need);
+    }
     if (v->bin_size > c->len - off)
       return ERR("%s: binary_data_size %zu runs past the end of the body "
                  "(%zu bytes left after the inference header and earlier "
@@ -713,20 +731,19 @@ static int layout(v2_ctx *c) {
  * its datatype's size, as Triton's core requires (message and all); an
  * output's is at least what the output takes (v2_shm.c). */
 static int shm_sizes(v2_ctx *c) {
-  char id[48] = "<id_unknown>";
+  char id[48] = "<id_unknown>", need[48];
   if (c->id)
     proto__quote_name(c->id->valuestring, id, sizeof id);
   for (int in = 0; in < PROTO__IN_COUNT; in++) {
     const proto__tensor *t = &c->ck.t[in];
     const v2_in *v = &c->in[in];
-    uint64_t want;
     if (!t->json || !v->shm.name)
       continue;
-    if (__builtin_mul_overflow((uint64_t)t->n, proto__dtype_size(v->dtype),
-                               &want) || v->shm.byte_size != want)
+    uint64_t want = need_str(t, v->dtype, need, sizeof need);
+    if (!want || v->shm.byte_size != want)
       return ERR("[request id: %s] input byte size mismatch for input '%s' "
-                 "for model '%s'. Expected %llu, got %llu", id, t->name,
-                 proto_v2_model_name(c->model), (unsigned long long)want,
+                 "for model '%s'. Expected %s, got %llu", id, t->name,
+                 proto_v2_model_name(c->model), need,
                  (unsigned long long)v->shm.byte_size);
   }
   return proto__v2_shm_output_sizes(c->req, c->err);

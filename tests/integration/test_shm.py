@@ -763,6 +763,12 @@ class Inference(ShmCase):
         req = self.basic("b")
         del req["inputs"][0]["parameters"]["shared_memory_byte_size"]
         self.refused(400, "Expected 16, got 0", req)
+        # 2^62 FP32 elements are 2^64 bytes: a wrapped count would be 0
+        req = self.basic("b", {"shared_memory_byte_size": 0})
+        for i, shape in enumerate(([1 << 30, 1 << 30, 4], [1 << 30, 3, 4], [1 << 30, 3, 2])):
+            req["inputs"][i]["shape"] = shape
+        self.refused(400, "input byte size mismatch for input 'query' for model 'attention'. "
+                     "Expected more than 18446744073709551615, got 0", req)
 
     def test_output_region_too_small_writes_nothing(self):
         r = self.basic_region("b")

@@ -35,6 +35,22 @@ class ErrorTest(V2Case):
         self.infer_error(inputs, 400, "key: binary_data_size is %d bytes" % (len(raw) - 2),
                          "needs %d" % len(raw))
 
+    def test_byte_count_past_64_bits_is_not_wrapped(self):
+        # 2^62 FP32 elements are 2^64 bytes: a wrapped count would say 0
+        from v2client import build_request
+        inputs = self.qkv()
+        inputs[0].set_raw(b"", size=0)
+        body, jl = build_request(inputs)
+        head = json.loads(body[:jl])
+        for i, shape in enumerate(([1 << 30, 1 << 30, 4], [1 << 30, 5, 4], [1 << 30, 5, 3])):
+            head["inputs"][i]["shape"] = shape
+        head = json.dumps(head).encode()
+        status, hdrs, data = self.raw("/v2/models/attention/infer", head + body[jl:],
+                                      {"Inference-Header-Content-Length": str(len(head))})
+        self.assert_error(status, hdrs, data, 400, "query: binary_data_size is 0 bytes, "
+                          "shape [1073741824,1073741824,4] of FP32 needs more than "
+                          "18446744073709551615")
+
     def test_size_past_the_body_and_trailing_bytes(self):
         inputs = self.qkv()
         raw = inputs[2]._raw
