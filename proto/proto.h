@@ -483,14 +483,15 @@ int proto_v2_decode_shapes(const char *json, size_t len, int model,
 
 /* Decodes a request body sent with Content-Encoding `coding` ("gzip",
  * "x-gzip", "deflate" (zlib or raw), "identity"; case-insensitive, NULL =
- * identity).  Inflates as a stream and stops once the output would pass
- * max_out bytes, so a small bomb costs at most max_out.  On success *out
+ * identity).  Inflates as a stream (gzip: one member after another, RFC
+ * 1952) and stops once the output would pass max_out bytes, so a small
+ * bomb costs at most max_out.  On success *out
  * is malloc'd (free()) and *out_len set; for identity *out is NULL (use
  * the input as it is).  The output buffer's growth is held in the budget
  * as it grows (mem_hold).  Returns 0, ATTND_ETOOBIG (past max_out),
  * ATTND_EBUSY (the budget cannot hold the output; no message),
- * ATTND_EINVAL (unknown coding, corrupt or truncated stream; message in
- * err) or ATTND_ENOMEM. */
+ * ATTND_EINVAL (unknown coding, corrupt or truncated stream, bytes after
+ * it that start no gzip member; message in err) or ATTND_ENOMEM. */
 int proto_inflate(const char *coding, const char *in, size_t len,
                   size_t max_out, char **out, size_t *out_len,
                   char err[PROTO_ERR_MAX]);

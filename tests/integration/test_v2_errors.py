@@ -303,6 +303,22 @@ class CompressionTest(V2Case):
         self.assertNotIn("content-encoding", hdrs)
         json.loads(data)
 
+    def test_gzip_body_of_several_members(self):
+        # RFC 1952: members inflate one after another (gzip -c a b > c)
+        q, k, v = rand_inputs(18)
+        req = {"query": q, "key": k, "value": v}
+        text = json.dumps(req).encode()
+        cut = len(text) // 2
+        body = gzip.compress(text[:cut]) + gzip.compress(text[cut:])
+        status, _, data = self.raw("/v1/attention", body, {"Content-Encoding": "gzip"})
+        self.assertEqual(status, 200, data[:200])
+        ref_out, _ = attention(req)
+        self.assert_close(flatten(json.loads(data)["output"]), ref_out, "output")
+        status, hdrs, data = self.raw("/v1/attention", gzip.compress(text) + b"garbage",
+                                      {"Content-Encoding": "gzip"})
+        self.assert_error(status, hdrs, data, 400,
+                          "body: 7 bytes after the end of the compressed stream")
+
     def test_error_bodies_stay_uncompressed_and_bad_streams_are_400(self):
         # Triton answers errors uncompressed and tritonclient reads them
         # before decompressing: a gzipped error would lose its message.
