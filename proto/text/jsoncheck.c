@@ -375,3 +375,80 @@ int proto__json_retried(int rc, const char first[PROTO_ERR_MAX], int rc2,
   memcpy(err, first, PROTO_ERR_MAX);
   return rc;
 }
+
+/* ---- one member of a checked object -------------------------------------- */
+
+/* The index after the string whose '"' is at i. */
+static size_t past_string(const char *t, size_t i, size_t n) {
+  for (i++; i < n && t[i] != '"'; i++)
+    if (t[i] == '\\')
+      i++;
+  return i + 1;
+}
+
+/* The index after the value at i. */
+static size_t past_value(const char *t, size_t i, size_t n) {
+  size_t depth = 0;
+  if (t[i] == '"')
+    return past_string(t, i, n);
+  if (t[i] != '{' && t[i] != '[') {
+    while (i < n && !strchr(",}] \t\r\n", t[i]) && t[i])
+      i++;
+    return i;
+  }
+  for (; i < n; i++) {
+    if (t[i] == '"')
+      i = past_string(t, i, n) - 1;
+    else if (t[i] == '{' || t[i] == '[')
+      depth++;
+    else if ((t[i] == '}' || t[i] == ']') && --depth == 0)
+      return i + 1;
+  }
+  return n;
+}
+
+/* 1 when the member name whose '"' is at i reads name (ASCII), its
+ * escapes resolved. */
+static int name_is(const char *t, size_t i, size_t n, const char *name) {
+  static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+  for (i++; i < n && t[i] != '"'; name++) {
+    unsigned ch = (unsigned char)t[i++];
+    if (ch == '\\' && t[i] == 'u') {
+      ch = 0;
+      for (int k = 1; k <= 4; k++)
+        ch = ch * 16 + (unsigned)(is_digit(t[i + k]) ? t[i + k] - '0'
+                                  : (t[i + k] | 0x20) - 'a' + 10);
+      i += 5;
+    } else if (ch == '\\') {
+      ch = (unsigned char)to[strchr(from, t[i++]) - from];
+    }
+    if (!*name || ch != (unsigned char)*name)
+      return 0;
+  }
+  return !*name;
+}
+
+const char *proto__json_member(const char *t, size_t n, const char *name,
+                               size_t *len) {
+  jc c = {.t = t, .len = n};
+  size_t i = skip_ws(&c, 0) + 1; /* past the '{' */
+  for (;;) {
+    i = skip_ws(&c, i);
+    if (i >= n || t[i] != '"')
+      return NULL; /* '}' */
+    size_t key = i;
+    i = skip_ws(&c, skip_ws(&c, past_string(t, i, n)) + 1); /* ':' */
+    size_t v = i;
+    if (v >= n)
+      return NULL;
+    i = past_value(t, i, n);
+    if (name_is(t, key, n, name)) {
+      *len = i - v;
+      return t + v;
+    }
+    i = skip_ws(&c, i);
+    if (i >= n || t[i] != ',')
+      return NULL;
+    i++;
+  }
+}

@@ -250,6 +250,14 @@ int proto__json_check(const char *text, size_t len, int codec,
                       const char *where, int lazy, proto__json_stats *st,
                       char err[PROTO_ERR_MAX]);
 
+/* In text[0..n), one JSON object whose syntax proto__json_check passed
+ * (lazily or not): the value of its member name (ASCII; member names
+ * compared with their escapes resolved), as its first byte, and its
+ * length in *len; NULL when it has none.  Linear in n, for a value whose
+ * text matters (a number echoed as the client wrote it). */
+const char *proto__json_member(const char *text, size_t n, const char *name,
+                               size_t *len);
+
 /* When st is of a lazy check: the text checked again, token by token.  0
  * (st then holds the full counts), or ATTND_EINVAL with the message. */
 int proto__json_strict(proto__json_stats *st, char err[PROTO_ERR_MAX]);

@@ -46,6 +46,8 @@ typedef struct v1_ctx {
   attn_problem *p;
   size_t max_elems;
   proto__json_stats *st;    /* the body's syntax, once checked */
+  const char *body;         /* the body, for a number's text */
+  size_t len;
   char *err;
 } v1_ctx;
 
@@ -360,6 +362,20 @@ static int opt_diagnostics(v1_ctx *c) {
   return 0;
 }
 
+/* A number id as the client wrote it (its double may not hold it:
+ * 9007199254740993), at most PROTO_ID_MAX bytes. */
+static int id_number(v1_ctx *c, proto__buf *b) {
+  size_t n = 0;
+  const char *t = proto__json_member(c->body, c->len, "id", &n);
+  if (!t || !n)
+    return ERR("id: the number's text was not found in the body");
+  if (n > PROTO_ID_MAX)
+    return ERR("id: a number of %zu characters; the limit is %d", n,
+               PROTO_ID_MAX);
+  proto__buf_put(b, t, n);
+  return 0;
+}
+
 static int opt_id(v1_ctx *c) {
   const cJSON *j = c->f[F_ID];
   proto__buf b = {0};
@@ -371,8 +387,10 @@ static int opt_id(v1_ctx *c) {
       return ATTND_EINVAL;
     proto__buf_put_json_string(&b, j->valuestring);
   } else if (cJSON_IsNumber(j) && isfinite(j->valuedouble)) {
-    int n = proto__fmt_f64(num, sizeof num, j->valuedouble);
-    proto__buf_put(&b, num, (size_t)n);
+    if (id_number(c, &b)) {
+      proto__buf_free(&b);
+      return ATTND_EINVAL;
+    }
   } else {
     proto__describe(j, num, sizeof num);
     return ERR("id: expected a string or a finite number, got %s", num);
@@ -562,7 +580,7 @@ static int decode(const char *body, size_t len, proto_request *req,
                   size_t max_elems, char *err, int leaves,
                   proto__json_stats *st) {
   v1_ctx c = {.req = req, .p = &req->prob, .max_elems = max_elems,
-              .st = st, .err = err};
+              .st = st, .body = body, .len = len, .err = err};
   c.ck.req = req;
   c.ck.p = &req->prob;
   c.ck.max_elems = max_elems;

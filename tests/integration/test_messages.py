@@ -127,6 +127,16 @@ class MessagesTest(harness.ServerTestCase):
             status, obj = self.srv.post_json(path, body)
             self.assertEqual((status, obj["id"]), (200, idv))
 
+    def test_number_id_is_echoed_as_written(self):
+        # past 2^53 a double holds another integer; v2 takes string ids only
+        for idv in ("9007199254740993", "1.0", "-2.50e-3"):
+            status, hdrs, data = self.srv.request("POST", V1, ('{%s, "id": %s}' % (QKV1, idv))
+                                                  .encode())
+            self.assertEqual(status, 200, data)
+            self.assertTrue(data.startswith(b'{"id":%s,' % idv.encode()), data)
+        self.assertEqual(self.refused(V2, v2_body(id_json="9007199254740993")),
+                         "id: expected a string")
+
     def test_id_that_is_not_utf8_is_refused(self):
         for path, body in ((V1, ('{%s, "id": "ab\xff"}' % QKV1).encode("latin-1")),
                            (V2, v2_body(id_json='"ab\xff"').encode("latin-1"))):

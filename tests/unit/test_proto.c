@@ -334,6 +334,29 @@ START_TEST(id_string_and_number_are_echoed_as_json) {
 }
 END_TEST
 
+/* A number id is echoed as written, not as its double prints: past 2^53
+ * the double is another integer, and 1.0 or 1e2 are the client's. */
+START_TEST(id_number_is_echoed_as_written) {
+  static const char *const ids[] = {"9007199254740993", "1.0", "1e2", "-0",
+                                     "12345678901234567890123", "1.5E+300"};
+  proto_request r;
+  char body[256];
+  for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+    snprintf(body, sizeof body, "{\"id\" : %s ," QKV3 "}", ids[i]);
+    OK(body, &r);
+    ck_assert_str_eq(r.id_json, ids[i]);
+    proto_request_free(&r);
+  }
+  /* the member found by its name with escapes resolved, after a tensor */
+  OK("{" QKV3 ",\"i\\u0064\":9007199254740993}", &r);
+  ck_assert_str_eq(r.id_json, "9007199254740993");
+  proto_request_free(&r);
+  char big[600];
+  snprintf(big, sizeof big, "{" QKV3 ",\"id\":1%0300d}", 0);
+  BAD(big, "id: a number of 301 characters; the limit is 256");
+}
+END_TEST
+
 START_TEST(id_rejects_other_types) {
   BAD("{" QKV3 ",\"id\":true}", "id: expected a string or", "true");
   BAD("{" QKV3 ",\"id\":[1]}", "id:", "an array");
@@ -591,6 +614,7 @@ int main(void) {
                  scale_rejects_zero_and_non_numbers,
                  return_weights_rejects_non_booleans,
                  id_string_and_number_are_echoed_as_json,
+                 id_number_is_echoed_as_written,
                  id_rejects_other_types,
                  additive_decodes_weights_and_allows_other_key_width,
                  additive_requires_matching_weights,
