@@ -155,6 +155,17 @@ int proto__num_below_tie(const char *p, const char *q, double x);
 #define PROTO__NUM_F32_UP 0x8000
 #define PROTO__NUM_F32_DOWN 0x10000
 
+/* Set in a number node's type: its double is a whole number of magnitude
+ * at most 2^53 and its decimal is exactly that number (not 2.5 nor
+ * 9007199254740993 nor 1.00000000000000001, which a double rounds to a
+ * whole number). */
+#define PROTO__NUM_EXACT_INT 0x20000
+
+/* An integer in [0, 2^53] (the range a double holds exactly), as the
+ * client wrote it (PROTO__NUM_EXACT_INT): 2.0 and 1e2 are whole numbers.
+ * 0 with it in *out, or -1. */
+int proto__json_count(const cJSON *j, double *out);
+
 /* Marks the numbers of root (parsed by cJSON from [text, end), end where
  * its parse stopped) as PROTO__NUM_BELOW_TIE and PROTO__NUM_F32_UP/DOWN
  * say.  Costs one walk over the tree; the text is read only when some

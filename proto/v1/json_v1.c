@@ -403,17 +403,6 @@ static int opt_id(v1_ctx *c) {
   return id ? 0 : ATTND_ENOMEM;
 }
 
-/* An integer in [0, 2^53], the range a double holds exactly. */
-static int get_count(const cJSON *j, double *out) {
-  if (!cJSON_IsNumber(j))
-    return -1;
-  double x = j->valuedouble;
-  if (x != floor(x) || x < 0 || x > 9007199254740992.0)
-    return -1;
-  *out = x;
-  return 0;
-}
-
 static int dropout_fields(v1_ctx *c, const cJSON **pj, const cJSON **sj) {
   static const char *const names[2] = {"p", "seed"};
   for (const cJSON *m = c->f[F_DROPOUT]->child; m; m = m->next) {
@@ -452,7 +441,7 @@ static int opt_dropout(v1_ctx *c) {
     proto__describe(pj, what, sizeof what);
     return ERR("dropout.p: must be a number in [0, 1), got %s", what);
   }
-  if (sj && !cJSON_IsNull(sj) && get_count(sj, &seed)) {
+  if (sj && proto__json_count(sj, &seed)) {
     proto__describe(sj, what, sizeof what);
     return ERR("dropout.seed: must be an integer in [0, 2^53], got %s", what);
   }
@@ -488,7 +477,7 @@ static int window_side(v1_ctx *c, const cJSON *j, int which, int *out) {
     *out = -1;
     return 0;
   }
-  if (get_count(j, &x)) {
+  if (proto__json_count(j, &x)) {
     char what[48];
     proto__describe(j, what, sizeof what);
     return ERR("window[%d]: expected an integer in [0, 2^53] or null, got %s",

@@ -264,17 +264,6 @@ static int param_causal(v2_ctx *c, const cJSON *j) {
   return 0;
 }
 
-/* An integer in [0, 2^53], the range a double holds exactly. */
-static int get_count(const cJSON *j, double *out) {
-  if (!cJSON_IsNumber(j))
-    return -1;
-  double x = j->valuedouble;
-  if (x != floor(x) || x < 0 || x > 9007199254740992.0)
-    return -1;
-  *out = x;
-  return 0;
-}
-
 static int param_scale(v2_ctx *c, const cJSON *j) {
   char what[48];
   if (c->model == PROTO_MODEL_ADDITIVE)
@@ -334,12 +323,12 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
                  got);
     c->p->dropout_p = (float)j->valuedouble;
   } else if (!strcmp(n, "seed")) {
-    if (get_count(j, &x))
+    if (proto__json_count(j, &x))
       return ERR("parameters.seed: must be an integer in [0, 2^53], got %s",
                  got);
     c->p->seed = (uint64_t)x;
   } else if (!strcmp(n, "window_left") || !strcmp(n, "window_right")) {
-    if (!cJSON_IsNull(j) && get_count(j, &x))
+    if (!cJSON_IsNull(j) && proto__json_count(j, &x))
       return ERR("parameters.%s: must be an integer in [0, 2^53] (or null: "
                  "unbounded), got %s", n, got);
     c->window[n[7] == 'r'] = j;
@@ -364,7 +353,7 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   } else if (!strcmp(n, "precision")) {
     return param_precision(c, j);
   } else if (!strcmp(n, "timeout")) {
-    if (get_count(j, &x))
+    if (proto__json_count(j, &x))
       return ERR("parameters.timeout: must be a whole number of "
                  "microseconds in [0, 2^53], got %s", got);
     c->req->timeout_us = (uint64_t)x;
@@ -578,7 +567,7 @@ static int input_data(v2_ctx *c, int in, const cJSON *obj) {
     c->ck.t[in].flat = PROTO__FORM_ANY;
     return 0;
   }
-  if (get_count(bs, &x))
+  if (proto__json_count(bs, &x))
     return ERR("%s: parameters.binary_data_size must be a non-negative "
                "integer", name);
   if (!c->has_header)

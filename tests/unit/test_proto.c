@@ -424,6 +424,18 @@ START_TEST(dropout_p_and_seed) {
   ck_assert_float_eq(r.prob.dropout_p, 0.0f);
   ck_assert_uint_eq(r.prob.seed, 7);
   proto_request_free(&r);
+  /* whole numbers however written, exactly */
+  static const char *const seeds[] = {"2.0", "0.2e1", "200e-2", "-0",
+                                      "90071992547409920e-1"};
+  static const uint64_t want[] = {2, 2, 2, 0, 9007199254740992ull};
+  char body[256];
+  for (int i = 0; i < 5; i++) {
+    snprintf(body, sizeof body, "{" QKV3 ",\"dropout\":{\"p\":0.1,"
+             "\"seed\":%s}}", seeds[i]);
+    OK(body, &r);
+    ck_assert_uint_eq(r.prob.seed, want[i]);
+    proto_request_free(&r);
+  }
 }
 END_TEST
 
@@ -436,6 +448,16 @@ START_TEST(dropout_rejects_bad_values) {
   BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":-1}}", "dropout.seed");
   BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":9007199254740994}}",
       "dropout.seed", "2^53");
+  /* decimals whose double is a whole number in range, but not they */
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":9007199254740993}}",
+      "dropout.seed: must be an integer in [0, 2^53], got 9007199254740993");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":9007199254740992.5}}",
+      "dropout.seed", "2^53");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":1.00000000000000001}}",
+      "dropout.seed", "1.00000000000000001");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":null}}",
+      "dropout.seed: must be an integer in [0, 2^53], got null");
+  BAD("{" QKV3 ",\"window\":[9007199254740993,0]}", "window");
   BAD("{" QKV3 ",\"dropout\":{\"seed\":1}}", "dropout", "\"p\" is required");
   BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"sead\":1}}", "dropout",
       "unknown field 'sead'");
