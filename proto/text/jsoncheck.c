@@ -8,8 +8,9 @@
  * expected: "body is not valid JSON at byte 60000123: expected a value,
  * got '}'".  One rule beyond the grammar: no string holds the escape
  * \u0000, since cJSON's strings end at a NUL, and a name, datatype, id
- * or key cut short there would pass for another.  NaN and infinity tokens, and NUL bytes, keep the messages of
- * jsonerr.c (the place in the request, the NUL's offset).
+ * or key cut short there would pass for another.  NaN and infinity
+ * tokens, and NUL bytes, keep the messages of jsonerr.c (the place in
+ * the request, the NUL's offset).
  *
  * The decoders run it lazily: the inside of an array holding no container
  * or string (a list of numbers, most of a large body) is scanned 16-64
