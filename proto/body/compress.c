@@ -6,9 +6,9 @@
  * they are refused (ATTND_ETOOBIG -> 413).  A gzip body may hold several
  * members (RFC 1952), inflated one after another into the same buffer
  * under the same cap; bytes after the last that do not start a member
- * are refused.  "deflate" is meant to be the
- * zlib format (RFC 9110) but some clients send raw deflate; a stream whose
- * first bytes are not a zlib header is read as raw deflate.
+ * are refused.  "deflate" is meant to be the zlib format (RFC 9110) but
+ * some clients send raw deflate; a stream whose first bytes are not a
+ * zlib header is read as raw deflate.
  *
  * Responses: gzip or deflate (zlib format) at level 1, which on float text
  * keeps most of the ratio for a fraction of the time of the default. */
