@@ -55,6 +55,14 @@ enum proto_output {
   PROTO_OUT_COUNT
 };
 
+/* How many inputs a v2 request can name: every input of the additive
+ * model, which has the dot-product model's and its three weights. */
+#define PROTO_IN_COUNT 13
+
+/* The most tensors one v2 request names: each input and each output at
+ * most once (a name given twice is refused). */
+#define PROTO_TENSORS_MAX (PROTO_IN_COUNT + PROTO_OUT_COUNT)
+
 /* 1 for the four diagnostics (computed together, from the weights). */
 static inline int proto_out_is_diagnostic(int k) {
   return k >= PROTO_OUT_ALLOWED_KEYS && k <= PROTO_OUT_JACOBIAN_NORM;
@@ -268,8 +276,10 @@ typedef struct proto_shm {
   void *ctx;
   /* Finds the region registered as name and holds it until the request
    * is over; returns its handle with its registered byte size in
-   * *byte_size, or NULL when no region has that name. */
-  void *(*find)(void *ctx, const char *name, uint64_t *byte_size);
+   * *byte_size, or NULL: with err empty when no region has that name
+   * (404), with a message in err when it cannot be held (400). */
+  void *(*find)(void *ctx, const char *name, uint64_t *byte_size,
+                char err[PROTO_ERR_MAX]);
   /* Copies n bytes at offset off of region (off + n within its byte
    * size) into dst.  0, or ATTND_EINVAL with a message in err when the
    * object no longer holds them (truncated after registration).  Bytes
@@ -473,14 +483,15 @@ int proto_v2_decode_shapes(const char *json, size_t len, int model,
 
 /* Decodes a request body sent with Content-Encoding `coding` ("gzip",
  * "x-gzip", "deflate" (zlib or raw), "identity"; case-insensitive, NULL =
- * identity).  Inflates as a stream and stops once the output would pass
- * max_out bytes, so a small bomb costs at most max_out.  On success *out
+ * identity).  Inflates as a stream (gzip: one member after another, RFC
+ * 1952) and stops once the output would pass max_out bytes, so a small
+ * bomb costs at most max_out.  On success *out
  * is malloc'd (free()) and *out_len set; for identity *out is NULL (use
  * the input as it is).  The output buffer's growth is held in the budget
  * as it grows (mem_hold).  Returns 0, ATTND_ETOOBIG (past max_out),
  * ATTND_EBUSY (the budget cannot hold the output; no message),
- * ATTND_EINVAL (unknown coding, corrupt or truncated stream; message in
- * err) or ATTND_ENOMEM. */
+ * ATTND_EINVAL (unknown coding, corrupt or truncated stream, bytes after
+ * it that start no gzip member; message in err) or ATTND_ENOMEM. */
 int proto_inflate(const char *coding, const char *in, size_t len,
                   size_t max_out, char **out, size_t *out_len,
                   char err[PROTO_ERR_MAX]);

@@ -3,9 +3,12 @@
  * Requests: gzip and deflate bodies are inflated as a stream into a buffer
  * that grows geometrically but never past the caller's cap, so a few
  * kilobytes that would inflate to gigabytes cost at most the cap before
- * they are refused (ATTND_ETOOBIG -> 413).  "deflate" is meant to be the
- * zlib format (RFC 9110) but some clients send raw deflate; a stream whose
- * first bytes are not a zlib header is read as raw deflate.
+ * they are refused (ATTND_ETOOBIG -> 413).  A gzip body may hold several
+ * members (RFC 1952), inflated one after another into the same buffer
+ * under the same cap; bytes after the last that do not start a member
+ * are refused.  "deflate" is meant to be the zlib format (RFC 9110) but
+ * some clients send raw deflate; a stream whose first bytes are not a
+ * zlib header is read as raw deflate.
  *
  * Responses: gzip or deflate (zlib format) at level 1, which on float text
  * keeps most of the ratio for a fraction of the time of the default. */
@@ -64,12 +67,21 @@ static int step_result(int zr, const z_stream *z, size_t left, int wb,
              : "deflate", z->msg ? z->msg : "bad data");
 }
 
-/* Inflates the whole input with windowBits wb into *out (capped). */
+/* After a stream ended with rest bytes of input left at p: 1 when they
+ * start another gzip member (RFC 1952 allows several; each inflates
+ * after the last), so that inflate is to go on from a reset. */
+static int next_member(int wb, const char *p, size_t rest) {
+  return wb == WB_GZIP && rest >= 2 && (unsigned char)p[0] == 0x1f &&
+         (unsigned char)p[1] == 0x8b;
+}
+
+/* Inflates the whole input with windowBits wb into *out (capped): one
+ * stream, or for gzip one member after another. */
 static int inflate_all(int wb, const char *in, size_t len, size_t cap,
                        char **out, size_t *out_len, char *err) {
   z_stream z;
   char *buf = NULL;
-  size_t size = 0, left = len;
+  size_t size = 0, left = len, done = 0; /* done: earlier members' output */
   int rc = 1;
   memset(&z, 0, sizeof z);
   z.zalloc = mem_zalloc;
@@ -82,7 +94,7 @@ static int inflate_all(int wb, const char *in, size_t len, size_t cap,
       z.avail_in = left > CHUNK ? CHUNK : (uInt)left;
       left -= z.avail_in;
     }
-    if (z.total_out == size) {
+    if (done + z.total_out == size) {
       if (size > cap) {
         rc = ATTND_ETOOBIG;
         break;
@@ -91,16 +103,22 @@ static int inflate_all(int wb, const char *in, size_t len, size_t cap,
         break;
       rc = 1;
     }
-    z.next_out = (Bytef *)buf + z.total_out;
-    z.avail_out = (uInt)(size - z.total_out);
+    z.next_out = (Bytef *)buf + done + z.total_out;
+    z.avail_out = (uInt)(size - done - z.total_out);
     rc = step_result(inflate(&z, Z_NO_FLUSH), &z, left, wb, err);
+    if (rc == 0 && next_member(wb, (const char *)z.next_in,
+                               len - (size_t)((const char *)z.next_in - in))) {
+      done += z.total_out;
+      rc = inflateReset(&z) == Z_OK ? 1 : ATTND_ENOMEM;
+    }
   }
-  if (!rc && z.total_out > cap)
+  done += z.total_out;
+  if (!rc && done > cap)
     rc = ATTND_ETOOBIG;
   if (!rc && z.avail_in + left)
     rc = ERR("body: %zu bytes after the end of the compressed stream",
              (size_t)z.avail_in + left);
-  *out_len = z.total_out;
+  *out_len = done;
   inflateEnd(&z);
   if (rc) {
     mem_free(buf);

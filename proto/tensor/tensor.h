@@ -118,6 +118,8 @@ enum proto__input {
   /* the additive model's alone, last */
   PROTO__IN_W_Q, PROTO__IN_W_K, PROTO__IN_W_V, PROTO__IN_COUNT
 };
+_Static_assert(PROTO__IN_COUNT == PROTO_IN_COUNT,
+               "proto.h counts every input");
 
 /* How an input's elements are read (enum proto__kind: PROTO__KIND_LEN
  * for valid_lens and cu_seqlens_q/_k, PROTO__KIND_BOOL for the mask,

@@ -6,8 +6,11 @@
  * grammar (numbers, strings and their escapes, literals, blanks) and
  * stops at the first byte that breaks it, saying where and what it
  * expected: "body is not valid JSON at byte 60000123: expected a value,
- * got '}'".  NaN and infinity tokens, and NUL bytes, keep the messages of
- * jsonerr.c (the place in the request, the NUL's offset).
+ * got '}'".  One rule beyond the grammar: no string holds the escape
+ * \u0000, since cJSON's strings end at a NUL, and a name, datatype, id
+ * or key cut short there would pass for another.  NaN and infinity
+ * tokens, and NUL bytes, keep the messages of jsonerr.c (the place in
+ * the request, the NUL's offset).
  *
  * The decoders run it lazily: the inside of an array holding no container
  * or string (a list of numbers, most of a large body) is scanned 16-64
@@ -35,14 +38,10 @@ typedef struct jc {
   size_t strict_to; /* lazy: no skipping before this offset */
 } jc;
 
-static int is_ws(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-}
-
 static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
 
 static size_t skip_ws(const jc *c, size_t i) {
-  while (i < c->len && is_ws(c->t[i]))
+  while (i < c->len && proto__json_blank(c->t[i]))
     i++;
   return i;
 }
@@ -154,6 +153,13 @@ static size_t string(const jc *c, size_t i, size_t *bytes) {
       i += 2;
     } else if (i + 5 < n && t[i + 1] == 'u' && is_hex(t[i + 2]) &&
                is_hex(t[i + 3]) && is_hex(t[i + 4]) && is_hex(t[i + 5])) {
+      if (!memcmp(t + i + 2, "0000", 4)) {
+        /* names and ids are C strings after cJSON: one would end here */
+        snprintf(c->err, PROTO_ERR_MAX, "body at byte %zu%s: \\u0000 in a "
+                 "string; attnd takes no NUL character in a JSON string",
+                 i, c->where);
+        return 0;
+      }
       i += 6;
     } else {
       snprintf(c->err, PROTO_ERR_MAX, "body is not valid JSON at byte "
@@ -369,4 +375,81 @@ int proto__json_retried(int rc, const char first[PROTO_ERR_MAX], int rc2,
     return rc2;
   memcpy(err, first, PROTO_ERR_MAX);
   return rc;
+}
+
+/* ---- one member of a checked object -------------------------------------- */
+
+/* The index after the string whose '"' is at i. */
+static size_t past_string(const char *t, size_t i, size_t n) {
+  for (i++; i < n && t[i] != '"'; i++)
+    if (t[i] == '\\')
+      i++;
+  return i + 1;
+}
+
+/* The index after the value at i. */
+static size_t past_value(const char *t, size_t i, size_t n) {
+  size_t depth = 0;
+  if (t[i] == '"')
+    return past_string(t, i, n);
+  if (t[i] != '{' && t[i] != '[') {
+    while (i < n && !strchr(",}] \t\r\n", t[i]) && t[i])
+      i++;
+    return i;
+  }
+  for (; i < n; i++) {
+    if (t[i] == '"')
+      i = past_string(t, i, n) - 1;
+    else if (t[i] == '{' || t[i] == '[')
+      depth++;
+    else if ((t[i] == '}' || t[i] == ']') && --depth == 0)
+      return i + 1;
+  }
+  return n;
+}
+
+/* 1 when the member name whose '"' is at i reads name (ASCII), its
+ * escapes resolved. */
+static int name_is(const char *t, size_t i, size_t n, const char *name) {
+  static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+  for (i++; i < n && t[i] != '"'; name++) {
+    unsigned ch = (unsigned char)t[i++];
+    if (ch == '\\' && t[i] == 'u') {
+      ch = 0;
+      for (int k = 1; k <= 4; k++)
+        ch = ch * 16 + (unsigned)(is_digit(t[i + k]) ? t[i + k] - '0'
+                                  : (t[i + k] | 0x20) - 'a' + 10);
+      i += 5;
+    } else if (ch == '\\') {
+      ch = (unsigned char)to[strchr(from, t[i++]) - from];
+    }
+    if (!*name || ch != (unsigned char)*name)
+      return 0;
+  }
+  return !*name;
+}
+
+const char *proto__json_member(const char *t, size_t n, const char *name,
+                               size_t *len) {
+  jc c = {.t = t, .len = n};
+  size_t i = skip_ws(&c, 0) + 1; /* past the '{' */
+  for (;;) {
+    i = skip_ws(&c, i);
+    if (i >= n || t[i] != '"')
+      return NULL; /* '}' */
+    size_t key = i;
+    i = skip_ws(&c, skip_ws(&c, past_string(t, i, n)) + 1); /* ':' */
+    size_t v = i;
+    if (v >= n)
+      return NULL;
+    i = past_value(t, i, n);
+    if (name_is(t, key, n, name)) {
+      *len = i - v;
+      return t + v;
+    }
+    i = skip_ws(&c, i);
+    if (i >= n || t[i] != ',')
+      return NULL;
+    i++;
+  }
 }

@@ -95,10 +95,6 @@ static int v1_tensor_name(const char *s, size_t n) {
   return 0;
 }
 
-static int is_ws(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-}
-
 static int is_name(const char *s, size_t n, const char *name) {
   return strlen(name) == n && !memcmp(name, s, n);
 }
@@ -358,7 +354,7 @@ static int scan_body(scan *s) {
   unsigned char type[MAX_DEPTH], ctx[MAX_DEPTH], key[MAX_DEPTH];
   int depth = 0, err = 0;
   size_t i = 0, done = 0, kstart = 0, klen = 0;
-  while (i < s->len && is_ws(s->body[i]))
+  while (i < s->len && proto__json_blank(s->body[i]))
     i++;
   if (i == s->len || s->body[i] != '{')
     return -1;
@@ -526,7 +522,7 @@ int proto__json_parse_leaves(const char *body, size_t len, int codec,
   if (!root)
     goto out;
   for (const char *e = end; e < s.out + s.olen; e++)
-    if (!is_ws(*e))
+    if (!proto__json_blank(*e))
       goto fail;
   if (!cJSON_IsObject(root) || walk_root(root, codec, &s, 0))
     goto fail;
@@ -668,12 +664,68 @@ static int near_f32_midpoint(double x) {
   return (a != 0 && a < FLT_MIN) || low - (0x10000000u - 1u) <= 2u;
 }
 
+/* 1 when x is a whole number of magnitude at most 2^53: its decimal may
+ * be another number (PROTO__NUM_EXACT_INT). */
+static int small_int(double x) {
+  return x == floor(x) && fabs(x) <= 9007199254740992.0;
+}
+
 static int any_tie(const cJSON *j) {
   for (; j; j = j->next)
     if ((cJSON_IsNumber(j) && (tie_of(j->valuedouble) ||
-                               near_f32_midpoint(j->valuedouble))) ||
+                               near_f32_midpoint(j->valuedouble) ||
+                               small_int(j->valuedouble))) ||
         (j->child && any_tie(j->child)))
       return 1;
+  return 0;
+}
+
+/* 1 when the number token [t, q) (valid JSON) is exactly the whole
+ * number x, small_int(x).  Its significant digits, from the first
+ * nonzero to the last, times a power of ten: whole when that power is
+ * not negative, at most 16 digits in all below 2^53. */
+static int token_is(const char *t, const char *q, double x) {
+  const char *e = t;
+  long k = 0, first = -1, last = -1, frac = 0, exp10 = 0;
+  int in_frac = 0, neg = 0;
+  for (; e < q && *e != 'e' && *e != 'E'; e++) {
+    if (*e == '-' || *e == '.') {
+      in_frac |= *e == '.';
+      continue;
+    }
+    if (*e != '0') {
+      if (first < 0)
+        first = k;
+      last = k;
+    }
+    frac += in_frac;
+    k++;
+  }
+  if (e < q && ++e < q && (*e == '-' || *e == '+'))
+    neg = *e++ == '-';
+  for (; e < q; e++)
+    if (exp10 < 100000)
+      exp10 = exp10 * 10 + (*e - '0');
+  if (first < 0)
+    return x == 0;
+  long scale = (k - 1 - last) + (neg ? -exp10 : exp10) - frac;
+  if (scale < 0 || (last - first + 1) + scale > 16)
+    return 0;
+  uint64_t v = 0;
+  k = 0;
+  for (e = t; e < q && *e != 'e' && *e != 'E'; e++)
+    if (*e >= '0' && *e <= '9' && k++ >= first && k - 1 <= last)
+      v = v * 10 + (uint64_t)(*e - '0');
+  while (scale-- > 0)
+    v *= 10;
+  return v == (uint64_t)fabs(x);
+}
+
+int proto__json_count(const cJSON *j, double *out) {
+  if (!cJSON_IsNumber(j) || !(j->type & PROTO__NUM_EXACT_INT) ||
+      j->valuedouble < 0)
+    return -1;
+  *out = j->valuedouble;
   return 0;
 }
 
@@ -744,6 +796,8 @@ static const char *mark_ties(cJSON *j, const char *p, const char *end,
       if (proto__num_below_tie(t, q, j->valuedouble))
         j->type |= PROTO__NUM_BELOW_TIE;
       mark_f32(j, t, q);
+      if (small_int(j->valuedouble) && token_is(t, q, j->valuedouble))
+        j->type |= PROTO__NUM_EXACT_INT;
       if (keep) {
         j->type |= cJSON_IsReference;
         j->valuestring = (char *)(uintptr_t)t;

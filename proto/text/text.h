@@ -83,6 +83,12 @@ int proto__f64_to_bf16(double x, uint16_t *out);
  * on this path sends the decoder back to cJSON on the original body, which
  * then decides the request and words the message. */
 
+/* JSON's blanks: space, tab, line feed, carriage return.  (Not
+ * strchr(" \t\r\n", ch), which also finds the string's own NUL.) */
+static inline int proto__json_blank(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
 /* Set in a leaf node's type once its elements are converted. */
 #define PROTO__LEAF_READ 0x4000
 
@@ -149,6 +155,17 @@ int proto__num_below_tie(const char *p, const char *q, double x);
 #define PROTO__NUM_F32_UP 0x8000
 #define PROTO__NUM_F32_DOWN 0x10000
 
+/* Set in a number node's type: its double is a whole number of magnitude
+ * at most 2^53 and its decimal is exactly that number (not 2.5 nor
+ * 9007199254740993 nor 1.00000000000000001, which a double rounds to a
+ * whole number). */
+#define PROTO__NUM_EXACT_INT 0x20000
+
+/* An integer in [0, 2^53] (the range a double holds exactly), as the
+ * client wrote it (PROTO__NUM_EXACT_INT): 2.0 and 1e2 are whole numbers.
+ * 0 with it in *out, or -1. */
+int proto__json_count(const cJSON *j, double *out);
+
 /* Marks the numbers of root (parsed by cJSON from [text, end), end where
  * its parse stopped) as PROTO__NUM_BELOW_TIE and PROTO__NUM_F32_UP/DOWN
  * say.  Costs one walk over the tree; the text is read only when some
@@ -212,8 +229,10 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what,
  * ATTND_EINVAL with a message naming the byte and what was expected
  * ("body is not valid JSON at byte N<where>: expected a value, got '}'"),
  * a nesting deeper than PROTO_JSON_MAX_DEPTH ("body is nested 1001
- * levels deep at byte N; the limit is 1000 levels"), or jsonerr.c's messages for a NUL byte and for NaN and
- * infinity.  Linear in len, no allocation.  st counts what a cJSON tree
+ * levels deep at byte N; the limit is 1000 levels"), a string holding
+ * the escape \u0000 ("body at byte N: \u0000 in a string; ..."; cJSON
+ * would end the string there), or jsonerr.c's messages for a NUL byte and
+ * for NaN and infinity.  Linear in len, no allocation.  st counts what a cJSON tree
  * of the text holds, for proto__json_tree_bytes (with lazy, an upper
  * bound).
  *
@@ -241,6 +260,14 @@ typedef struct proto__json_stats {
 int proto__json_check(const char *text, size_t len, int codec,
                       const char *where, int lazy, proto__json_stats *st,
                       char err[PROTO_ERR_MAX]);
+
+/* In text[0..n), one JSON object whose syntax proto__json_check passed
+ * (lazily or not): the value of its member name (ASCII; member names
+ * compared with their escapes resolved), as its first byte, and its
+ * length in *len; NULL when it has none.  Linear in n, for a value whose
+ * text matters (a number echoed as the client wrote it). */
+const char *proto__json_member(const char *text, size_t n, const char *name,
+                               size_t *len);
 
 /* When st is of a lazy check: the text checked again, token by token.  0
  * (st then holds the full counts), or ATTND_EINVAL with the message. */

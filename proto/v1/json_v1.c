@@ -46,14 +46,12 @@ typedef struct v1_ctx {
   attn_problem *p;
   size_t max_elems;
   proto__json_stats *st;    /* the body's syntax, once checked */
+  const char *body;         /* the body, for a number's text */
+  size_t len;
   char *err;
 } v1_ctx;
 
 /* ---- phase 1: the body ------------------------------------------------- */
-
-static int is_ws(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-}
 
 /* leaves: check the syntax (jsoncheck.c), then parse with numscan
  * (tensor arrays as leaves); 0: cJSON on the whole body, which passed the
@@ -62,7 +60,7 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
                       cJSON **root) {
   int rc;
   size_t i = 0;
-  while (i < len && is_ws(body[i]))
+  while (i < len && proto__json_blank(body[i]))
     i++;
   if (i == len)
     return ERR("empty body: expected a JSON object with query, key and "
@@ -74,7 +72,7 @@ static int parse_body(v1_ctx *c, const char *body, size_t len, int leaves,
                                 c->err)))
       return rc;
     for (size_t j = c->st->end; j < len; j++)
-      if (!is_ws(body[j]))
+      if (!proto__json_blank(body[j]))
         return proto__json_strict(c->st, c->err) ? ATTND_EINVAL
                : ERR("body has unexpected data after the JSON object at "
                      "byte %zu", j);
@@ -364,6 +362,20 @@ static int opt_diagnostics(v1_ctx *c) {
   return 0;
 }
 
+/* A number id as the client wrote it (its double may not hold it:
+ * 9007199254740993), at most PROTO_ID_MAX bytes. */
+static int id_number(v1_ctx *c, proto__buf *b) {
+  size_t n = 0;
+  const char *t = proto__json_member(c->body, c->len, "id", &n);
+  if (!t || !n)
+    return ERR("id: the number's text was not found in the body");
+  if (n > PROTO_ID_MAX)
+    return ERR("id: a number of %zu characters; the limit is %d", n,
+               PROTO_ID_MAX);
+  proto__buf_put(b, t, n);
+  return 0;
+}
+
 static int opt_id(v1_ctx *c) {
   const cJSON *j = c->f[F_ID];
   proto__buf b = {0};
@@ -375,8 +387,10 @@ static int opt_id(v1_ctx *c) {
       return ATTND_EINVAL;
     proto__buf_put_json_string(&b, j->valuestring);
   } else if (cJSON_IsNumber(j) && isfinite(j->valuedouble)) {
-    int n = proto__fmt_f64(num, sizeof num, j->valuedouble);
-    proto__buf_put(&b, num, (size_t)n);
+    if (id_number(c, &b)) {
+      proto__buf_free(&b);
+      return ATTND_EINVAL;
+    }
   } else {
     proto__describe(j, num, sizeof num);
     return ERR("id: expected a string or a finite number, got %s", num);
@@ -387,17 +401,6 @@ static int opt_id(v1_ctx *c) {
   proto__buf_free(&b);
   c->req->id_json = id;
   return id ? 0 : ATTND_ENOMEM;
-}
-
-/* An integer in [0, 2^53], the range a double holds exactly. */
-static int get_count(const cJSON *j, double *out) {
-  if (!cJSON_IsNumber(j))
-    return -1;
-  double x = j->valuedouble;
-  if (x != floor(x) || x < 0 || x > 9007199254740992.0)
-    return -1;
-  *out = x;
-  return 0;
 }
 
 static int dropout_fields(v1_ctx *c, const cJSON **pj, const cJSON **sj) {
@@ -438,7 +441,7 @@ static int opt_dropout(v1_ctx *c) {
     proto__describe(pj, what, sizeof what);
     return ERR("dropout.p: must be a number in [0, 1), got %s", what);
   }
-  if (sj && !cJSON_IsNull(sj) && get_count(sj, &seed)) {
+  if (sj && proto__json_count(sj, &seed)) {
     proto__describe(sj, what, sizeof what);
     return ERR("dropout.seed: must be an integer in [0, 2^53], got %s", what);
   }
@@ -474,7 +477,7 @@ static int window_side(v1_ctx *c, const cJSON *j, int which, int *out) {
     *out = -1;
     return 0;
   }
-  if (get_count(j, &x)) {
+  if (proto__json_count(j, &x)) {
     char what[48];
     proto__describe(j, what, sizeof what);
     return ERR("window[%d]: expected an integer in [0, 2^53] or null, got %s",
@@ -566,7 +569,7 @@ static int decode(const char *body, size_t len, proto_request *req,
                   size_t max_elems, char *err, int leaves,
                   proto__json_stats *st) {
   v1_ctx c = {.req = req, .p = &req->prob, .max_elems = max_elems,
-              .st = st, .err = err};
+              .st = st, .body = body, .len = len, .err = err};
   c.ck.req = req;
   c.ck.p = &req->prob;
   c.ck.max_elems = max_elems;

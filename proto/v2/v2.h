@@ -64,8 +64,9 @@ int proto__v2_shm_params(const cJSON *params, const char *where,
 
 /* Finds u's region through shm (NULL: none registered) and checks
  * Triton's rules for it, in Triton's order: the region exists (else
- * ATTND_ENOTFOUND), the offset lies inside it, offset + byte_size does
- * not overflow and fits.  0 or ATTND_EINVAL. */
+ * ATTND_ENOTFOUND; ATTND_EINVAL when it cannot be held), the offset lies
+ * inside it, offset + byte_size does not overflow and fits.  0 or
+ * ATTND_EINVAL. */
 int proto__v2_shm_locate(const proto_shm *shm, proto__shm_use *u,
                          const char *where, char err[PROTO_ERR_MAX]);
 

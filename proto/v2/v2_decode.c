@@ -100,16 +100,10 @@ static int header_len(v2_ctx *c, const char *h) {
   return 0;
 }
 
-/* JSON's blanks.  (Not strchr(" \t\r\n", ch), which also finds the
- * string's NUL: a body of NUL bytes would read as empty.) */
-static int is_ws(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-}
-
 /* The JSON part after its value (st->end): blanks only. */
 static int check_after(v2_ctx *c) {
   for (size_t j = c->st->end; j < c->hlen; j++)
-    if (!is_ws(c->body[j]))
+    if (!proto__json_blank(c->body[j]))
       return proto__json_strict(c->st, c->err) ? ATTND_EINVAL
              : ERR("body has unexpected data after the JSON object at byte "
                    "%zu%s", j, c->has_header ? " (binary data must start "
@@ -127,7 +121,7 @@ static int parse_json(v2_ctx *c, size_t max_elems, int leaves,
   const char *where = c->has_header ? " of the inference header" : "";
   size_t i = 0;
   int rc;
-  while (i < c->hlen && is_ws(c->body[i]))
+  while (i < c->hlen && proto__json_blank(c->body[i]))
     i++;
   if (i == c->hlen)
     return ERR("empty body: expected a JSON inference request with "
@@ -270,17 +264,6 @@ static int param_causal(v2_ctx *c, const cJSON *j) {
   return 0;
 }
 
-/* An integer in [0, 2^53], the range a double holds exactly. */
-static int get_count(const cJSON *j, double *out) {
-  if (!cJSON_IsNumber(j))
-    return -1;
-  double x = j->valuedouble;
-  if (x != floor(x) || x < 0 || x > 9007199254740992.0)
-    return -1;
-  *out = x;
-  return 0;
-}
-
 static int param_scale(v2_ctx *c, const cJSON *j) {
   char what[48];
   if (c->model == PROTO_MODEL_ADDITIVE)
@@ -340,12 +323,12 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
                  got);
     c->p->dropout_p = (float)j->valuedouble;
   } else if (!strcmp(n, "seed")) {
-    if (get_count(j, &x))
+    if (proto__json_count(j, &x))
       return ERR("parameters.seed: must be an integer in [0, 2^53], got %s",
                  got);
     c->p->seed = (uint64_t)x;
   } else if (!strcmp(n, "window_left") || !strcmp(n, "window_right")) {
-    if (!cJSON_IsNull(j) && get_count(j, &x))
+    if (!cJSON_IsNull(j) && proto__json_count(j, &x))
       return ERR("parameters.%s: must be an integer in [0, 2^53] (or null: "
                  "unbounded), got %s", n, got);
     c->window[n[7] == 'r'] = j;
@@ -370,7 +353,7 @@ static int param_one(v2_ctx *c, const cJSON *j, int *bin_all) {
   } else if (!strcmp(n, "precision")) {
     return param_precision(c, j);
   } else if (!strcmp(n, "timeout")) {
-    if (get_count(j, &x))
+    if (proto__json_count(j, &x))
       return ERR("parameters.timeout: must be a whole number of "
                  "microseconds in [0, 2^53], got %s", got);
     c->req->timeout_us = (uint64_t)x;
@@ -584,7 +567,7 @@ static int input_data(v2_ctx *c, int in, const cJSON *obj) {
     c->ck.t[in].flat = PROTO__FORM_ANY;
     return 0;
   }
-  if (get_count(bs, &x))
+  if (proto__json_count(bs, &x))
     return ERR("%s: parameters.binary_data_size must be a non-negative "
                "integer", name);
   if (!c->has_header)
@@ -677,11 +660,27 @@ static int shapes(v2_ctx *c) {
   return 0;
 }
 
+/* The bytes of t's elements in datatype dtype, printed into s ("4096");
+ * or, when they pass what a 64-bit byte count holds, "more than
+ * 18446744073709551615" (the shape alone is not refused for that
+ * earlier).  Their number, or 0 then. */
+static uint64_t need_str(const proto__tensor *t, int dtype, char *s,
+                         size_t cap) {
+  uint64_t n;
+  if (__builtin_mul_overflow((uint64_t)t->n,
+                             (uint64_t)proto__dtype_size(dtype), &n)) {
+    snprintf(s, cap, "more than %llu", (unsigned long long)UINT64_MAX);
+    return 0;
+  }
+  snprintf(s, cap, "%llu", (unsigned long long)n);
+  return n;
+}
+
 /* Binary inputs take consecutive byte ranges after the JSON part, in the
  * order they are listed; together they must fill the body exactly. */
 static int layout(v2_ctx *c) {
   size_t off = c->hlen, rest = c->len - c->hlen;
-  char shp[64];
+  char shp[64], need[48];
   for (int pos = 0;; pos++) {
     int in = 0;
     while (in < PROTO__IN_COUNT &&
@@ -695,10 +694,12 @@ static int layout(v2_ctx *c) {
     if (!v->binary)
       continue;
     proto__shape_str(t->shape, t->rank, shp, sizeof shp);
-    if (v->bin_size / es != t->n || v->bin_size % es)
+    if (v->bin_size / es != t->n || v->bin_size % es) {
+      need_str(t, v->dtype, need, sizeof need);
       return ERR("%s: binary_data_size is %zu bytes, shape %s of %s needs "
-                 "%zu", t->name, v->bin_size, shp,
-                 proto__dtype_name(v->dtype), t->n * es);
+                 "%s", t->name, v->bin_size, shp,
+                 proto__dtype_name(v->dtype), need);
+    }
     if (v->bin_size > c->len - off)
       return ERR("%s: binary_data_size %zu runs past the end of the body "
                  "(%zu bytes left after the inference header and earlier "
@@ -719,20 +720,19 @@ static int layout(v2_ctx *c) {
  * its datatype's size, as Triton's core requires (message and all); an
  * output's is at least what the output takes (v2_shm.c). */
 static int shm_sizes(v2_ctx *c) {
-  char id[48] = "<id_unknown>";
+  char id[48] = "<id_unknown>", need[48];
   if (c->id)
     proto__quote_name(c->id->valuestring, id, sizeof id);
   for (int in = 0; in < PROTO__IN_COUNT; in++) {
     const proto__tensor *t = &c->ck.t[in];
     const v2_in *v = &c->in[in];
-    uint64_t want;
     if (!t->json || !v->shm.name)
       continue;
-    if (__builtin_mul_overflow((uint64_t)t->n, proto__dtype_size(v->dtype),
-                               &want) || v->shm.byte_size != want)
+    uint64_t want = need_str(t, v->dtype, need, sizeof need);
+    if (!want || v->shm.byte_size != want)
       return ERR("[request id: %s] input byte size mismatch for input '%s' "
-                 "for model '%s'. Expected %llu, got %llu", id, t->name,
-                 proto_v2_model_name(c->model), (unsigned long long)want,
+                 "for model '%s'. Expected %s, got %llu", id, t->name,
+                 proto_v2_model_name(c->model), need,
                  (unsigned long long)v->shm.byte_size);
   }
   return proto__v2_shm_output_sizes(c->req, c->err);

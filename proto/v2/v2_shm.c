@@ -85,7 +85,13 @@ int proto__v2_shm_locate(const proto_shm *shm, proto__shm_use *u,
   uint64_t size = 0;
   char name[48];
   proto__quote_name(u->name, name, sizeof name);
-  u->region = shm ? shm->find(shm->ctx, u->name, &size) : NULL;
+  err[0] = '\0';
+  u->region = shm ? shm->find(shm->ctx, u->name, &size, err) : NULL;
+  if (!u->region && err[0]) {
+    char why[96]; /* find's message is short */
+    snprintf(why, sizeof why, "%s", err);
+    return ERR("%s: region '%s': %s", where, name, why);
+  }
   if (!u->region) {
     snprintf(err, PROTO_ERR_MAX, "%s: Unable to find shared memory region: "
              "'%s'", where, name);
@@ -390,7 +396,7 @@ int proto_shm_register_decode(const char *body, size_t len, const char *name,
                len ? "not valid JSON" : "the body is empty", at);
   }
   for (const char *p = end; p < body + len; p++)
-    if (!strchr(" \t\r\n", *p)) {
+    if (!proto__json_blank(*p)) {
       cJSON_Delete(root);
       return ERR("failed to parse the request JSON buffer: unexpected data "
                  "after the JSON object at byte %zu", (size_t)(p - body));

@@ -106,7 +106,8 @@ int shm_http_post(struct shm_registry *reg, int allowed, const char *url,
 /* ---- a request's holds ------------------------------------------------- */
 
 /* proto_shm.find: holds the region once per request. */
-static void *shm_http_find(void *ctx, const char *name, uint64_t *size) {
+static void *shm_http_find(void *ctx, const char *name, uint64_t *size,
+                           char err[PROTO_ERR_MAX]) {
   struct shm_http_req *s = ctx;
   struct shm_region *r;
   if (!s->reg || !(r = shm_acquire(s->reg, name)))
@@ -118,8 +119,10 @@ static void *shm_http_find(void *ctx, const char *name, uint64_t *size) {
                           decoder's second pass) */
       return r;
     }
-  if (s->n == SHM_HTTP_HOLDS) {  /* more than a request can name: a bug */
+  if (s->n == SHM_HTTP_HOLDS) {  /* more than a request can name */
     shm_release(r);
+    snprintf(err, PROTO_ERR_MAX, "a request holds at most %d shared "
+             "memory regions", SHM_HTTP_HOLDS);
     return NULL;
   }
   s->held[s->n++] = r;

@@ -48,8 +48,11 @@ int shm_http_post(struct shm_registry *reg, int allowed, const char *url,
                   const char *body, size_t len, char err[PROTO_ERR_MAX]);
 
 /* The regions one inference request holds: every region its decode finds
- * (each once), held until shm_http_req_end. */
-#define SHM_HTTP_HOLDS 16
+ * (each once), held until shm_http_req_end.  A decode names at most
+ * PROTO_TENSORS_MAX regions and runs at most twice (the second time for
+ * a message), and a region registered again between the two is another
+ * region: so no request reaches this. */
+#define SHM_HTTP_HOLDS (2 * PROTO_TENSORS_MAX)
 
 struct shm_http_req {
   struct shm_registry *reg; /* NULL: none registered (no lookups) */

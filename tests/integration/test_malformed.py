@@ -80,6 +80,13 @@ def cases():
     add("deep nesting", b"[" * 5000 + b"]" * 5000, "nested 1001 levels deep",
         "the limit is 1000 levels")
     add("unterminated string", b'{"query": "abc', "JSON")
+    # \u0000 in any string: cJSON's strings end there, so "causal\u0000zz"
+    # would pass for "causal" and an id would be echoed cut short
+    nul = "in a string; attnd takes no NUL character in a JSON string"
+    add("NUL escape in a field name", base_text[:-1] + ', "causal\\u0000zz": true}',
+        "body at byte %d: \\u0000 " % (len(base_text) + 8), nul)
+    add("NUL escape in an id", with_(id="ab\0cd"), "\\u0000 " + nul)
+    add("NUL escape in scoring", with_(scoring="dot\0x"), "\\u0000 " + nul)
     # what Python's json.dumps writes for floats that are not finite (a
     # numpy array with a NaN, through tolist())
     nan, inf = float("nan"), float("inf")

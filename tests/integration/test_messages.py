@@ -127,6 +127,16 @@ class MessagesTest(harness.ServerTestCase):
             status, obj = self.srv.post_json(path, body)
             self.assertEqual((status, obj["id"]), (200, idv))
 
+    def test_number_id_is_echoed_as_written(self):
+        # past 2^53 a double holds another integer; v2 takes string ids only
+        for idv in ("9007199254740993", "1.0", "-2.50e-3"):
+            status, hdrs, data = self.srv.request("POST", V1, ('{%s, "id": %s}' % (QKV1, idv))
+                                                  .encode())
+            self.assertEqual(status, 200, data)
+            self.assertTrue(data.startswith(b'{"id":%s,' % idv.encode()), data)
+        self.assertEqual(self.refused(V2, v2_body(id_json="9007199254740993")),
+                         "id: expected a string")
+
     def test_id_that_is_not_utf8_is_refused(self):
         for path, body in ((V1, ('{%s, "id": "ab\xff"}' % QKV1).encode("latin-1")),
                            (V2, v2_body(id_json='"ab\xff"').encode("latin-1"))):
@@ -182,11 +192,27 @@ def slow_body():
     return {"query": t, "key": t, "value": t, "return_weights": False}
 
 
+def slow_v2_body(timeout):
+    """A v2 request with parameters.timeout whose decoding alone takes
+    longer than 1 ms (four times slow_body's elements: v2 decodes faster)."""
+    t = slow_body()["query"]
+    return {"parameters": {"timeout": timeout},
+            "inputs": [{"name": n, "datatype": "FP32", "shape": [32, 128, 32],
+                        "data": t["data"] * 4} for n in ("query", "key", "value")],
+            "outputs": [{"name": "output"}]}
+
+
 class ServerDeadlineMessageTest(harness.ServerTestCase):
     server_args = ("--workers", "1", "--timeout-ms", "1")
 
     def test_the_504_names_timeout_ms(self):
         status, obj = self.srv.post_json(V1, slow_body())
+        self.assertEqual(status, 504, obj)
+        self.assertEqual(obj["error"], "deadline passed before the request "
+                         "finished: the server's --timeout-ms of 1 ms")
+
+    def test_timeout_0_leaves_the_servers_deadline(self):
+        status, obj = self.srv.post_json(V2, slow_v2_body(0))
         self.assertEqual(status, 504, obj)
         self.assertEqual(obj["error"], "deadline passed before the request "
                          "finished: the server's --timeout-ms of 1 ms")
@@ -202,6 +228,12 @@ class OwnDeadlineMessageTest(harness.ServerTestCase):
         self.assertEqual(status, 504, obj)
         self.assertEqual(obj["error"], "deadline passed before the request "
                          "finished: its \"timeout\" parameter of 1 us")
+
+    def test_timeout_0_is_no_deadline_of_its_own(self):
+        # 0 us as a deadline would have passed on arrival
+        status, obj = self.srv.post_json(V2, slow_v2_body(0))
+        self.assertEqual(status, 200, obj)
+        self.assertEqual(obj["outputs"][0]["shape"], [32, 128, 32])
 
 
 if __name__ == "__main__":

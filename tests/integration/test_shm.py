@@ -253,7 +253,16 @@ class Registration(ShmCase):
             ("x", b"", "failed to parse the request JSON buffer"),
             ("x", b"{\"key\": ", "failed to parse the request JSON buffer"),
             ("x", b"[1]", "failed to parse the request JSON buffer"),
+            # a key cut short at a NUL would name another object
+            ("x", {"key": r.key + "\0zzz", "byte_size": 16},
+             "failed to parse the request JSON buffer: body at byte %d: \\u0000 in a "
+             "string" % (9 + len(r.key))),
         ]
+        # bytes after the object are refused alike, NUL bytes too
+        good = json.dumps({"key": r.key, "byte_size": 16}).encode()
+        for tail, at in ((b"x", 0), (b"\0\0", 0), (b" \0", 1)):
+            cases.append(("x", good + tail, "unexpected data after the JSON object at "
+                          "byte %d" % (len(good) + at)))
         for name, body, phrase in cases:
             st, hdrs, data = self.call("POST", "%s/region/%s/register" % (SHM, name), body)
             self.assertEqual(st, 400, (body, data))
@@ -575,6 +584,48 @@ class Inference(ShmCase):
         got = np.frombuffer(r.read(o_off, o_size), "<f4").reshape(1, 3, 2)
         self.assert_close(got.tolist(), ref_out, "additive output")
 
+    def test_every_tensor_in_a_region_of_its_own(self):
+        # the additive model's inputs that go together and all seven
+        # outputs, each in its own region: more regions than any fixed
+        # small count, every one of them found and held
+        rng = np.random.default_rng(19)
+        B, Lq, Lk, D, Dv, Hd = 1, 3, 5, 4, 2, 6
+        ref = {"query": rng.standard_normal((B, Lq, D)), "key": rng.standard_normal((B, Lk, D)),
+               "value": rng.standard_normal((B, Lk, Dv)), "w_q": rng.standard_normal((Hd, D)),
+               "w_k": rng.standard_normal((Hd, D)), "w_v": rng.standard_normal(Hd),
+               "bias": rng.standard_normal((B, Lq, Lk)), "sinks": np.array([0.25]),
+               "mask": rng.random((B, Lq, Lk)) > 0.3, "valid_lens": np.array([4])}
+        types = {"mask": "BOOL", "valid_lens": "INT32"}
+        inputs, seen = [], {}
+        for i, (name, arr) in enumerate(ref.items()):
+            dt = types.get(name, "FP32")
+            data, back = encode(arr, dt)
+            r = self.region(4096)
+            self.registered("in%d" % i, r)
+            r.write(0, data)
+            inputs.append(shm_input(name, dt, arr.shape, "in%d" % i, 0, len(data)))
+            seen[name] = (back.reshape(arr.shape) if dt == "FP32" else arr).tolist()
+        outputs, regions = [], {}
+        for name in ("output", "weights", "lse") + reference.DIAGNOSTICS:
+            regions[name] = r = self.region(4096)
+            fill(r, 0xFF)
+            self.registered("out_" + name, r)
+            outputs.append(shm_output(name, "out_" + name, 0, 4096))
+        self.assertGreater(len(inputs) + len(outputs), 16)
+        st, _, body = self.infer({"inputs": inputs, "outputs": outputs},
+                                 model="additive_attention")
+        self.assertEqual(st, 200, body)
+        req = dict(seen, scoring="additive", sinks=[0.25])
+        ref_out, ref_w = reference.attention(req)
+        ref_d = reference.diagnostics(req)
+        for o in body["outputs"]:
+            fmt = "<i4" if o["name"] == "allowed_keys" else "<f4"
+            n = int(np.prod(o["shape"]))
+            got = np.frombuffer(regions[o["name"]].read(0, 4 * n), fmt).reshape(o["shape"])
+            want = {"output": ref_out, "weights": ref_w,
+                    "lse": reference.lse(req)}.get(o["name"]) or ref_d[o["name"]]
+            self.assert_close(got.tolist(), want, o["name"])
+
     def test_all_six_outputs_into_one_region_beside_a_json_one(self):
         req_ref = reference.rand_request(5, B=1, H=2, Lq=4, Lk=6, D=3, Dv=2)
         req_ref["valid_lens"] = [4]
@@ -733,6 +784,12 @@ class Inference(ShmCase):
         req = self.basic("b")
         del req["inputs"][0]["parameters"]["shared_memory_byte_size"]
         self.refused(400, "Expected 16, got 0", req)
+        # 2^62 FP32 elements are 2^64 bytes: a wrapped count would be 0
+        req = self.basic("b", {"shared_memory_byte_size": 0})
+        for i, shape in enumerate(([1 << 30, 1 << 30, 4], [1 << 30, 3, 4], [1 << 30, 3, 2])):
+            req["inputs"][i]["shape"] = shape
+        self.refused(400, "input byte size mismatch for input 'query' for model 'attention'. "
+                     "Expected more than 18446744073709551615, got 0", req)
 
     def test_output_region_too_small_writes_nothing(self):
         r = self.basic_region("b")

@@ -35,6 +35,22 @@ class ErrorTest(V2Case):
         self.infer_error(inputs, 400, "key: binary_data_size is %d bytes" % (len(raw) - 2),
                          "needs %d" % len(raw))
 
+    def test_byte_count_past_64_bits_is_not_wrapped(self):
+        # 2^62 FP32 elements are 2^64 bytes: a wrapped count would say 0
+        from v2client import build_request
+        inputs = self.qkv()
+        inputs[0].set_raw(b"", size=0)
+        body, jl = build_request(inputs)
+        head = json.loads(body[:jl])
+        for i, shape in enumerate(([1 << 30, 1 << 30, 4], [1 << 30, 5, 4], [1 << 30, 5, 3])):
+            head["inputs"][i]["shape"] = shape
+        head = json.dumps(head).encode()
+        status, hdrs, data = self.raw("/v2/models/attention/infer", head + body[jl:],
+                                      {"Inference-Header-Content-Length": str(len(head))})
+        self.assert_error(status, hdrs, data, 400, "query: binary_data_size is 0 bytes, "
+                          "shape [1073741824,1073741824,4] of FP32 needs more than "
+                          "18446744073709551615")
+
     def test_size_past_the_body_and_trailing_bytes(self):
         inputs = self.qkv()
         raw = inputs[2]._raw
@@ -43,6 +59,29 @@ class ErrorTest(V2Case):
         inputs = self.qkv()
         inputs[2].set_raw(inputs[2]._raw + b"1234", size=len(inputs[2]._raw))
         self.infer_error(inputs, 400, "4 bytes after the binary inputs")
+
+    def test_nul_escape_in_any_string_is_refused(self):
+        # cJSON's strings end at a NUL: each of these would pass for the
+        # name before it (query, FP32, causal) or be echoed cut short
+        from v2client import build_request
+        body, jl = build_request(self.qkv())
+        cases = [("name", lambda r: r["inputs"][0].update(name="query\0zz")),
+                 ("datatype", lambda r: r["inputs"][0].update(datatype="FP32\0zz")),
+                 ("parameter name", lambda r: r.update(parameters={"causal\0x": True})),
+                 ("id", lambda r: r.update(id="ab\0cd"))]
+        for what, change in cases:
+            with self.subTest(what=what):
+                r = json.loads(body[:jl])
+                change(r)
+                head = json.dumps(r).encode()
+                at = head.index(b"\\u0000")
+                status, hdrs, data = self.raw(
+                    "/v2/models/attention/infer", head + body[jl:],
+                    {"Inference-Header-Content-Length": str(len(head))})
+                self.assert_error(status, hdrs, data, 400, "body at byte %d of the inference "
+                                  "header: \\u0000 in a string; attnd takes no NUL "
+                                  "character in a JSON string" % at)
+        self.client.infer("attention", self.qkv())  # still served
 
     def test_header_length_errors(self):
         from v2client import build_request
@@ -263,6 +302,22 @@ class CompressionTest(V2Case):
         self.assertEqual(status, 200)
         self.assertNotIn("content-encoding", hdrs)
         json.loads(data)
+
+    def test_gzip_body_of_several_members(self):
+        # RFC 1952: members inflate one after another (gzip -c a b > c)
+        q, k, v = rand_inputs(18)
+        req = {"query": q, "key": k, "value": v}
+        text = json.dumps(req).encode()
+        cut = len(text) // 2
+        body = gzip.compress(text[:cut]) + gzip.compress(text[cut:])
+        status, _, data = self.raw("/v1/attention", body, {"Content-Encoding": "gzip"})
+        self.assertEqual(status, 200, data[:200])
+        ref_out, _ = attention(req)
+        self.assert_close(flatten(json.loads(data)["output"]), ref_out, "output")
+        status, hdrs, data = self.raw("/v1/attention", gzip.compress(text) + b"garbage",
+                                      {"Content-Encoding": "gzip"})
+        self.assert_error(status, hdrs, data, 400,
+                          "body: 7 bytes after the end of the compressed stream")
 
     def test_error_bodies_stay_uncompressed_and_bad_streams_are_400(self):
         # Triton answers errors uncompressed and tritonclient reads them

@@ -334,6 +334,29 @@ START_TEST(id_string_and_number_are_echoed_as_json) {
 }
 END_TEST
 
+/* A number id is echoed as written, not as its double prints: past 2^53
+ * the double is another integer, and 1.0 or 1e2 are the client's. */
+START_TEST(id_number_is_echoed_as_written) {
+  static const char *const ids[] = {"9007199254740993", "1.0", "1e2", "-0",
+                                     "12345678901234567890123", "1.5E+300"};
+  proto_request r;
+  char body[256];
+  for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+    snprintf(body, sizeof body, "{\"id\" : %s ," QKV3 "}", ids[i]);
+    OK(body, &r);
+    ck_assert_str_eq(r.id_json, ids[i]);
+    proto_request_free(&r);
+  }
+  /* the member found by its name with escapes resolved, after a tensor */
+  OK("{" QKV3 ",\"i\\u0064\":9007199254740993}", &r);
+  ck_assert_str_eq(r.id_json, "9007199254740993");
+  proto_request_free(&r);
+  char big[600];
+  snprintf(big, sizeof big, "{" QKV3 ",\"id\":1%0300d}", 0);
+  BAD(big, "id: a number of 301 characters; the limit is 256");
+}
+END_TEST
+
 START_TEST(id_rejects_other_types) {
   BAD("{" QKV3 ",\"id\":true}", "id: expected a string or", "true");
   BAD("{" QKV3 ",\"id\":[1]}", "id:", "an array");
@@ -401,6 +424,18 @@ START_TEST(dropout_p_and_seed) {
   ck_assert_float_eq(r.prob.dropout_p, 0.0f);
   ck_assert_uint_eq(r.prob.seed, 7);
   proto_request_free(&r);
+  /* whole numbers however written, exactly */
+  static const char *const seeds[] = {"2.0", "0.2e1", "200e-2", "-0",
+                                      "90071992547409920e-1"};
+  static const uint64_t want[] = {2, 2, 2, 0, 9007199254740992ull};
+  char body[256];
+  for (int i = 0; i < 5; i++) {
+    snprintf(body, sizeof body, "{" QKV3 ",\"dropout\":{\"p\":0.1,"
+             "\"seed\":%s}}", seeds[i]);
+    OK(body, &r);
+    ck_assert_uint_eq(r.prob.seed, want[i]);
+    proto_request_free(&r);
+  }
 }
 END_TEST
 
@@ -413,6 +448,16 @@ START_TEST(dropout_rejects_bad_values) {
   BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":-1}}", "dropout.seed");
   BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":9007199254740994}}",
       "dropout.seed", "2^53");
+  /* decimals whose double is a whole number in range, but not they */
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":9007199254740993}}",
+      "dropout.seed: must be an integer in [0, 2^53], got 9007199254740993");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":9007199254740992.5}}",
+      "dropout.seed", "2^53");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":1.00000000000000001}}",
+      "dropout.seed", "1.00000000000000001");
+  BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"seed\":null}}",
+      "dropout.seed: must be an integer in [0, 2^53], got null");
+  BAD("{" QKV3 ",\"window\":[9007199254740993,0]}", "window");
   BAD("{" QKV3 ",\"dropout\":{\"seed\":1}}", "dropout", "\"p\" is required");
   BAD("{" QKV3 ",\"dropout\":{\"p\":0.1,\"sead\":1}}", "dropout",
       "unknown field 'sead'");
@@ -591,6 +636,7 @@ int main(void) {
                  scale_rejects_zero_and_non_numbers,
                  return_weights_rejects_non_booleans,
                  id_string_and_number_are_echoed_as_json,
+                 id_number_is_echoed_as_written,
                  id_rejects_other_types,
                  additive_decodes_weights_and_allows_other_key_width,
                  additive_requires_matching_weights,

@@ -331,6 +331,20 @@ START_TEST(json_errors_name_the_input) {
   body_json(&b, "{\"parameters\":{\"timeout\":-1},\"inputs\":[" IN_Q ","
                 IN_K "," IN_V "]}");
   BAD(&b, NULL, "parameters.timeout");
+  /* whole in the double, not in the decimal */
+  static const char *const counts[] = {
+      "\"seed\":9007199254740993", "\"seed\":1.00000000000000001",
+      "\"timeout\":9007199254740993", "\"window_left\":9007199254740992.5",
+      "\"seed\":null"};
+  for (int i = 0; i < 5; i++) {
+    char json[512], name[16];
+    snprintf(json, sizeof json, "{\"parameters\":{%s},\"inputs\":[" IN_Q
+             "," IN_K "," IN_V "]}", counts[i]);
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(counts[i] + 1, "\""),
+             counts[i] + 1);
+    body_json(&b, json);
+    BAD(&b, NULL, "parameters.", name, "[0, 2^53]", strchr(counts[i], ':') + 1);
+  }
   body_json(&b, "{\"parameters\":{\"dropout_p\":1},\"inputs\":[" IN_Q ","
                 IN_K "," IN_V "]}");
   BAD(&b, NULL, "parameters.dropout_p");

@@ -555,6 +555,51 @@ START_TEST(inflate_gzip_zlib_and_raw) {
 }
 END_TEST
 
+/* RFC 1952: a gzip file may hold several members, which inflate one
+ * after another; the cap is over them all, and bytes after the last that
+ * start no member are refused. */
+START_TEST(inflate_gzip_members) {
+  static const char a[] = "{\"inputs\": [1, 2, ", b[] = "3, 4]}";
+  char z[512], *out, err[PROTO_ERR_MAX];
+  size_t na = zip(15 + 16, a, sizeof a - 1, z, sizeof z), n, len;
+  size_t whole = sizeof a - 1 + sizeof b - 1;
+  n = na + zip(15 + 16, b, sizeof b - 1, z + na, sizeof z - na);
+  n += zip(15 + 16, "", 0, z + n, sizeof z - n); /* an empty member */
+  ck_assert_int_eq(proto_inflate("gzip", z, n, whole, &out, &len, err), 0);
+  ck_assert_uint_eq(len, whole);
+  ck_assert(!memcmp(out, a, sizeof a - 1));
+  ck_assert(!memcmp(out + sizeof a - 1, b, sizeof b - 1));
+  free(out);
+  /* each member under the cap, together one byte over */
+  ck_assert_int_eq(proto_inflate("gzip", z, n, whole - 1, &out, &len, err),
+                   ATTND_ETOOBIG);
+  /* a second member cut short, and bytes that start none */
+  ck_assert_int_eq(proto_inflate("gzip", z, n - 25, 1000, &out, &len, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "truncated"));
+  memcpy(z + na, "\x1f", 1);
+  ck_assert_int_eq(proto_inflate("gzip", z, na + 1, 1000, &out, &len, err),
+                   ATTND_EINVAL);
+  ck_assert_str_eq(err, "body: 1 bytes after the end of the compressed "
+                   "stream");
+  memcpy(z + na, "xyz\0", 4);
+  ck_assert_int_eq(proto_inflate("gzip", z, na + 4, 1000, &out, &len, err),
+                   ATTND_EINVAL);
+  ck_assert_str_eq(err, "body: 4 bytes after the end of the compressed "
+                   "stream");
+  memcpy(z + na, "\x1f\x8bxyz", 5);
+  ck_assert_int_eq(proto_inflate("gzip", z, na + 5, 1000, &out, &len, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "gzip stream"));
+  /* deflate has one stream: what follows it is refused */
+  n = zip(15, a, sizeof a - 1, z, sizeof z);
+  n += zip(15, b, sizeof b - 1, z + n, sizeof z - n);
+  ck_assert_int_eq(proto_inflate("deflate", z, n, 1000, &out, &len, err),
+                   ATTND_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "after the end of the compressed"));
+}
+END_TEST
+
 START_TEST(inflate_bomb_stops_at_the_cap) {
   size_t big = 64u << 20, n;
   char *zeros = calloc(1, big), *z = malloc(big / 100), *out;
@@ -607,7 +652,8 @@ int main(void) {
                   received_body_reports_a_bad_value_like_the_copy,
                   received_body_copies_what_it_cannot_lend,
                   bf16_inputs_in_bf16_mode_are_used_as_sent}},
-    {"coding", {inflate_gzip_zlib_and_raw, inflate_bomb_stops_at_the_cap,
+    {"coding", {inflate_gzip_zlib_and_raw, inflate_gzip_members,
+                inflate_bomb_stops_at_the_cap,
                 accept_encoding_and_deflate}},
   };
   return support_run("v2_binary", cases, sizeof cases / sizeof cases[0]);
