@@ -53,7 +53,11 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
    * suspended until the job is back).  They are let go before the client
    * hears, so that it may unregister or register them again as soon as
    * it has its answer, also after a refusal; the request's end, after the
-   * answer is written, may come later than the client's next request. */
+   * answer is written, may come later than the client's next request.
+   * So is its body's hold on the in-flight budget, for the same reason
+   * (a refusal's body is needed no more); its answer's bytes stay held
+   * until MHD has sent them (http_limits.c). */
+  http_limits_answered(r);
   shm_http_req_end(&r->shm);
   ret = MHD_queue_response(r->conn, status, resp);
   MHD_destroy_response(resp);

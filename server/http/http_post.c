@@ -105,6 +105,7 @@ static void http_on_job_done(struct batcher_job *job) {
   struct http_req *r = job->arg;
   watch_remove(r->h->watch, r->watch);  /* before MHD may close the fd */
   r->watch = 0;
+  http_limits_job_done(r);
   r->state = REQ_JOB_DONE;
   MHD_resume_connection(r->conn);
 }
@@ -342,6 +343,7 @@ enum MHD_Result http_post_end(struct http_req *r) {
   if (batcher_run_here(h->b, &r->job, atomic_load(&h->posts) == 1)) {
     watch_remove(h->watch, r->watch);  /* before MHD may close the fd */
     r->watch = 0;
+    http_limits_job_done(r);
     r->state = REQ_JOB_DONE;
     return http_post_answer(r);
   }
