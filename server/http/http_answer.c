@@ -6,8 +6,10 @@
  * Runs on the MHD thread that owns the request's connection (the threads
  * and a request's states: the DESIGN comment of http.c), so r is that
  * thread's alone.  Of the shared state it reads h->quiesced, an atomic
- * the controlling thread sets, and it records into the metrics, which any
- * thread may do (metrics.h).  No locks.
+ * the controlling thread sets, records into the metrics, which any
+ * thread may do (metrics.h), and gives the body's hold back to the
+ * budget, under the batcher's own lock (a leaf, batcher.h).  No locks of
+ * its own.
  */
 #include "server/http/http_impl.h"
 
