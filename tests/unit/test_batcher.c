@@ -601,19 +601,30 @@ static void on_done_retry(struct batcher_job *job) {
   on_done(job);
 }
 
+/* A batcher with a queue of one place and a budget of exactly t[0]'s
+ * hold_bytes (with its answer's upper bound when `answer`), t[0] set to
+ * retry with t[1] from its done(). */
+static struct batcher *start_retry(struct metrics **m, struct tjob *t,
+                                   int answer) {
+  struct batcher *b;
+  decode(&t[0], SHAPE_A);
+  decode(&t[1], SHAPE_A);
+  if (answer)
+    t[0].job.hold_bytes += proto_answer_bytes(&t[0].job.req);
+  b = start(m, 1, 1, 1, t[0].job.hold_bytes);
+  again.b = b;
+  again.next = &t[1];
+  t[0].job.done = on_done_retry;
+  return b;
+}
+
 /* A queue of one place and a budget of one job: a queued job that
  * completes uncomputed (its deadline passed) has given both back before
  * its done() runs, so that its client, retrying at once, is admitted. */
 START_TEST(test_a_queued_job_gives_its_place_back_before_done) {
   struct metrics *m;
-  struct batcher *b;
   struct tjob t[2];
-  decode(&t[0], SHAPE_A);
-  decode(&t[1], SHAPE_A);
-  b = start(&m, 1, 1, 1, t[0].job.hold_bytes);
-  again.b = b;
-  again.next = &t[1];
-  t[0].job.done = on_done_retry;
+  struct batcher *b = start_retry(&m, t, 0);
   t[0].job.deadline_ns = clock_now_ns() - 1;
   ck_assert_int_eq(submit(b, &t[0]), 0);
   wait_done(1);
@@ -630,16 +641,9 @@ END_TEST
  * and its answer's still held, until its submitter gives them back. */
 START_TEST(test_a_computed_job_keeps_only_its_answer_held_at_done) {
   struct metrics *m;
-  struct batcher *b;
   struct tjob t[2];
+  struct batcher *b = start_retry(&m, t, 1);
   char *want = expected_body(SHAPE_A);
-  decode(&t[0], SHAPE_A);
-  decode(&t[1], SHAPE_A);
-  t[0].job.hold_bytes += proto_answer_bytes(&t[0].job.req);
-  b = start(&m, 1, 1, 1, t[0].job.hold_bytes);
-  again.b = b;
-  again.next = &t[1];
-  t[0].job.done = on_done_retry;
   ck_assert_int_eq(submit(b, &t[0]), 0);
   wait_done(1);
   ck_assert_str_eq(t[0].body, want);
