@@ -6,8 +6,10 @@
  * Runs on the MHD thread that owns the request's connection (the threads
  * and a request's states: the DESIGN comment of http.c), so r is that
  * thread's alone.  Of the shared state it reads h->quiesced, an atomic
- * the controlling thread sets, and it records into the metrics, which any
- * thread may do (metrics.h).  No locks.
+ * the controlling thread sets, records into the metrics, which any
+ * thread may do (metrics.h), and gives the body's hold back to the
+ * budget, under the batcher's own lock (a leaf, batcher.h).  No locks of
+ * its own.
  */
 #include "server/http/http_impl.h"
 
@@ -53,7 +55,11 @@ static enum MHD_Result http_queue(struct http_req *r, unsigned int status,
    * suspended until the job is back).  They are let go before the client
    * hears, so that it may unregister or register them again as soon as
    * it has its answer, also after a refusal; the request's end, after the
-   * answer is written, may come later than the client's next request. */
+   * answer is written, may come later than the client's next request.
+   * So is its body's hold on the in-flight budget, for the same reason
+   * (a refusal's body is needed no more); its answer's bytes stay held
+   * until MHD has sent them (http_limits.c). */
+  http_limits_answered(r);
   shm_http_req_end(&r->shm);
   ret = MHD_queue_response(r->conn, status, resp);
   MHD_destroy_response(resp);

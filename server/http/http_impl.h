@@ -122,7 +122,14 @@ struct http_req {
   size_t bytes_in;          /* every body byte received, kept or not */
   int body_fault;           /* enum http_body_fault */
   int refused;              /* enum http_refusal */
-  size_t held;              /* bytes of the in-flight budget it holds */
+  size_t held;              /* bytes of the in-flight budget its body
+                               holds (the body, its inflated copy, what
+                               its decode allocated): until it is
+                               reserved as a job, dropped or answered */
+  size_t answer_held;       /* bytes of the budget its job's answer holds
+                               (batcher_job.answer_bytes): from the job's
+                               completion until the request's, when MHD
+                               has sent the answer (or given up) */
   size_t declared;          /* its Content-Length, 0 when none */
   unsigned timeout_s;       /* the idle timeout set for its body, 0 none */
   int flops_checked;        /* the early v2 flops check has run */
@@ -259,8 +266,9 @@ enum MHD_Result http_post_answer(struct http_req *r);
 
 /* ---- limits before a POST runs (http_limits.c) ---------------------------
  *
- * The body's share of the in-flight budget (r->held), its deadline and
- * the request's estimated flops.  Messages name the flag to change. */
+ * The body's share of the in-flight budget (r->held), its answer's
+ * (r->answer_held), the body's deadline and the request's estimated
+ * flops.  Messages name the flag to change. */
 
 /* First call: length is the Content-Length (0 when none).  0, or
  * ATTND_ETOOBIG (over --max-body-mb or the whole budget) or ATTND_EBUSY
@@ -297,7 +305,7 @@ size_t http_limits_inflate_room(struct http_req *r);
 /* Between these two, on r's MHD thread, what the inflating and the decode
  * of r's body allocate is held in the budget before it is allocated
  * (mem_hold), into r->held: given back when the request is reserved as a
- * job (batcher_reserve_held) or ends. */
+ * job (batcher_reserve_held), answered or ends. */
 void http_limits_decode_begin(struct http_req *r);
 void http_limits_decode_end(void);
 
@@ -310,7 +318,19 @@ int http_limits_flops(struct http_req *r, const proto_request *q, char *msg,
  * (REFUSE_FLOPS) when its shapes alone need too many flops.  Runs once. */
 void http_limits_early_flops(struct http_req *r);
 
-/* Completion: gives back whatever r still holds. */
+/* r's job is done (on the thread that completed it, before the MHD
+ * thread may touch r again): its answer's bytes, which the batcher left
+ * held, are r's to give back (r->answer_held) when the request ends. */
+void http_limits_job_done(struct http_req *r);
+
+/* r's answer is being queued: its body, and whatever its decode left, are
+ * freed and their hold given back (r->held), so that a client hearing a
+ * refusal finds the budget as it would without it.  r->answer_held
+ * stays: MHD still sends that answer. */
+void http_limits_answered(struct http_req *r);
+
+/* Completion: gives back whatever r still holds (an answer's bytes, or a
+ * body never answered). */
 void http_limits_end(struct http_req *r);
 
 /* ---- KServe v2 metadata, health and statistics GETs (http_v2meta.c) ----

@@ -6,11 +6,28 @@
  *
  * Everything here runs on the MHD thread that owns the request's
  * connection (the threads and a request's states: the DESIGN comment of
- * http.c).  The budget itself is the batcher's (batcher_hold,
- * batcher_unhold, batcher_reserve_held under b->mu); r->held is what
- * this request holds of it, given back exactly once: when the body turns
- * into a reserved job (http_post.c), when the body is dropped, or in the
- * completion callback (http_limits_end), whichever comes first.
+ * http.c), but http_limits_job_done, which runs where the request's job
+ * completed, before the connection is resumed.  The budget itself is the
+ * batcher's (batcher_hold, batcher_unhold, batcher_reserve_held under
+ * b->mu; the model is batcher.h's).  A request holds it in three stages:
+ *   r->held         its body, from the headers on, and what the body's
+ *                   inflating and decode allocate; given back exactly
+ *                   once: when the body turns into a reserved job
+ *                   (http_post.c), when it is dropped, when the request
+ *                   is answered (http_limits_answered: a refusal's body
+ *                   is let go as its answer is queued), or at the
+ *                   request's completion (http_limits_end), whichever
+ *                   comes first;
+ *   the job's       hold_bytes, its tensors and answer, reserved by the
+ *                   batcher, which gives back all but the answer's bytes
+ *                   as the job completes;
+ *   r->answer_held  those answer bytes, from the job's completion until
+ *                   the request's (http_limits_end): libmicrohttpd owns
+ *                   the answer until it has sent every byte of it, so a
+ *                   client that reads slowly keeps it in the budget and
+ *                   later requests get the 503 rather than memory
+ *                   growing.  An error answer (a few hundred bytes) is
+ *                   not counted.
  *
  * A body is held as it is known: its Content-Length when the headers
  * arrive (a body that does not fit is refused at once, 503, before it
@@ -266,4 +283,20 @@ int http_limits_refusal(struct http_req *r, char *msg, size_t cap) {
   return 0;
 }
 
-void http_limits_end(struct http_req *r) { http_unhold(r); }
+/* ---- after the job ------------------------------------------------------ */
+
+void http_limits_job_done(struct http_req *r) {
+  r->answer_held = r->job.answer_bytes;
+}
+
+void http_limits_answered(struct http_req *r) {
+  proto_body_free(&r->body);
+  proto_request_free(&r->job.req);
+  http_unhold(r);
+}
+
+void http_limits_end(struct http_req *r) {
+  http_unhold(r);
+  batcher_unhold(r->h->b, r->answer_held);
+  r->answer_held = 0;
+}

@@ -10,8 +10,9 @@
  * connection except http_on_job_done, which a worker or the batcher's
  * loop thread calls: it removes the request's watch (watch.h; from then
  * on the watch thread touches neither r's cancel word nor its socket),
- * sets r->state to REQ_JOB_DONE and resumes the connection, and from
- * then on only the MHD thread touches r.  The watch thread may set the
+ * takes over the answer's hold on the budget (http_limits_job_done), sets
+ * r->state to REQ_JOB_DONE and resumes the connection, and from then on
+ * only the MHD thread touches r.  The watch thread may set the
  * job's cancel word at any time before that (an atomic).  A job run
  * here (batcher_run_here) is watched too, from before it starts until
  * it returns, while this thread is inside MHD's callback.  The
@@ -105,6 +106,7 @@ static void http_on_job_done(struct batcher_job *job) {
   struct http_req *r = job->arg;
   watch_remove(r->h->watch, r->watch);  /* before MHD may close the fd */
   r->watch = 0;
+  http_limits_job_done(r);
   r->state = REQ_JOB_DONE;
   MHD_resume_connection(r->conn);
 }
@@ -242,9 +244,11 @@ static enum MHD_Result http_post_shm(struct http_req *r) {
   return http_answer(r, 200, empty, 0, 0, http_json, NULL);
 }
 
-/* Sets r->job.hold_bytes, what the request holds until it is answered: its
- * tensors and its encoded answer (twice when compressed, the plain text
- * and the compressed copy living together).  ATTND_ETOOBIG, with a
+/* Sets r->job.hold_bytes, what the request holds from admission until its
+ * job is computed: its tensors and an upper bound of its encoded answer
+ * (twice when compressed, the plain text and the compressed copy living
+ * together); then the answer's own bytes alone, until it is sent
+ * (http_limits.c).  ATTND_ETOOBIG, with a
  * message in msg, when that alone exceeds the in-flight budget: it could
  * never be admitted, so 413 rather than a 503 to retry.  The advice is
  * proto's, as for the decoder's element limit (proto_budget_advice). */
@@ -342,6 +346,7 @@ enum MHD_Result http_post_end(struct http_req *r) {
   if (batcher_run_here(h->b, &r->job, atomic_load(&h->posts) == 1)) {
     watch_remove(h->watch, r->watch);  /* before MHD may close the fd */
     r->watch = 0;
+    http_limits_job_done(r);
     r->state = REQ_JOB_DONE;
     return http_post_answer(r);
   }

@@ -72,10 +72,16 @@
  * Accounting (b->mu): `queued` counts reserved jobs not yet started,
  * queued or waiting in a batch (admission against max_queue; the
  * metrics' attnd_queue_depth moves with it), `outstanding` counts
- * reserved jobs whose done() has not returned, `bytes` sums their
- * hold_bytes and the holds of bodies still arriving (batcher_hold), all
- * against max_bytes.  Every
- * change to `bytes` is added to the metrics' gauge after the unlock, as a
+ * reserved jobs whose done() has not returned (what the drain waits on),
+ * `bytes` sums every hold on the budget against max_bytes: bodies still
+ * arriving (batcher_hold), reserved jobs' hold_bytes, and the answers of
+ * completed jobs that their submitters have not yet sent
+ * (batcher_unhold).  A job completes in two steps (batcher_finish):
+ * before done() it gives back its queue place, if it still has one, and
+ * its hold_bytes but its answer's (job->answer_bytes, which pass to the
+ * submitter), so that a client hearing its answer may be admitted again
+ * at once; after done() returns it leaves `outstanding`.  Every change to
+ * `bytes` is added to the metrics' gauge after the unlock, as a
  * difference, so that the gauge needs no lock of its own.
  */
 #include "server/sched/batcher.h"
@@ -197,29 +203,52 @@ static void batcher_queue_remove(struct batcher *b, size_t i) {
 
 /* ---- completion (any thread) ------------------------------------------ */
 
-/* Gives back what batcher_reserve took for a job holding these bytes. */
-static void batcher_release(struct batcher *b, size_t hold_bytes) {
-  pthread_mutex_lock(&b->mu);
-  b->outstanding--;
-  b->bytes -= hold_bytes;
-  pthread_mutex_unlock(&b->mu);
-  metrics_add_inflight_bytes(b->ex.m, -(int64_t)hold_bytes);
+/* The bytes of the answer a job carries out of done(): its encoded body,
+ * or its parts, which the submitter then owns.  At most what it reserved,
+ * so that the budget never gives back more than it took. */
+static size_t batcher_answer_bytes(const struct batcher_job *job) {
+  size_t n = job->body || job->parts.n ? job->body_len : 0;
+  return n < job->hold_bytes ? n : job->hold_bytes;
 }
 
-/* Records a job's outcome and releases its request. */
-static void batcher_settle(struct batcher_job *job, int err) {
+/* Records a job's outcome and releases its request; then gives back what
+ * it no longer needs, before anyone hears of it: its tensors' share of
+ * the budget (all of hold_bytes but job->answer_bytes, which the
+ * submitter gives back once its answer is sent) and, for a job that never
+ * left its queue (`queued` 1), its queue place.  The job stays
+ * outstanding until batcher_done. */
+static void batcher_settle(struct batcher *b, struct batcher_job *job,
+                           int err, int queued) {
+  size_t back;
   job->err = err;
   job->finished_ns = clock_now_ns();
   proto_request_free(&job->req);
+  job->answer_bytes = batcher_answer_bytes(job);
+  back = job->hold_bytes - job->answer_bytes;
+  pthread_mutex_lock(&b->mu);
+  b->bytes -= back;
+  b->queued -= (size_t)queued;
+  pthread_mutex_unlock(&b->mu);
+  metrics_add_inflight_bytes(b->ex.m, -(int64_t)back);
+  if (queued)
+    metrics_add_queue_depth(b->ex.m, -1);
 }
 
-/* Completes a job: the last time the batcher touches it. */
+/* A completed job leaves the count the drain waits on
+ * (batcher_outstanding), after its done() has returned. */
+static void batcher_done(struct batcher *b) {
+  pthread_mutex_lock(&b->mu);
+  b->outstanding--;
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* Completes a job: the last time the batcher touches it.  queued: it
+ * never left its queue, which it still has a place in. */
 static void batcher_finish(struct batcher *b, struct batcher_job *job,
-                           int err) {
-  size_t hold_bytes = job->hold_bytes;
-  batcher_settle(job, err);
+                           int err, int queued) {
+  batcher_settle(b, job, err, queued);
   job->done(job);
-  batcher_release(b, hold_bytes);
+  batcher_done(b);
 }
 
 /* Completes every job of a list of jobs never started (queued, or taken
@@ -227,20 +256,12 @@ static void batcher_finish(struct batcher *b, struct batcher_job *job,
  * says. */
 static void batcher_fail_list(struct batcher *b, struct batcher_job *job,
                               int err) {
-  size_t n = 0;
   while (job) {
     struct batcher_job *next = job->next;
     if (err == ATTND_ETIMEDOUT)
       metrics_record_cancel(b->ex.m, METRICS_CANCEL_DEADLINE);
-    batcher_finish(b, job, err ? err : exec_cancelled(&b->ex, job));
+    batcher_finish(b, job, err ? err : exec_cancelled(&b->ex, job), 1);
     job = next;
-    n++;
-  }
-  if (n) {
-    pthread_mutex_lock(&b->mu);
-    b->queued -= n;
-    pthread_mutex_unlock(&b->mu);
-    metrics_add_queue_depth(b->ex.m, -(int)n);
   }
 }
 
@@ -340,7 +361,7 @@ static void batcher_run(struct pool_item *item, struct pool_worker *w,
   while ((job = batcher_start_next(b, batch)) != NULL) {
     int err = exec_job(&b->ex, job, w, n);
     batcher_unlist(b, job);
-    batcher_finish(b, job, err);
+    batcher_finish(b, job, err, 0);
   }
   pthread_mutex_lock(&b->mu);
   batch->next = b->done_batches;
@@ -736,6 +757,7 @@ static void batcher_job_reset(struct batcher_job *job) {
   job->body = NULL;
   job->body_len = job->plain_len = job->json_len = 0;
   job->compressed = 0;
+  job->answer_bytes = 0;
   memset(&job->parts, 0, sizeof job->parts);
   job->batch_size = 0;
   job->enqueued_ns = clock_now_ns();
@@ -800,10 +822,10 @@ int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone) {
                                            : METRICS_INLINE_CHEAP);
   err = exec_job(&b->ex, job, NULL, 1);
   batcher_unlist(b, job);
-  batcher_settle(job, err);
+  batcher_settle(b, job, err, 0);
   if (took == 2)
     batcher_give_back(b);
-  batcher_release(b, job->hold_bytes);
+  batcher_done(b);
   return 1;
 }
 

@@ -13,6 +13,15 @@
  * After done() returns the batcher never touches the job again, and
  * job->req has been released (proto_request_free).
  *
+ * The budget (cfg.max_bytes) counts every byte a request holds, through
+ * three kinds of hold: a body still arriving (batcher_hold), a reserved
+ * job's hold_bytes (its tensors and its answer), and a completed job's
+ * answer until it is sent.  Before done() is called the job's queue place
+ * and all of its hold_bytes but job->answer_bytes are given back; those
+ * bytes, the answer's, stay in the budget and pass to the submitter, who
+ * gives them back with batcher_unhold once the answer has left memory.
+ * The job counts in batcher_outstanding until done() returns.
+ *
  * Jobs are queued by shape key; a batch is up to max_batch jobs of one key
  * and is handed to a worker without copying tensors.  Keys are served
  * round-robin.  With max_delay_us 0 a batch leaves as soon as a worker is
@@ -109,6 +118,11 @@ struct batcher_job {
   size_t json_len;          /* length of its JSON part: less than
                                plain_len when v2 binary outputs follow */
   int compressed;           /* 1: body is compressed with `coding` */
+  size_t answer_bytes;      /* of hold_bytes, what stays held after done():
+                               the answer's bytes (body_len when there is
+                               a body or parts, else 0, at most
+                               hold_bytes); the submitter's to give back
+                               with batcher_unhold */
   proto_parts parts;        /* parts.n > 0: the response is parts (JSON
                                and binary outputs, uncopied) and body is
                                NULL; the submitter frees it with
@@ -140,8 +154,9 @@ int batcher_reserve(struct batcher *b, size_t hold_bytes);
  * Content-Length when the headers give one, else what has arrived (or
  * inflated) so far.  batcher_hold takes n more bytes: 0, or ATTND_EBUSY
  * (taking nothing) when they do not fit in what is left.  batcher_unhold
- * gives n back.  Every byte held is given back exactly once: by
- * batcher_unhold, or by batcher_reserve_held. */
+ * gives n back: a body's hold, or a completed job's answer_bytes.  Every
+ * byte held is given back exactly once: by batcher_unhold, or by
+ * batcher_reserve_held. */
 int batcher_hold(struct batcher *b, size_t n);
 void batcher_unhold(struct batcher *b, size_t n);
 
@@ -171,7 +186,8 @@ void batcher_submit(struct batcher *b, struct batcher_job *job);
  * (and always when inline_ns is 0 or max_delay_us > 0): then
  * batcher_submit it.  Returns 1 when it ran: job->err and the response
  * fields are set as done() would see them, job->req is released and the
- * reservation given back; done() is NOT called.  It counts as a batch of
+ * reservation given back but job->answer_bytes, which the caller gives
+ * back as a done() would; done() is NOT called.  It counts as a batch of
  * one in the metrics. */
 int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone);
 
@@ -192,7 +208,9 @@ void batcher_wake_cancelled(void *b);
  * All answer ATTND_EDRAINING within about a key block's work each. */
 void batcher_cancel_all(struct batcher *b);
 
-/* Jobs reserved and not yet completed (done() not yet returned). */
+/* Jobs reserved and not yet completed (done() not yet returned; a job run
+ * here until batcher_run_here returns).  Their answers' bytes may still
+ * be held after that (batcher_bytes_in_use). */
 size_t batcher_outstanding(struct batcher *b);
 
 /* Stops the workers and the loop thread and frees everything.  Jobs not

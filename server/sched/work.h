@@ -6,7 +6,9 @@
  *               what --max-request-gflop limits and
  *               attnd_request_cost_gflop shows;
  *   hold_bytes  the memory a request holds against --max-inflight-mb
- *               (batcher_reserve, job->hold_bytes);
+ *               from admission until it is computed (batcher_reserve,
+ *               job->hold_bytes; then its answer's bytes alone,
+ *               job->answer_bytes, until the answer is sent);
  *   ns          the time it is expected to take on one core: its flops at
  *               WORK_FLOPS_PER_NS plus encoding its answer, what the
  *               inline bounds (--inline-us, --inline-idle-us) and the

@@ -40,6 +40,8 @@ struct tjob {
   int answered;             /* done() was called */
   int err, batch_size;
   char *body;
+  size_t answer;            /* the answer's bytes the batcher left held:
+                               the test's to give back (batcher_unhold) */
 };
 
 static void on_done(struct batcher_job *job) {
@@ -49,6 +51,7 @@ static void on_done(struct batcher_job *job) {
   t->batch_size = job->batch_size;
   t->body = job->body;  /* the test owns the body from here on */
   t->answered = 1;
+  t->answer = job->answer_bytes;  /* and the answer's hold */
   if (t->is_gate) {
     gate_entered[t->is_gate] = 1;
     pthread_cond_broadcast(&cv);
@@ -147,12 +150,23 @@ static struct batcher *start(struct metrics **m, int workers, int max_batch,
   return start_cfg(&cfg, m);
 }
 
+/* Gives back the answers' holds of t[0..n) (the HTTP layer does once an
+ * answer is sent): then nothing may be left of the budget. */
+static void let_answers_go(struct batcher *b, struct tjob *t, int n) {
+  for (int i = 0; i < n; i++) {
+    batcher_unhold(b, t[i].answer);
+    t[i].answer = 0;
+  }
+  ck_assert_uint_eq(batcher_bytes_in_use(b), 0);
+}
+
 static void finish(struct batcher *b, struct metrics *m, struct tjob *t, int n) {
   int i;
   /* A job leaves the count just after its done() returns. */
   for (i = 0; i < 10000 && batcher_outstanding(b) > 0; i++)
     usleep(1000);
   ck_assert_uint_eq(batcher_outstanding(b), 0);
+  let_answers_go(b, t, n);
   batcher_stop(b);
   metrics_free(m);
   for (i = 0; i < n; i++)
@@ -216,6 +230,11 @@ START_TEST(test_cheap_job_runs_on_the_calling_thread) {
   t[0].body = t[0].job.body;
   ck_assert_int_eq(n_done, 0);
   ck_assert_uint_eq(batcher_outstanding(b), 0);
+  /* All of the reservation is back but the answer's bytes. */
+  t[0].answer = t[0].job.answer_bytes;
+  ck_assert_uint_gt(t[0].answer, 0);
+  ck_assert_uint_eq(batcher_bytes_in_use(b), t[0].answer);
+  let_answers_go(b, t, 1);
   batcher_stop(b);
   /* Bound of 1 ns: nothing is that cheap, so the job queues. */
   cfg.inline_ns = 1;
@@ -255,6 +274,7 @@ START_TEST(test_dearer_job_runs_here_only_as_the_one_in_flight) {
   ck_assert_int_eq(t[1].job.err, 0);
   ck_assert_str_eq(t[1].job.body, want);
   t[1].body = t[1].job.body;
+  t[1].answer = t[1].job.answer_bytes;
   t[2].is_gate = 1;
   ck_assert_int_eq(submit(b, &t[2]), 0);
   wait_gate();  /* a worker place is now taken */
@@ -318,6 +338,8 @@ START_TEST(test_queue_limit_answers_busy) {
 }
 END_TEST
 
+/* A reserved job holds its hold_bytes until it completes: here t[0] is
+ * reserved and not yet submitted. */
 START_TEST(test_byte_budget_answers_busy) {
   struct metrics *m;
   struct batcher *b;
@@ -326,12 +348,11 @@ START_TEST(test_byte_budget_answers_busy) {
   decode(&t[1], SHAPE_A);
   /* Room for one request's tensors, not two. */
   b = start(&m, 1, 1, 64, t[0].job.hold_bytes + t[0].job.hold_bytes / 2);
-  t[0].is_gate = 1;
-  ck_assert_int_eq(submit(b, &t[0]), 0);
-  wait_gate();
+  ck_assert_int_eq(batcher_reserve(b, t[0].job.hold_bytes), 0);
   ck_assert_int_eq(submit(b, &t[1]), ATTND_EBUSY);
-  open_gate();
+  batcher_submit(b, &t[0].job);
   wait_done(1);
+  ck_assert_int_eq(t[0].err, 0);
   finish(b, m, t, 2);
 }
 END_TEST
@@ -365,10 +386,11 @@ START_TEST(test_body_holds_share_the_byte_budget) {
   batcher_submit(b, &t[0].job);
   wait_done(1);
   ck_assert_int_eq(t[0].err, 0);
-  /* Everything is given back once the job is done. */
+  /* Everything is given back once the job is done but its answer's
+   * bytes, which its submitter gives back (finish). */
   for (int i = 0; i < 10000 && batcher_outstanding(b) > 0; i++)
     usleep(1000);
-  ck_assert_uint_eq(batcher_bytes_in_use(b), 0);
+  ck_assert_uint_eq(batcher_bytes_in_use(b), t[0].answer);
   finish(b, m, t, 1);
 }
 END_TEST
@@ -396,7 +418,8 @@ START_TEST(test_cancelled_queued_jobs_give_their_places_back_at_once) {
   for (i = 0; i < 10000 && batcher_outstanding(b) > 1; i++)
     usleep(1000);
   ck_assert_uint_eq(batcher_outstanding(b), 1);
-  ck_assert_uint_eq(batcher_bytes_in_use(b), t[0].job.hold_bytes);
+  /* t[0], held in its done(), holds no more than its answer's bytes */
+  ck_assert_uint_eq(batcher_bytes_in_use(b), t[0].answer);
   ck_assert_int_eq(submit(b, &t[3]), 0);
   open_gate();
   wait_done(4);
@@ -588,7 +611,9 @@ START_TEST(test_a_job_waiting_in_its_batch_is_answered_on_time) {
   for (i = 0; i < 10000 && batcher_outstanding(b) > 1; i++)
     usleep(1000);  /* t[0] and t[2] leave the count after their done() */
   ck_assert_uint_eq(batcher_outstanding(b), 1);
-  ck_assert_uint_eq(batcher_bytes_in_use(b), t[1].job.hold_bytes);
+  /* t[2]'s bytes are back: what stays held are the answers of t[0] and
+   * t[1] (in its done()), the test's to give back */
+  ck_assert_uint_eq(batcher_bytes_in_use(b), t[0].answer + t[1].answer);
   ck_assert_uint_eq(support_counter(m, "attnd_queue_depth"), 0);
   open_gate_of(2);
   expect_answered(3, &t[1], want);
@@ -650,6 +675,88 @@ START_TEST(test_stop_answers_queued_jobs) {
 }
 END_TEST
 
+/* A client that retries as soon as it hears its answer: done() asks the
+ * budget again, from the job's thread, for the job's whole hold_bytes,
+ * else for what its answer does not hold, and submits again.next with
+ * what it got. */
+static struct {
+  struct batcher *b;
+  struct tjob *next;
+  int rc_whole, rc_rest;
+} again;
+
+static void on_done_retry(struct batcher_job *job) {
+  size_t rest = job->hold_bytes - job->answer_bytes;
+  again.rc_rest = -1;
+  again.rc_whole = batcher_reserve(again.b, job->hold_bytes);
+  if (again.rc_whole == 0)
+    again.next->job.hold_bytes = job->hold_bytes;
+  else if ((again.rc_rest = batcher_reserve(again.b, rest)) == 0)
+    again.next->job.hold_bytes = rest;
+  if (again.rc_whole == 0 || again.rc_rest == 0)
+    batcher_submit(again.b, &again.next->job);
+  else
+    proto_request_free(&again.next->job.req);
+  on_done(job);
+}
+
+/* A batcher with a queue of one place and a budget of exactly t[0]'s
+ * hold_bytes (with its answer's upper bound when `answer`), t[0] set to
+ * retry with t[1] from its done(). */
+static struct batcher *start_retry(struct metrics **m, struct tjob *t,
+                                   int answer) {
+  struct batcher *b;
+  decode(&t[0], SHAPE_A);
+  decode(&t[1], SHAPE_A);
+  if (answer)
+    t[0].job.hold_bytes += proto_answer_bytes(&t[0].job.req);
+  b = start(m, 1, 1, 1, t[0].job.hold_bytes);
+  again.b = b;
+  again.next = &t[1];
+  t[0].job.done = on_done_retry;
+  return b;
+}
+
+/* A queue of one place and a budget of one job: a queued job that
+ * completes uncomputed (its deadline passed) has given both back before
+ * its done() runs, so that its client, retrying at once, is admitted. */
+START_TEST(test_a_queued_job_gives_its_place_back_before_done) {
+  struct metrics *m;
+  struct tjob t[2];
+  struct batcher *b = start_retry(&m, t, 0);
+  t[0].job.deadline_ns = clock_now_ns() - 1;
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_done(1);
+  ck_assert_int_eq(t[0].err, ATTND_ETIMEDOUT);
+  ck_assert_int_eq(again.rc_whole, 0);
+  wait_done(2);
+  ck_assert_int_eq(t[1].err, 0);
+  finish(b, m, t, 2);
+}
+END_TEST
+
+/* A computed job, its budget counting its answer as the HTTP layer's
+ * does: when its done() runs, its tensors' bytes are back in the budget
+ * and its answer's still held, until its submitter gives them back. */
+START_TEST(test_a_computed_job_keeps_only_its_answer_held_at_done) {
+  struct metrics *m;
+  struct tjob t[2];
+  struct batcher *b = start_retry(&m, t, 1);
+  char *want = expected_body(SHAPE_A);
+  ck_assert_int_eq(submit(b, &t[0]), 0);
+  wait_done(1);
+  ck_assert_str_eq(t[0].body, want);
+  ck_assert_uint_eq(t[0].answer, strlen(want));
+  ck_assert_int_eq(again.rc_whole, ATTND_EBUSY);
+  ck_assert_int_eq(again.rc_rest, 0);
+  wait_done(2);
+  ck_assert_int_eq(t[1].err, 0);
+  ck_assert_str_eq(t[1].body, want);
+  free(want);
+  finish(b, m, t, 2);
+}
+END_TEST
+
 static Suite *batcher_suite(void) {
   Suite *s = suite_create("batcher");
   TCase *tc = tcase_create("batcher");
@@ -669,6 +776,8 @@ static Suite *batcher_suite(void) {
                       0, 3);
   tcase_add_test(tc, test_close_refuses_and_cancel_all_drops_queued);
   tcase_add_test(tc, test_stop_answers_queued_jobs);
+  tcase_add_test(tc, test_a_queued_job_gives_its_place_back_before_done);
+  tcase_add_test(tc, test_a_computed_job_keeps_only_its_answer_held_at_done);
   tcase_add_test(tc, test_cheap_job_runs_on_the_calling_thread);
   tcase_add_loop_test(tc, test_dearer_job_runs_here_only_as_the_one_in_flight, 0, 2);
   suite_add_tcase(s, tc);
