@@ -202,9 +202,9 @@ void batcher_close(struct batcher *b);
 void batcher_wake_cancelled(void *b);
 
 /* The end of a drain that ran out of time: stores BATCHER_DRAIN in the
- * cancel word of every job reserved and not completed, queued or running
- * (on a worker or its HTTP thread), and of every job that starts later;
- * those not yet started (queued, or in a batch) are completed at once.
+ * cancel word of every running job (on a worker or its HTTP thread) and
+ * of every job that starts later; the loop completes those not yet
+ * started (queued, or in a batch) at once, without touching their words.
  * All answer ATTND_EDRAINING within about a key block's work each. */
 void batcher_cancel_all(struct batcher *b);
 
