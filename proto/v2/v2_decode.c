@@ -660,20 +660,19 @@ static int shapes(v2_ctx *c) {
   return 0;
 }
 
-/* The bytes of t's elements in datatype dtype, printed into s ("4096");
- * or, when they pass what a 64-bit byte count holds, "more than
- * 18446744073709551615" (the shape alone is not refused for that
- * earlier).  Their number, or 0 then. */
-static uint64_t need_str(const proto__tensor *t, int dtype, char *s,
-                         size_t cap) {
-  uint64_t n;
+/* The bytes of t's elements in datatype dtype, in *n and printed into s
+ * ("4096"); or, when they pass what a 64-bit byte count holds, "more
+ * than 18446744073709551615" (the shape alone is not refused for that
+ * earlier), and -1. */
+static int need_str(const proto__tensor *t, int dtype, uint64_t *n,
+                    char *s, size_t cap) {
   if (__builtin_mul_overflow((uint64_t)t->n,
-                             (uint64_t)proto__dtype_size(dtype), &n)) {
+                             (uint64_t)proto__dtype_size(dtype), n)) {
     snprintf(s, cap, "more than %llu", (unsigned long long)UINT64_MAX);
-    return 0;
+    return -1;
   }
-  snprintf(s, cap, "%llu", (unsigned long long)n);
-  return n;
+  snprintf(s, cap, "%llu", (unsigned long long)*n);
+  return 0;
 }
 
 /* Binary inputs take consecutive byte ranges after the JSON part, in the
@@ -695,7 +694,8 @@ static int layout(v2_ctx *c) {
       continue;
     proto__shape_str(t->shape, t->rank, shp, sizeof shp);
     if (v->bin_size / es != t->n || v->bin_size % es) {
-      need_str(t, v->dtype, need, sizeof need);
+      uint64_t n;
+      (void)need_str(t, v->dtype, &n, need, sizeof need);
       return ERR("%s: binary_data_size is %zu bytes, shape %s of %s needs "
                  "%s", t->name, v->bin_size, shp,
                  proto__dtype_name(v->dtype), need);
@@ -728,8 +728,9 @@ static int shm_sizes(v2_ctx *c) {
     const v2_in *v = &c->in[in];
     if (!t->json || !v->shm.name)
       continue;
-    uint64_t want = need_str(t, v->dtype, need, sizeof need);
-    if (!want || v->shm.byte_size != want)
+    uint64_t want;
+    if (need_str(t, v->dtype, &want, need, sizeof need) ||
+        v->shm.byte_size != want)
       return ERR("[request id: %s] input byte size mismatch for input '%s' "
                  "for model '%s'. Expected %s, got %llu", id, t->name,
                  proto_v2_model_name(c->model), need,
