@@ -74,11 +74,13 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC
            $(patsubst %.cc,$(BUILD)/obj/%.o,$(PROTO_CXX_SRC))
 MAIN_OBJ := $(BUILD)/obj/server/main.o
 # Test hooks (failure injection, ATTND_FAIL_ALLOC_AT, counters only tests
-# read, the decoders' cJSON path on its own, a delayed end of each request)
+# read, the decoders' cJSON path on its own, a delayed end of each request,
+# a shorter wait before the accept thread writes connections off)
 # exist in the test build alone: the unit tests and build/attnd-test
 # link these files compiled with -DATTND_TEST_HOOKS (in build/obj-test);
 # build/attnd has none of them.
-HOOKED_SRC := proto/mem.c proto/text/numscan.c server/shm/fault.c server/http/http.c
+HOOKED_SRC := proto/mem.c proto/text/numscan.c server/shm/fault.c server/http/http.c \
+              server/conn/acceptor.c
 HOOKED_OBJ := $(patsubst %.c,$(BUILD)/obj-test/%.o,$(HOOKED_SRC))
 TEST_LIB_OBJ := $(filter-out $(patsubst %.c,$(BUILD)/obj/%.o,$(HOOKED_SRC)),\
                   $(LIB_OBJ)) $(HOOKED_OBJ)

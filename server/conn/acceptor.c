@@ -206,9 +206,11 @@ static void *acceptor_main(void *arg) {
   return NULL;
 }
 
+#ifdef ATTND_TEST_HOOKS
 void acceptor_write_off_after(struct acceptor *a, unsigned ms) {
   a->write_off_ms = ms;
 }
+#endif
 
 int acceptor_run(struct acceptor *a, size_t max_open, acceptor_fn *fn,
                  acceptor_refuse_fn *refuse, void *arg) {

@@ -104,11 +104,14 @@ int acceptor_listen_unix(struct acceptor *a, const char *path,
  * of memory. */
 int acceptor_limit_per_address(struct acceptor *a, size_t n);
 
+#ifdef ATTND_TEST_HOOKS
 /* Waits ms (ACCEPTOR_WRITE_OFF_MS unless set) for room with no
  * connection starting or closing before the connections handed over that
- * never started are written off (acceptor.c's DESIGN note).  Before
- * acceptor_run. */
+ * never started are written off (acceptor.c's DESIGN note), so that a
+ * test need not wait the 10 s.  Before acceptor_run.  The test build
+ * only. */
 void acceptor_write_off_after(struct acceptor *a, unsigned ms);
+#endif
 
 /* Starts the accept thread: each connection goes to fn(arg, ...), at
  * most max_open (>= 1) at a time; refuse answers those that find no

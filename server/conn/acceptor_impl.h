@@ -61,8 +61,8 @@ struct acceptor {
                                       under mu */
   size_t written_off;              /* written off, not started since;
                                       at most max_open; under mu */
-  unsigned write_off_ms;           /* ACCEPTOR_WRITE_OFF_MS, or the
-                                      caller's (acceptor_write_off_after) */
+  unsigned write_off_ms;           /* ACCEPTOR_WRITE_OFF_MS, or a test's
+                                      (acceptor_write_off_after) */
   int stopping;                    /* under mu */
   struct peers *peers;             /* per-address counts, or NULL; under
                                       mu */
