@@ -291,10 +291,13 @@ static int room(scan *s, size_t n) {
   size_t need = s->olen + n + 1, cap = s->ocap ? s->ocap : 4096;
   if (need <= s->ocap)
     return 0;
-  while (cap < need)
-    cap = cap > s->len / 2 ? s->len + 1 : cap * 2;
+  /* doubling up to half the body, then the body's size: the copy is
+   * never longer than the body, but need counts a byte of slack and the
+   * NUL, so it may pass len + 1 by one */
+  while (cap < need && cap <= s->len / 2)
+    cap *= 2;
   if (cap < need)
-    cap = need;
+    cap = need > s->len + 1 ? need : s->len + 1;
   if ((s->hold_rc = proto__hold(cap - s->ocap, "a copy of the body",
                                 s->err)))
     return -1;

@@ -14,6 +14,7 @@ JSON bodies, valid and not, sent at once to a daemon with a small
   * Valid JSON that the fast reader cannot take as tensors (a huge
     non-tensor array, a string among a tensor's numbers), a top-level
     array, and a gzip body that inflates to 60 MB stay inside the budget.
+  * A body with no tensor in it is answered 400 at any size.
 
 Every figure is printed.
 """
@@ -206,6 +207,21 @@ class DecodeBudgetTest(harness.ServerTestCase):
             else:
                 self.assertIn("--max-inflight-mb", ans["error"])
             self.assert_within_budget(what)
+        self.assert_serving()
+
+    def test_bodies_without_tensors_are_answered_at_any_size(self):
+        # nothing for the fast reader to shorten: its copy is as long as
+        # the body, the case that once spun an HTTP thread forever
+        for path, named in (("/v1/attention", "query"),
+                            ("/v2/models/attention/infer", "inputs")):
+            for n in (4090, 5000, 100000):
+                body = json.dumps({"id": "x" * n}).encode()
+                status, _, data = self.srv.request(
+                    "POST", path, body,
+                    {"Content-Type": "application/json"}, timeout=60)
+                ans = json.loads(data)
+                self.assertEqual(status, 400, ans)
+                self.assertIn(named, ans["error"])
         self.assert_serving()
 
     def test_nesting_deeper_than_the_limit_names_it(self):

@@ -704,6 +704,36 @@ START_TEST(comma_count_matches_the_bytewise_one) {
 }
 END_TEST
 
+/* The scan's copy of a body grows as it is written: a body with no leaf
+ * to shorten (or one short leaf) at every length around the copy's first
+ * allocation and its later doublings must come back from the decoder,
+ * refused for its missing fields, not spin looking for room. */
+START_TEST(bodies_of_any_length_without_leaves_decode) {
+  static const size_t around[] = {4096, 8192, 16384, 65536};
+  char err[PROTO_ERR_MAX];
+  for (size_t a = 0; a < sizeof around / sizeof *around; a++)
+    for (size_t len = around[a] - 40; len <= around[a] + 40; len++)
+      for (int leaf = 0; leaf < 2; leaf++)
+        for (int v2 = 0; v2 < 2; v2++) {
+          const char *head = leaf ? "{\"query\":[[[1]]],\"id\":\"" : "{\"id\":\"";
+          char *body = malloc(len + 1);
+          size_t h = strlen(head);
+          ck_assert_ptr_nonnull(body);
+          memcpy(body, head, h);
+          memset(body + h, 'x', len - h - 2);
+          memcpy(body + len - 2, "\"}", 3);
+          proto_request r;
+          err[0] = '\0';
+          int rc = v2 ? proto_v2_decode(body, len, NULL, PROTO_MODEL_ATTENTION,
+                                        &r, 0, err)
+                      : proto_v1_decode(body, len, &r, 0, err);
+          ck_assert_msg(rc < 0 && err[0], "length %zu, leaf %d, v2 %d: rc %d",
+                        len, leaf, v2, rc);
+          free(body);
+        }
+}
+END_TEST
+
 int main(void) {
   support_case cases[] = {
     {"decode", {decoders_round_correctly, decoded_tensors_equal_strtof,
@@ -716,7 +746,8 @@ int main(void) {
                 flt_max_text_is_accepted_everywhere,
                 fp16_and_bf16_tops_are_accepted,
                 past_the_midpoint_is_refused_with_the_value,
-                comma_count_matches_the_bytewise_one}},
+                comma_count_matches_the_bytewise_one,
+                bodies_of_any_length_without_leaves_decode}},
   };
   return support_run("numparse_decode", cases, sizeof cases / sizeof cases[0]);
 }
