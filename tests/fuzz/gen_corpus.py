@@ -91,6 +91,8 @@ def v1_requests():
     }
     out = {k: json.dumps(v, separators=(",", ":")).encode() for k, v in reqs.items()}
     out["bad_nul_body"] = b"\0" * 48
+    # no tensor for the fast reader to shorten, longer than its first copy
+    out["bad_long_id_only"] = json.dumps({"id": "x" * 4200}).encode()
     return out
 
 
@@ -229,7 +231,8 @@ def v2_misc_bodies():
     return [("bad_misspelt_fields", 0, json.dumps(misspelt).encode()),
             ("bad_nan_literal", 0, json.dumps(nan).encode()),
             ("bad_input_shared_memory", 0, json.dumps(shm).encode()),
-            ("bad_nul_body", 0, b"\0" * 48)]
+            ("bad_nul_body", 0, b"\0" * 48),
+            ("bad_long_id_only", 0, json.dumps({"id": "x" * 4200}).encode())]
 
 
 def shm(region, offset, size):
