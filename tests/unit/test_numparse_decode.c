@@ -7,6 +7,10 @@
  *    hook proto__test_cjson_path).
  *    Thousands of mutated bodies must give the same code, the same message
  *    and the same tensors both ways.
+ *  - FP16 and BF16 values a hair above, below and on their midpoints
+ *    (normal and subnormal, both signs, long tokens in every form) are
+ *    the decimal rounded once, on the leaf path, as numbers of numscan's
+ *    copy and on the cJSON path.
  *  - The tops of the float ranges (FLT_MAX, FP16, BF16) accepted, past
  *    the midpoint refused with the value; errors inside leaves keep their
  *    messages; the comma count against a bytewise one.  The reader and the
@@ -459,6 +463,94 @@ START_TEST(what_only_cjson_accepts_still_decodes) {
 }
 END_TEST
 
+/* ---- FP16 and BF16 midpoints -------------------------------------------
+ *
+ * A decimal a hair above or below an FP16 or BF16 midpoint has the
+ * midpoint for its double; the decimal, not the double's tie to even,
+ * decides which neighbour it becomes.  Each token is built from a
+ * midpoint's exact expansion (printf's) and its two neighbours computed
+ * from the formats' definitions, not by the code under test. */
+
+#define HALF_TOK 320
+#define HALF_N 240
+
+/* A decimal on (dir 0), above (1) or below (-1) the midpoint above the
+ * FP16 (bf 0) or BF16 value with bits h, with a sign when neg, in form
+ * (num_decimal); the value it rounds to (the even one on the midpoint). */
+static double half_token(int bf, unsigned h, int dir, int neg, int form,
+                         char *tok) {
+  double a = bf ? num_bf16_value(h) : num_f16_value(h);
+  double b = bf ? num_bf16_value(h + 1) : num_f16_value(h + 1);
+  char d[1024];
+  long e;
+  num_exact_digits((a + b) / 2, d, sizeof d, &e);
+  size_t n = strlen(d);
+  if (dir > 0) {
+    snprintf(d + n, sizeof d - n, "00000000000000000000000000001");
+  } else if (dir < 0) {
+    d[n - 1]--; /* the last digit of an expansion is not 0 */
+    snprintf(d + n, sizeof d - n, "99999999999999999999999999999");
+  }
+  num_decimal(tok, HALF_TOK, neg, d, e, form);
+  double want = dir > 0 ? b : dir < 0 ? a : h % 2 ? b : a;
+  return neg ? -want : want;
+}
+
+/* v2 attention with the tokens as its FP16 or BF16 value (1, 1, n): as
+ * one leaf (nested 0), or with [0] after them (nested 1), which makes
+ * them numbers of numscan's copy, read by cJSON. */
+static size_t half_body(char *b, size_t cap, int bf, int nested,
+                        char (*tok)[HALF_TOK], int n) {
+  size_t o = (size_t)snprintf(
+      b, cap, " {\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+      "\"shape\":[1,1,1],\"data\":[1]},{\"name\":\"key\",\"datatype\":"
+      "\"FP32\",\"shape\":[1,1,1],\"data\":[1]},{\"name\":\"value\","
+      "\"datatype\":\"%s\",\"shape\":[1,1,%d],\"data\":[", bf ? "BF16" :
+      "FP16", n + nested);
+  for (int i = 0; i < n; i++)
+    o += (size_t)snprintf(b + o, cap - o, "%s%s", i ? "," : "", tok[i]);
+  o += (size_t)snprintf(b + o, cap - o, "%s]}]}", nested ? ",[0]" : "");
+  return o;
+}
+
+START_TEST(half_midpoints_round_as_their_decimals) {
+  static char tok[HALF_N][HALF_TOK], b[HALF_N * HALF_TOK + 512];
+  static double want[HALF_N];
+  for (int bf = 0; bf < 2; bf++) {
+    unsigned top = bf ? 0x7f7f : 0x7bff, sub = bf ? 0x80 : 0x400;
+    for (int i = 0; i < HALF_N; i++) {
+      /* a third subnormal; the largest value with a decimal just under
+       * the top midpoint (65519.999...) now and then */
+      unsigned h = (unsigned)(num_rnd() % (i % 3 ? top : sub));
+      int dir = (int)(num_rnd() % 3) - 1;
+      if (i % 40 == 39)
+        h = top, dir = -1;
+      want[i] = half_token(bf, h, dir, (int)(num_rnd() % 2),
+                           (int)(num_rnd() % 4), tok[i]);
+    }
+    for (int way = 0; way < 3; way++) {
+      size_t len = half_body(b, sizeof b, bf, way == 1, tok, HALF_N);
+      outcome x;
+      run(b, len, 1, way == 2 ? '\x01' : ' ', &x);
+      ck_assert_msg(x.rc == 0, "%s", x.err);
+      int wrong = 0, first = -1;
+      for (int i = 0; i < HALF_N; i++)
+        if (num_f32_bits(x.r.prob.v[i]) != num_f32_bits((float)want[i])) {
+          wrong++;
+          first = first < 0 ? i : first;
+        }
+      ck_assert_msg(!wrong, "%s %s: %d of %d wrong, first %s: %a, want %a",
+                    bf ? "BF16" : "FP16", way == 0 ? "leaf" : way == 1 ?
+                    "numscan's copy" : "cJSON", wrong, HALF_N,
+                    tok[first], (double)x.r.prob.v[first], want[first]);
+      proto_request_free(&x.r);
+      if (way < 2)
+        compare_paths(b, len, 1);
+    }
+  }
+}
+END_TEST
+
 /* ---- the top of each float range --------------------------------------
  *
  * A decimal is in range exactly when it rounds (to nearest) to a finite
@@ -615,13 +707,21 @@ START_TEST(past_the_midpoint_is_refused_with_the_value) {
     {"-1e39", 0, ""},
     {"65520", 1, " is out of FP16 range (decimals from 65520 on round to "
                  "infinity; the largest is 65504)"},
-    {"-65520.0000000000000001", 1, " is out of FP16 range"},
+    {"-65520.0000000000000001", 1, " is out of FP16 range (decimals from "
+                                   "65520 on round to infinity; the "
+                                   "largest is 65504)"},
+    {"6552000000000000000000000000001e-26", 1, " is out of FP16 range "
+                                   "(decimals from 65520 on round to "
+                                   "infinity; the largest is 65504)"},
     {"65536", 1, " is out of FP16 range (the largest is 65504)"},
     {BF16_MID, 2, " is out of BF16 range (decimals from "
                   "3.39617752923046005526922703901628039168e38 on round "
                   "to infinity; the largest is 3.3895314e38)"},
     {"3.3961776e38", 2, " is out of BF16 range (the largest is "
                         "3.3895314e38)"},
+    {BF16_MID ".0000000000000000000001", 2, " is out of BF16 range "
+                  "(decimals from 3.39617752923046005526922703901628039168e38"
+                  " on round to infinity; the largest is 3.3895314e38)"},
   };
   for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
     char m[300];
@@ -711,6 +811,7 @@ int main(void) {
                 what_only_cjson_accepts_still_decodes,
                 numbers_json_forbids_are_refused_on_both_paths,
                 cjson_path_rounds_long_decimals_once,
+                half_midpoints_round_as_their_decimals,
                 long_leaves_with_a_stop_byte_anywhere,
                 errors_in_leaves_keep_their_messages,
                 flt_max_text_is_accepted_everywhere,
