@@ -291,10 +291,12 @@ static int room(scan *s, size_t n) {
   size_t need = s->olen + n + 1, cap = s->ocap ? s->ocap : 4096;
   if (need <= s->ocap)
     return 0;
-  while (cap < need)
-    cap = cap > s->len / 2 ? s->len + 1 : cap * 2;
+  while (cap < need && cap <= s->len / 2)
+    cap *= 2;
+  /* past half the body: room for all of it at once (with the byte emit
+   * asks for after its bytes, and the NUL), or what is needed */
   if (cap < need)
-    cap = need;
+    cap = need > s->len + 2 ? need : s->len + 2;
   if ((s->hold_rc = proto__hold(cap - s->ocap, "a copy of the body",
                                 s->err)))
     return -1;

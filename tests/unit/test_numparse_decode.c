@@ -445,6 +445,33 @@ START_TEST(cjson_path_rounds_long_decimals_once) {
 }
 END_TEST
 
+/* Bodies in which numscan finds no leaf (the member names escaped, which
+ * only cJSON reads), of lengths around the steps by which its copy of the
+ * body grows (blanks make up the length): the copy is the whole body, and
+ * the body decodes. */
+START_TEST(bodies_without_a_leaf_decode_at_any_length) {
+  static char b[20000];
+  for (size_t want = 4000; want < sizeof b - 100;
+       want += want < 4200 ? 1 : want < 9000 ? 91 : 997) {
+    size_t o = (size_t)snprintf(b, sizeof b, " {\"inputs\":[{\"name\":"
+                                "\"query\",\"datatype\":\"FP32\",\"shape\":"
+                                "[1,1,1],\"d\\u0061ta\":[1]},{\"name\":\"key\","
+                                "\"datatype\":\"FP32\",\"shape\":[1,1,1],"
+                                "\"d\\u0061ta\":[1]},{\"name\":\"value\","
+                                "\"datatype\":\"FP32\",\"shape\":[1,1,1],"
+                                "\"d\\u0061ta\":[2]}]");
+    while (o < want - 1)
+      b[o++] = ' ';
+    o += (size_t)snprintf(b + o, sizeof b - o, "}");
+    outcome x;
+    run(b, o, 1, ' ', &x);
+    ck_assert_msg(x.rc == 0 && x.r.prob.v[0] == 2.0f, "%zu bytes: %s", o,
+                  x.err);
+    proto_request_free(&x.r);
+  }
+}
+END_TEST
+
 /* Bodies numscan leaves to cJSON, which accepts them: the same answer. */
 START_TEST(what_only_cjson_accepts_still_decodes) {
   static const char *const bodies[] = {
@@ -809,6 +836,7 @@ int main(void) {
     {"decode", {decoders_round_correctly, decoded_tensors_equal_strtof,
                 mutated_bodies_decode_as_on_the_cjson_path,
                 what_only_cjson_accepts_still_decodes,
+                bodies_without_a_leaf_decode_at_any_length,
                 numbers_json_forbids_are_refused_on_both_paths,
                 cjson_path_rounds_long_decimals_once,
                 half_midpoints_round_as_their_decimals,
