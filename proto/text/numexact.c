@@ -71,12 +71,13 @@ static void big_pow(big *b, uint32_t base, uint32_t step, int per, int n) {
 static int exact_digits(double a, char d[DIGITS], long long *e) {
   int k;
   uint64_t m = (uint64_t)ldexp(frexp(a, &k), 53); /* a = m * 2^(k-53) */
-  k -= 53;
-  while (!(m & 1)) {
-    m >>= 1;
-    k++;
-  }
-  big b = {.w = {(uint32_t)m, (uint32_t)(m >> 32)}, .n = m >> 32 ? 2 : 1};
+  int z = __builtin_ctzll(m); /* m > 0 */
+  m >>= z;
+  k += z - 53;
+  big b; /* the limbs past n are never read */
+  b.w[0] = (uint32_t)m;
+  b.w[1] = (uint32_t)(m >> 32);
+  b.n = m >> 32 ? 2 : 1;
   if (k >= 0)
     big_pow(&b, 2, 1u << 31, 31, k);
   else
