@@ -302,9 +302,9 @@ int proto__json_scale(const cJSON *j, const char *what, float *out,
 /* FP16 or BF16 given as a JSON number: the decimal rounded once onto the
  * type's grid (its double, moved toward the decimal when on a midpoint:
  * proto__json_half), then the exact widening, so that the core sees what
- * the binary form of the same tensor would give.  A number out of range
- * is named by its own double, the top midpoint for any decimal from it
- * on. */
+ * the binary form of the same tensor would give.  A refusal's message
+ * takes the number's own double, not the moved one: the top midpoint
+ * itself for a decimal just past it. */
 static int put_half(fill_ctx *f, const cJSON *e) {
   char *err = f->err, at[64], what[48];
   int bf = f->kind == PROTO__KIND_BF16;
