@@ -299,9 +299,12 @@ int proto__json_scale(const cJSON *j, const char *what, float *out,
   return 0;
 }
 
-/* FP16 or BF16 given as a JSON number: one rounding from the double onto
- * the type's grid, then the exact widening, so that the core sees what the
- * binary form of the same tensor would give. */
+/* FP16 or BF16 given as a JSON number: the decimal rounded once onto the
+ * type's grid (its double, moved toward the decimal when on a midpoint:
+ * proto__json_half), then the exact widening, so that the core sees what
+ * the binary form of the same tensor would give.  A refusal's message
+ * takes the number's own double, not the moved one: the top midpoint
+ * itself for a decimal just past it. */
 static int put_half(fill_ctx *f, const cJSON *e) {
   char *err = f->err, at[64], what[48];
   int bf = f->kind == PROTO__KIND_BF16;
@@ -311,12 +314,13 @@ static int put_half(fill_ctx *f, const cJSON *e) {
     proto__describe(e, what, sizeof what);
     return ERR("%s: expected a number at %s, got %s", f->t->name, at, what);
   }
-  double x = proto__json_num(e);
+  double x = proto__json_half(e);
   if (bf ? proto__f64_to_bf16(x, &h) : proto__f64_to_f16(x, &h)) {
     char where[PROTO_ERR_MAX / 2];
     index_str(f->idx, f->t->rank, at, sizeof at);
     snprintf(where, sizeof where, "%s%s", f->t->name, at);
-    return proto__range_err(err, where, e, x, bf ? "BF16" : "FP16");
+    return proto__range_err(err, where, e, e->valuedouble,
+                            bf ? "BF16" : "FP16");
   }
   float *dst = (float *)f->dst + f->pos++;
   if (bf)
@@ -415,15 +419,15 @@ static const char *leaf_elem(fill_ctx *f, const char *p, const char *end) {
     ((uint8_t *)f->dst)[f->pos++] = x == 1;
     return q;
   case PROTO__KIND_BF16:
-    if (proto__num_below_tie(p, q, x)) /* just under BF16's top midpoint */
-      x = nextafter(x, 0.0);
+    if (proto__half_midpoint(x, 1)) /* the decimal decides the tie */
+      x = proto__num_toward(p, q, x);
     if (proto__f64_to_bf16(x, &h))
       return NULL;
     proto__bf16_to_f32(h, (float *)f->dst + f->pos++);
     return q;
   default:
-    if (proto__num_below_tie(p, q, x)) /* just under 65520 */
-      x = nextafter(x, 0.0);
+    if (proto__half_midpoint(x, 0))
+      x = proto__num_toward(p, q, x);
     if (proto__f64_to_f16(x, &h))
       return NULL;
     proto__f16_to_f32(h, (float *)f->dst + f->pos++);

@@ -2,7 +2,10 @@
  * exactly to float32, a double rounded (to nearest, ties to even) onto
  * the float32, FP16 or BF16 grid, with the values each cannot hold
  * refused.  The tensor room converts whole tensors with these; numscan
- * rounds a JSON number as its decimal does with proto__f64_to_f32. */
+ * rounds a JSON number as its decimal does with proto__f64_to_f32.  For a
+ * JSON number the double given to proto__f64_to_f16 or _bf16 has been
+ * moved off the grid's midpoints toward its decimal (numexact.c), so that
+ * the one rounding here is the decimal's. */
 #include <math.h>
 #include <string.h>
 

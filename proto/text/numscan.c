@@ -291,13 +291,12 @@ static int room(scan *s, size_t n) {
   size_t need = s->olen + n + 1, cap = s->ocap ? s->ocap : 4096;
   if (need <= s->ocap)
     return 0;
-  /* doubling up to half the body, then the body's size: the copy is
-   * never longer than the body, but need counts a byte of slack and the
-   * NUL, so it may pass len + 1 by one */
   while (cap < need && cap <= s->len / 2)
     cap *= 2;
+  /* past half the body: room for all of it at once (with the byte emit
+   * asks for after its bytes, and the NUL), or what is needed */
   if (cap < need)
-    cap = need > s->len + 1 ? need : s->len + 1;
+    cap = need > s->len + 2 ? need : s->len + 2;
   if ((s->hold_rc = proto__hold(cap - s->ocap, "a copy of the body",
                                 s->err)))
     return -1;
@@ -555,21 +554,17 @@ int proto__json_leaves_read(cJSON *root, int codec) {
 /* ---- ties at the top of a range (text.h) -------------------------------
  *
  * The doubles halfway from the largest finite float32, FP16 and BF16 to
- * the next power of two, each exact in a double, with its exact decimal
- * digits (value 0.ddd x 10^e). */
+ * the next power of two, each exact in a double. */
 static const struct tie {
   double x;
-  const char *digits;
-  int e;
   const char *type, *text, *max; /* for messages */
 } ties[] = {
   {340282356779733661637539395458142568448.0,  /* 2^128 - 2^103 */
-   "340282356779733661637539395458142568448", 39, "float32",
-   "3.40282356779733661637539395458142568448e38", "3.4028235e38"},
-  {65520.0, "6552", 5, "FP16", "65520", "65504"}, /* 2^16 - 2^4 */
+   "float32", "3.40282356779733661637539395458142568448e38",
+   "3.4028235e38"},
+  {65520.0, "FP16", "65520", "65504"}, /* 2^16 - 2^4 */
   {339617752923046005526922703901628039168.0,  /* 2^128 - 2^119 - 2^120 */
-   "339617752923046005526922703901628039168", 39, "BF16",
-   "3.39617752923046005526922703901628039168e38", "3.3895314e38"},
+   "BF16", "3.39617752923046005526922703901628039168e38", "3.3895314e38"},
 };
 
 int proto__range_err(char err[PROTO_ERR_MAX], const char *what,
@@ -607,53 +602,6 @@ static const struct tie *tie_of(double x) {
   return NULL;
 }
 
-/* 1 when the decimal [p, q) (sign, digits, '.', exponent, as cJSON or
- * JSON writes them) is nearer zero than t, exactly: its digits from the
- * first non-zero one against t's, after the exponents. */
-static int text_below(const char *p, const char *q, const struct tie *t) {
-  char d[48];
-  size_t nd = 0;
-  long e = 0;
-  int frac = 0;
-  if (p < q && (*p == '-' || *p == '+'))
-    p++;
-  for (; p < q && ((*p >= '0' && *p <= '9') || *p == '.'); p++) {
-    if (*p == '.') {
-      frac = 1;
-    } else if (!nd && *p == '0') {
-      e -= frac; /* a leading zero: after the '.', one place down */
-    } else {
-      e += !frac;
-      if (nd < sizeof d) /* more than any tie has */
-        d[nd] = *p;
-      nd++;
-    }
-  }
-  if (!nd)
-    return 1; /* zero */
-  if (p < q && (*p == 'e' || *p == 'E')) {
-    int neg = ++p < q && *p == '-';
-    long x = 0;
-    for (p += p < q && (*p == '-' || *p == '+'); p < q && *p >= '0' &&
-         *p <= '9'; p++)
-      x = x < 100000 ? x * 10 + (*p - '0') : x;
-    e += neg ? -x : x;
-  }
-  if (e != t->e)
-    return e < t->e;
-  for (size_t i = 0; t->digits[i]; i++) {
-    char c = i < nd && i < sizeof d ? d[i] : '0';
-    if (c != t->digits[i])
-      return c < t->digits[i];
-  }
-  return 0; /* t itself, or above it */
-}
-
-int proto__num_below_tie(const char *p, const char *q, double x) {
-  const struct tie *t = tie_of(x);
-  return t && text_below(p, q, t);
-}
-
 /* 1 when rounding x to float32 may differ from rounding its decimal: x
  * on or next to a float midpoint (its low 29 mantissa bits, which float
  * drops, at 2^28 +- 1), or in the subnormal floats' range, where the
@@ -673,10 +621,16 @@ static int small_int(double x) {
   return x == floor(x) && fabs(x) <= 9007199254740992.0;
 }
 
+/* 1 when x is on an FP16 or a BF16 midpoint (PROTO__NUM_MID_*). */
+static int half_mid(double x) {
+  return proto__half_midpoint(x, 0) || proto__half_midpoint(x, 1);
+}
+
 static int any_tie(const cJSON *j) {
   for (; j; j = j->next)
     if ((cJSON_IsNumber(j) && (tie_of(j->valuedouble) ||
                                near_f32_midpoint(j->valuedouble) ||
+                               half_mid(j->valuedouble) ||
                                small_int(j->valuedouble))) ||
         (j->child && any_tie(j->child)))
       return 1;
@@ -732,13 +686,24 @@ int proto__json_count(const cJSON *j, double *out) {
   return 0;
 }
 
-double proto__json_num(const cJSON *j) {
+/* The value of a cJSON number as its decimal rounds to float32: its
+ * double, or the double below it when PROTO__NUM_BELOW_TIE is set. */
+static double json_num(const cJSON *j) {
   double x = j->valuedouble;
   return j->type & PROTO__NUM_BELOW_TIE ? nextafter(x, 0.0) : x;
 }
 
+double proto__json_half(const cJSON *j) {
+  double x = j->valuedouble;
+  if (j->type & PROTO__NUM_MID_BELOW)
+    return nextafter(x, 0.0);
+  if (j->type & PROTO__NUM_MID_ABOVE)
+    return nextafter(x, copysign(INFINITY, x));
+  return x;
+}
+
 int proto__json_f32(const cJSON *j, float *out) {
-  int rc = proto__f64_to_f32(proto__json_num(j), out);
+  int rc = proto__f64_to_f32(json_num(j), out);
   /* the float next to the double's, which the decimal rounds to: finite,
    * as the decimal was read as a finite float32 */
   if (rc == 0 && (j->type & PROTO__NUM_F32_UP))
@@ -785,6 +750,21 @@ static const char *next_number(const char *p, const char *end,
   return NULL;
 }
 
+/* Sets PROTO__NUM_BELOW_TIE and PROTO__NUM_MID_BELOW/ABOVE on j, whose
+ * decimal is [t, q), when its double is a top tie or a half midpoint:
+ * one exact comparison serves both. */
+static void mark_mid(cJSON *j, const char *t, const char *q) {
+  double x = j->valuedouble;
+  int tie = tie_of(x) != NULL, mid = half_mid(x);
+  if (!tie && !mid)
+    return;
+  int c = proto__num_cmp(t, q, x);
+  if (tie && c < 0)
+    j->type |= PROTO__NUM_BELOW_TIE;
+  if (mid && c)
+    j->type |= c < 0 ? PROTO__NUM_MID_BELOW : PROTO__NUM_MID_ABOVE;
+}
+
 /* Walks j and its siblings in document order, the number tokens of the
  * text from p alongside; returns where the text was left (NULL when it
  * ran out, which text cJSON parsed does not).  keep: each number node
@@ -796,8 +776,7 @@ static const char *mark_ties(cJSON *j, const char *p, const char *end,
       const char *q, *t = next_number(p, end, &q);
       if (!t)
         return NULL;
-      if (proto__num_below_tie(t, q, j->valuedouble))
-        j->type |= PROTO__NUM_BELOW_TIE;
+      mark_mid(j, t, q);
       mark_f32(j, t, q);
       if (small_int(j->valuedouble) && token_is(t, q, j->valuedouble))
         j->type |= PROTO__NUM_EXACT_INT;

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cjson/cJSON.h>
 
@@ -136,15 +137,14 @@ void proto__test_cjson_path(int on);
  * read the text of every number whose double is one of those three
  * midpoints once more and mark the node when the decimal is below it; its
  * value is then taken as the double just below (nextafter towards zero),
- * which rounds as the decimal does. */
+ * which rounds as the decimal does.  FP16 and BF16 values follow the
+ * general rule for their midpoints (PROTO__NUM_MID_*, numexact.c), of
+ * which their tops are two; this mark is read where a number becomes a
+ * float32. */
 
 /* Set in a number node's type: its double is one of the midpoints above,
  * its decimal nearer zero. */
 #define PROTO__NUM_BELOW_TIE 0x2000
-
-/* 1 when |x| is one of those midpoints and the decimal [p, q) that gave
- * it is nearer zero, exactly (digit by digit); 0 otherwise. */
-int proto__num_below_tie(const char *p, const char *q, double x);
 
 /* Set in a number node's type: the decimal's own float32 (rounded once,
  * from the text) is the float above (UP) or below (DOWN) the one its
@@ -161,15 +161,24 @@ int proto__num_below_tie(const char *p, const char *q, double x);
  * whole number). */
 #define PROTO__NUM_EXACT_INT 0x20000
 
+/* Set in a number node's type: its double is exactly on an FP16 or a BF16
+ * midpoint (proto__half_midpoint, either type: the decimal's side of its
+ * double does not depend on the type), and its decimal is nearer zero
+ * than the double (BELOW) or farther from it (ABOVE).  Neither is set
+ * when the decimal is the double itself.  proto__json_half reads them. */
+#define PROTO__NUM_MID_BELOW 0x40000
+#define PROTO__NUM_MID_ABOVE 0x80000
+
 /* An integer in [0, 2^53] (the range a double holds exactly), as the
  * client wrote it (PROTO__NUM_EXACT_INT): 2.0 and 1e2 are whole numbers.
  * 0 with it in *out, or -1. */
 int proto__json_count(const cJSON *j, double *out);
 
 /* Marks the numbers of root (parsed by cJSON from [text, end), end where
- * its parse stopped) as PROTO__NUM_BELOW_TIE and PROTO__NUM_F32_UP/DOWN
- * say.  Costs one walk over the tree; the text is read only when some
- * double is on or next to a midpoint (or is below FLT_MIN).  keep != 0
+ * its parse stopped) as PROTO__NUM_BELOW_TIE, PROTO__NUM_F32_UP/DOWN,
+ * PROTO__NUM_MID_BELOW/ABOVE and PROTO__NUM_EXACT_INT say.  Costs one
+ * walk over the tree; the text is read only when some double is on or
+ * next to a midpoint (or is below FLT_MIN, or a whole number).  keep != 0
  * (the text outlives the tree): the text is read always, and each number
  * node points at its token there, for messages that echo the number as
  * the client wrote it (proto__num_text).  Cannot fail. */
@@ -199,9 +208,11 @@ size_t proto__num_text(const cJSON *j, char *s, size_t cap);
 int proto__json_refuse_bad_number(const char *text, const char *end,
                                   const char *where, char err[PROTO_ERR_MAX]);
 
-/* The value of a cJSON number as its decimal rounds: its double, or the
- * double below it when PROTO__NUM_BELOW_TIE is set. */
-double proto__json_num(const cJSON *j);
+/* The double of a cJSON number to round onto the FP16 or BF16 grid: its
+ * own, or, when it is on a midpoint of either (PROTO__NUM_MID_*), the
+ * next double toward its decimal, so that the one rounding that follows
+ * gives what the decimal rounds to. */
+double proto__json_half(const cJSON *j);
 
 /* The float32 a cJSON number j rounds to into *out: 0, or -1 when it
  * rounds to infinity. */
@@ -219,6 +230,51 @@ int proto__range_err(char err[PROTO_ERR_MAX], const char *what,
 
 /* Reading and printing the numbers themselves (fpread.cc, fpprint.cc)
  * and proto__vector_bytes: fpconv.h. */
+
+/* ---- a decimal against its double, exactly (numexact.c) ----------------
+ *
+ * FP16 and BF16 numbers given as JSON are the decimal rounded once onto
+ * the type's grid, as the binary form gives.  The decoders hold the
+ * decimal's double (correctly rounded) and round that, which is right
+ * except where the double is exactly on a midpoint of the grid and the
+ * decimal is not (1.000488281250000000001, above FP16's midpoint 1 +
+ * 2^-11, has that midpoint for its double, which ties to even: 1).  The
+ * decimal is then on the same side of the midpoint as of its double: a
+ * midpoint strictly between them would be a nearer double.  So the
+ * double is moved one double toward its decimal first, which decides the
+ * tie and nothing else. */
+
+/* 1 when x is exactly halfway between two adjacent FP16 (bf == 0) or BF16
+ * (bf != 0) values of the same sign: an odd multiple of half the grid's
+ * spacing where |x| lies, in the subnormal and normal ranges and the one
+ * above the largest finite value (65520, or BF16's 2^128 - 2^120 - 2^119),
+ * which rounds to infinity.  Zero is not.  A few integer operations. */
+static inline int proto__half_midpoint(double x, int bf) {
+  uint64_t b;
+  memcpy(&b, &x, sizeof b);
+  int e = (int)(b >> 52 & 0x7ff) - 1023; /* |x| in [2^e, 2^(e+1)) */
+  int mant = bf ? 7 : 10, emin = bf ? -126 : -14, emax = bf ? 127 : 15;
+  /* the midpoints there are the odd multiples of 2^s; z: the bit of the
+   * significand worth 2^s (the subnormal doubles, e = -1023, have none
+   * the types reach) */
+  int z = (e < emin ? emin : e) - mant - 1 - e + 52;
+  uint64_t sig = (b & 0xfffffffffffffull) | 1ull << 52;
+  return e <= emax && z >= 0 && z <= 52 &&
+         (sig & ((2ull << z) - 1)) == 1ull << z;
+}
+
+/* The decimal [p, q) (a JSON number token; a sign, digits, a '.', an
+ * exponent, any length) against x in magnitude, exactly: -1 when the
+ * decimal is nearer zero than x, 0 when it is x, 1 when it is farther.
+ * Every finite x is compared exactly; an infinite or NaN x is beyond every
+ * decimal (-1).  Linear in q - p, no allocation. */
+int proto__num_cmp(const char *p, const char *q, double x);
+
+/* x moved one double toward the decimal [p, q) (proto__num_cmp): the next
+ * double toward zero when the decimal is nearer zero, away from zero when
+ * farther, x itself when equal.  For x on a midpoint, the double that
+ * rounds as the decimal does. */
+double proto__num_toward(const char *p, const char *q, double x);
 
 /* ---- a body cJSON refused (jsonerr.c) ----------------------------------- */
 

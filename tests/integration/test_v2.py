@@ -17,11 +17,12 @@ import subprocess
 import tempfile
 import time
 import unittest
+from fractions import Fraction
 
 import harness
 from reference import attention, flatten, nest, rand_tensor, shape_of
 from v2client import (InferenceServerClient, InferInput, InferRequestedOutput, bf16_round,
-                      f16_round)
+                      f16_round, f32_round)
 
 SCHEMA = harness.oip_spec()
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -47,6 +48,83 @@ def tensor_input(name, t, datatype="FP32", binary=True, nested=False):
 
 def rounded(t, datatype):
     return nest([ROUND[datatype](x) for x in flatten(t)], shape_of(t))
+
+
+# ---- FP16 and BF16 decimals next to midpoints ---------------------------
+#
+# A decimal a hair above or below the midpoint between two neighbouring
+# FP16 (or BF16) values has that midpoint for its double; attnd must give
+# the neighbour on the decimal's side, as the binary form would, not the
+# double's tie to even.
+
+HALF = {"FP16": (10, -14, 15), "BF16": (7, -126, 127)}  # mantissa bits, emin, emax
+
+
+def half_exact(x, dt):
+    """The Fraction x rounded once, to nearest with ties to even, onto dt's
+    grid (None past its largest finite value), as a float."""
+    mant, emin, emax = HALF[dt]
+    a = abs(x)
+    if a == 0:
+        return 0.0
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if a < Fraction(2) ** e:
+        e -= 1                                   # a in [2^e, 2^(e+1))
+    unit = Fraction(2) ** (max(e, emin) - mant)  # the grid's spacing there
+    v = round(a / unit) * unit                   # Fraction rounds ties to even
+    if v >= Fraction(2) ** (emax + 1):
+        return None
+    return float(v) if x > 0 else -float(v)
+
+
+def decimal_text(n, k, form):
+    """n * 10^-k (n > 0 an integer) as JSON text in one of three forms."""
+    s = str(n)
+    if form == 0:
+        return "%se-%d" % (s, k)
+    if form == 1:
+        if len(s) <= k:
+            return "0." + "0" * (k - len(s)) + s
+        return s[:len(s) - k] + "." + s[len(s) - k:] if k else s
+    return "%s.%sE%+d" % (s[0], s[1:] or "0", len(s) - 1 - k)
+
+
+def midpoint_tokens(rng, n, dt, lo, hi):
+    """n decimals on, a hair above or a hair below midpoints of dt's grid
+    whose binary exponents are in [lo, hi] (below emin: the subnormals'),
+    either sign, in every form; 40 digits and more off the midpoints."""
+    mant, emin, _ = HALF[dt]
+    out = []
+    for i in range(n):
+        e = rng.randint(lo, hi)
+        unit = Fraction(2) ** (max(e, emin) - mant)
+        j = rng.randrange(2 ** mant) + (2 ** mant if e >= emin else 0)
+        mid = (2 * j + 1) * unit / 2
+        k = 0
+        while (mid * 10 ** k).denominator != 1:
+            k += 1
+        digits, side = mid * 10 ** k, i % 3 - 1
+        if side:
+            digits, k = digits * 10 ** 30 + side, k + 30
+        out.append(("-" if rng.random() < 0.5 else "") +
+                   decimal_text(int(digits), k, rng.randrange(3)))
+    return out
+
+
+def half_body(tensors, way, params=None):
+    """A v2 attention body of (name, datatype, shape, tokens): the tokens as
+    one list ("leaf"), the last in a list of its own ("copy": the others
+    then go through numscan's copy of the body), or under the member name
+    "d\\u0061ta", which only the cJSON path reads ("cjson")."""
+    ins = []
+    for name, dt, shape, toks in tensors:
+        last = "[%s]" % toks[-1] if way == "copy" else toks[-1]
+        data = "[%s]" % ",".join(toks[:-1] + [last])
+        ins.append('{"name":"%s","datatype":"%s","shape":%s,"%s":%s}' % (
+            name, dt, json.dumps(shape), "d\\u0061ta" if way == "cjson" else "data",
+            data))
+    return '{"inputs":[%s]%s}' % (",".join(ins), ',"parameters":' + json.dumps(params)
+                                  if params else "")
 
 
 class V2Case(harness.ServerTestCase):
@@ -306,6 +384,62 @@ class InferJsonTest(V2Case):
                          InferRequestedOutput("weights", False)])
             self.check_result(res, {"query": rounded(q, dt), "key": rounded(k, dt),
                                     "value": rounded(v, dt)})
+
+    def post_half(self, tensors, way, params=None):
+        status, res = self.srv.post_json("/v2/models/attention/infer",
+                                         half_body(tensors, way, params))
+        self.assertEqual(status, 200, "%s: %s" % (way, res))
+        return {o["name"]: o["data"] for o in res["outputs"]}
+
+    def test_fp16_and_bf16_decimals_by_midpoints_round_once(self):
+        # 1. value alone decides the output (one key: its weight is 1), so
+        #    each element is compared exactly; not BF16's subnormals, which
+        #    P V flushes to 0 (below FLT_MIN).
+        # 2. subnormal queries times a key of 2^14 (FP16) or 2^126 (BF16):
+        #    one step of their grid moves a score by 2^-10 or 2^-7, and the
+        #    output, the weight of the key, well past the tolerance.
+        # 3. q, k and v all of such decimals.
+        rng = random.Random(31)
+        for dt in ("FP16", "BF16"):
+            mant, emin, _ = HALF[dt]
+            subs = midpoint_tokens(rng, 30, dt, emin - mant, emin - 1)
+            toks = midpoint_tokens(rng, 30, dt, -6, 6) + (subs if dt == "FP16" else [])
+            want = [half_exact(Fraction(t), dt) for t in toks]
+            big = 2 ** (14 if dt == "FP16" else 126)
+            q2 = [half_exact(Fraction(t), dt) for t in subs]
+            req2 = {"query": [[[x] for x in q2]], "key": [[[0.0], [float(big)]]],
+                    "value": [[[0.0], [1.0]]], "scale": 1.0}
+            q3 = midpoint_tokens(rng, 8, dt, -3, 0)
+            k3 = midpoint_tokens(rng, 12, dt, -3, 0)
+            v3 = midpoint_tokens(rng, 12, dt, -3, 0)
+            req3 = {n: nest([half_exact(Fraction(t), dt) for t in tk], sh)
+                    for n, tk, sh in (("query", q3, [1, 2, 4]), ("key", k3, [1, 3, 4]),
+                                      ("value", v3, [1, 3, 4]))}
+            # the double's tie to even differs for many: the test can fail
+            differ = [t for t in toks + subs + q3 + k3 + v3
+                      if half_exact(Fraction(t), dt) != half_exact(Fraction(float(t)), dt)]
+            self.assertGreater(len(differ), 20)
+            out1 = flatten(attention({"query": [[[1.0]]], "key": [[[1.0]]],
+                                      "value": [[want]]})[0])
+            for way in ("leaf", "copy", "cjson"):
+                what = "%s %s" % (dt, way)
+                got = self.post_half([("query", "FP32", [1, 1, 1], ["1"]),
+                                      ("key", "FP32", [1, 1, 1], ["1"]),
+                                      ("value", dt, [1, 1, len(toks)], toks)], way)
+                for n, (g, r, t) in enumerate(zip(got["output"], out1, toks)):
+                    # the float32 printed shortest, read back exactly
+                    self.assertEqual(f32_round(g), r, "%s value[%d] = %s" % (what, n, t))
+                got = self.post_half([("query", dt, [1, len(subs), 1], subs),
+                                      ("key", "FP32", [1, 2, 1], ["0", str(big)]),
+                                      ("value", "FP32", [1, 2, 1], ["0", "1"])], way,
+                                     {"scale": 1})
+                self.assert_close(got["output"], attention(req2)[0], what + " subnormals")
+                got = self.post_half([("query", dt, [1, 2, 4], q3),
+                                      ("key", dt, [1, 3, 4], k3),
+                                      ("value", dt, [1, 3, 4], v3)], way)
+                ref_out, ref_w = attention(req3)
+                self.assert_close(got["output"], ref_out, what + " output")
+                self.assert_weights(got["weights"], ref_w)
 
     def test_additive_model(self):
         q, k, v = rand_inputs(5, Lq=2, Lk=4, D=3, Dv=2)

@@ -14,6 +14,11 @@
  *    brute-force search, over random and swept bit patterns (make
  *    printer-exhaustive checks all 2^32); its table of powers of ten
  *    against their definition, by exact multiplication.
+ *  - A decimal against a double, exactly (numexact.c): random doubles'
+ *    exact expansions (printf's), the decimals a unit either side of them
+ *    and their digits cut short, in every form, to 767 digits; zeros,
+ *    huge exponents, long tokens.  Every FP16 and BF16 midpoint, against
+ *    the grids built from the formats' definitions.
  * The decoders' numbers are in test_numparse_decode.c. */
 #include <check.h>
 #include <float.h>
@@ -761,6 +766,143 @@ START_TEST(printer_powers_of_ten_are_exact) {
 }
 END_TEST
 
+/* ---- a decimal against a double, exactly (numexact.c) ------------------ */
+
+/* text against x must give want (-1, 0, 1), with either sign on the text
+ * (the comparison is of magnitudes). */
+static void check_cmp(const char *text, double x, int want) {
+  const char *t = text[0] == '-' ? text + 1 : text;
+  char neg[4200];
+  snprintf(neg, sizeof neg, "-%s", t);
+  ck_assert_msg(proto__num_cmp(t, t + strlen(t), x) == want,
+                "%.80s against %a: want %d", t, x, want);
+  ck_assert_msg(proto__num_cmp(neg, neg + strlen(neg), -x) == want,
+                "%.80s against %a: want %d", neg, -x, want);
+}
+
+/* A random finite non-zero double: any bit pattern, some subnormal. */
+static double rnd_double(void) {
+  for (;;) {
+    uint64_t u = num_rnd();
+    if (num_rnd() % 8 == 0)
+      u &= 0x800fffffffffffffull;
+    double x;
+    memcpy(&x, &u, sizeof x);
+    if (isfinite(x) && x != 0)
+      return x;
+  }
+}
+
+/* Random doubles over the whole range (up to 767 significant digits) and
+ * their exact decimals in four forms: equal; one unit more at a digit
+ * past the last (above); one less at the last, nines after (below). */
+START_TEST(decimals_compare_exactly_with_doubles) {
+  char d[1024], m[1100], t[1200];
+  long e;
+  for (int i = 0; i < 3000; i++) {
+    double x = i == 0 ? 0x1p-1074 : i == 1 ? DBL_MAX : i == 2 ? 0x1.fffffffffffffp-1023
+             : i == 3 ? 1.0 : rnd_double();
+    int form = i % 4, neg = (i / 4) % 2;
+    num_exact_digits(x, d, sizeof d, &e);
+    size_t n = strlen(d);
+    num_decimal(t, sizeof t, neg, d, e, form);
+    check_cmp(t, x, 0);
+    /* trailing zeros do not change the value */
+    snprintf(m, sizeof m, "%s000", d);
+    num_decimal(t, sizeof t, neg, m, e, (form + 1) % 4);
+    check_cmp(t, x, 0);
+    snprintf(m, sizeof m, "%s00001", d);
+    num_decimal(t, sizeof t, neg, m, e, form);
+    check_cmp(t, x, 1);
+    if (n > 1 || d[0] > '1') {
+      snprintf(m, sizeof m, "%s", d);
+      m[n - 1]--;
+      snprintf(m + n, sizeof m - n, "9999999999");
+      num_decimal(t, sizeof t, neg, m[0] == '0' ? m + 1 : m,
+                  m[0] == '0' ? e - 1 : e, form);
+      check_cmp(t, x, -1);
+    }
+    /* cut short: x's digits left over */
+    if (n > 1) {
+      snprintf(m, sizeof m, "%.*s", (int)(n - 1 - num_rnd() % (n - 1)), d);
+      num_decimal(t, sizeof t, neg, m, e, form);
+      check_cmp(t, x, -1);
+    }
+    /* ten times too big or small */
+    num_decimal(t, sizeof t, neg, d, e + 1, form);
+    check_cmp(t, x, 1);
+    num_decimal(t, sizeof t, neg, d, e - 1, form);
+    check_cmp(t, x, -1);
+  }
+}
+END_TEST
+
+/* Zeros, exponents past any double, leading zeros and mantissas
+ * thousands of digits long. */
+START_TEST(decimal_edges_compare_exactly) {
+  static char t[4200];
+  check_cmp("0", 0.0, 0);
+  check_cmp("0.000e-7", 0.0, 0);
+  check_cmp("0E+99999999999999999999999", -0.0, 0);
+  check_cmp("0", 0x1p-1074, -1);
+  check_cmp("1e-400", 0.0, 1);
+  check_cmp("1e-400", 0x1p-1074, -1);
+  check_cmp("1e400", DBL_MAX, 1);
+  check_cmp("1e99999999999999999999999999", 1.0, 1);
+  check_cmp("1e-99999999999999999999999999", 1.0, -1);
+  check_cmp("1", INFINITY, -1);
+  check_cmp("1000488281250000000001e-21", 1.00048828125, 1);
+  check_cmp("1000488281249999999999e-21", 1.00048828125, -1);
+  check_cmp("100048828125E-11", 1.00048828125, 0);
+  check_cmp("0.0000100048828125e+5", 1.00048828125, 0);
+  check_cmp("65520", 65520.0, 0);
+  check_cmp("65519.99999999999999999999999", 65520.0, -1);
+  check_cmp("6.5520000000000000000000000001e4", 65520.0, 1);
+  /* 1 then 4000 zeros, or 0. then 4000 zeros: the digits are all read */
+  memset(t, '0', 4001);
+  t[0] = '1';
+  snprintf(t + 4001, sizeof t - 4001, "e-4000");
+  check_cmp(t, 1.0, 0);
+  t[3999] = '1';
+  check_cmp(t, 1.0, 1);
+  memcpy(t, "0.", 2);
+  memset(t + 2, '0', 4000);
+  snprintf(t + 4002, sizeof t - 4002, "1e4001");
+  check_cmp(t, 1.0, 0);
+  snprintf(t + 4002, sizeof t - 4002, "1e4000");
+  check_cmp(t, 0.1, -1); /* 0.1's double is above 1/10 */
+}
+END_TEST
+
+/* Every midpoint between neighbours of each type (and the one past its
+ * largest value) is found, in both signs; no value of the grid, no
+ * double next to a midpoint, nothing past the top midpoint is one. */
+START_TEST(half_midpoints_are_found) {
+  for (int bf = 0; bf < 2; bf++) {
+    unsigned top = bf ? 0x7f7f : 0x7bff;
+    for (unsigned h = 0; h <= top; h++) {
+      double a = bf ? num_bf16_value(h) : num_f16_value(h);
+      double b = bf ? num_bf16_value(h + 1) : num_f16_value(h + 1);
+      double mid = (a + b) / 2;
+      for (int s = 1; s >= -1; s -= 2) {
+        ck_assert_msg(proto__half_midpoint(s * mid, bf), "%a (bf %d)",
+                      s * mid, bf);
+        ck_assert_msg(!proto__half_midpoint(s * a, bf), "%a (bf %d)",
+                      s * a, bf);
+        ck_assert(!proto__half_midpoint(nextafter(s * mid, 0), bf));
+        ck_assert(!proto__half_midpoint(nextafter(s * mid, s * 2.0), bf));
+      }
+    }
+    double past = bf ? num_bf16_value(top + 1) : num_f16_value(top + 1);
+    ck_assert(!proto__half_midpoint(past * 1.5, bf));
+    ck_assert(!proto__half_midpoint(past * 1.0009765625, bf));
+    ck_assert(!proto__half_midpoint(INFINITY, bf));
+    ck_assert(!proto__half_midpoint(NAN, bf));
+    ck_assert(!proto__half_midpoint(0x1p-1074, bf));
+  }
+}
+END_TEST
+
 int main(void) {
   support_case cases[] = {
     {"parse", {random_floats_printed_many_ways, midpoints_between_neighbours,
@@ -773,6 +915,8 @@ int main(void) {
     {"print", {printed_floats_are_shortest_and_closest,
                printed_layout_is_unchanged, printed_lists_match_one_by_one,
                printer_powers_of_ten_are_exact}},
+    {"exact", {decimals_compare_exactly_with_doubles,
+               decimal_edges_compare_exactly, half_midpoints_are_found}},
   };
   return support_run("numparse", cases, sizeof cases / sizeof cases[0]);
 }

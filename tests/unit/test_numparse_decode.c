@@ -7,6 +7,10 @@
  *    hook proto__test_cjson_path).
  *    Thousands of mutated bodies must give the same code, the same message
  *    and the same tensors both ways.
+ *  - FP16 and BF16 values a hair above, below and on their midpoints
+ *    (normal and subnormal, both signs, long tokens in every form) are
+ *    the decimal rounded once, on the leaf path, as numbers of numscan's
+ *    copy and on the cJSON path.
  *  - The tops of the float ranges (FLT_MAX, FP16, BF16) accepted, past
  *    the midpoint refused with the value; errors inside leaves keep their
  *    messages; the comma count against a bytewise one.  The reader and the
@@ -441,6 +445,33 @@ START_TEST(cjson_path_rounds_long_decimals_once) {
 }
 END_TEST
 
+/* Bodies in which numscan finds no leaf (the member names escaped, which
+ * only cJSON reads), of lengths around the steps by which its copy of the
+ * body grows (blanks make up the length): the copy is the whole body, and
+ * the body decodes. */
+START_TEST(bodies_without_a_leaf_decode_at_any_length) {
+  static char b[20000];
+  for (size_t want = 4000; want < sizeof b - 100;
+       want += want < 4200 ? 1 : want < 9000 ? 91 : 997) {
+    size_t o = (size_t)snprintf(b, sizeof b, " {\"inputs\":[{\"name\":"
+                                "\"query\",\"datatype\":\"FP32\",\"shape\":"
+                                "[1,1,1],\"d\\u0061ta\":[1]},{\"name\":\"key\","
+                                "\"datatype\":\"FP32\",\"shape\":[1,1,1],"
+                                "\"d\\u0061ta\":[1]},{\"name\":\"value\","
+                                "\"datatype\":\"FP32\",\"shape\":[1,1,1],"
+                                "\"d\\u0061ta\":[2]}]");
+    while (o < want - 1)
+      b[o++] = ' ';
+    o += (size_t)snprintf(b + o, sizeof b - o, "}");
+    outcome x;
+    run(b, o, 1, ' ', &x);
+    ck_assert_msg(x.rc == 0 && x.r.prob.v[0] == 2.0f, "%zu bytes: %s", o,
+                  x.err);
+    proto_request_free(&x.r);
+  }
+}
+END_TEST
+
 /* Bodies numscan leaves to cJSON, which accepts them: the same answer. */
 START_TEST(what_only_cjson_accepts_still_decodes) {
   static const char *const bodies[] = {
@@ -455,6 +486,94 @@ START_TEST(what_only_cjson_accepts_still_decodes) {
     ck_assert_msg(x.rc == 0, "%s: %s", bodies[i], x.err);
     proto_request_free(&x.r);
     compare_paths(b, len, 0);
+  }
+}
+END_TEST
+
+/* ---- FP16 and BF16 midpoints -------------------------------------------
+ *
+ * A decimal a hair above or below an FP16 or BF16 midpoint has the
+ * midpoint for its double; the decimal, not the double's tie to even,
+ * decides which neighbour it becomes.  Each token is built from a
+ * midpoint's exact expansion (printf's) and its two neighbours computed
+ * from the formats' definitions, not by the code under test. */
+
+#define HALF_TOK 320
+#define HALF_N 240
+
+/* A decimal on (dir 0), above (1) or below (-1) the midpoint above the
+ * FP16 (bf 0) or BF16 value with bits h, with a sign when neg, in form
+ * (num_decimal); the value it rounds to (the even one on the midpoint). */
+static double half_token(int bf, unsigned h, int dir, int neg, int form,
+                         char *tok) {
+  double a = bf ? num_bf16_value(h) : num_f16_value(h);
+  double b = bf ? num_bf16_value(h + 1) : num_f16_value(h + 1);
+  char d[1024];
+  long e;
+  num_exact_digits((a + b) / 2, d, sizeof d, &e);
+  size_t n = strlen(d);
+  if (dir > 0) {
+    snprintf(d + n, sizeof d - n, "00000000000000000000000000001");
+  } else if (dir < 0) {
+    d[n - 1]--; /* the last digit of an expansion is not 0 */
+    snprintf(d + n, sizeof d - n, "99999999999999999999999999999");
+  }
+  num_decimal(tok, HALF_TOK, neg, d, e, form);
+  double want = dir > 0 ? b : dir < 0 ? a : h % 2 ? b : a;
+  return neg ? -want : want;
+}
+
+/* v2 attention with the tokens as its FP16 or BF16 value (1, 1, n): as
+ * one leaf (nested 0), or with [0] after them (nested 1), which makes
+ * them numbers of numscan's copy, read by cJSON. */
+static size_t half_body(char *b, size_t cap, int bf, int nested,
+                        char (*tok)[HALF_TOK], int n) {
+  size_t o = (size_t)snprintf(
+      b, cap, " {\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+      "\"shape\":[1,1,1],\"data\":[1]},{\"name\":\"key\",\"datatype\":"
+      "\"FP32\",\"shape\":[1,1,1],\"data\":[1]},{\"name\":\"value\","
+      "\"datatype\":\"%s\",\"shape\":[1,1,%d],\"data\":[", bf ? "BF16" :
+      "FP16", n + nested);
+  for (int i = 0; i < n; i++)
+    o += (size_t)snprintf(b + o, cap - o, "%s%s", i ? "," : "", tok[i]);
+  o += (size_t)snprintf(b + o, cap - o, "%s]}]}", nested ? ",[0]" : "");
+  return o;
+}
+
+START_TEST(half_midpoints_round_as_their_decimals) {
+  static char tok[HALF_N][HALF_TOK], b[HALF_N * HALF_TOK + 512];
+  static double want[HALF_N];
+  for (int bf = 0; bf < 2; bf++) {
+    unsigned top = bf ? 0x7f7f : 0x7bff, sub = bf ? 0x80 : 0x400;
+    for (int i = 0; i < HALF_N; i++) {
+      /* a third subnormal; the largest value with a decimal just under
+       * the top midpoint (65519.999...) now and then */
+      unsigned h = (unsigned)(num_rnd() % (i % 3 ? top : sub));
+      int dir = (int)(num_rnd() % 3) - 1;
+      if (i % 40 == 39)
+        h = top, dir = -1;
+      want[i] = half_token(bf, h, dir, (int)(num_rnd() % 2),
+                           (int)(num_rnd() % 4), tok[i]);
+    }
+    for (int way = 0; way < 3; way++) {
+      size_t len = half_body(b, sizeof b, bf, way == 1, tok, HALF_N);
+      outcome x;
+      run(b, len, 1, way == 2 ? '\x01' : ' ', &x);
+      ck_assert_msg(x.rc == 0, "%s", x.err);
+      int wrong = 0, first = -1;
+      for (int i = 0; i < HALF_N; i++)
+        if (num_f32_bits(x.r.prob.v[i]) != num_f32_bits((float)want[i])) {
+          wrong++;
+          first = first < 0 ? i : first;
+        }
+      ck_assert_msg(!wrong, "%s %s: %d of %d wrong, first %s: %a, want %a",
+                    bf ? "BF16" : "FP16", way == 0 ? "leaf" : way == 1 ?
+                    "numscan's copy" : "cJSON", wrong, HALF_N,
+                    tok[first], (double)x.r.prob.v[first], want[first]);
+      proto_request_free(&x.r);
+      if (way < 2)
+        compare_paths(b, len, 1);
+    }
   }
 }
 END_TEST
@@ -615,13 +734,21 @@ START_TEST(past_the_midpoint_is_refused_with_the_value) {
     {"-1e39", 0, ""},
     {"65520", 1, " is out of FP16 range (decimals from 65520 on round to "
                  "infinity; the largest is 65504)"},
-    {"-65520.0000000000000001", 1, " is out of FP16 range"},
+    {"-65520.0000000000000001", 1, " is out of FP16 range (decimals from "
+                                   "65520 on round to infinity; the "
+                                   "largest is 65504)"},
+    {"6552000000000000000000000000001e-26", 1, " is out of FP16 range "
+                                   "(decimals from 65520 on round to "
+                                   "infinity; the largest is 65504)"},
     {"65536", 1, " is out of FP16 range (the largest is 65504)"},
     {BF16_MID, 2, " is out of BF16 range (decimals from "
                   "3.39617752923046005526922703901628039168e38 on round "
                   "to infinity; the largest is 3.3895314e38)"},
     {"3.3961776e38", 2, " is out of BF16 range (the largest is "
                         "3.3895314e38)"},
+    {BF16_MID ".0000000000000000000001", 2, " is out of BF16 range "
+                  "(decimals from 3.39617752923046005526922703901628039168e38"
+                  " on round to infinity; the largest is 3.3895314e38)"},
   };
   for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
     char m[300];
@@ -704,50 +831,21 @@ START_TEST(comma_count_matches_the_bytewise_one) {
 }
 END_TEST
 
-/* The scan's copy of a body grows as it is written: a body with no leaf
- * to shorten (or one short leaf) at every length around the copy's first
- * allocation and its later doublings must come back from the decoder,
- * refused for its missing fields, not spin looking for room. */
-START_TEST(bodies_of_any_length_without_leaves_decode) {
-  static const size_t around[] = {4096, 8192, 16384, 65536};
-  char err[PROTO_ERR_MAX];
-  for (size_t a = 0; a < sizeof around / sizeof *around; a++)
-    for (size_t len = around[a] - 40; len <= around[a] + 40; len++)
-      for (int leaf = 0; leaf < 2; leaf++)
-        for (int v2 = 0; v2 < 2; v2++) {
-          const char *head = leaf ? "{\"query\":[[[1]]],\"id\":\"" : "{\"id\":\"";
-          char *body = malloc(len + 1);
-          size_t h = strlen(head);
-          ck_assert_ptr_nonnull(body);
-          memcpy(body, head, h);
-          memset(body + h, 'x', len - h - 2);
-          memcpy(body + len - 2, "\"}", 3);
-          proto_request r;
-          err[0] = '\0';
-          int rc = v2 ? proto_v2_decode(body, len, NULL, PROTO_MODEL_ATTENTION,
-                                        &r, 0, err)
-                      : proto_v1_decode(body, len, &r, 0, err);
-          ck_assert_msg(rc < 0 && err[0], "length %zu, leaf %d, v2 %d: rc %d",
-                        len, leaf, v2, rc);
-          free(body);
-        }
-}
-END_TEST
-
 int main(void) {
   support_case cases[] = {
     {"decode", {decoders_round_correctly, decoded_tensors_equal_strtof,
                 mutated_bodies_decode_as_on_the_cjson_path,
                 what_only_cjson_accepts_still_decodes,
+                bodies_without_a_leaf_decode_at_any_length,
                 numbers_json_forbids_are_refused_on_both_paths,
                 cjson_path_rounds_long_decimals_once,
+                half_midpoints_round_as_their_decimals,
                 long_leaves_with_a_stop_byte_anywhere,
                 errors_in_leaves_keep_their_messages,
                 flt_max_text_is_accepted_everywhere,
                 fp16_and_bf16_tops_are_accepted,
                 past_the_midpoint_is_refused_with_the_value,
-                comma_count_matches_the_bytewise_one,
-                bodies_of_any_length_without_leaves_decode}},
+                comma_count_matches_the_bytewise_one}},
   };
   return support_run("numparse_decode", cases, sizeof cases / sizeof cases[0]);
 }
