@@ -97,6 +97,21 @@ class HealthTest(Case):
         finally:
             proxy.close()
 
+    def test_head_answer_has_no_body_and_keeps_the_connection(self):
+        """attnd answers HEAD with the GET's Content-Length and no body: the
+        answer ends at its head, and the next call reuses the connection."""
+        proxy = Proxy(self.srv.port)
+        try:
+            c = self.client(proxy.url, timeout=10, retries=0)
+            status, hdrs, body = c.request("HEAD", "/healthz")
+            self.assertEqual((status, body), (200, b""))
+            self.assertGreater(int(hdrs["Content-Length"]), 0)
+            self.assertTrue(c.ready())
+            self.assertEqual(proxy.accepted, 1)
+            c.close()
+        finally:
+            proxy.close()
+
     def test_reconnects_when_the_server_closed_an_idle_connection(self):
         with harness.Attnd(["--workers", "1", "--conn-timeout-s", "1"]) as srv:
             proxy = Proxy(srv.port)

@@ -211,7 +211,12 @@ class _Conn(asyncio.BufferedProtocol):
             self._hdrs[k] = self._hdrs[k] + ", " + v if k in self._hdrs else v
         h = self._hdrs
         self._keep = parts[0] != "HTTP/1.0" and "close" not in h.get("connection", "").lower()
-        if "chunked" in h.get("transfer-encoding", "").lower():
+        if self._status in (204, 304) or 100 <= self._status < 200 or \
+                self._method == "HEAD":
+            # no body, whatever Content-Length says (RFC 9110 9.3.2)
+            self.stray = bool(rest)
+            self._done(b"")
+        elif "chunked" in h.get("transfer-encoding", "").lower():
             self._chunks = _Dechunker()
             self._more_chunks(rest)
         elif "content-length" in h:
@@ -223,9 +228,6 @@ class _Conn(asyncio.BufferedProtocol):
             self._body[:self._got] = rest[:self._got]
             if self._got == n:
                 self._done(self._body)
-        elif self._status in (204, 304) or 100 <= self._status < 200 or \
-                self._method == "HEAD":
-            self._done(b"")
         else:
             self._keep = False
             self._raw = bytearray(rest)
