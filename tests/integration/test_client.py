@@ -185,7 +185,8 @@ class Proxy:
     clients open.  drop_next: the next request bytes a client sends are
     not forwarded; both sides are closed instead (the server closing a
     keep-alive connection just as a request goes out); drop_all: so for
-    every request.  sent: every byte clients sent through it.  reject: the
+    every request.  hold: what clients send is swallowed (attnd busy with
+    a request: no answer comes).  sent: every byte clients sent through it.  reject: the
     next that many connections get a 503 with Retry-After: retry_after, as
     a load balancer in front of a full attnd answers, and are closed.
     client_closed: connections whose client closed or reset them."""
@@ -197,6 +198,7 @@ class Proxy:
         self.drop_next = False
         self.drop_all = False
         self.reject = 0
+        self.hold = False
         self.retry_after = "0.2"
         self.client_closed = 0
         self.lsock = socket.socket()
@@ -253,6 +255,8 @@ class Proxy:
                     if upstream:
                         self.client_closed += 1
                     break
+                if upstream and self.hold:
+                    continue
                 if upstream and (self.drop_next or self.drop_all):
                     self.drop_next = False
                     for x in (src, dst):

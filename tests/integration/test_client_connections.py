@@ -153,6 +153,37 @@ class HealthTest(Case):
             proxy.close()
 
 
+class Interrupted(BaseException):
+    """What a signal handler raises in the middle of a call (as Ctrl-C's
+    KeyboardInterrupt does)."""
+
+
+class InterruptedCallTest(Case):
+    def test_a_call_interrupted_mid_request_leaves_no_half_used_connection(self):
+        """A blocking call interrupted while it waits for its answer (Ctrl-C
+        in a notebook) closes its connection: the thread's next call opens
+        a new one instead of failing on one whose answer is still due."""
+        proxy = Proxy(self.srv.port)
+        old = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Interrupted()))
+        try:
+            c = self.client(proxy.url, timeout=10, retries=0)
+            self.assertTrue(c.ready())
+            proxy.hold = True
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with self.assertRaises(Interrupted):
+                c.ready()
+            proxy.hold = False
+            self.assertTrue(c.ready())
+            q, k, v = [[[1.0, 0.0]]], [[[1.0, 0.0]]], [[[2.0]]]
+            self.check(c.attention(q, k, v), {"query": q, "key": k, "value": v})
+            self.assertEqual(proxy.accepted, 2)
+            c.close()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            proxy.close()
+
+
 class SilentServer:
     """A listening socket that accepts and never answers."""
 
