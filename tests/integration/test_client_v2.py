@@ -15,6 +15,8 @@ import re
 import socket
 import tempfile
 import unittest
+from decimal import Decimal
+from fractions import Fraction
 
 import harness
 import test_client as tc
@@ -76,6 +78,29 @@ class V2Test(Case):
                         ref = {n: rounded(t, dt) for n, t in sent.items()}
                     with self.subTest(what):
                         self.check(res, {n: rounded(t, "FP32") for n, t in ref.items()})
+
+    def test_doubles_halfway_between_floats_round_once_binary_and_json(self):
+        """float64 values exactly halfway between two float32 values (and
+        others) reach attnd as the float32 nearest them, ties to even, over
+        JSON as over binary: their own shortest digits would be rounded a
+        second time, by attnd's decimal reader, away from the tie.  One key
+        gives the value row back exactly."""
+        # (normal numbers: attnd flushes subnormal products P V to 0)
+        ties = [1 + 2 ** -24, 1 + 3 * 2 ** -24, -(1 + 2 ** -24), 2 ** -100 * (1 + 2 ** -24),
+                2 ** 100 * (1 + 2 ** -24), 0.1, -7.25, 3e38]
+        want = np.array(ties, np.float64).astype(np.float32)
+        # the double's shortest digits lie past the midpoint it is
+        self.assertGreater(Fraction(Decimal(repr(ties[0]))), Fraction(ties[0]))
+        v = np.array([[ties]], np.float64)
+        q, k = np.ones((1, 1, 1)), np.ones((1, 1, 1))
+        for binary in (True, False):
+            for dt in ("FP32", "FP64"):
+                res = self.c.infer("attention", {"query": q, "key": k, "value": v},
+                                   outputs=["output"], binary=binary, datatypes={"value": dt})
+                self.assertEqual(res["output"].reshape(-1).tolist(), want.tolist(),
+                                 (binary, dt))
+            res = self.c.attention(q, k, v.tolist(), binary=binary, return_weights=False)
+            self.assertEqual(res["output"].reshape(-1).tolist(), want.tolist(), binary)
 
     def test_lengths_mask_parameters_and_output_order(self):
         req = rand_request(32, B=2, Lq=3, Lk=4, D=4, Dv=3)

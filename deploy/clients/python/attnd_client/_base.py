@@ -445,8 +445,9 @@ class ClientBase(Generic[R]):
         back verbatim, so an option refused over v2 is named by its v2
         parameter (parameters.window_left, ...).  When an option has no v2
         form (extra, or a value of a type /v1 refuses), or with
-        binary=False, the request goes as /v1 JSON, float32 values as
-        their shortest digits.
+        binary=False, the request goes as /v1 JSON, each float rounded to
+        float32 (ties to even, as for binary) and sent as its shortest
+        digits.
 
         Returns:
             {"output", "weights", "diagnostics", "lse", "id"} as
