@@ -8,6 +8,7 @@ calls; on AttndClient and again on AsyncAttndClient (test_client.OnAsyncio).
 """
 
 import asyncio
+import email.utils
 import json
 import signal
 import socket
@@ -215,6 +216,29 @@ class RetryTest(Case):
         self.check(c.attention(self.req["query"], self.req["key"], self.req["value"]),
                    self.req)
         self.assertTrue(c.ready())
+        c.close()
+
+    def test_retry_after_as_a_date_or_unreadable(self):
+        """Retry-After as an HTTP-date (RFC 9110, as some load balancers
+        send it) is waited for; one that is not a finite number of seconds
+        or a date (a proxy's "nan") is not, and the backoff is used."""
+        for value, want in (("nan", None), ("inf", None), ("-3", 0.0), ("soon", None)):
+            self.proxy.retry_after = value
+            self.proxy.reject = 1
+            c = self.client(self.proxy.url, backoff=0.01, retries=0)
+            with self.assertRaises(tc.AttndError) as cm:
+                c.infer("attention", self.req)
+            self.assertEqual((cm.exception.status, cm.exception.retry_after), (503, want))
+            self.proxy.reject = 1
+            c = self.client(self.proxy.url, backoff=0.01)
+            self.check(c.infer("attention", self.req), self.ref)
+            c.close()
+        self.proxy.retry_after = email.utils.formatdate(time.time() + 2.5, usegmt=True)
+        self.proxy.reject = 1
+        c = self.client(self.proxy.url)
+        t0 = time.monotonic()
+        self.check(c.infer("attention", self.req), self.ref)
+        self.assertGreaterEqual(time.monotonic() - t0, 1.0)  # the date is to the second
         c.close()
 
     def test_tries_run_out_and_the_error_says_how_many(self):

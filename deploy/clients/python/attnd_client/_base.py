@@ -5,6 +5,8 @@ retry policy.  The two clients differ only in how they send a _Call."""
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import math
 import numbers
@@ -101,10 +103,22 @@ def _dumps(v: Any) -> str:
 
 
 def _retry_after(v: Optional[str]) -> Optional[float]:
-    try:
-        return float(v) if v is not None else None
-    except ValueError:
+    """Retry-After's seconds to wait (RFC 9110: delay-seconds, or an
+    HTTP-date, counted from now), or None when it is absent or neither
+    (a wait of NaN or infinity included): the backoff is used then."""
+    if v is None:
         return None
+    try:
+        secs = float(v)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(v)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        secs = when.timestamp() - time.time()
+    return max(secs, 0.0) if math.isfinite(secs) else None
 
 
 def _v1_array(t: Any, dtype: Any) -> Array:
