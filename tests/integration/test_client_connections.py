@@ -536,6 +536,32 @@ class ResendTest(unittest.TestCase):
         c.close()
 
 
+    def test_an_answer_that_is_not_attnds_raises_attnd_error(self):
+        """A 200 whose body is not the answer (a web page from whatever
+        listens at the URL, a proxy's login page) raises AttndError with
+        the status and the body, from every kind of call."""
+        page = b"<html><body>Welcome to nginx!</body></html>"
+        answer = (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(page), page))
+        srv = CloseAfterFirst(answer)
+        self.addCleanup(srv.close)
+        one = [[[1.0]]]
+        calls = (lambda c: c.server_metadata(), lambda c: c.model_statistics(),
+                 lambda c: c.get_system_shared_memory_status(),
+                 lambda c: c.infer("attention", {"query": one, "key": one, "value": one}),
+                 lambda c: c.infer("attention", {"query": one, "key": one, "value": one},
+                                   binary=False),
+                 lambda c: c.attention(one, one, one, model="attention"),
+                 lambda c: c.attention(one, one, one, binary=False))
+        for n, call in enumerate(calls):
+            c = self.kind(srv.url, retries=0)
+            with self.assertRaises(tc.AttndError, msg=n) as cm:
+                call(c)
+            self.assertEqual((cm.exception.status, cm.exception.body), (200, page), n)
+            self.assertIn("not attnd's", cm.exception.message)
+            c.close()
+
+
 class AsyncResendTest(ResendTest):
     def setUp(self):
         self.loop = asyncio.new_event_loop()

@@ -529,7 +529,7 @@ class AsyncAttndClient(ClientBase["Awaitable[AttentionResult]"]):
                     data = await self._off_loop(big, self._inflated, status, hdrs, data)
                 self._hdrs.set(hdrs)
                 result, res = await self._off_loop(big or len(data) > OFFLOAD_BYTES,
-                                                   call.parse, status, hdrs, data)
+                                                   self._parsed, call, status, hdrs, data)
                 if res is not None:
                     self._response.set(res)
                 return result

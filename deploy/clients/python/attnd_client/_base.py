@@ -165,11 +165,7 @@ def _v2_outputs(data: bytes, hdrs: Mapping[str, str],
     """A v2 answer -> ({output name: array}, its JSON part)."""
     hl = hdrs.get("inference-header-content-length")
     n = int(hl) if hl is not None else len(data)
-    try:
-        res = json.loads(data[:n])
-    except ValueError as e:
-        raise AttndError(200, "the answer's JSON part does not parse: %s" % e,
-                         body=data) from e
+    res = json.loads(data[:n])  # a ValueError is ClientBase._parsed's
     off = n
     result: Dict[str, Any] = {}
     view = memoryview(data)
@@ -287,6 +283,20 @@ class ClientBase(Generic[R]):
         if deadline is not None and time.monotonic() + wait >= deadline:
             return None
         return wait
+
+    @staticmethod
+    def _parsed(call: "_Call[T]", status: int, hdrs: Mapping[str, str],
+                data: bytes) -> Tuple[T, Optional[Dict[str, Any]]]:
+        """call.parse of an answer; a body it cannot read (not JSON, or
+        JSON without the members attnd's answer has: a web page from
+        whatever listens at the URL) raises AttndError with the status."""
+        try:
+            return call.parse(status, hdrs, data)
+        except AttndError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            raise AttndError(status, "the answer is not attnd's (%s): %s" % (
+                e, data[:120].decode("utf-8", "replace").strip()), body=data) from e
 
     @staticmethod
     def _inflated(status: int, hdrs: Mapping[str, str], data: bytes) -> bytes:

@@ -115,7 +115,7 @@ class AttndClient(ClientBase[AttentionResult]):
                     self._attempt_timeout(deadline))
                 data = self._inflated(status, hdrs, data)
                 self._local.headers = hdrs
-                result, res = call.parse(status, hdrs, data)
+                result, res = self._parsed(call, status, hdrs, data)
                 if res is not None:
                     self._local.response = res
                 return result
