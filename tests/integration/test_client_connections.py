@@ -352,6 +352,51 @@ class AsyncHealthTest(OnAsyncio, HealthTest):
         finally:
             proxy.close()
 
+    def test_many_concurrent_calls_share_a_bounded_number_of_connections(self):
+        """A gather() of many calls has at most max_connections (64 by
+        default) connections in use, the rest waiting for one: so many
+        calls do not run the process out of descriptors, nor past attnd's
+        --max-conns-per-ip, which closes the connections over it.  Open at
+        once: those in use, up to POOL_SIZE idle (16), and a few the proxy
+        has not yet seen closed; without the bound, one per call."""
+        one = {"query": [[[1.0]]], "key": [[[1.0]]], "value": [[[2.0]]]}
+
+        async def many(ac, n):
+            return await asyncio.gather(*[ac.infer("attention", one, outputs=["output"])
+                                          for _ in range(n)])
+        proxy = Proxy(self.srv.port)
+        try:
+            c = self.client(proxy.url)
+            res = self.loop.run_until_complete(many(c.ac, 400))
+            self.assertEqual([r["output"].tolist() for r in res], [[[[2.0]]]] * 400)
+            self.assertLessEqual(proxy.open_max, 100)
+            self.assertEqual(tc.attnd_client._async.MAX_CONNECTIONS, 64)
+            c.close()
+        finally:
+            proxy.close()
+        with harness.Attnd(["--workers", "1", "--max-conns-per-ip", "6"]) as srv:
+            c = self.client("127.0.0.1:%d" % srv.port, max_connections=6, retries=0)
+            res = self.loop.run_until_complete(many(c.ac, 300))
+            self.assertEqual(len(res), 300)
+            c.close()
+            self.assertEqual(srv.stop(), 0)
+        # a call that finds every connection busy past its timeout gives
+        # up, and takes no connection with it
+        silent = SilentServer()
+        self.addCleanup(silent.close)
+        c = self.client("127.0.0.1:%d" % silent.port, max_connections=1, timeout=0.5,
+                        retries=0)
+
+        async def two():
+            return await asyncio.gather(c.ac.ready(), c.ac.ready(), return_exceptions=True)
+        errs = self.loop.run_until_complete(two())
+        self.assertTrue(all(isinstance(e, tc.AttndConnectionError) for e in errs), errs)
+        self.assertIn("max_connections", str(errs[1]))
+        self.assertEqual(c.ac._transport._slots._value, 1)
+        c.close()
+        with self.assertRaises(ValueError):
+            self.client(self.url, max_connections=0)
+
     def test_cancelling_a_call_closes_its_connection(self):
         """A server that reads the request and never answers (attnd busy
         with it) sees the connection end as soon as the call is

@@ -6,7 +6,9 @@ pool of idle HTTP/1.1 keep-alive connections (asyncio transports with a
 buffered protocol that reads an answer's body straight into one buffer of
 its size); a call
 takes one (or opens one), sends its request, reads the answer and puts the
-connection back, so concurrent calls each have their own.  The requests are
+connection back, so concurrent calls each have their own.  A semaphore of
+the loop's counts the connections in use: beyond max_connections a call
+waits for one, within its timeout.  The requests are
 built and the answers decoded by the code AttndClient uses (_base.py), on
 the loop for small tensors and in the loop's default executor (a thread)
 above OFFLOAD_BYTES, so that a large encode or decode does not stall every
@@ -45,6 +47,13 @@ OFFLOAD_BYTES = 256 << 10
 
 #: Idle connections a client keeps at most.
 POOL_SIZE = 16
+
+#: Connections a client has open at once unless max_connections says
+#: otherwise; calls beyond wait for one.  Without a bound, a gather() of
+#: thousands of calls opens thousands of sockets: past the process's
+#: descriptor limit (1024 by default) they fail with EMFILE, and past
+#: attnd's --max-conns or --max-conns-per-ip attnd closes them unanswered.
+MAX_CONNECTIONS = 64
 
 
 class _Closed(Exception):
@@ -314,13 +323,34 @@ async def _timed(aw: Any, timeout: Optional[float]) -> Any:
     return await (aw if timeout is None else asyncio.wait_for(aw, timeout))
 
 
+async def _acquire(sem: asyncio.Semaphore, timeout: Optional[float]) -> bool:
+    """sem acquired within timeout seconds (True), or not (False).  Not
+    wait_for, which before Python 3.12 can lose an acquisition that comes
+    as the timeout fires; a caller cancelled meanwhile holds nothing."""
+    if not sem.locked():
+        return await sem.acquire()
+    task = asyncio.ensure_future(sem.acquire())
+    try:
+        await asyncio.wait([task], timeout=timeout)
+    except BaseException:
+        if task.done() and not task.cancelled():
+            sem.release()
+        task.cancel()
+        raise
+    if task.done():
+        return True
+    task.cancel()
+    return False
+
+
 class AsyncTransport:
     """A pool of keep-alive connections to one host and port (or one Unix
     socket), driven by one event loop at a time."""
 
     def __init__(self, scheme: str, host: str, port: int,
                  ssl_context: Optional[ssl.SSLContext], unix_socket: Optional[str],
-                 describe: Callable[[str, str], str]) -> None:
+                 describe: Callable[[str, str], str],
+                 max_connections: Optional[int] = MAX_CONNECTIONS) -> None:
         self.scheme = scheme
         self.host = host
         self.port = port
@@ -331,12 +361,22 @@ class AsyncTransport:
             "%s:%d" % (host, port)
         self._idle: List[_Conn] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self.max_connections = max_connections
+        # the connections in use, counted on self._loop
+        self._slots: Optional[asyncio.Semaphore] = None
 
-    def _take(self) -> Optional[_Conn]:
+    def _bind(self) -> Optional[asyncio.Semaphore]:
+        """The pool on the running loop (another loop's connections
+        dropped), and its count of connections in use."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self.close()
             self._loop = loop
+            self._slots = None if self.max_connections is None else \
+                asyncio.Semaphore(self.max_connections)
+        return self._slots
+
+    def _take(self) -> Optional[_Conn]:
         while self._idle:
             c = self._idle.pop()
             if c.reusable():
@@ -403,8 +443,23 @@ class AsyncTransport:
                       headers: Mapping[str, str],
                       timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes]:
         """As Transport.request: (status, headers, body in its
-        Content-Encoding); timeout bounds the connect and each read."""
+        Content-Encoding); timeout bounds the wait for a free connection
+        (max_connections), the connect and each read."""
         what = self.describe(method, path)
+        slots = self._bind()
+        if slots is not None and not await _acquire(slots, timeout):
+            raise AttndConnectionError("%s: timed out waiting for one of the client's %d "
+                                       "connections (max_connections)"
+                                       % (what, self.max_connections))
+        try:
+            return await self._exchange(what, method, path, body, headers, timeout)
+        finally:
+            if slots is not None:
+                slots.release()
+
+    async def _exchange(self, what: str, method: str, path: str, body: Optional[bytes],
+                        headers: Mapping[str, str],
+                        timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes]:
         for attempt in (0, 1):
             conn = self._take()
             reused = conn is not None
@@ -456,7 +511,9 @@ class AsyncAttndClient(ClientBase["Awaitable[AttentionResult]"]):
     same retries (waiting with asyncio.sleep).
 
     One pool of keep-alive connections per client; concurrent calls each
-    use their own connection.  Tensors and answers over OFFLOAD_BYTES are
+    use their own connection, at most max_connections at once (default
+    MAX_CONNECTIONS, 64; None: no bound): calls beyond wait for one, within
+    their timeout.  Tensors and answers over OFFLOAD_BYTES are
     encoded and decoded in the loop's default executor.  Cancelling a call
     closes its connection.  `await c.aclose()` (or `async with`) closes the
     idle connections.  last_response and last_headers are those of the
@@ -470,12 +527,16 @@ class AsyncAttndClient(ClientBase["Awaitable[AttentionResult]"]):
                  unix_socket: Optional[str] = None,
                  retries: int = DEFAULT_RETRIES,
                  backoff: float = 0.1,
-                 max_backoff: float = 5.0) -> None:
+                 max_backoff: float = 5.0,
+                 max_connections: Optional[int] = MAX_CONNECTIONS) -> None:
         super().__init__(url, token=token, timeout=timeout, headers=headers,
                          ssl_context=ssl_context, unix_socket=unix_socket, retries=retries,
                          backoff=backoff, max_backoff=max_backoff)
-        self._transport = AsyncTransport(self._scheme, self._host, self._port, ssl_context,
-                                         unix_socket, self._describe)
+        if max_connections is not None and int(max_connections) < 1:
+            raise ValueError("max_connections must be 1 or more, or None")
+        self._transport = AsyncTransport(
+            self._scheme, self._host, self._port, ssl_context, unix_socket, self._describe,
+            None if max_connections is None else int(max_connections))
         self._response: "contextvars.ContextVar[Optional[Dict[str, Any]]]" = \
             contextvars.ContextVar("attnd_last_response", default=None)
         self._hdrs: "contextvars.ContextVar[Mapping[str, str]]" = \
