@@ -241,6 +241,32 @@ class RetryTest(Case):
         self.assertGreaterEqual(time.monotonic() - t0, 1.0)  # the date is to the second
         c.close()
 
+    def test_429_over_max_conns_per_ip_is_tried_again(self):
+        """attnd answers a connection over --max-conns-per-ip with 429 and
+        Retry-After before it reads a request: inference and reads are
+        sent again after the wait (once another connection has closed,
+        served); registration is not."""
+        with harness.Attnd(["--workers", "1", "--max-conns-per-ip", "1"]) as srv:
+            url = "127.0.0.1:%d" % srv.port
+            held = srv.connection()  # answered once: attnd counts it
+            held.request("GET", "/healthz")
+            self.assertEqual(held.getresponse().status, 200)
+            c = self.client(url, retries=0)
+            with self.assertRaises(tc.AttndError) as cm:
+                c.infer("attention", self.req)
+            self.assertEqual((cm.exception.status, cm.exception.retry_after,
+                              cm.exception.tries), (429, 1.0, 1))
+            self.assertIn("--max-conns-per-ip", cm.exception.message)
+            c.close()
+            c = self.client(url)
+            with self.assertRaises(tc.AttndError) as cm:
+                c.register_system_shared_memory("r", "/attnd-client-test-429", 64)
+            self.assertEqual((cm.exception.status, cm.exception.tries), (429, 1))
+            threading.Timer(0.3, held.close).start()
+            self.check(c.infer("attention", self.req), self.ref)
+            c.close()
+            self.assertEqual(srv.stop(), 0)
+
     def test_tries_run_out_and_the_error_says_how_many(self):
         self.proxy.reject = 100
         for retries, tries in ((2, 3), (0, 1), (4, 5)):

@@ -118,6 +118,9 @@ class _Conn(asyncio.BufferedProtocol):
         self.sock: Optional[socket.socket] = None  # the socket under transport
         self.closed = False
         self.stray = False
+        # bytes a new connection got before its first request: an answer
+        # the server sends at once (attnd's 429 over --max-conns-per-ip)
+        self._early = bytearray()
         self._scratch = bytearray(256 << 10)
         self._writable = asyncio.Event()
         self._writable.set()
@@ -153,7 +156,10 @@ class _Conn(asyncio.BufferedProtocol):
                 self._done(self._body)
             return
         data = self._scratch[:nbytes]
-        if self._answer is None or self._answer.done():
+        if self._answer is None:
+            self._early += data
+            return
+        if self._answer.done():
             self.stray = True  # bytes nobody asked for: out of step
             return
         self._any = True
@@ -285,6 +291,17 @@ class _Conn(asyncio.BufferedProtocol):
         self._answer = fut = loop.create_future()
         t = self.transport
         assert t is not None
+        if self._early:
+            # the server answered before the request (and may have closed):
+            # that answer is this request's, which is not sent
+            self._any = True
+            self._head, self._early = self._early, bytearray()
+            self._parse_head()
+            if self.closed and not fut.done():
+                self.connection_lost(None)  # the close came before: finish
+            answer_early: Tuple[int, Mapping[str, str], bytes, bool] = \
+                await _timed(fut, timeout)
+            return answer_early
         if self.closed or t.is_closing():
             # closed between the pool's check and now: nothing was sent
             raise _Closed("the server closed the connection", sent=False)

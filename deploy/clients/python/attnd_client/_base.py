@@ -266,15 +266,18 @@ class ClientBase(Generic[R]):
                     retries: Optional[int], deadline: Optional[float]) -> Optional[float]:
         """Seconds to wait before trying call again after e, or None when
         it is not tried again: it is not a pure call, tries are used up, e
-        is neither a 503 nor a failure before any byte of the answer, or
-        the wait would end past the call's deadline."""
+        is neither a 503, a 429 (a connection over attnd's
+        --max-conns-per-ip, refused before its request was read) nor a
+        failure before any byte of the answer, or the wait would end past
+        the call's deadline."""
         if retries is None:
             retries = self.retries
         if not call.retry or tries > retries:
             return None
-        if e.status == 503 and e.retry_after is not None:
+        if e.status in (429, 503) and e.retry_after is not None:
             wait = max(e.retry_after, 0.0)
-        elif e.status == 503 or (isinstance(e, AttndConnectionError) and e.before_answer):
+        elif e.status in (429, 503) or \
+                (isinstance(e, AttndConnectionError) and e.before_answer):
             # exponential, with jitter so that many clients spread out
             wait = self.backoff * (2 ** (tries - 1)) * (0.5 + 0.5 * random.random())
         else:

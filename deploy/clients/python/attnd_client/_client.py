@@ -38,7 +38,8 @@ class AttndClient(ClientBase[AttentionResult]):
             prefix, if any).  Its connections ask for a send buffer that
             holds a whole upload of a few MiB (see _transport.UNIX_SNDBUF).
         retries: how many times a call is sent again (default 2; 0: never)
-            after a 503 (full queue, memory in use, draining) or a
+            after a 503 (full queue, memory in use, draining), a 429 (a
+            connection over --max-conns-per-ip) or a
             connection that failed before any byte of the answer came
             (refused during a restart, reset).  Only inference and reads,
             which are pure functions, are retried; shared memory
