@@ -492,6 +492,17 @@ class PackageTest(unittest.TestCase):
             self.assertIn("[[[0.33023846", p.stdout)
             self.assertEqual(srv.stop(), 0)
 
+    def test_module_main_refuses_a_bad_url_with_its_usage(self):
+        for url, says in (("ftp://127.0.0.1:8000", "url must be"),
+                          ("127.0.0.1:eighty", "Port could not be cast"),
+                          ("http://[::1", "Invalid IPv6 URL")):
+            p = subprocess.run([VENV_PYTHON, "-m", "attnd_client", url], capture_output=True,
+                               text=True, timeout=120, cwd=tempfile.gettempdir())
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("usage: python3 -m attnd_client", p.stderr)
+            self.assertIn(says, p.stderr)
+            self.assertNotIn("Traceback", p.stderr)
+
 
 # ---- /v1 -------------------------------------------------------------------------
 
