@@ -102,6 +102,27 @@ class V2Test(Case):
             res = self.c.attention(q, k, v.tolist(), binary=binary, return_weights=False)
             self.assertEqual(res["output"].reshape(-1).tolist(), want.tolist(), binary)
 
+    def test_numpy_arrays_with_an_empty_axis_refused_before_sending(self):
+        """An empty axis of a numpy array is refused as one of nested
+        lists is: AttndInputError in attnd's words, nothing sent."""
+        for name, shape, dt in (("query", (1, 0, 4), "FP32"), ("value", (1, 3, 0), "FP16"),
+                                ("key", (0, 3, 4), "FP64"), ("mask", (1, 2, 0), "BOOL"),
+                                ("valid_lens", (0,), "INT32")):
+            t = {"query": np.ones((1, 2, 4), np.float32), "key": np.ones((1, 3, 4), np.float32),
+                 "value": np.ones((1, 3, 2), np.float32)}
+            t[name] = np.ones(shape, {"FP32": np.float32, "FP16": np.float16, "FP64": np.float64,
+                                      "BOOL": bool, "INT32": np.int32}[dt])
+            want = self.server_error("/v2/models/attention/infer", {"inputs": [
+                {"name": n, "shape": list(a.shape), "datatype": dt if n == name else "FP32",
+                 "data": [1] * a.size if a.dtype != bool else [True] * a.size}
+                for n, a in t.items()]})
+            for binary in (True, False):
+                got = self.refused(self.c.infer, "attention", t, binary=binary)
+                self.assertEqual(got, want, (name, binary))
+            if name != "valid_lens":
+                self.assertEqual(self.refused(self.c.attention, t["query"], t["key"], t["value"],
+                                              mask=t.get("mask")), want, name)
+
     def test_lengths_mask_parameters_and_output_order(self):
         req = rand_request(32, B=2, Lq=3, Lk=4, D=4, Dv=3)
         mask = [[[True, False, True, True]]]

@@ -10,8 +10,9 @@ Every tensor becomes a numpy array before anything else:
 * valid_lens: int64; mask: bool (true, false, 0 or 1).
 
 Checks, in this order: the nesting of lists (ragged arrays, empty axes,
-elements that are not numbers), then NaN and infinities, then numbers that
-round to infinity in the datatype attnd reads them as.
+elements that are not numbers; a numpy array's empty axis too), then NaN
+and infinities, then numbers that round to infinity in the datatype attnd
+reads them as.
 """
 
 from __future__ import annotations
@@ -300,6 +301,8 @@ def to_array(name: str, value: Any, kind: Optional[str] = None) -> Array:
     kind = kind or kind_of(name)
     if isinstance(value, (np.ndarray, np.generic)):
         a = np.asarray(value)
+        if 0 in a.shape:  # as attnd (and _Walk, for lists) refuses it
+            raise _refuse("%s: axis %d is empty" % (name, a.shape.index(0)))
         if not a.dtype.isnative:
             a = a.astype(a.dtype.newbyteorder("="))
         k = a.dtype.kind
@@ -310,12 +313,11 @@ def to_array(name: str, value: Any, kind: Optional[str] = None) -> Array:
                 return a.astype(np.float64)
             if k == "b":
                 raise _refuse("%s: expected a number at %s, got %s" % (
-                    name, index_text(a.shape, 0), describe(a.reshape(-1)[0])
-                    if a.size else "an array"))
+                    name, index_text(a.shape, 0), describe(a.reshape(-1)[0])))
         elif kind == INT:
             if k in "iuf":
                 return _lengths(name, a)
-            if k == "b" and a.size:
+            if k == "b":
                 raise _refuse("%s: expected an integer at %s, got %s" % (
                     name, index_text(a.shape, 0), describe(a.reshape(-1)[0])))
         else:
