@@ -516,15 +516,19 @@ class CloseAfterFirst:
     request with `answer` (keep-alive), reads the next one whole and closes
     the connection without answering, as a server closing an idle
     connection just as a request arrives.  got: (method, path) of every
-    request read."""
+    request read; hosts: their Host headers.  host: the address it listens
+    on ("::1" for IPv6)."""
 
-    def __init__(self, answer):
+    def __init__(self, answer, host="127.0.0.1"):
         self.answer = answer
         self.got = []
-        self.lsock = socket.socket()
-        self.lsock.bind(("127.0.0.1", 0))
+        self.hosts = []
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.lsock = socket.socket(family)
+        self.lsock.bind((host, 0))
         self.lsock.listen(8)
-        self.url = "http://127.0.0.1:%d" % self.lsock.getsockname()[1]
+        self.port = self.lsock.getsockname()[1]
+        self.url = "http://%s:%d" % ("[%s]" % host if ":" in host else host, self.port)
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -550,6 +554,8 @@ class CloseAfterFirst:
                     name, _, v = h.decode().partition(":")
                     if name.strip().lower() == "content-length":
                         length = int(v)
+                    if name.strip().lower() == "host":
+                        self.hosts.append(v.strip())
                 f.read(length)
                 self.got.append((method, path))
                 if first:
@@ -606,6 +612,19 @@ class ResendTest(unittest.TestCase):
         self.assertEqual(c.server_metadata(), doc)
         c.close()
 
+
+    def test_an_ipv6_address_is_bracketed_in_the_host_header(self):
+        """Host names an IPv6 literal in brackets (RFC 3986), as proxies in
+        front of attnd require: [::1]:port, not ::1:port."""
+        try:
+            srv = CloseAfterFirst(json_answer(self.META), host="::1")
+        except OSError as e:
+            self.skipTest("no IPv6 loopback: %s" % e)
+        self.addCleanup(srv.close)
+        c = self.kind(srv.url)
+        self.assertEqual(c.server_metadata(), self.META)
+        self.assertEqual(srv.hosts, ["[::1]:%d" % srv.port])
+        c.close()
 
     def test_an_answer_that_is_not_attnds_raises_attnd_error(self):
         """A 200 whose body is not the answer (a web page from whatever

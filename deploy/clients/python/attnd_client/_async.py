@@ -374,8 +374,10 @@ class AsyncTransport:
         self.ssl_context = ssl_context
         self.unix_socket = unix_socket
         self.describe = describe
-        self.host_header = host if port == (443 if scheme == "https" else 80) else \
-            "%s:%d" % (host, port)
+        # an IPv6 literal in brackets (RFC 3986), as http.client writes it
+        name = "[%s]" % host if ":" in host else host
+        self.host_header = name if port == (443 if scheme == "https" else 80) else \
+            "%s:%d" % (name, port)
         self._idle: List[_Conn] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self.max_connections = max_connections
