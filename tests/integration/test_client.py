@@ -760,6 +760,12 @@ class EncodingTest(unittest.TestCase):
         xs += [struct.unpack("<f", struct.pack("<I", b))[0]
                for b in (0x3F808000, 0x3F818000, 0xBF808000, 0x00008000, 0x00018000)]
         xs += [0.0, -0.0, 1.0, 3.0e38, -1e-40, 1.00390625]
+        # FP16 from a double, rounded once: ties, a hair past a tie (which
+        # a detour through float32 would make a tie), its subnormals (the
+        # smallest is 2^-24) and the top of its range
+        xs += [1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -11 + 2 ** -40, -(1 + 2 ** -11 + 2 ** -40),
+               2 ** -25, 2 ** -25 + 2 ** -60, 3 * 2 ** -25, 2 ** -24, 2 ** -14 - 2 ** -25,
+               2 ** -14 - 2 ** -25 - 2 ** -50, 65519.99, 65504.0]
         enc, dec = attnd_client.encode_tensor, attnd_client.decode_tensor
         want = struct.pack("<%dH" % len(xs), *[exact_bf16(x)[1] for x in xs])
         for src in (xs, np.asarray(xs), np.asarray(xs, np.float32)):
