@@ -189,9 +189,7 @@ class Proxy:
     a request: no answer comes).  sent: every byte clients sent through it.  reject: the
     next that many connections get a 503 with Retry-After: retry_after, as
     a load balancer in front of a full attnd answers, and are closed.
-    client_closed: connections whose client closed or reset them;
-    open_max: the most connections open at once (as far as the proxy has
-    seen them closed)."""
+    client_closed: connections whose client closed or reset them."""
 
     def __init__(self, port):
         self.target = port
@@ -203,8 +201,6 @@ class Proxy:
         self.hold = False
         self.retry_after = "0.2"
         self.client_closed = 0
-        self.open_max = 0
-        self._lock = threading.Lock()
         self.lsock = socket.socket()
         self.lsock.bind(("127.0.0.1", 0))
         self.lsock.listen(64)
@@ -226,8 +222,6 @@ class Proxy:
                 continue
             s = socket.create_connection(("127.0.0.1", self.target))
             self.socks += [c, s]
-            with self._lock:
-                self.open_max = max(self.open_max, self.accepted - self.client_closed)
             threading.Thread(target=self._pump, args=(c, s, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(s, c, False), daemon=True).start()
 
@@ -259,8 +253,7 @@ class Proxy:
                     data = b""
                 if not data:
                     if upstream:
-                        with self._lock:
-                            self.client_closed += 1
+                        self.client_closed += 1
                     break
                 if upstream and self.hold:
                     continue
