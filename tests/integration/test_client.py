@@ -185,7 +185,8 @@ class Proxy:
     clients open.  drop_next: the next request bytes a client sends are
     not forwarded; both sides are closed instead (the server closing a
     keep-alive connection just as a request goes out); drop_all: so for
-    every request.  sent: every byte clients sent through it.  reject: the
+    every request.  hold: what clients send is swallowed (attnd busy with
+    a request: no answer comes).  sent: every byte clients sent through it.  reject: the
     next that many connections get a 503 with Retry-After: retry_after, as
     a load balancer in front of a full attnd answers, and are closed.
     client_closed: connections whose client closed or reset them."""
@@ -197,6 +198,7 @@ class Proxy:
         self.drop_next = False
         self.drop_all = False
         self.reject = 0
+        self.hold = False
         self.retry_after = "0.2"
         self.client_closed = 0
         self.lsock = socket.socket()
@@ -253,6 +255,8 @@ class Proxy:
                     if upstream:
                         self.client_closed += 1
                     break
+                if upstream and self.hold:
+                    continue
                 if upstream and (self.drop_next or self.drop_all):
                     self.drop_next = False
                     for x in (src, dst):
@@ -480,6 +484,17 @@ class PackageTest(unittest.TestCase):
             self.assertIn("ready: True", p.stdout)
             self.assertIn("[[[0.33023846", p.stdout)
             self.assertEqual(srv.stop(), 0)
+
+    def test_module_main_refuses_a_bad_url_with_its_usage(self):
+        for url, says in (("ftp://127.0.0.1:8000", "url must be"),
+                          ("127.0.0.1:eighty", "Port could not be cast"),
+                          ("http://[::1", "Invalid IPv6 URL")):
+            p = subprocess.run([VENV_PYTHON, "-m", "attnd_client", url], capture_output=True,
+                               text=True, timeout=120, cwd=tempfile.gettempdir())
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("usage: python3 -m attnd_client", p.stderr)
+            self.assertIn(says, p.stderr)
+            self.assertNotIn("Traceback", p.stderr)
 
 
 # ---- /v1 -------------------------------------------------------------------------
@@ -738,6 +753,12 @@ class EncodingTest(unittest.TestCase):
         xs += [struct.unpack("<f", struct.pack("<I", b))[0]
                for b in (0x3F808000, 0x3F818000, 0xBF808000, 0x00008000, 0x00018000)]
         xs += [0.0, -0.0, 1.0, 3.0e38, -1e-40, 1.00390625]
+        # FP16 from a double, rounded once: ties, a hair past a tie (which
+        # a detour through float32 would make a tie), its subnormals (the
+        # smallest is 2^-24) and the top of its range
+        xs += [1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -11 + 2 ** -40, -(1 + 2 ** -11 + 2 ** -40),
+               2 ** -25, 2 ** -25 + 2 ** -60, 3 * 2 ** -25, 2 ** -24, 2 ** -14 - 2 ** -25,
+               2 ** -14 - 2 ** -25 - 2 ** -50, 65519.99, 65504.0]
         enc, dec = attnd_client.encode_tensor, attnd_client.decode_tensor
         want = struct.pack("<%dH" % len(xs), *[exact_bf16(x)[1] for x in xs])
         for src in (xs, np.asarray(xs), np.asarray(xs, np.float32)):

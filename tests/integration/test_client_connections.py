@@ -8,6 +8,7 @@ calls; on AttndClient and again on AsyncAttndClient (test_client.OnAsyncio).
 """
 
 import asyncio
+import email.utils
 import json
 import signal
 import socket
@@ -97,6 +98,21 @@ class HealthTest(Case):
         finally:
             proxy.close()
 
+    def test_head_answer_has_no_body_and_keeps_the_connection(self):
+        """attnd answers HEAD with the GET's Content-Length and no body: the
+        answer ends at its head, and the next call reuses the connection."""
+        proxy = Proxy(self.srv.port)
+        try:
+            c = self.client(proxy.url, timeout=10, retries=0)
+            status, hdrs, body = c.request("HEAD", "/healthz")
+            self.assertEqual((status, body), (200, b""))
+            self.assertGreater(int(hdrs["Content-Length"]), 0)
+            self.assertTrue(c.ready())
+            self.assertEqual(proxy.accepted, 1)
+            c.close()
+        finally:
+            proxy.close()
+
     def test_reconnects_when_the_server_closed_an_idle_connection(self):
         with harness.Attnd(["--workers", "1", "--conn-timeout-s", "1"]) as srv:
             proxy = Proxy(srv.port)
@@ -138,6 +154,37 @@ class HealthTest(Case):
             proxy.close()
 
 
+class Interrupted(BaseException):
+    """What a signal handler raises in the middle of a call (as Ctrl-C's
+    KeyboardInterrupt does)."""
+
+
+class InterruptedCallTest(Case):
+    def test_a_call_interrupted_mid_request_leaves_no_half_used_connection(self):
+        """A blocking call interrupted while it waits for its answer (Ctrl-C
+        in a notebook) closes its connection: the thread's next call opens
+        a new one instead of failing on one whose answer is still due."""
+        proxy = Proxy(self.srv.port)
+        old = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Interrupted()))
+        try:
+            c = self.client(proxy.url, timeout=10, retries=0)
+            self.assertTrue(c.ready())
+            proxy.hold = True
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with self.assertRaises(Interrupted):
+                c.ready()
+            proxy.hold = False
+            self.assertTrue(c.ready())
+            q, k, v = [[[1.0, 0.0]]], [[[1.0, 0.0]]], [[[2.0]]]
+            self.check(c.attention(q, k, v), {"query": q, "key": k, "value": v})
+            self.assertEqual(proxy.accepted, 2)
+            c.close()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            proxy.close()
+
+
 class SilentServer:
     """A listening socket that accepts and never answers."""
 
@@ -170,6 +217,55 @@ class RetryTest(Case):
                    self.req)
         self.assertTrue(c.ready())
         c.close()
+
+    def test_retry_after_as_a_date_or_unreadable(self):
+        """Retry-After as an HTTP-date (RFC 9110, as some load balancers
+        send it) is waited for; one that is not a finite number of seconds
+        or a date (a proxy's "nan") is not, and the backoff is used."""
+        for value, want in (("nan", None), ("inf", None), ("-3", 0.0), ("soon", None)):
+            self.proxy.retry_after = value
+            self.proxy.reject = 1
+            c = self.client(self.proxy.url, backoff=0.01, retries=0)
+            with self.assertRaises(tc.AttndError) as cm:
+                c.infer("attention", self.req)
+            self.assertEqual((cm.exception.status, cm.exception.retry_after), (503, want))
+            self.proxy.reject = 1
+            c = self.client(self.proxy.url, backoff=0.01)
+            self.check(c.infer("attention", self.req), self.ref)
+            c.close()
+        self.proxy.retry_after = email.utils.formatdate(time.time() + 2.5, usegmt=True)
+        self.proxy.reject = 1
+        c = self.client(self.proxy.url)
+        t0 = time.monotonic()
+        self.check(c.infer("attention", self.req), self.ref)
+        self.assertGreaterEqual(time.monotonic() - t0, 1.0)  # the date is to the second
+        c.close()
+
+    def test_429_over_max_conns_per_ip_is_tried_again(self):
+        """attnd answers a connection over --max-conns-per-ip with 429 and
+        Retry-After before it reads a request: inference and reads are
+        sent again after the wait (once another connection has closed,
+        served); registration is not."""
+        with harness.Attnd(["--workers", "1", "--max-conns-per-ip", "1"]) as srv:
+            url = "127.0.0.1:%d" % srv.port
+            held = srv.connection()  # answered once: attnd counts it
+            held.request("GET", "/healthz")
+            self.assertEqual(held.getresponse().status, 200)
+            c = self.client(url, retries=0)
+            with self.assertRaises(tc.AttndError) as cm:
+                c.infer("attention", self.req)
+            self.assertEqual((cm.exception.status, cm.exception.retry_after,
+                              cm.exception.tries), (429, 1.0, 1))
+            self.assertIn("--max-conns-per-ip", cm.exception.message)
+            c.close()
+            c = self.client(url)
+            with self.assertRaises(tc.AttndError) as cm:
+                c.register_system_shared_memory("r", "/attnd-client-test-429", 64)
+            self.assertEqual((cm.exception.status, cm.exception.tries), (429, 1))
+            threading.Timer(0.3, held.close).start()
+            self.check(c.infer("attention", self.req), self.ref)
+            c.close()
+            self.assertEqual(srv.stop(), 0)
 
     def test_tries_run_out_and_the_error_says_how_many(self):
         self.proxy.reject = 100
@@ -282,6 +378,43 @@ class AsyncHealthTest(OnAsyncio, HealthTest):
         finally:
             proxy.close()
 
+    def test_many_concurrent_calls_share_a_bounded_number_of_connections(self):
+        """A gather() of many calls has at most max_connections (64 by
+        default) connections in use, the rest waiting for one: so many
+        calls do not run the process out of descriptors, nor past attnd's
+        --max-conns-per-ip, which refuses the connections over it (with a
+        429, or closing them).  Over 80: the 64 in use and up to POOL_SIZE
+        (16) idle; without the bound, one connection per call."""
+        one = {"query": [[[1.0]]], "key": [[[1.0]]], "value": [[[2.0]]]}
+
+        async def many(ac, n):
+            return await asyncio.gather(*[ac.infer("attention", one, outputs=["output"])
+                                          for _ in range(n)])
+        for per_ip, n, kw in ((80, 2000, {}), (6, 300, {"max_connections": 6, "retries": 0})):
+            with harness.Attnd(["--workers", "1", "--max-conns-per-ip", str(per_ip)]) as srv:
+                c = self.client("127.0.0.1:%d" % srv.port, **kw)
+                res = self.loop.run_until_complete(many(c.ac, n))
+                self.assertEqual([r["output"].tolist() for r in res], [[[[2.0]]]] * n)
+                c.close()
+                self.assertEqual(srv.stop(), 0)
+        self.assertEqual(tc.attnd_client._async.MAX_CONNECTIONS, 64)
+        # a call that finds every connection busy past its timeout gives
+        # up, and takes no connection with it
+        silent = SilentServer()
+        self.addCleanup(silent.close)
+        c = self.client("127.0.0.1:%d" % silent.port, max_connections=1, timeout=0.5,
+                        retries=0)
+
+        async def two():
+            return await asyncio.gather(c.ac.ready(), c.ac.ready(), return_exceptions=True)
+        errs = self.loop.run_until_complete(two())
+        self.assertTrue(all(isinstance(e, tc.AttndConnectionError) for e in errs), errs)
+        self.assertIn("max_connections", str(errs[1]))
+        self.assertEqual(c.ac._transport._slots._value, 1)
+        c.close()
+        with self.assertRaises(ValueError):
+            self.client(self.url, max_connections=0)
+
     def test_cancelling_a_call_closes_its_connection(self):
         """A server that reads the request and never answers (attnd busy
         with it) sees the connection end as soon as the call is
@@ -375,15 +508,19 @@ class CloseAfterFirst:
     request with `answer` (keep-alive), reads the next one whole and closes
     the connection without answering, as a server closing an idle
     connection just as a request arrives.  got: (method, path) of every
-    request read."""
+    request read; hosts: their Host headers.  host: the address it listens
+    on ("::1" for IPv6)."""
 
-    def __init__(self, answer):
+    def __init__(self, answer, host="127.0.0.1"):
         self.answer = answer
         self.got = []
-        self.lsock = socket.socket()
-        self.lsock.bind(("127.0.0.1", 0))
+        self.hosts = []
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.lsock = socket.socket(family)
+        self.lsock.bind((host, 0))
         self.lsock.listen(8)
-        self.url = "http://127.0.0.1:%d" % self.lsock.getsockname()[1]
+        self.port = self.lsock.getsockname()[1]
+        self.url = "http://%s:%d" % ("[%s]" % host if ":" in host else host, self.port)
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -409,6 +546,8 @@ class CloseAfterFirst:
                     name, _, v = h.decode().partition(":")
                     if name.strip().lower() == "content-length":
                         length = int(v)
+                    if name.strip().lower() == "host":
+                        self.hosts.append(v.strip())
                 f.read(length)
                 self.got.append((method, path))
                 if first:
@@ -464,6 +603,45 @@ class ResendTest(unittest.TestCase):
         c = self.kind(srv.url)
         self.assertEqual(c.server_metadata(), doc)
         c.close()
+
+
+    def test_an_ipv6_address_is_bracketed_in_the_host_header(self):
+        """Host names an IPv6 literal in brackets (RFC 3986), as proxies in
+        front of attnd require: [::1]:port, not ::1:port."""
+        try:
+            srv = CloseAfterFirst(json_answer(self.META), host="::1")
+        except OSError as e:
+            self.skipTest("no IPv6 loopback: %s" % e)
+        self.addCleanup(srv.close)
+        c = self.kind(srv.url)
+        self.assertEqual(c.server_metadata(), self.META)
+        self.assertEqual(srv.hosts, ["[::1]:%d" % srv.port])
+        c.close()
+
+    def test_an_answer_that_is_not_attnds_raises_attnd_error(self):
+        """A 200 whose body is not the answer (a web page from whatever
+        listens at the URL, a proxy's login page) raises AttndError with
+        the status and the body, from every kind of call."""
+        page = b"<html><body>Welcome to nginx!</body></html>"
+        answer = (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(page), page))
+        srv = CloseAfterFirst(answer)
+        self.addCleanup(srv.close)
+        one = [[[1.0]]]
+        calls = (lambda c: c.server_metadata(), lambda c: c.model_statistics(),
+                 lambda c: c.get_system_shared_memory_status(),
+                 lambda c: c.infer("attention", {"query": one, "key": one, "value": one}),
+                 lambda c: c.infer("attention", {"query": one, "key": one, "value": one},
+                                   binary=False),
+                 lambda c: c.attention(one, one, one, model="attention"),
+                 lambda c: c.attention(one, one, one, binary=False))
+        for n, call in enumerate(calls):
+            c = self.kind(srv.url, retries=0)
+            with self.assertRaises(tc.AttndError, msg=n) as cm:
+                call(c)
+            self.assertEqual((cm.exception.status, cm.exception.body), (200, page), n)
+            self.assertIn("not attnd's", cm.exception.message)
+            c.close()
 
 
 class AsyncResendTest(ResendTest):

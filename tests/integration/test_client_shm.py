@@ -143,6 +143,22 @@ class ShmTest(ShmCase):
         res = self.c.infer("attention", {"query": qt, "key": req["key"], "value": req["value"]})
         self.check(res, rounded32(req))
 
+    def test_with_block_removes_the_object_while_a_view_holds_it(self):
+        """Leaving a region's with block removes the POSIX object even when
+        a numpy view of buf keeps the mapping (close() refuses to unmap
+        it, BufferError); attnd's mapping of the registered region stays."""
+        req = rand_request(57, B=1, Lq=2, Lk=3)
+        with self.assertRaises(BufferError):
+            with tc.attnd_client.SharedMemoryRegion("viewed", 4096) as region:
+                self.registered(region)
+                qt = region.put("query", req["query"])
+                view = np.frombuffer(region.buf, np.float32)
+        self.assertFalse(os.path.exists("/dev/shm" + region.key))
+        self.assertEqual(view[:2].tolist(), tc.rounded(req["query"], "FP32")[0][0][:2])
+        self.check(self.c.infer("attention", dict(req, query=qt)), rounded32(req))
+        region.unlink()  # again: nothing left to remove
+        del view
+
     def test_errors(self):
         req = rand_request(54, B=1, Lq=2, Lk=3)
         q = tc.attnd_client.ShmTensor("nowhere", 4 * 2 * 4, 0, (1, 2, 4), "FP32")

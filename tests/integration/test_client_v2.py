@@ -15,6 +15,8 @@ import re
 import socket
 import tempfile
 import unittest
+from decimal import Decimal
+from fractions import Fraction
 
 import harness
 import test_client as tc
@@ -76,6 +78,50 @@ class V2Test(Case):
                         ref = {n: rounded(t, dt) for n, t in sent.items()}
                     with self.subTest(what):
                         self.check(res, {n: rounded(t, "FP32") for n, t in ref.items()})
+
+    def test_doubles_halfway_between_floats_round_once_binary_and_json(self):
+        """float64 values exactly halfway between two float32 values (and
+        others) reach attnd as the float32 nearest them, ties to even, over
+        JSON as over binary: their own shortest digits would be rounded a
+        second time, by attnd's decimal reader, away from the tie.  One key
+        gives the value row back exactly."""
+        # (normal numbers: attnd flushes subnormal products P V to 0)
+        ties = [1 + 2 ** -24, 1 + 3 * 2 ** -24, -(1 + 2 ** -24), 2 ** -100 * (1 + 2 ** -24),
+                2 ** 100 * (1 + 2 ** -24), 0.1, -7.25, 3e38]
+        want = np.array(ties, np.float64).astype(np.float32)
+        # the double's shortest digits lie past the midpoint it is
+        self.assertGreater(Fraction(Decimal(repr(ties[0]))), Fraction(ties[0]))
+        v = np.array([[ties]], np.float64)
+        q, k = np.ones((1, 1, 1)), np.ones((1, 1, 1))
+        for binary in (True, False):
+            for dt in ("FP32", "FP64"):
+                res = self.c.infer("attention", {"query": q, "key": k, "value": v},
+                                   outputs=["output"], binary=binary, datatypes={"value": dt})
+                self.assertEqual(res["output"].reshape(-1).tolist(), want.tolist(),
+                                 (binary, dt))
+            res = self.c.attention(q, k, v.tolist(), binary=binary, return_weights=False)
+            self.assertEqual(res["output"].reshape(-1).tolist(), want.tolist(), binary)
+
+    def test_numpy_arrays_with_an_empty_axis_refused_before_sending(self):
+        """An empty axis of a numpy array is refused as one of nested
+        lists is: AttndInputError in attnd's words, nothing sent."""
+        for name, shape, dt in (("query", (1, 0, 4), "FP32"), ("value", (1, 3, 0), "FP16"),
+                                ("key", (0, 3, 4), "FP64"), ("mask", (1, 2, 0), "BOOL"),
+                                ("valid_lens", (0,), "INT32")):
+            t = {"query": np.ones((1, 2, 4), np.float32), "key": np.ones((1, 3, 4), np.float32),
+                 "value": np.ones((1, 3, 2), np.float32)}
+            t[name] = np.ones(shape, {"FP32": np.float32, "FP16": np.float16, "FP64": np.float64,
+                                      "BOOL": bool, "INT32": np.int32}[dt])
+            want = self.server_error("/v2/models/attention/infer", {"inputs": [
+                {"name": n, "shape": list(a.shape), "datatype": dt if n == name else "FP32",
+                 "data": [1] * a.size if a.dtype != bool else [True] * a.size}
+                for n, a in t.items()]})
+            for binary in (True, False):
+                got = self.refused(self.c.infer, "attention", t, binary=binary)
+                self.assertEqual(got, want, (name, binary))
+            if name != "valid_lens":
+                self.assertEqual(self.refused(self.c.attention, t["query"], t["key"], t["value"],
+                                              mask=t.get("mask")), want, name)
 
     def test_lengths_mask_parameters_and_output_order(self):
         req = rand_request(32, B=2, Lq=3, Lk=4, D=4, Dv=3)

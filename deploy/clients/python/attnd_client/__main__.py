@@ -17,7 +17,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("url", nargs="?", default="http://127.0.0.1:8000",
                     help="attnd's address (default: %(default)s)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    with AttndClient(args.url) as c:
+    try:
+        client = AttndClient(args.url)
+    except ValueError as e:  # not a URL the client takes: usage, exit 2
+        ap.error(str(e))
+    with client as c:
         try:
             print("ready:", c.ready())
             r = c.attention([[[1, 0], [0, 2]]], [[[1, 1], [2, 0], [0, 3]]],

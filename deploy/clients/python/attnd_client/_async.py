@@ -6,7 +6,9 @@ pool of idle HTTP/1.1 keep-alive connections (asyncio transports with a
 buffered protocol that reads an answer's body straight into one buffer of
 its size); a call
 takes one (or opens one), sends its request, reads the answer and puts the
-connection back, so concurrent calls each have their own.  The requests are
+connection back, so concurrent calls each have their own.  A semaphore of
+the loop's counts the connections in use: beyond max_connections a call
+waits for one, within its timeout.  The requests are
 built and the answers decoded by the code AttndClient uses (_base.py), on
 the loop for small tensors and in the loop's default executor (a thread)
 above OFFLOAD_BYTES, so that a large encode or decode does not stall every
@@ -45,6 +47,13 @@ OFFLOAD_BYTES = 256 << 10
 
 #: Idle connections a client keeps at most.
 POOL_SIZE = 16
+
+#: Connections a client has open at once unless max_connections says
+#: otherwise; calls beyond wait for one.  Without a bound, a gather() of
+#: thousands of calls opens thousands of sockets: past the process's
+#: descriptor limit (1024 by default) they fail with EMFILE, and past
+#: attnd's --max-conns or --max-conns-per-ip attnd closes them unanswered.
+MAX_CONNECTIONS = 64
 
 
 class _Closed(Exception):
@@ -109,6 +118,9 @@ class _Conn(asyncio.BufferedProtocol):
         self.sock: Optional[socket.socket] = None  # the socket under transport
         self.closed = False
         self.stray = False
+        # bytes a new connection got before its first request: an answer
+        # the server sends at once (attnd's 429 over --max-conns-per-ip)
+        self._early = bytearray()
         self._scratch = bytearray(256 << 10)
         self._writable = asyncio.Event()
         self._writable.set()
@@ -144,7 +156,10 @@ class _Conn(asyncio.BufferedProtocol):
                 self._done(self._body)
             return
         data = self._scratch[:nbytes]
-        if self._answer is None or self._answer.done():
+        if self._answer is None:
+            self._early += data
+            return
+        if self._answer.done():
             self.stray = True  # bytes nobody asked for: out of step
             return
         self._any = True
@@ -211,7 +226,12 @@ class _Conn(asyncio.BufferedProtocol):
             self._hdrs[k] = self._hdrs[k] + ", " + v if k in self._hdrs else v
         h = self._hdrs
         self._keep = parts[0] != "HTTP/1.0" and "close" not in h.get("connection", "").lower()
-        if "chunked" in h.get("transfer-encoding", "").lower():
+        if self._status in (204, 304) or 100 <= self._status < 200 or \
+                self._method == "HEAD":
+            # no body, whatever Content-Length says (RFC 9110 9.3.2)
+            self.stray = bool(rest)
+            self._done(b"")
+        elif "chunked" in h.get("transfer-encoding", "").lower():
             self._chunks = _Dechunker()
             self._more_chunks(rest)
         elif "content-length" in h:
@@ -223,9 +243,6 @@ class _Conn(asyncio.BufferedProtocol):
             self._body[:self._got] = rest[:self._got]
             if self._got == n:
                 self._done(self._body)
-        elif self._status in (204, 304) or 100 <= self._status < 200 or \
-                self._method == "HEAD":
-            self._done(b"")
         else:
             self._keep = False
             self._raw = bytearray(rest)
@@ -274,6 +291,17 @@ class _Conn(asyncio.BufferedProtocol):
         self._answer = fut = loop.create_future()
         t = self.transport
         assert t is not None
+        if self._early:
+            # the server answered before the request (and may have closed):
+            # that answer is this request's, which is not sent
+            self._any = True
+            self._head, self._early = self._early, bytearray()
+            self._parse_head()
+            if self.closed and not fut.done():
+                self.connection_lost(None)  # the close came before: finish
+            answer_early: Tuple[int, Mapping[str, str], bytes, bool] = \
+                await _timed(fut, timeout)
+            return answer_early
         if self.closed or t.is_closing():
             # closed between the pool's check and now: nothing was sent
             raise _Closed("the server closed the connection", sent=False)
@@ -312,29 +340,62 @@ async def _timed(aw: Any, timeout: Optional[float]) -> Any:
     return await (aw if timeout is None else asyncio.wait_for(aw, timeout))
 
 
+async def _acquire(sem: asyncio.Semaphore, timeout: Optional[float]) -> bool:
+    """sem acquired within timeout seconds (True), or not (False).  Not
+    wait_for, which before Python 3.12 can lose an acquisition that comes
+    as the timeout fires; a caller cancelled meanwhile holds nothing."""
+    if not sem.locked():
+        return await sem.acquire()
+    task = asyncio.ensure_future(sem.acquire())
+    try:
+        await asyncio.wait([task], timeout=timeout)
+    except BaseException:
+        if task.done() and not task.cancelled():
+            sem.release()
+        task.cancel()
+        raise
+    if task.done():
+        return True
+    task.cancel()
+    return False
+
+
 class AsyncTransport:
     """A pool of keep-alive connections to one host and port (or one Unix
     socket), driven by one event loop at a time."""
 
     def __init__(self, scheme: str, host: str, port: int,
                  ssl_context: Optional[ssl.SSLContext], unix_socket: Optional[str],
-                 describe: Callable[[str, str], str]) -> None:
+                 describe: Callable[[str, str], str],
+                 max_connections: Optional[int] = MAX_CONNECTIONS) -> None:
         self.scheme = scheme
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
         self.unix_socket = unix_socket
         self.describe = describe
-        self.host_header = host if port == (443 if scheme == "https" else 80) else \
-            "%s:%d" % (host, port)
+        # an IPv6 literal in brackets (RFC 3986), as http.client writes it
+        name = "[%s]" % host if ":" in host else host
+        self.host_header = name if port == (443 if scheme == "https" else 80) else \
+            "%s:%d" % (name, port)
         self._idle: List[_Conn] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self.max_connections = max_connections
+        # the connections in use, counted on self._loop
+        self._slots: Optional[asyncio.Semaphore] = None
 
-    def _take(self) -> Optional[_Conn]:
+    def _bind(self) -> Optional[asyncio.Semaphore]:
+        """The pool on the running loop (another loop's connections
+        dropped), and its count of connections in use."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self.close()
             self._loop = loop
+            self._slots = None if self.max_connections is None else \
+                asyncio.Semaphore(self.max_connections)
+        return self._slots
+
+    def _take(self) -> Optional[_Conn]:
         while self._idle:
             c = self._idle.pop()
             if c.reusable():
@@ -401,8 +462,23 @@ class AsyncTransport:
                       headers: Mapping[str, str],
                       timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes]:
         """As Transport.request: (status, headers, body in its
-        Content-Encoding); timeout bounds the connect and each read."""
+        Content-Encoding); timeout bounds the wait for a free connection
+        (max_connections), the connect and each read."""
         what = self.describe(method, path)
+        slots = self._bind()
+        if slots is not None and not await _acquire(slots, timeout):
+            raise AttndConnectionError("%s: timed out waiting for one of the client's %d "
+                                       "connections (max_connections)"
+                                       % (what, self.max_connections))
+        try:
+            return await self._exchange(what, method, path, body, headers, timeout)
+        finally:
+            if slots is not None:
+                slots.release()
+
+    async def _exchange(self, what: str, method: str, path: str, body: Optional[bytes],
+                        headers: Mapping[str, str],
+                        timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes]:
         for attempt in (0, 1):
             conn = self._take()
             reused = conn is not None
@@ -454,7 +530,9 @@ class AsyncAttndClient(ClientBase["Awaitable[AttentionResult]"]):
     same retries (waiting with asyncio.sleep).
 
     One pool of keep-alive connections per client; concurrent calls each
-    use their own connection.  Tensors and answers over OFFLOAD_BYTES are
+    use their own connection, at most max_connections at once (default
+    MAX_CONNECTIONS, 64; None: no bound): calls beyond wait for one, within
+    their timeout.  Tensors and answers over OFFLOAD_BYTES are
     encoded and decoded in the loop's default executor.  Cancelling a call
     closes its connection.  `await c.aclose()` (or `async with`) closes the
     idle connections.  last_response and last_headers are those of the
@@ -468,12 +546,16 @@ class AsyncAttndClient(ClientBase["Awaitable[AttentionResult]"]):
                  unix_socket: Optional[str] = None,
                  retries: int = DEFAULT_RETRIES,
                  backoff: float = 0.1,
-                 max_backoff: float = 5.0) -> None:
+                 max_backoff: float = 5.0,
+                 max_connections: Optional[int] = MAX_CONNECTIONS) -> None:
         super().__init__(url, token=token, timeout=timeout, headers=headers,
                          ssl_context=ssl_context, unix_socket=unix_socket, retries=retries,
                          backoff=backoff, max_backoff=max_backoff)
-        self._transport = AsyncTransport(self._scheme, self._host, self._port, ssl_context,
-                                         unix_socket, self._describe)
+        if max_connections is not None and int(max_connections) < 1:
+            raise ValueError("max_connections must be 1 or more, or None")
+        self._transport = AsyncTransport(
+            self._scheme, self._host, self._port, ssl_context, unix_socket, self._describe,
+            None if max_connections is None else int(max_connections))
         self._response: "contextvars.ContextVar[Optional[Dict[str, Any]]]" = \
             contextvars.ContextVar("attnd_last_response", default=None)
         self._hdrs: "contextvars.ContextVar[Mapping[str, str]]" = \
@@ -527,7 +609,7 @@ class AsyncAttndClient(ClientBase["Awaitable[AttentionResult]"]):
                     data = await self._off_loop(big, self._inflated, status, hdrs, data)
                 self._hdrs.set(hdrs)
                 result, res = await self._off_loop(big or len(data) > OFFLOAD_BYTES,
-                                                   call.parse, status, hdrs, data)
+                                                   self._parsed, call, status, hdrs, data)
                 if res is not None:
                     self._response.set(res)
                 return result

@@ -5,6 +5,8 @@ retry policy.  The two clients differ only in how they send a _Call."""
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import math
 import numbers
@@ -101,10 +103,22 @@ def _dumps(v: Any) -> str:
 
 
 def _retry_after(v: Optional[str]) -> Optional[float]:
-    try:
-        return float(v) if v is not None else None
-    except ValueError:
+    """Retry-After's seconds to wait (RFC 9110: delay-seconds, or an
+    HTTP-date, counted from now), or None when it is absent or neither
+    (a wait of NaN or infinity included): the backoff is used then."""
+    if v is None:
         return None
+    try:
+        secs = float(v)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(v)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        secs = when.timestamp() - time.time()
+    return max(secs, 0.0) if math.isfinite(secs) else None
 
 
 def _v1_array(t: Any, dtype: Any) -> Array:
@@ -151,11 +165,7 @@ def _v2_outputs(data: bytes, hdrs: Mapping[str, str],
     """A v2 answer -> ({output name: array}, its JSON part)."""
     hl = hdrs.get("inference-header-content-length")
     n = int(hl) if hl is not None else len(data)
-    try:
-        res = json.loads(data[:n])
-    except ValueError as e:
-        raise AttndError(200, "the answer's JSON part does not parse: %s" % e,
-                         body=data) from e
+    res = json.loads(data[:n])  # a ValueError is ClientBase._parsed's
     off = n
     result: Dict[str, Any] = {}
     view = memoryview(data)
@@ -256,15 +266,18 @@ class ClientBase(Generic[R]):
                     retries: Optional[int], deadline: Optional[float]) -> Optional[float]:
         """Seconds to wait before trying call again after e, or None when
         it is not tried again: it is not a pure call, tries are used up, e
-        is neither a 503 nor a failure before any byte of the answer, or
-        the wait would end past the call's deadline."""
+        is neither a 503, a 429 (a connection over attnd's
+        --max-conns-per-ip, refused before its request was read) nor a
+        failure before any byte of the answer, or the wait would end past
+        the call's deadline."""
         if retries is None:
             retries = self.retries
         if not call.retry or tries > retries:
             return None
-        if e.status == 503 and e.retry_after is not None:
+        if e.status in (429, 503) and e.retry_after is not None:
             wait = max(e.retry_after, 0.0)
-        elif e.status == 503 or (isinstance(e, AttndConnectionError) and e.before_answer):
+        elif e.status in (429, 503) or \
+                (isinstance(e, AttndConnectionError) and e.before_answer):
             # exponential, with jitter so that many clients spread out
             wait = self.backoff * (2 ** (tries - 1)) * (0.5 + 0.5 * random.random())
         else:
@@ -273,6 +286,20 @@ class ClientBase(Generic[R]):
         if deadline is not None and time.monotonic() + wait >= deadline:
             return None
         return wait
+
+    @staticmethod
+    def _parsed(call: "_Call[T]", status: int, hdrs: Mapping[str, str],
+                data: bytes) -> Tuple[T, Optional[Dict[str, Any]]]:
+        """call.parse of an answer; a body it cannot read (not JSON, or
+        JSON without the members attnd's answer has: a web page from
+        whatever listens at the URL) raises AttndError with the status."""
+        try:
+            return call.parse(status, hdrs, data)
+        except AttndError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            raise AttndError(status, "the answer is not attnd's (%s): %s" % (
+                e, data[:120].decode("utf-8", "replace").strip()), body=data) from e
 
     @staticmethod
     def _inflated(status: int, hdrs: Mapping[str, str], data: bytes) -> bytes:
@@ -445,8 +472,9 @@ class ClientBase(Generic[R]):
         back verbatim, so an option refused over v2 is named by its v2
         parameter (parameters.window_left, ...).  When an option has no v2
         form (extra, or a value of a type /v1 refuses), or with
-        binary=False, the request goes as /v1 JSON, float32 values as
-        their shortest digits.
+        binary=False, the request goes as /v1 JSON, each float rounded to
+        float32 (ties to even, as for binary) and sent as its shortest
+        digits.
 
         Returns:
             {"output", "weights", "diagnostics", "lse", "id"} as

@@ -38,7 +38,8 @@ class AttndClient(ClientBase[AttentionResult]):
             prefix, if any).  Its connections ask for a send buffer that
             holds a whole upload of a few MiB (see _transport.UNIX_SNDBUF).
         retries: how many times a call is sent again (default 2; 0: never)
-            after a 503 (full queue, memory in use, draining) or a
+            after a 503 (full queue, memory in use, draining), a 429 (a
+            connection over --max-conns-per-ip) or a
             connection that failed before any byte of the answer came
             (refused during a restart, reset).  Only inference and reads,
             which are pure functions, are retried; shared memory
@@ -115,7 +116,7 @@ class AttndClient(ClientBase[AttentionResult]):
                     self._attempt_timeout(deadline))
                 data = self._inflated(status, hdrs, data)
                 self._local.headers = hdrs
-                result, res = call.parse(status, hdrs, data)
+                result, res = self._parsed(call, status, hdrs, data)
                 if res is not None:
                     self._local.response = res
                 return result

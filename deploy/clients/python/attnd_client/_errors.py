@@ -16,7 +16,8 @@ class AttndError(Exception):
         message: attnd's own text, the "error" member of its JSON error body
             (or the start of the body when it is not JSON), or what went wrong
             on the client's side.
-        retry_after: seconds from the Retry-After header (503s), else None.
+        retry_after: seconds from the Retry-After header (503s; an
+            HTTP-date counted from now), else None.
         body: the raw response body (b"" when there was none).
         tries: how many times the call was sent (1 plus its retries, 0 for
             input refused before sending); the exception's text ends with

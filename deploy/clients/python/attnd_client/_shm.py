@@ -113,6 +113,7 @@ class SharedMemoryRegion:
             name=key.lstrip("/") if key else None, create=True, size=byte_size)
         self.byte_size = byte_size
         self.key = "/" + self._shm.name
+        self._unlinked = False
 
     @property
     def buf(self) -> memoryview:
@@ -185,20 +186,28 @@ class SharedMemoryRegion:
         return _tensors.decode(bytes(self.buf[offset:offset + size]), datatype, shape)
 
     def close(self) -> None:
-        """Unmaps the object from this process (it still exists)."""
+        """Unmaps the object from this process (it still exists).
+        BufferError while a view of buf (np.frombuffer(region.buf)) is
+        alive: the mapping stays for that view."""
         self._shm.close()
 
     def unlink(self) -> None:
-        """Removes the object (attnd's mapping, if registered, stays valid
-        until it unregisters the region)."""
-        self._shm.unlink()
+        """Removes the object, once (attnd's mapping, if registered, stays
+        valid until it unregisters the region)."""
+        if not self._unlinked:
+            self._shm.unlink()
+            self._unlinked = True
 
     def __enter__(self) -> "SharedMemoryRegion":
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.close()
-        self.unlink()
+        # removed first: a close() refused for a live view (BufferError)
+        # must not leave the object behind
+        try:
+            self.unlink()
+        finally:
+            self.close()
 
     def __repr__(self) -> str:
         return "SharedMemoryRegion(name=%r, key=%r, byte_size=%d)" % (

@@ -10,8 +10,9 @@ Every tensor becomes a numpy array before anything else:
 * valid_lens: int64; mask: bool (true, false, 0 or 1).
 
 Checks, in this order: the nesting of lists (ragged arrays, empty axes,
-elements that are not numbers), then NaN and infinities, then numbers that
-round to infinity in the datatype attnd reads them as.
+elements that are not numbers; a numpy array's empty axis too), then NaN
+and infinities, then numbers that round to infinity in the datatype attnd
+reads them as.
 """
 
 from __future__ import annotations
@@ -300,6 +301,8 @@ def to_array(name: str, value: Any, kind: Optional[str] = None) -> Array:
     kind = kind or kind_of(name)
     if isinstance(value, (np.ndarray, np.generic)):
         a = np.asarray(value)
+        if 0 in a.shape:  # as attnd (and _Walk, for lists) refuses it
+            raise _refuse("%s: axis %d is empty" % (name, a.shape.index(0)))
         if not a.dtype.isnative:
             a = a.astype(a.dtype.newbyteorder("="))
         k = a.dtype.kind
@@ -310,12 +313,11 @@ def to_array(name: str, value: Any, kind: Optional[str] = None) -> Array:
                 return a.astype(np.float64)
             if k == "b":
                 raise _refuse("%s: expected a number at %s, got %s" % (
-                    name, index_text(a.shape, 0), describe(a.reshape(-1)[0])
-                    if a.size else "an array"))
+                    name, index_text(a.shape, 0), describe(a.reshape(-1)[0])))
         elif kind == INT:
             if k in "iuf":
                 return _lengths(name, a)
-            if k == "b" and a.size:
+            if k == "b":
                 raise _refuse("%s: expected an integer at %s, got %s" % (
                     name, index_text(a.shape, 0), describe(a.reshape(-1)[0])))
         else:
@@ -358,6 +360,10 @@ def check_floats(name: str, a: Array, datatype: str, binary: bool) -> None:
         over = ~np.isfinite(c)
         if datatype == "BF16":
             over |= c >= np.float32(tie)
+    elif rounded_to == "float32":
+        # JSON: the client sends float32(x) (json_numbers), infinite from
+        # the tie on
+        over = np.abs(a) >= tie
     else:
         # JSON: attnd rounds the decimal sent, repr(x); the double at the
         # tie itself may print as a decimal just below it (in range)
@@ -440,15 +446,18 @@ def null_to_ninf(data: Any) -> Any:
 
 def json_numbers(a: Array, datatype: str) -> str:
     """The elements of a, row-major, as comma-separated JSON text that attnd
-    reads back as the same values: floats rounded to float32 go as float32's
-    shortest digits (exact, and short to parse); floats attnd rounds from the
-    double (FP16, BF16) or that are doubles go as Python's float repr."""
+    reads back as the values binary tensors carry: floats attnd reads as
+    float32 (FP32, FP64, /v1) go as the float32 nearest each, ties to even,
+    in its shortest digits (exact, and short to parse; a double's own
+    digits would be rounded again by attnd's decimal reader, away from a
+    tie); floats attnd rounds from the double (FP16, BF16) go as Python's
+    float repr.  a has passed check_floats."""
     flat = a.reshape(-1)
     if a.dtype == np.bool_:
         return ",".join("true" if x else "false" for x in flat.tolist())
     if a.dtype.kind in "iu":
         return ",".join(map(str, flat.tolist()))
-    if datatype in ("FP16", "BF16") or a.dtype == np.float64:
+    if datatype in ("FP16", "BF16"):
         return ",".join(map(repr, flat.astype(np.float64).tolist()))
     return ",".join(flat.astype(np.float32).astype(str).tolist())
 

@@ -8,10 +8,12 @@ a proxy's idle timeout) is reopened first.  When a reused connection still
 turns out closed as the request goes out (the server closed it at that
 moment), only a GET or HEAD is sent once more on a new connection: the
 request's bytes may have reached the server, and only a read is harmless
-twice.  Every other failure is an AttndConnectionError, which says whether
-it came before any byte of an answer; the client's retry policy, not the
-transport, decides whether such a call is sent again (never shared memory
-registration), and counts it in tries.
+twice.  A call interrupted mid-request (KeyboardInterrupt) closes its
+connection, whose answer is still due.  Every other failure is an
+AttndConnectionError, which says whether it came before any byte of an
+answer; the client's retry policy, not the transport, decides whether such
+a call is sent again (never shared memory registration), and counts it in
+tries.
 """
 
 from __future__ import annotations
@@ -227,11 +229,20 @@ class Transport:
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 raise AttndConnectionError("%s: %s" % (what, e or type(e).__name__)) from e
+            except BaseException:
+                # interrupted (KeyboardInterrupt, a signal handler's
+                # exception) with the answer still due: the connection is
+                # out of step, and closing it tells attnd the client left
+                conn.close()
+                raise
             try:
                 data = resp.read()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 raise AttndConnectionError("%s: the answer broke off: %s" % (what, e)) from e
+            except BaseException:
+                conn.close()
+                raise
             hdrs = Headers(resp.getheaders())
             return resp.status, hdrs, data
         raise AssertionError("unreachable")
