@@ -330,9 +330,14 @@ static int put_half(fill_ctx *f, const cJSON *e) {
   return 0;
 }
 
+/* A length is whole as the client wrote it (PROTO__NUM_EXACT_INT), not
+ * only in its double: 1.00000000000000001 is not 1.  Past 2^53 no
+ * decimal is checked; such a number exceeds every bound anyway. */
 static int put_len(fill_ctx *f, const cJSON *e) {
   char *err = f->err, at[64], what[48];
-  int whole = cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble);
+  int whole = cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
+              ((e->type & PROTO__NUM_EXACT_INT) ||
+               fabs(e->valuedouble) > 9007199254740992.0);
   double x = whole ? e->valuedouble : 0;
   if (whole && x >= 0 && x <= (double)f->hi) {
     ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
@@ -408,8 +413,9 @@ static const char *leaf_elem(fill_ctx *f, const char *p, const char *end) {
   if (!q)
     return NULL;
   switch (f->kind) {
-  case PROTO__KIND_LEN:
-    if (x != floor(x) || x < 0 || x > (double)f->hi)
+  case PROTO__KIND_LEN: /* whole in the decimal too, as put_len */
+    if (x != floor(x) || x < 0 || x > (double)f->hi ||
+        proto__num_cmp(p, q, x) != 0)
       return NULL;
     ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
     return q;

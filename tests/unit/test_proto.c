@@ -144,6 +144,11 @@ START_TEST(valid_lens_per_item) {
   ck_assert_int_eq(r.prob.valid_lens[0], 2);
   ck_assert_int_eq(r.prob.valid_lens[1], 0);
   proto_request_free(&r);
+  /* whole numbers however written */
+  OK("{" QKV3 ",\"valid_lens\":[0.2e1,-0]}", &r);
+  ck_assert_int_eq(r.prob.valid_lens[0], 2);
+  ck_assert_int_eq(r.prob.valid_lens[1], 0);
+  proto_request_free(&r);
 }
 END_TEST
 
@@ -164,6 +169,13 @@ START_TEST(valid_lens_rejects_non_integers) {
       "true");
   BAD("{" QKV3 ",\"valid_lens\":[\"2\",1]}", "valid_lens", "integer",
       "a string");
+  /* whole in the double, not in the decimal as written */
+  BAD("{" QKV3 ",\"valid_lens\":[1.00000000000000001,1]}", "valid_lens",
+      "integer", "[0]", "1.00000000000000001");
+  BAD("{" QKV3 ",\"valid_lens\":[1,0.99999999999999999]}", "valid_lens",
+      "integer", "[1]", "0.99999999999999999");
+  BAD("{" QKV3 ",\"valid_lens\":[1e-400,1]}", "valid_lens", "integer",
+      "[0]");
 }
 END_TEST
 

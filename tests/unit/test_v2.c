@@ -345,6 +345,11 @@ START_TEST(json_errors_name_the_input) {
     body_json(&b, json);
     BAD(&b, NULL, "parameters.", name, "[0, 2^53]", strchr(counts[i], ':') + 1);
   }
+  /* a length too: its decimal, not its double (INT32 and INT64 alike) */
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V ",{\"name\":"
+                "\"valid_lens\",\"datatype\":\"INT64\",\"shape\":[1],"
+                "\"data\":[2.00000000000000001]}]}");
+  BAD(&b, NULL, "valid_lens", "integer", "2.00000000000000001");
   body_json(&b, "{\"parameters\":{\"dropout_p\":1},\"inputs\":[" IN_Q ","
                 IN_K "," IN_V "]}");
   BAD(&b, NULL, "parameters.dropout_p");
