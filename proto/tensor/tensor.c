@@ -165,7 +165,7 @@ static int flat_dims(const cJSON *shape, proto__tensor *t, char *err) {
   }
   int d = 0;
   for (const cJSON *c = shape->child; c; c = c->next, d++) {
-    if (!cJSON_IsNumber(c) || c->valuedouble != floor(c->valuedouble)) {
+    if (!proto__json_whole(c)) { /* as written: not 2.00000000000000001 */
       proto__describe(c, what, sizeof what);
       return ERR("%s: shape[%d] must be an integer, got %s", t->name, d,
                  what);
@@ -330,14 +330,11 @@ static int put_half(fill_ctx *f, const cJSON *e) {
   return 0;
 }
 
-/* A length is whole as the client wrote it (PROTO__NUM_EXACT_INT), not
- * only in its double: 1.00000000000000001 is not 1.  Past 2^53 no
- * decimal is checked; such a number exceeds every bound anyway. */
+/* A length is whole as the client wrote it (proto__json_whole), not only
+ * in its double: 1.00000000000000001 is not 1. */
 static int put_len(fill_ctx *f, const cJSON *e) {
   char *err = f->err, at[64], what[48];
-  int whole = cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
-              ((e->type & PROTO__NUM_EXACT_INT) ||
-               fabs(e->valuedouble) > 9007199254740992.0);
+  int whole = proto__json_whole(e);
   double x = whole ? e->valuedouble : 0;
   if (whole && x >= 0 && x <= (double)f->hi) {
     ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
@@ -356,9 +353,11 @@ static int put_len(fill_ctx *f, const cJSON *e) {
 
 static int put_bool(fill_ctx *f, const cJSON *e) {
   uint8_t v;
-  if (cJSON_IsTrue(e) || (cJSON_IsNumber(e) && e->valuedouble == 1)) {
+  /* 0 and 1 as written: 1.00000000000000001 is neither */
+  int whole = proto__json_whole(e);
+  if (cJSON_IsTrue(e) || (whole && e->valuedouble == 1)) {
     v = 1;
-  } else if (cJSON_IsFalse(e) || (cJSON_IsNumber(e) && e->valuedouble == 0)) {
+  } else if (cJSON_IsFalse(e) || (whole && e->valuedouble == 0)) {
     v = 0;
   } else {
     char *err = f->err, at[64], what[48];
@@ -392,6 +391,17 @@ static const char *skip_ws(const char *p, const char *end) {
   return p;
 }
 
+/* 1 when [p, q) is at most 15 digits and nothing else: a whole number
+ * below 2^53, so its double is exactly it and needs no comparison. */
+static int plain_int(const char *p, const char *q) {
+  if (q - p > 15)
+    return 0;
+  for (; p < q; p++)
+    if (*p < '0' || *p > '9')
+      return 0;
+  return 1;
+}
+
 /* One element of a leaf into dst[pos], by kind, with the cJSON path's
  * checks on the double it would have read.  Returns the end of the token,
  * or NULL when the element is not accepted. */
@@ -415,12 +425,13 @@ static const char *leaf_elem(fill_ctx *f, const char *p, const char *end) {
   switch (f->kind) {
   case PROTO__KIND_LEN: /* whole in the decimal too, as put_len */
     if (x != floor(x) || x < 0 || x > (double)f->hi ||
-        proto__num_cmp(p, q, x) != 0)
+        (!plain_int(p, q) && proto__num_cmp(p, q, x) != 0))
       return NULL;
     ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
     return q;
   case PROTO__KIND_BOOL:
-    if (x != 0 && x != 1)
+    /* 0 and 1 as written, as put_bool */
+    if ((x != 0 && x != 1) || (!plain_int(p, q) && proto__num_cmp(p, q, x)))
       return NULL;
     ((uint8_t *)f->dst)[f->pos++] = x == 1;
     return q;

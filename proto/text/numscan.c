@@ -678,6 +678,12 @@ static int token_is(const char *t, const char *q, double x) {
   return v == (uint64_t)fabs(x);
 }
 
+int proto__json_whole(const cJSON *j) {
+  return cJSON_IsNumber(j) && j->valuedouble == floor(j->valuedouble) &&
+         ((j->type & PROTO__NUM_EXACT_INT) ||
+          fabs(j->valuedouble) > 9007199254740992.0);
+}
+
 int proto__json_count(const cJSON *j, double *out) {
   if (!cJSON_IsNumber(j) || !(j->type & PROTO__NUM_EXACT_INT) ||
       j->valuedouble < 0)

@@ -174,6 +174,12 @@ void proto__test_cjson_path(int on);
  * 0 with it in *out, or -1. */
 int proto__json_count(const cJSON *j, double *out);
 
+/* 1 when j is a number that is whole as the client wrote it: marked
+ * PROTO__NUM_EXACT_INT, or past 2^53, where every double is whole and no
+ * decimal is checked (such a number is past every bound a count has).
+ * 1.00000000000000001 is not whole, though its double is 1. */
+int proto__json_whole(const cJSON *j);
+
 /* Marks the numbers of root (parsed by cJSON from [text, end), end where
  * its parse stopped) as PROTO__NUM_BELOW_TIE, PROTO__NUM_F32_UP/DOWN,
  * PROTO__NUM_MID_BELOW/ABOVE and PROTO__NUM_EXACT_INT say.  Costs one

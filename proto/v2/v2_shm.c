@@ -38,14 +38,15 @@ static const char reserved_prefix[] = "triton_python_backend_shm_region_";
  * between the read and the conversion. */
 #define BOUNCE_BYTES 32768
 
-/* A JSON unsigned 64-bit integer (see the top of the file): 0 or -1. */
+/* A JSON unsigned 64-bit integer (see the top of the file), whole as the
+ * client wrote it (proto__json_whole): 0 or -1. */
 static int json_u64(const cJSON *j, uint64_t *out) {
   const double two64 = 18446744073709551616.0;
   double x;
-  if (!cJSON_IsNumber(j))
+  if (!proto__json_whole(j))
     return -1;
   x = j->valuedouble;
-  if (!(x >= 0 && x <= two64) || x != floor(x))
+  if (!(x >= 0 && x <= two64))
     return -1;
   *out = x == two64 ? UINT64_MAX : (uint64_t)x;
   return 0;
@@ -402,6 +403,7 @@ int proto_shm_register_decode(const char *body, size_t len, const char *name,
                  "after the JSON object at byte %zu", (size_t)(p - body));
     }
   rc = proto__json_refuse_bad_number(body, end, "", err);
+  proto__json_mark_ties(root, body, end, 0); /* the exact integers */
   if (!rc)
     rc = register_fields(root, name, out, err);
   cJSON_Delete(root);

@@ -246,6 +246,11 @@ class Registration(ShmCase):
              "attempt to access JSON non-unsigned-integer as unsigned-integer"),
             ("x", {"key": r.key, "byte_size": 1.5}, "non-unsigned-integer"),
             ("x", {"key": r.key, "offset": "0", "byte_size": 16}, "non-unsigned-integer"),
+            # whole in the double, not as written
+            ("x", b'{"key": "%s", "byte_size": 16.00000000000000001}' % r.key.encode(),
+             "non-unsigned-integer"),
+            ("x", b'{"key": "%s", "offset": 0.99999999999999999, "byte_size": 16}'
+             % r.key.encode(), "non-unsigned-integer"),
             ("x", {"key": "///", "byte_size": 16},
              "cannot register shared memory region 'x' - invalid shm key '///'"),
             ("x", {"key": "/triton_python_backend_shm_region_1", "byte_size": 16},
@@ -273,6 +278,11 @@ class Registration(ShmCase):
         self.assertIn("'region name' is necessary to register system shared memory region",
                       json.loads(data)["error"])
         self.assertEqual([x["name"] for x in self.status()[1]], ["taken"])
+        # whole numbers however written
+        body = b'{"key": "%s", "offset": 0.0, "byte_size": 1.6e1}' % r.key.encode()
+        self.assertEqual(self.call("POST", SHM + "/region/w/register", body)[0], 200)
+        self.assertEqual(self.status("w")[1][0]["byte_size"], 16)
+        self.call("POST", SHM + "/region/w/unregister")
 
     def test_unknown_names_methods_and_paths(self):
         st, _, body = self.call("GET", SHM + "/region/nobody/status")
@@ -734,6 +744,14 @@ class Inference(ShmCase):
                      self.basic("b", {"shared_memory_offset": -8}))
         self.refused(400, "Unable to parse 'shared_memory_region'",
                      self.basic("b", {"shared_memory_region": 3}))
+        # whole in the double, not as written; 64.0 and 6.4e1 are 64
+        exact = json.dumps(self.basic("b", {"shared_memory_offset": 64})).encode()
+        self.refused(400, "Unable to parse 'shared_memory_offset'",
+                     exact.replace(b'"shared_memory_offset": 64',
+                                   b'"shared_memory_offset": 64.00000000000000001', 1))
+        st, _, body = self.infer(exact.replace(b'"shared_memory_offset": 64',
+                                               b'"shared_memory_offset": 6.4e1', 1))
+        self.assertEqual(st, 200, body)
         req = self.basic("b")
         req["inputs"][0]["data"] = [1, 0, 0, 2]
         self.refused(400, "query: Input must set only one of the following fields: 'data', "

@@ -66,6 +66,20 @@ START_TEST(flat_rank4_gives_shapes_and_values) {
 }
 END_TEST
 
+/* A shape's axes are whole as written: 2.0 and 0.2e1 are 2, while
+ * 2.00000000000000001, whose double is 2, is refused by name. */
+START_TEST(flat_shape_axes_are_whole_as_written) {
+  proto_request r;
+  OK("{\"query\":{\"shape\":[1.0,1,0.2e1],\"data\":[1,2]},"
+     "\"key\":{\"shape\":[1,1,2],\"data\":[3,4]},\"value\":[[[5]]]}", &r);
+  ck_assert_int_eq(r.prob.D, 2);
+  proto_request_free(&r);
+  BAD("{\"query\":{\"shape\":[1,1,2.00000000000000001],\"data\":[1,2]},"
+      "\"key\":[[[3,4]]],\"value\":[[[5]]]}", "query", "shape[2] must be an "
+      "integer", "2.00000000000000001");
+}
+END_TEST
+
 START_TEST(forms_mix_and_response_follows_query) {
   proto_request r;
   OK("{\"query\":[[[1,2]]],\"key\":{\"shape\":[1,1,2],\"data\":[3,4]},"
@@ -257,6 +271,16 @@ START_TEST(mask_rejects_non_booleans) {
   BAD("{" QKV3 ",\"mask\":[true,2,false]}", "mask", "expected true, false, "
       "0 or 1 at [1]", "got 2");
   BAD("{" QKV3 ",\"mask\":[true,\"yes\",false]}", "mask", "a string");
+  /* 0 and 1 as written, not only in the double */
+  BAD("{" QKV3 ",\"mask\":[true,1.00000000000000001,false]}", "mask",
+      "at [1]", "1.00000000000000001");
+  BAD("{" QKV3 ",\"mask\":[1e-400,1,0]}", "mask", "at [0]", "1e-400");
+  BAD("{" QKV3 ",\"mask\":[1,0,1.00000000000000001]}", "mask", "at [2]",
+      "1.00000000000000001");
+  proto_request r;
+  OK("{" QKV3 ",\"mask\":[1.0,0e5,0.00000000000000000001e20]}", &r);
+  ck_assert(r.prob.mask[0] == 1 && r.prob.mask[1] == 0 && r.prob.mask[2] == 1);
+  proto_request_free(&r);
 }
 END_TEST
 
@@ -629,6 +653,7 @@ int main(void) {
   support_case cases[] = {
     {"forms", {nested_rank3_gives_shapes_and_values,
                flat_rank4_gives_shapes_and_values,
+               flat_shape_axes_are_whole_as_written,
                forms_mix_and_response_follows_query,
                grouped_heads_are_accepted, defaults_and_buffers,
                return_weights_false_skips_weights_buffer,

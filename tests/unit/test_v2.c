@@ -350,6 +350,15 @@ START_TEST(json_errors_name_the_input) {
                 "\"valid_lens\",\"datatype\":\"INT64\",\"shape\":[1],"
                 "\"data\":[2.00000000000000001]}]}");
   BAD(&b, NULL, "valid_lens", "integer", "2.00000000000000001");
+  /* a shape's axis and a mask's 0 or 1 alike */
+  body_json(&b, "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\","
+                "\"shape\":[1,2.00000000000000001,2],\"data\":[1,0,0,2]},"
+                IN_K "," IN_V "]}");
+  BAD(&b, NULL, "query", "shape[1]", "integer", "2.00000000000000001");
+  body_json(&b, "{\"inputs\":[" IN_Q "," IN_K "," IN_V ",{\"name\":"
+                "\"mask\",\"datatype\":\"BOOL\",\"shape\":[3],"
+                "\"data\":[1,0.99999999999999999,1]}]}");
+  BAD(&b, NULL, "mask", "0.99999999999999999");
   body_json(&b, "{\"parameters\":{\"dropout_p\":1},\"inputs\":[" IN_Q ","
                 IN_K "," IN_V "]}");
   BAD(&b, NULL, "parameters.dropout_p");
