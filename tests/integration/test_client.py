@@ -149,15 +149,6 @@ def exact_bf16(x):
     return min(finite, key=lambda c: (abs(Fraction(c[0]) - Fraction(f)), c[1] & 1))
 
 
-def direct_bf16(x):
-    """x rounded once, straight to the nearest BF16 (ties to even): how
-    attnd reads a BF16 JSON number.  round() of a float is exact."""
-    if x == 0:
-        return x
-    unit = max(math.frexp(abs(x))[1] - 1, -126) - 7
-    return math.copysign(math.ldexp(round(math.ldexp(abs(x), -unit)), unit), x)
-
-
 def f16(x):
     return struct.unpack("<e", struct.pack("<e", x))[0]
 

@@ -21,7 +21,7 @@ from fractions import Fraction
 import harness
 import test_client as tc
 from reference import (attention, flatten, nest, rand_request, rand_tensor, shape_of)
-from test_client import (Case, OnAsyncio, Proxy, direct_bf16, rounded, run, np)
+from test_client import (Case, OnAsyncio, Proxy, f16, rounded, run, np)
 
 
 def setUpModule():
@@ -70,12 +70,8 @@ class V2Test(Case):
                     self.assertEqual(self.c.last_headers["content-type"], want_ct, what)
                     sent = {n: inputs[n].astype(np.float64).tolist() if not as_lists
                             else req[n] for n in names}
-                    if dt == "BF16" and not binary:
-                        # attnd rounds each JSON number straight to BF16
-                        ref = {n: nest([direct_bf16(x) for x in flatten(t)], shape_of(t))
-                               for n, t in sent.items()}
-                    else:
-                        ref = {n: rounded(t, dt) for n, t in sent.items()}
+                    # JSON carries the values the binary encoder rounds to
+                    ref = {n: rounded(t, dt) for n, t in sent.items()}
                     with self.subTest(what):
                         self.check(res, {n: rounded(t, "FP32") for n, t in ref.items()})
 
@@ -101,6 +97,27 @@ class V2Test(Case):
                                  (binary, dt))
             res = self.c.attention(q, k, v.tolist(), binary=binary, return_weights=False)
             self.assertEqual(res["output"].reshape(-1).tolist(), want.tolist(), binary)
+
+    def test_fp16_and_bf16_ties_arrive_as_over_binary(self):
+        """Doubles exactly halfway between two FP16 (or BF16) values reach
+        attnd as the binary encoder rounds them (ties to even; BF16 through
+        float32) over JSON too, the smallest among them, whose shortest
+        digits are not the tie itself, included.  One key gives the value
+        row back exactly (FP16 subnormals are normal float32 numbers)."""
+        for dt, ties in (("FP16", [19 * 2 ** -25, 21 * 2 ** -25, 3 * 2 ** -25, 1 + 2 ** -11,
+                                   -(1 + 3 * 2 ** -11), 2 ** -20 * (1 + 2 ** -11)]),
+                         ("BF16", [2 ** -100 * (1 + 2 ** -8), 1 + 2 ** -8, -(1 + 3 * 2 ** -8),
+                                   2 ** 100 * (1 + 3 * 2 ** -8)])):
+            # the first's shortest digits lie past the tie it is
+            self.assertNotEqual(Fraction(Decimal(repr(ties[0]))), Fraction(ties[0]))
+            want = [f16(x) for x in ties] if dt == "FP16" else \
+                [rounded([x], "BF16")[0] for x in ties]
+            v = np.array([[ties]], np.float64)
+            q, k = np.ones((1, 1, 1)), np.ones((1, 1, 1))
+            for binary in (True, False):
+                res = self.c.infer("attention", {"query": q, "key": k, "value": v},
+                                   outputs=["output"], binary=binary, datatypes={"value": dt})
+                self.assertEqual(res["output"].reshape(-1).tolist(), want, (dt, binary))
 
     def test_numpy_arrays_with_an_empty_axis_refused_before_sending(self):
         """An empty axis of a numpy array is refused as one of nested

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from decimal import Decimal
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -352,25 +351,19 @@ def check_floats(name: str, a: Array, datatype: str, binary: bool) -> None:
     tie = _RANGE[rounded_to][0]
     if float(np.finfo(a.dtype).max) < tie:
         return
-    if binary:
-        # what the encoder (or attnd, for FP64) rounds the values to;
-        # BF16 goes through float32
+    if binary or rounded_to != "float32":
+        # what the encoder (or attnd, for FP64) rounds the values to, and
+        # FP16 and BF16 JSON numbers carry (json_numbers); BF16 goes
+        # through float32
         with np.errstate(over="ignore"):
             c = np.abs(a.astype(np.float16 if datatype == "FP16" else np.float32))
         over = ~np.isfinite(c)
         if datatype == "BF16":
             over |= c >= np.float32(tie)
-    elif rounded_to == "float32":
+    else:
         # JSON: the client sends float32(x) (json_numbers), infinite from
         # the tie on
         over = np.abs(a) >= tie
-    else:
-        # JSON: attnd rounds the decimal sent, repr(x); the double at the
-        # tie itself may print as a decimal just below it (in range)
-        mag = np.abs(a)
-        over = mag > tie
-        if Decimal(repr(tie)) >= Decimal(int(tie)):
-            over |= mag == tie
     if over.any():
         i = _first(over)
         what = name + index_text(a.shape, i)
@@ -446,19 +439,22 @@ def null_to_ninf(data: Any) -> Any:
 
 def json_numbers(a: Array, datatype: str) -> str:
     """The elements of a, row-major, as comma-separated JSON text that attnd
-    reads back as the values binary tensors carry: floats attnd reads as
-    float32 (FP32, FP64, /v1) go as the float32 nearest each, ties to even,
-    in its shortest digits (exact, and short to parse; a double's own
-    digits would be rounded again by attnd's decimal reader, away from a
-    tie); floats attnd rounds from the double (FP16, BF16) go as Python's
-    float repr.  a has passed check_floats."""
+    reads back as the values binary tensors carry: each float rounded as
+    encode() rounds it (FP16 and BF16 to their grid, everything else to
+    float32: ties to even) and sent as that value's shortest digits, which
+    attnd's decimal reader takes back exactly.  A double's own digits would
+    be rounded once more by attnd, from the decimal, and can land on the
+    other side of a tie.  a has passed check_floats."""
     flat = a.reshape(-1)
     if a.dtype == np.bool_:
         return ",".join("true" if x else "false" for x in flat.tolist())
     if a.dtype.kind in "iu":
         return ",".join(map(str, flat.tolist()))
-    if datatype in ("FP16", "BF16"):
-        return ",".join(map(repr, flat.astype(np.float64).tolist()))
+    if datatype == "FP16":
+        with np.errstate(over="ignore"):
+            flat = flat.astype(np.float16)
+    elif datatype == "BF16":
+        flat = (_bf16_bits(flat).astype(np.uint32) << 16).view(np.float32)
     return ",".join(flat.astype(np.float32).astype(str).tolist())
 
 
