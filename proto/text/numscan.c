@@ -637,47 +637,6 @@ static int any_tie(const cJSON *j) {
   return 0;
 }
 
-/* 1 when the number token [t, q) (valid JSON) is exactly the whole
- * number x, small_int(x).  Its significant digits, from the first
- * nonzero to the last, times a power of ten: whole when that power is
- * not negative, at most 16 digits in all below 2^53. */
-static int token_is(const char *t, const char *q, double x) {
-  const char *e = t;
-  long k = 0, first = -1, last = -1, frac = 0, exp10 = 0;
-  int in_frac = 0, neg = 0;
-  for (; e < q && *e != 'e' && *e != 'E'; e++) {
-    if (*e == '-' || *e == '.') {
-      in_frac |= *e == '.';
-      continue;
-    }
-    if (*e != '0') {
-      if (first < 0)
-        first = k;
-      last = k;
-    }
-    frac += in_frac;
-    k++;
-  }
-  if (e < q && ++e < q && (*e == '-' || *e == '+'))
-    neg = *e++ == '-';
-  for (; e < q; e++)
-    if (exp10 < 100000)
-      exp10 = exp10 * 10 + (*e - '0');
-  if (first < 0)
-    return x == 0;
-  long scale = (k - 1 - last) + (neg ? -exp10 : exp10) - frac;
-  if (scale < 0 || (last - first + 1) + scale > 16)
-    return 0;
-  uint64_t v = 0;
-  k = 0;
-  for (e = t; e < q && *e != 'e' && *e != 'E'; e++)
-    if (*e >= '0' && *e <= '9' && k++ >= first && k - 1 <= last)
-      v = v * 10 + (uint64_t)(*e - '0');
-  while (scale-- > 0)
-    v *= 10;
-  return v == (uint64_t)fabs(x);
-}
-
 int proto__json_whole(const cJSON *j) {
   return cJSON_IsNumber(j) && j->valuedouble == floor(j->valuedouble) &&
          ((j->type & PROTO__NUM_EXACT_INT) ||
@@ -685,8 +644,8 @@ int proto__json_whole(const cJSON *j) {
 }
 
 int proto__json_count(const cJSON *j, double *out) {
-  if (!cJSON_IsNumber(j) || !(j->type & PROTO__NUM_EXACT_INT) ||
-      j->valuedouble < 0)
+  if (!proto__json_whole(j) || j->valuedouble < 0 ||
+      j->valuedouble > 9007199254740992.0)
     return -1;
   *out = j->valuedouble;
   return 0;
@@ -784,7 +743,7 @@ static const char *mark_ties(cJSON *j, const char *p, const char *end,
         return NULL;
       mark_mid(j, t, q);
       mark_f32(j, t, q);
-      if (small_int(j->valuedouble) && token_is(t, q, j->valuedouble))
+      if (small_int(j->valuedouble) && !proto__num_cmp(t, q, j->valuedouble))
         j->type |= PROTO__NUM_EXACT_INT;
       if (keep) {
         j->type |= cJSON_IsReference;
