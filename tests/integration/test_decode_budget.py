@@ -15,6 +15,8 @@ JSON bodies, valid and not, sent at once to a daemon with a small
     non-tensor array, a string among a tensor's numbers), a top-level
     array, and a gzip body that inflates to 60 MB stay inside the budget.
   * A body with no tensor in it is answered 400 at any size.
+  * FP16 numbers on midpoints, each compared exactly with its decimal,
+    cost a small factor over others of the same length.
 
 Every figure is printed.
 """
@@ -168,6 +170,36 @@ class DecodeBudgetTest(harness.ServerTestCase):
         for api in ("v1", "v2"):
             self.assertLessEqual(spent[api + " invalid"],
                                  3 * spent[api + " valid"] + 0.05, api)
+        self.assert_serving()
+
+    def test_numbers_on_half_midpoints_cost_what_others_do(self):
+        # FP16 values whose doubles sit exactly on a midpoint each take an
+        # exact comparison of the decimal: linear in the body all the same,
+        # a small factor over values of the same length that do not
+        n = 2000000
+        pid = self.srv.proc.pid
+        spent = {}
+        for what, tok in (("plain", b"1.100488281250000000000000000001"),
+                          ("midpoint", b"1.000488281250000000000000000001")):
+            data = b"[" + b",".join([tok] * n) + b"]"
+            body = (b'{"inputs": [{"name": "query", "datatype": "FP32", '
+                    b'"shape": [1, 1, 1], "data": [1]}, {"name": "key", '
+                    b'"datatype": "FP32", "shape": [1, %d, 1], "data": [' % n +
+                    b",".join([b"0"] * n) + b']}, {"name": "value", '
+                    b'"datatype": "FP16", "shape": [1, %d, 1], "data": ' % n +
+                    data + b'}], "outputs": [{"name": "output"}]}')
+            before = cpu_s(pid)
+            status, ans = self.post("/v2/models/attention/infer", body)
+            spent[what] = cpu_s(pid) - before
+            print("\n%s FP16 values: %d, %.2f s of CPU for %d bytes"
+                  % (what, status, spent[what], len(body)))
+            self.assertEqual(status, 200, ans)
+            # every value the same: the output is that value, the decimal
+            # rounded once (1 + 2^-10 above the midpoint, 1.1005859375 else)
+            want = 1.0009765625 if what == "midpoint" else 1.1005859375
+            self.assertAlmostEqual(ans["outputs"][0]["data"][0], want,
+                                   delta=2e-4)
+        self.assertLessEqual(spent["midpoint"], 4 * spent["plain"] + 0.1)
         self.assert_serving()
 
     def test_a_syntax_error_among_the_numbers_is_found(self):
