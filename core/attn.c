@@ -245,8 +245,8 @@ void attn__scratch_layout(const attn_problem *p, int with_weights,
   s->kpanel_count = attn__kpanels(p, s->gemm);
   if (s->kpanel_count > 0) {
     size_t panels = (size_t)s->kpanel_count;
-    s->kpanels = take(&off, panels * 64 * (size_t)p->D * f);
-    s->kready = take(&off, (panels + 1) * sizeof(int));
+    s->kpanels = take(&off, attn__kept_bytes(p, s->gemm));
+    s->kready = take(&off, (2 * panels + 1) * sizeof(int));
   }
   if (attn__is_bf16(p)) {
     size_t a, b;

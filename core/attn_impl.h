@@ -320,10 +320,12 @@ typedef struct attn__scratch {
   size_t qproj;       /* float[QB * Hd]: additive W_q q */
   size_t kproj;       /* float[Hd * KB]: additive W_k k, transposed */
   size_t pack;        /* float[attn__gemm_pack_floats]: native NT panel */
-  size_t kpanels;     /* float[kpanel_count * 64 * D]: one head's K packed
-                       * for the scores (0 when not kept, attn__kpanels) */
-  size_t kready;      /* int[1 + kpanel_count]: the head whose panels are
-                       * kept, then the keys packed per panel (score.c) */
+  size_t kpanels;     /* attn__kept_bytes: one head's K packed for the
+                       * scores (and on VDPBF16PS its V in pairs), 0 when
+                       * not kept (attn__kpanels) */
+  size_t kready;      /* int[1 + 2 kpanel_count]: the head whose operands
+                       * are kept, then the keys packed per K panel and
+                       * per V group (score.c, bf16.c) */
   int kpanel_count;   /* 64-key panels of a head: ceil(Lk / 64), or 0 */
   size_t b16a, b16b;  /* BF16 mode: the products' operands (bf16.c) */
   size_t total;
@@ -411,10 +413,20 @@ void attn__scores(const attn_problem *p, const attn__task *t, int j0, int n,
                   float *s, int lds, char *scratch, const attn__scratch *lay);
 
 /* 1 when the dot scores of a block starting at key j0 come from the
- * head's kept K panels (attn__kpanels; j0 on a panel's first key): then
- * a call for a few rows costs no packing, and the online path runs a
- * block ATTN__SUBROWS rows at a time. */
+ * head's kept K panels (attn__kpanels; j0 on a panel's first key), and
+ * on VDPBF16PS its P V from the head's kept V pairs: then a call for a
+ * few rows costs no packing, and the online path runs a block
+ * ATTN__SUBROWS rows at a time. */
 int attn__scores_kept(const attn__scratch *lay, int j0);
+
+/* The ready counts of the task's head's kept operands (score.c):
+ * [0, kpanel_count) the keys packed per K panel, then as many per V
+ * group (VDPBF16PS).  A head other than the one they hold clears them,
+ * so that a panel is packed only when a task of the thread reads it,
+ * and again only when a later block needs more of its keys; the
+ * scratch's first int names the head (-1: none, at a call's start). */
+int *attn__kept_ready(const attn_problem *p, const attn__task *t,
+                      char *scratch, const attn__scratch *lay);
 
 /* Allowed keys of row i in [lo, hi) under the mask (hi - lo without). */
 int attn__row_count(const attn_problem *p, const attn__task *t, int i,
@@ -531,9 +543,13 @@ size_t attn__gemm_pack_floats(const attn_problem *p);
 
 /* The 64-key panels of a head's K the scores product keeps for every
  * task of that head a thread runs in one call (score.c): their count,
- * or 0 where the product does not keep them (not the native float32
- * dot product, or a head's panels beyond ATTN__KPANEL_BYTES). */
+ * or 0 where the product does not keep them (not a dot product on the
+ * native float32 or the VDPBF16PS kernels, or a head's kept operands
+ * beyond ATTN__KPANEL_BYTES).  The VDPBF16PS kernels keep V's pairs
+ * beside them, a 64-key group each (bf16.c).  attn__kept_bytes: what a
+ * head's kept operands take, 0 where none are kept. */
 int attn__kpanels(const attn_problem *p, int gemm);
+size_t attn__kept_bytes(const attn_problem *p, int gemm);
 
 /* The GEMM a checked problem's products use: ATTN_GEMM_BLAS or
  * ATTN_GEMM_NATIVE, in BF16 mode also ATTN_GEMM_BF16 or ATTN_GEMM_AMX,
@@ -584,6 +600,12 @@ static inline float attn__bf16_widen(uint16_t h) {
   return attn__u2f((uint32_t)h << 16);
 }
 
+/* The pair layout of the BF16 products: words per row of k values (a
+ * word holds two), and the words of a value pair row (Dv rounded up to
+ * sixteen). */
+static inline int attn__bf16_pairs(int k) { return (k + 1) / 2; }
+static inline int attn__bf16_ldp(int dv) { return (dv + 15) / 16 * 16; }
+
 /* Bytes of the two operand buffers of a problem's BF16 products, for
  * tasks of up to rows query rows. */
 void attn__bf16_scratch(const attn_problem *p, size_t rows, size_t *a,
@@ -608,7 +630,8 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
  * a and b are float32 or BF16 (adt, bdt: enum attn_dtype); a2 and pack
  * hold A as BF16 and B in pairs (bf16.c sizes them).
  *   NT  C (m, n) = alpha A (m, k) B (n, k)^T
- *   NN  C (m, n) = A (m, k) B (k, n) + beta C   (A float32)
+ *   NN  C (m, n) = A (m, k) B (k, n) + beta C   (A float32, finite and
+ *       at most ATTN__BF16_MAX in magnitude: the probabilities)
  * _avx512 (VDPBF16PS): call only when attn__use_avx512bf16().  _amx
  * (TDPBF16PS): call only when attn__use_amx() and the process holds the
  * tile-data permission (attn_problem.amx). */
@@ -622,6 +645,22 @@ typedef void attn__bf16_nn_fn(int m, int n, int k, const float *a, int lda,
                               uint32_t *pack);
 attn__bf16_nt_fn attn__bf16_nt_avx512, attn__bf16_nt_amx;
 attn__bf16_nn_fn attn__bf16_nn_avx512, attn__bf16_nn_amx;
+/* The VDPBF16PS products over a head's kept operands, j0 a multiple of
+ * 64, b the head's first key or value row: NT reads key panel q (keys
+ * 64 q ..) at panels + 64 q pairs(k) words, NN value group q at vpairs
+ * + 32 q ldp(n) words; ready[q] counts the keys packed (0 at first),
+ * and a panel or group is packed again, with the block's keys, when it
+ * has fewer.  The same bits as attn__bf16_nt_avx512 and
+ * attn__bf16_nn_avx512 on the same keys, and no other key is read. */
+void attn__bf16_nt_kept_avx512(int m, int n, int k, float alpha,
+                               const void *a, int adt, size_t lda,
+                               const void *b, int bdt, size_t ldb, int j0,
+                               float *c, int ldc, uint32_t *a2,
+                               uint32_t *panels, int *ready);
+void attn__bf16_nn_kept_avx512(int m, int n, int k, const float *a, int lda,
+                               const void *b, int bdt, size_t ldb, int j0,
+                               float beta, float *c, int ldc, uint32_t *a2,
+                               uint32_t *vpairs, int *ready);
 /* dst[0, n) = attn__bf16_round of src (floats) or of src widened (BF16),
  * for the float32 kernels' operands; call only when attn__use_avx512(). */
 void attn__bf16_round_avx512(float *dst, const float *src, int n);

@@ -6,7 +6,9 @@
  * only in how the float32 sums are ordered, so the last bits of the
  * answers may differ between them.
  * attn__gemm_pick says which runs (lay->gemm); no globals, no
- * allocation: the buffers are the task's scratch (b16a, b16b).
+ * allocation: the buffers are the task's scratch (b16a, b16b), and on
+ * VDPBF16PS the head's K panels and V pairs kept for all the tasks of
+ * that head a thread runs (kpanels, as gemm.c keeps float32 K panels).
  */
 #include "attn_impl.h"
 
@@ -66,6 +68,14 @@ static void round_rows(const attn_problem *p, const void *src, size_t ld,
   }
 }
 
+#if ATTN__HAVE_AVX2_FMA
+/* The VDPBF16PS kernels' kept operands: a head's K panels, then its V
+ * pairs (attn__kept_bytes). */
+static uint32_t *kept_k(char *scratch, const attn__scratch *lay) {
+  return (uint32_t *)(scratch + lay->kpanels);
+}
+#endif
+
 void attn__bf16_scores(const attn_problem *p, const attn__task *t, int j0,
                        int n, float *s, int lds, char *scratch,
                        const attn__scratch *lay) {
@@ -78,6 +88,16 @@ void attn__bf16_scores(const attn_problem *p, const attn__task *t, int j0,
                       k, p->dtype, (size_t)p->Dk, s, lds,
                       (uint32_t *)(scratch + lay->b16a),
                       (uint32_t *)(scratch + lay->b16b));
+    return;
+  }
+  if (lay->gemm == ATTN_GEMM_BF16 && attn__scores_kept(lay, j0)) {
+    size_t k0 = koff - (size_t)j0 * p->Dk; /* the head's first key */
+    attn__bf16_nt_kept_avx512(t->rows, n, p->D, p->scale, q, p->dtype,
+                              (size_t)p->D, at(p, p->k, p->k16, k0),
+                              p->dtype, (size_t)p->Dk, j0, s, lds,
+                              (uint32_t *)(scratch + lay->b16a),
+                              kept_k(scratch, lay),
+                              attn__kept_ready(p, t, scratch, lay));
     return;
   }
   if (lay->gemm == ATTN_GEMM_BF16) {
@@ -120,6 +140,19 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
     attn__bf16_nn_amx(t->rows, p->Dv, n, s, lds, v, p->dtype, (size_t)p->Dv,
                       beta, o, p->Dv, (uint32_t *)(scratch + lay->b16a),
                       (uint32_t *)(scratch + lay->b16b));
+    return;
+  }
+  if (lay->gemm == ATTN_GEMM_BF16 && attn__scores_kept(lay, j0)) {
+    size_t v0 = voff - (size_t)j0 * p->Dv; /* the head's first value */
+    attn__bf16_nn_kept_avx512(t->rows, p->Dv, n, s, lds,
+                              at(p, p->v, p->v16, v0), p->dtype,
+                              (size_t)p->Dv, j0, beta, o, p->Dv,
+                              (uint32_t *)(scratch + lay->b16a),
+                              kept_k(scratch, lay) +
+                                  (size_t)lay->kpanel_count * 64 *
+                                      attn__bf16_pairs(p->D),
+                              attn__kept_ready(p, t, scratch, lay) +
+                                  lay->kpanel_count);
     return;
   }
   if (lay->gemm == ATTN_GEMM_BF16) {

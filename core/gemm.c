@@ -192,13 +192,22 @@ size_t attn__gemm_pack_floats(const attn_problem *p) {
   return (size_t)64 * (size_t)k;
 }
 
-int attn__kpanels(const attn_problem *p, int gemm) {
+size_t attn__kept_bytes(const attn_problem *p, int gemm) {
   size_t panels = ((size_t)p->Lk + 63) / 64;
-  if (gemm != ATTN_GEMM_NATIVE || attn__is_bf16(p) ||
-      p->scoring != ATTN_SCORING_DOT ||
-      panels * 64 * (size_t)p->D * sizeof(float) > ATTN__KPANEL_BYTES)
-    return 0;
-  return (int)panels;
+  if (p->scoring != ATTN_SCORING_DOT) return 0;
+  if (gemm == ATTN_GEMM_NATIVE && !attn__is_bf16(p))
+    return panels * 64 * (size_t)p->D * sizeof(float);
+  if (gemm == ATTN_GEMM_BF16)
+    return panels * (64 * (size_t)attn__bf16_pairs(p->D) +
+                     32 * (size_t)attn__bf16_ldp(p->Dv)) *
+           sizeof(uint32_t);
+  return 0;
+}
+
+int attn__kpanels(const attn_problem *p, int gemm) {
+  size_t bytes = attn__kept_bytes(p, gemm);
+  if (bytes == 0 || bytes > ATTN__KPANEL_BYTES) return 0;
+  return (int)(((size_t)p->Lk + 63) / 64);
 }
 
 /* Native where it can run unless BLAS is asked for (the table at the

@@ -54,6 +54,26 @@ BF16K static void to_pairs(const void *src, int dt, size_t ld, int m, int k,
   }
 }
 
+/* to_pairs for P, the probabilities (float32, finite, at most dropout's
+ * 1/(1 - p) and not negative): they need no saturation to BF16's largest
+ * finite, only VCVTNE2PS2BF16's rounding, which is attn__bf16_round's on
+ * them (nearest even, subnormals to 0). */
+BF16K static void p_to_pairs(const float *src, size_t ld, int m, int k,
+                             uint32_t *dst, int kp) {
+  for (int r = 0; r < m; r++) {
+    const float *s = src + (size_t)r * ld;
+    uint16_t *d = (uint16_t *)(dst + (size_t)r * kp);
+    for (int c0 = 0; c0 < k; c0 += 32) {
+      int cnt = k - c0 < 32 ? k - c0 : 32, pad = (cnt + 1) & ~1;
+      __mmask32 mk = pad >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << pad) - 1;
+      __m512 lo = _mm512_maskz_loadu_ps(bf16_lanes(cnt), s + c0);
+      __m512 hi = _mm512_maskz_loadu_ps(bf16_lanes(cnt - 16), s + c0 + 16);
+      _mm512_mask_storeu_epi16(d + c0, mk,
+                               (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+}
+
 enum { KC_PAIRS = 128 };
 
 /* One tile, as gemm.c's: C[0, mr) x [0, 16 nv) = alpha * (init + sum_{p
@@ -116,7 +136,7 @@ BF16K void attn__bf16_nt_avx512(int m, int n, int k, float alpha,
                                 const void *a, int adt, size_t lda,
                                 const void *b, int bdt, size_t ldb, float *c,
                                 int ldc, uint32_t *a2, uint32_t *pack) {
-  int kp = (k + 1) / 2;
+  int kp = attn__bf16_pairs(k);
   to_pairs(a, adt, lda, m, k, a2, kp);
   for (int j0 = 0; j0 < n; j0 += TILE_NC) {
     int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
@@ -127,29 +147,79 @@ BF16K void attn__bf16_nt_avx512(int m, int n, int k, float alpha,
   }
 }
 
+BF16K void attn__bf16_nt_kept_avx512(int m, int n, int k, float alpha,
+                                     const void *a, int adt, size_t lda,
+                                     const void *b, int bdt, size_t ldb,
+                                     int j0, float *c, int ldc, uint32_t *a2,
+                                     uint32_t *panels, int *ready) {
+  int kp = attn__bf16_pairs(k);
+  to_pairs(a, adt, lda, m, k, a2, kp);
+  for (int s = 0; s < n; s += TILE_NC) {
+    int q = (j0 + s) / TILE_NC, w = n - s < TILE_NC ? n - s : TILE_NC;
+    uint32_t *pk = panels + (size_t)q * TILE_NC * kp;
+    if (ready[q] < w) {
+      bf16_pack_keys(elem(b, bdt, (size_t)q * TILE_NC * ldb), bdt, ldb, w,
+                     k, pk, kp);
+      ready[q] = w;
+    }
+    strip(m, w, kp, a2, (size_t)kp, pk, TILE_NC, c + s, (size_t)ldc, 0,
+          0.0f, alpha);
+  }
+}
+
+/* C (+)= A (m, kb) times the value pairs vp (ldp words a pair row) of one
+ * block of at most ATTN__KBLOCK keys: chains of KC_PAIRS pairs, the
+ * block's first starting from beta C (load_c 0 for beta 0). */
+BF16K static void nn_block(int m, int n, int kb, const float *a, int lda,
+                           const uint32_t *vp, int ldp, int first,
+                           float beta, float *c, int ldc, uint32_t *a2) {
+  int kp = attn__bf16_pairs(kb);
+  p_to_pairs(a, (size_t)lda, m, kb, a2, kp);
+  for (int j0 = 0; j0 < n; j0 += TILE_NC) {
+    int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
+    for (int q0 = 0; q0 < kp; q0 += KC_PAIRS) {
+      int kc = kp - q0 < KC_PAIRS ? kp - q0 : KC_PAIRS;
+      int load_c = !first || q0 > 0 ? 1
+                   : beta == 0.0f   ? 0
+                   : beta == 1.0f   ? 1
+                                    : 2;
+      strip(m, w, kc, a2 + q0, (size_t)kp, vp + (size_t)q0 * ldp + j0,
+            (size_t)ldp, c + j0, (size_t)ldc, load_c, beta, 1.0f);
+    }
+  }
+}
+
 BF16K void attn__bf16_nn_avx512(int m, int n, int k, const float *a,
                                 int lda, const void *b, int bdt, size_t ldb,
                                 float beta, float *c, int ldc, uint32_t *a2,
                                 uint32_t *pack) {
-  int ldp = (n + 15) / 16 * 16;
+  int ldp = attn__bf16_ldp(n);
   for (int k0 = 0; k0 < k; k0 += ATTN__KBLOCK) {
     int kb = k - k0 < ATTN__KBLOCK ? k - k0 : ATTN__KBLOCK;
-    int kp = (kb + 1) / 2;
-    to_pairs(a + k0, ATTN_DTYPE_F32, (size_t)lda, m, kb, a2, kp);
     bf16_pack_values(elem(b, bdt, (size_t)k0 * ldb), bdt, ldb, kb, n, pack,
                      ldp);
-    for (int j0 = 0; j0 < n; j0 += TILE_NC) {
-      int w = n - j0 < TILE_NC ? n - j0 : TILE_NC;
-      for (int q0 = 0; q0 < kp; q0 += KC_PAIRS) {
-        int kc = kp - q0 < KC_PAIRS ? kp - q0 : KC_PAIRS;
-        int load_c = k0 > 0 || q0 > 0 ? 1
-                     : beta == 0.0f   ? 0
-                     : beta == 1.0f   ? 1
-                                      : 2;
-        strip(m, w, kc, a2 + q0, (size_t)kp, pack + (size_t)q0 * ldp + j0,
-              (size_t)ldp, c + j0, (size_t)ldc, load_c, beta, 1.0f);
-      }
+    nn_block(m, n, kb, a + k0, lda, pack, ldp, k0 == 0, beta, c, ldc, a2);
+  }
+}
+
+BF16K void attn__bf16_nn_kept_avx512(int m, int n, int k, const float *a,
+                                     int lda, const void *b, int bdt,
+                                     size_t ldb, int j0, float beta,
+                                     float *c, int ldc, uint32_t *a2,
+                                     uint32_t *vpairs, int *ready) {
+  int ldp = attn__bf16_ldp(n);
+  for (int s = 0; s < k; s += TILE_NC) {
+    int q = (j0 + s) / TILE_NC, w = k - s < TILE_NC ? k - s : TILE_NC;
+    if (ready[q] < w) {
+      bf16_pack_values(elem(b, bdt, (size_t)q * TILE_NC * ldb), bdt, ldb,
+                       w, n, vpairs + (size_t)q * (TILE_NC / 2) * ldp, ldp);
+      ready[q] = w;
     }
+  }
+  for (int k0 = 0; k0 < k; k0 += ATTN__KBLOCK) {
+    int kb = k - k0 < ATTN__KBLOCK ? k - k0 : ATTN__KBLOCK;
+    nn_block(m, n, kb, a + k0, lda, vpairs + (size_t)(j0 + k0) / 2 * ldp,
+             ldp, k0 == 0, beta, c, ldc, a2);
   }
 }
 #endif /* ATTN__HAVE_AVX2_FMA */

@@ -67,10 +67,23 @@ static void block_dropout(const attn_problem *p, const attn__task *t,
   }
 }
 
-/* Masks, updates m and l, and turns row r's scores into probabilities;
- * alpha[r] is the factor acc row r must be rescaled by. */
+/* BF16 mode rounds the probabilities to BF16 before they multiply V.
+ * The VDPBF16PS kernels round their copy of P the same way as they
+ * convert it (gemm_bf16_avx512.c), so the row softmax leaves that to
+ * them, unless dropout or g scales P in between: then it is P's rounded
+ * value that is scaled, and the scaled one rounded again. */
+static int softmax_rounds(const attn_problem *p, const online_state *st,
+                          const attn__scratch *lay) {
+  return attn__is_bf16(p) && (lay->gemm != ATTN_GEMM_BF16 ||
+                              p->dropout_p > 0.0f || st->g != 1.0f);
+}
+
+/* Masks, updates m and l, and turns row r's scores into probabilities
+ * (rounded to BF16 when round); alpha[r] is the factor acc row r must be
+ * rescaled by. */
 static void block_row_update(const attn_problem *p, const attn__task *t,
-                             const online_state *st, int r, int j0, int n) {
+                             const online_state *st, int r, int j0, int n,
+                             int round) {
   float *s = st->s + (size_t)r * n;
   const attn__span *sp = &st->span[r];
   if (sp->allowed == 0) {
@@ -80,7 +93,7 @@ static void block_row_update(const attn_problem *p, const attn__task *t,
   }
   const float *mx = st->ahead[r] == st->ahead[r] ? &st->ahead[r] : NULL;
   float mnew, sum = attn__row_softmax(p, t, t->i0 + r, j0, sp, s, n,
-                                      st->m[r], attn__is_bf16(p), mx, &mnew);
+                                      st->m[r], round, mx, &mnew);
   /* m starts at -FLT_MAX with l = acc = 0, so the first factor is moot.
    * What attn__expf gives at the two ends, without the call: exactly 1
    * for a maximum that did not grow, exactly 0 below its cut-off (the
@@ -103,8 +116,10 @@ static void block_accumulate(const attn_problem *p, const attn__task *t,
       attn__scale_floats(st->acc + (size_t)r * dv, (size_t)dv, st->alpha[r]);
   unsigned csr = attn__ftz_on();
   if (attn__is_bf16(p)) {
-    /* the row softmax left BF16 values unless dropout or g scaled them */
-    int rounded = p->dropout_p == 0.0f && st->g == 1.0f;
+    /* P holds BF16 values where the row softmax rounded them and
+     * neither dropout nor g scaled them since */
+    int rounded = softmax_rounds(p, st, lay) && p->dropout_p == 0.0f &&
+                  st->g == 1.0f;
     attn__bf16_pv(p, t, st->s, n, j0, n, rounded, first ? 0.0f : 1.0f,
                   st->acc, scratch, lay);
   } else {
@@ -123,7 +138,9 @@ static void block_rows(const attn_problem *p, const attn__task *t,
                        char *scratch, const attn__scratch *lay) {
   attn__scores(p, t, j0, n, st->s, n, scratch, lay);
   attn__rows_max(p, st->span, st->s, n, t->rows, st->ahead);
-  for (int r = 0; r < t->rows; r++) block_row_update(p, t, st, r, j0, n);
+  int round = softmax_rounds(p, st, lay);
+  for (int r = 0; r < t->rows; r++)
+    block_row_update(p, t, st, r, j0, n, round);
   if (p->dropout_p > 0.0f) block_dropout(p, t, st->s, j0, n);
   if (st->g != 1.0f)
     attn__scale_floats(st->s, (size_t)t->rows * n, st->g);

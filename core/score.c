@@ -15,23 +15,16 @@ static const float *k_rows(const attn_problem *p, const attn__task *t,
   return p->k + (head * p->Lk + j0) * p->Dk;
 }
 
-#if ATTN__HAVE_AVX2_FMA
-/* The ready flags of the task's head's kept K panels: kready[0] names
- * the head they hold (b Hkv + kvh; -1 for none at the start of a call),
- * kready[1 + q] how many keys of panel q are packed.  A new head clears
- * them, so that a panel is packed only when a task of the thread reads
- * it, and again only when a later block needs more of its keys. */
-static int *head_ready(const attn_problem *p, const attn__task *t,
-                       char *scratch, const attn__scratch *lay) {
+int *attn__kept_ready(const attn_problem *p, const attn__task *t,
+                      char *scratch, const attn__scratch *lay) {
   int *kready = (int *)(scratch + lay->kready);
   int head = t->b * p->Hkv + t->kvh;
   if (kready[0] != head) {
-    memset(kready + 1, 0, (size_t)lay->kpanel_count * sizeof *kready);
+    memset(kready + 1, 0, 2 * (size_t)lay->kpanel_count * sizeof *kready);
     kready[0] = head;
   }
   return kready + 1;
 }
-#endif
 
 /* s = scale * Q K^T for the block: row-major, Q (rows, D), K (n, D).
  * Blocks that start on a panel's first key use the head's kept panels. */
@@ -43,7 +36,7 @@ static void scores_dot(const attn_problem *p, const attn__task *t, int j0,
     attn__gemm_nt_panels_avx512(t->rows, n, p->D, p->scale, q_rows(p, t),
                                 p->D, k_rows(p, t, 0), p->Dk, j0, s,
                                 lds, (float *)(scratch + lay->kpanels),
-                                head_ready(p, t, scratch, lay));
+                                attn__kept_ready(p, t, scratch, lay));
     return;
   }
 #endif

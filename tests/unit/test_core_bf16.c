@@ -689,6 +689,103 @@ START_TEST(test_bf16_kernels_match_float64) {
 }
 END_TEST
 
+#if ATTN__HAVE_AVX2_FMA
+/* nn(A) against nn(A rounded by attn__bf16_round): the same bits, so
+ * the kernel's own rounding of P is the contract's.  A holds ties
+ * (halfway between two BF16 values, odd and even), subnormals, values
+ * near 1 and negative ones. */
+static void nn_rounds_as_contract(const char *name, attn__bf16_nn_fn *nn) {
+  enum { M = 5, N = 40, K = 77 };
+  rng r = {7};
+  float *a = rand_floats(&r, M * K, 2.0f), *ar = malloc(M * K * 4);
+  float *b = rand_floats(&r, K * N, 2.0f), c0[M * N], c1[M * N];
+  uint32_t *a2 = aligned_alloc(64, 1 << 20), *pk = aligned_alloc(64, 1 << 21);
+  for (int i = 0; i < M * K; i++) {
+    uint32_t u;
+    memcpy(&u, &a[i], 4);
+    if (i % 5 == 1) u = (u & 0xffff0000u) | 0x8000u;        /* a tie */
+    if (i % 7 == 2) u = (u & 0x80000000u) | (u & 0x7fffffu); /* subnormal */
+    if (i % 11 == 3) u = 0x3f7fffffu + (uint32_t)(i % 3);   /* near 1 */
+    memcpy(&a[i], &u, 4);
+    ar[i] = attn__bf16_round(a[i]);
+  }
+  nn(M, N, K, a, K, b, ATTN_DTYPE_F32, N, 0.0f, c0, N, a2, pk);
+  nn(M, N, K, ar, K, b, ATTN_DTYPE_F32, N, 0.0f, c1, N, a2, pk);
+  EXPECT(!memcmp(c0, c1, sizeof c0),
+         "%s: nn's rounding of A is not attn__bf16_round's", name);
+  free(a); free(ar); free(b); free(a2); free(pk);
+}
+#endif
+
+/* The P V kernels round the probabilities as attn__bf16_round does:
+ * on VDPBF16PS the online path leaves that rounding to them (online.c). */
+START_TEST(test_bf16_nn_rounds_p_as_the_contract) {
+#if ATTN__HAVE_AVX2_FMA
+  if (!attn__use_avx512bf16())
+    support_skip("test_bf16_nn_rounds_p_as_the_contract", "avx512bf16: "
+                 "this CPU has no AVX512-BF16 (or valgrind hides it)");
+  else
+    nn_rounds_as_contract("avx512bf16", attn__bf16_nn_avx512);
+  if (amx_runs("test_bf16_nn_rounds_p_as_the_contract"))
+    nn_rounds_as_contract("amx-bf16", attn__bf16_nn_amx);
+#else
+  support_skip("test_bf16_nn_rounds_p_as_the_contract",
+               "not an x86-64 build");
+#endif
+}
+END_TEST
+
+/* The VDPBF16PS kernels over a head's kept operands give the bits of
+ * the kernels that pack per call, block after block as the online path
+ * calls them: a panel packed with few keys, then again with more, one
+ * with more keys than a later block reads, an odd key count, D odd. */
+START_TEST(test_bf16_kept_operands_give_the_bits_of_packing_per_call) {
+#if ATTN__HAVE_AVX2_FMA
+  if (!attn__use_avx512bf16()) {
+    support_skip("test_bf16_kept_operands_give_the_bits_of_packing_per_call",
+                 "avx512bf16: this CPU has no AVX512-BF16 (or valgrind "
+                 "hides it)");
+    return;
+  }
+  enum { LK = 300, D = 33, DV = 24, M = 7, PANELS = (LK + 63) / 64 };
+  static const int blocks[][2] = {{0, 37}, {0, 100}, {64, 200}, {0, 64},
+                                  {256, 44}, {128, 171}};
+  rng r = {11};
+  float *q = rand_floats(&r, M * D, 2.0f), *k = rand_floats(&r, LK * D, 2.0f);
+  float *v = rand_floats(&r, LK * DV, 2.0f), *pr = rand_floats(&r, M * LK, 1.0f);
+  float c0[M * LK], c1[M * LK], o0[M * DV], o1[M * DV];
+  uint32_t *a2 = aligned_alloc(64, 1 << 20), *pk = aligned_alloc(64, 1 << 21);
+  uint32_t *kp = aligned_alloc(64, PANELS * 64 * attn__bf16_pairs(D) * 4);
+  uint32_t *vp = aligned_alloc(64, PANELS * 32 * attn__bf16_ldp(DV) * 4);
+  int kready[PANELS] = {0}, vready[PANELS] = {0};
+  for (int i = 0; i < M * LK; i++) pr[i] = fabsf(pr[i]);
+  for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+    int j0 = blocks[b][0], n = blocks[b][1];
+    attn__bf16_nt_avx512(M, n, D, 0.125f, q, ATTN_DTYPE_F32, D,
+                         k + (size_t)j0 * D, ATTN_DTYPE_F32, D, c0, n, a2, pk);
+    attn__bf16_nt_kept_avx512(M, n, D, 0.125f, q, ATTN_DTYPE_F32, D, k,
+                              ATTN_DTYPE_F32, D, j0, c1, n, a2, kp, kready);
+    EXPECT(!memcmp(c0, c1, (size_t)M * n * 4),
+           "nt over kept panels, keys [%d, %d): other bits", j0, j0 + n);
+    for (int beta = 0; beta < 2; beta++) {
+      for (int i = 0; i < M * DV; i++) o0[i] = o1[i] = (float)(i % 13) - 6;
+      attn__bf16_nn_avx512(M, DV, n, pr + j0, LK, v + (size_t)j0 * DV,
+                           ATTN_DTYPE_F32, DV, (float)beta, o0, DV, a2, pk);
+      attn__bf16_nn_kept_avx512(M, DV, n, pr + j0, LK, v, ATTN_DTYPE_F32, DV,
+                                j0, (float)beta, o1, DV, a2, vp, vready);
+      EXPECT(!memcmp(o0, o1, sizeof o0),
+             "nn over kept pairs, keys [%d, %d), beta %d: other bits", j0,
+             j0 + n, beta);
+    }
+  }
+  free(q); free(k); free(v); free(pr); free(a2); free(pk); free(kp); free(vp);
+#else
+  support_skip("test_bf16_kept_operands_give_the_bits_of_packing_per_call",
+               "not an x86-64 build");
+#endif
+}
+END_TEST
+
 /* A query row's bits are the same computed alone (Lq = 1) as among the
  * rows of its tile and task, on the core's own kernels and both paths:
  * rows 0, 15, 16 and the last of 37, plain and with sinks.  Not through
@@ -749,6 +846,8 @@ static Suite *bf16_suite(void) {
                       (int)(sizeof kinds / sizeof kinds[0]));
   tcase_add_test(ref, test_bf16_inputs_used_as_sent);
   tcase_add_test(ref, test_bf16_kernels_match_float64);
+  tcase_add_test(ref, test_bf16_nn_rounds_p_as_the_contract);
+  tcase_add_test(ref, test_bf16_kept_operands_give_the_bits_of_packing_per_call);
   suite_add_tcase(s, ref);
   TCase *edge = tcase_create("edge");
   tcase_set_timeout(edge, 300);
