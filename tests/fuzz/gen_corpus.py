@@ -340,6 +340,11 @@ def structured_seeds():
     seeds["packed_bad_offsets"] = bytes([0x40, 0x0a, 0x3f, 0x13, 0x00]) + scale + bytes([0, 0, 0, 0xd0]) + tensor
     # the same on huge numbers, sinks and softcap included
     seeds["variants_extreme"] = bytes([0x40, 0x00, 0x3f, 0x1f, 0x00]) + scale + bytes([0, 0, 0x01, 0x97]) + extreme
+    # BF16 mode (c4 bit 7): masks and GQA, the variants, huge numbers, dropout
+    seeds["bf16_mode_masks"] = bytes([0x48, 0x0b, 0x23, 0x13, 0xff]) + scale + bytes([0, 0, 0, 0]) + tensor
+    seeds["bf16_mode_variants"] = bytes([0x48, 0x0b, 0x3f, 0x13, 0x80]) + scale + bytes([0, 0, 0x2b, 0x87]) + tensor
+    seeds["bf16_mode_extreme"] = bytes([0x40, 0x00, 0x3f, 0x1f, 0x80]) + scale + bytes([0, 0, 0x01, 0x97]) + extreme
+    seeds["bf16_mode_dropout"] = bytes([0x86, 0x00, 0x12, 0x0a, 0x81]) + scale + bytes([200, 9, 0, 0]) + tensor
     return seeds
 
 
