@@ -369,6 +369,37 @@ class AttentionOverV2Test(Case):
         finally:
             proxy.close()
 
+    def test_any_layout_or_byte_order_sends_the_same_bytes(self):
+        """Arrays go out as views where they are C-contiguous little-endian
+        float32, else as converted copies: Fortran order, a strided view,
+        big-endian and float64 arrays of the same values send the same
+        request and get the same answer."""
+        proxy = Proxy(self.srv.port)
+        try:
+            c = self.client(proxy.url)
+            req = rand_request(67, B=1, H=2, Lq=4, Lk=6, D=8, Dv=4)
+            base = {n: np.asarray(t, np.float32) for n, t in req.items()}
+            wide = {n: np.repeat(a, 2, axis=-1) for n, a in base.items()}
+            layouts = {
+                "C order": base,
+                "Fortran order": {n: np.asfortranarray(a) for n, a in base.items()},
+                "strided view": {n: a[..., ::2] for n, a in wide.items()},
+                "big-endian": {n: a.astype(">f4") for n, a in base.items()},
+                "float64": {n: a.astype(np.float64) for n, a in base.items()},
+            }
+            c.attention(base["query"], base["key"], base["value"])  # learns the name
+            sent, got = {}, {}
+            for name, arrays in layouts.items():
+                del proxy.sent[:]
+                res = c.attention(arrays["query"], arrays["key"], arrays["value"])
+                sent[name], got[name] = bytes(proxy.sent), res["output"].tolist()
+            for name in layouts:
+                self.assertEqual(sent[name], sent["C order"], name)
+                self.assertEqual(got[name], got["C order"], name)
+            c.close()
+        finally:
+            proxy.close()
+
     def test_every_option_gives_v1s_numbers(self):
         req = rand_request(62, B=1, H=4, Hkv=2, Lq=4, Lk=6, D=4, Dv=2)
         rng = random.Random(63)
@@ -668,10 +699,28 @@ class RequestTest(unittest.TestCase):
                 return self._attention_call(o)
         call = Client("127.0.0.1:9").attention([[[1.0, 0.0]]], [[[1.0, 1.0]]], [[[2.0]]],
                                                model="m", **kw)
+        body = call.body.tobytes() if hasattr(call.body, "tobytes") else call.body
         if call.path.endswith("/infer"):
             n = int(call.headers["Inference-Header-Content-Length"])
-            return call.path, json.loads(call.body[:n])
-        return call.path, json.loads(call.body)
+            return call.path, json.loads(body[:n])
+        return call.path, json.loads(body)
+
+    def test_float32_arrays_go_as_views_not_copies(self):
+        q = np.arange(8, dtype=np.float32).reshape(1, 2, 4)
+        k, v = q + 1, q[..., :3] * 2
+        for cls in (tc.AttndClient, tc.attnd_client.AsyncAttndClient):
+            class Client(cls):
+                def _attention(self, o):
+                    return self._attention_call(o)
+            call = Client("127.0.0.1:9").attention(q, k, v, model="m")
+            header, *tensors = call.body.parts
+            self.assertEqual(len(call.body), len(header) + q.nbytes + k.nbytes + v.nbytes)
+            for part, a in zip(tensors, (q, k, np.ascontiguousarray(v))):
+                sent = np.frombuffer(part, np.float32)
+                self.assertEqual(sent.tolist(), a.reshape(-1).tolist())
+            # q and k are C-contiguous float32: their own memory goes out
+            self.assertTrue(np.shares_memory(np.frombuffer(tensors[0], np.float32), q))
+            self.assertTrue(np.shares_memory(np.frombuffer(tensors[1], np.float32), k))
 
     def test_precision_and_timeout_on_the_wire(self):
         for cls in (tc.AttndClient, tc.attnd_client.AsyncAttndClient):

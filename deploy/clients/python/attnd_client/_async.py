@@ -36,7 +36,7 @@ from ._base import (DEFAULT_RETRIES, AttentionResult, ClientBase, TensorLike, _C
                     tensor_bytes)
 from ._errors import AttndConnectionError, AttndError
 from ._shm import ShmTensor
-from ._transport import IDEMPOTENT, UNIX_SNDBUF, Headers
+from ._transport import IDEMPOTENT, UNIX_SNDBUF, Body, Headers
 
 T = TypeVar("T")
 
@@ -284,7 +284,7 @@ class _Conn(asyncio.BufferedProtocol):
         t = self.transport
         return not (self.closed or self.stray or t is None or t.is_closing())
 
-    async def exchange(self, method: str, head: bytes, body: bytes,
+    async def exchange(self, method: str, head: bytes, body: Union[bytes, Body],
                        timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes, bool]:
         loop = asyncio.get_running_loop()
         self._reset(method)
@@ -306,8 +306,9 @@ class _Conn(asyncio.BufferedProtocol):
             # closed between the pool's check and now: nothing was sent
             raise _Closed("the server closed the connection", sent=False)
         t.write(head)  # type: ignore[attr-defined]
-        if body:
-            t.write(body)  # type: ignore[attr-defined]
+        for part in body.parts if isinstance(body, Body) else (body,):
+            if part:
+                t.write(part)  # type: ignore[attr-defined]
         if not self._writable.is_set():
             # the answer may come before the server has read everything
             # (a 413): wait for either
@@ -458,7 +459,7 @@ class AsyncTransport:
                 raise
         raise last or OSError("%s: no address" % self.host)
 
-    async def request(self, method: str, path: str, body: Optional[bytes],
+    async def request(self, method: str, path: str, body: Union[bytes, Body, None],
                       headers: Mapping[str, str],
                       timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes]:
         """As Transport.request: (status, headers, body in its
@@ -476,7 +477,8 @@ class AsyncTransport:
             if slots is not None:
                 slots.release()
 
-    async def _exchange(self, what: str, method: str, path: str, body: Optional[bytes],
+    async def _exchange(self, what: str, method: str, path: str,
+                        body: Union[bytes, Body, None],
                         headers: Mapping[str, str],
                         timeout: Optional[float]) -> Tuple[int, Mapping[str, str], bytes]:
         for attempt in (0, 1):

@@ -23,7 +23,7 @@ from . import _tensors
 from ._tensors import Array
 from ._errors import AttndConnectionError, AttndError, AttndInputError
 from ._shm import ShmTensor, filled
-from ._transport import deflate, inflate
+from ._transport import Body, deflate, inflate
 
 #: What a tensor may be: a numpy array or scalar, nested lists or tuples of
 #: numbers, or a Python number.
@@ -72,7 +72,7 @@ class _Call(Generic[T]):
 
     __slots__ = ("method", "path", "body", "headers", "retry", "parse")
 
-    def __init__(self, method: str, path: str, body: Optional[bytes],
+    def __init__(self, method: str, path: str, body: Union[bytes, Body, None],
                  headers: Dict[str, str], retry: bool, parse: Parser[T]) -> None:
         self.method = method
         self.path = path
@@ -376,10 +376,12 @@ class ClientBase(Generic[R]):
         return self._post_call(self._shm_path(name, "unregister"), b"", {}, False)
 
     @staticmethod
-    def _encoded(body: bytes, headers: Dict[str, str], request_compression: Optional[str],
-                 response_compression: Optional[str]) -> bytes:
+    def _encoded(body: Union[bytes, Body], headers: Dict[str, str],
+                 request_compression: Optional[str],
+                 response_compression: Optional[str]) -> Union[bytes, Body]:
         if request_compression:
-            body = deflate(body, request_compression)
+            body = deflate(body.tobytes() if isinstance(body, Body) else body,
+                           request_compression)
             headers["Content-Encoding"] = request_compression
         if response_compression:
             if response_compression not in ("gzip", "deflate"):
@@ -588,7 +590,7 @@ class ClientBase(Generic[R]):
                       response_compression: Optional[str]) -> "_Call[AttentionResult]":
         model, params, outputs = form
         entries: List[str] = []
-        raws: List[bytes] = []
+        raws: List[memoryview] = []
         for name, a in arrays.items():
             kind = _tensors.kind_of(name)
             if kind == _tensors.FLOAT:
@@ -597,11 +599,11 @@ class ClientBase(Generic[R]):
                 dt = "FP16" if a.dtype == np.float16 else "FP32"
             else:
                 dt = "INT64" if kind == _tensors.INT else "BOOL"
-            raw = _tensors.encode(a, dt)
+            raw = _tensors.wire_bytes(a, dt)
             raws.append(raw)
             entries.append('{"name":"%s","shape":[%s],"datatype":"%s",'
                            '"parameters":{"binary_data_size":%d}}'
-                           % (name, ",".join(map(str, a.shape)), dt, len(raw)))
+                           % (name, ",".join(map(str, a.shape)), dt, raw.nbytes))
         members = []
         rid = opts.get("id")
         if isinstance(rid, str):
@@ -614,7 +616,7 @@ class ClientBase(Generic[R]):
         header = ("{" + ",".join(members) + "}").encode()
         headers = self._headers({"Inference-Header-Content-Length": str(len(header)),
                                  "Content-Type": "application/octet-stream"})
-        body = self._encoded(header + b"".join(raws), headers, request_compression,
+        body = self._encoded(Body([header] + raws), headers, request_compression,
                              response_compression)
 
         def parse(status: int, hdrs: Mapping[str, str],
@@ -645,7 +647,7 @@ class ClientBase(Generic[R]):
                     response_compression: Optional[str]) -> "_Call[Dict[str, Any]]":
         datatypes = dict(datatypes or {})
         entries: List[str] = []
-        raws: List[bytes] = []
+        raws: List[memoryview] = []
         for name, t in inputs.items():
             if isinstance(t, ShmTensor):
                 if t.shape is None or t.datatype is None:
@@ -661,9 +663,9 @@ class ClientBase(Generic[R]):
             head = '"name":%s,"shape":[%s],"datatype":%s' % (
                 _dumps(name), ",".join(map(str, a.shape)), _dumps(dt))
             if binary:
-                raw = _tensors.encode(a, dt)
+                raw = _tensors.wire_bytes(a, dt)
                 raws.append(raw)
-                entries.append('{%s,"parameters":{"binary_data_size":%d}}' % (head, len(raw)))
+                entries.append('{%s,"parameters":{"binary_data_size":%d}}' % (head, raw.nbytes))
             else:
                 entries.append('{%s,"data":[%s]}' % (head, _tensors.json_numbers(a, dt)))
 
@@ -699,8 +701,8 @@ class ClientBase(Generic[R]):
         else:
             extra["Content-Type"] = "application/json"
         headers = self._headers(extra)
-        body = self._encoded(header + b"".join(raws), headers, request_compression,
-                             response_compression)
+        body = self._encoded(Body([header] + raws) if raws else header, headers,
+                             request_compression, response_compression)
 
         def parse(status: int, hdrs: Mapping[str, str],
                   data: bytes) -> Tuple[Dict[str, Any], Dict[str, Any]]:

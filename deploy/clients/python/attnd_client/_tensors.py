@@ -386,19 +386,31 @@ def _bf16_bits(a: Array) -> Array:
     return rounded.astype("<u2")
 
 
-def encode(a: Array, datatype: str) -> bytes:
+def wire_bytes(a: Array, datatype: str) -> memoryview:
     """The little-endian bytes of a as datatype (Triton's binary tensor
-    form).  FP32, FP16 and BF16 round to nearest, ties to even; BF16 rounds
-    to float32 first.  a should have passed to_array and check_floats."""
+    form), as a flat byte view: of a itself where it holds them already (a
+    C-contiguous array of the datatype's little-endian type: no copy), else
+    of a converted copy.  FP32, FP16 and BF16 round to nearest, ties to
+    even; BF16 rounds to float32 first.  a should have passed to_array and
+    check_floats.  The view reads a while it lives: send it before a
+    changes."""
     if datatype == "BF16":
-        return _bf16_bits(a).tobytes()
-    if datatype not in WIRE_DTYPES:
-        raise ValueError("datatype %r is not one of %s" % (datatype, ", ".join(WIRE_DTYPES)))
-    if datatype == "INT32" and a.size and a.dtype.kind in "iu" and (
-            a.max() > 2 ** 31 - 1 or a.min() < -2 ** 31):
-        raise ValueError("a value does not fit INT32 (send INT64)")
-    with np.errstate(over="ignore"):
-        return np.ascontiguousarray(a, dtype=WIRE_DTYPES[datatype]).tobytes()
+        arr = _bf16_bits(a)
+    else:
+        if datatype not in WIRE_DTYPES:
+            raise ValueError("datatype %r is not one of %s"
+                             % (datatype, ", ".join(WIRE_DTYPES)))
+        if datatype == "INT32" and a.size and a.dtype.kind in "iu" and (
+                a.max() > 2 ** 31 - 1 or a.min() < -2 ** 31):
+            raise ValueError("a value does not fit INT32 (send INT64)")
+        with np.errstate(over="ignore"):
+            arr = np.ascontiguousarray(a, dtype=WIRE_DTYPES[datatype])
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+def encode(a: Array, datatype: str) -> bytes:
+    """wire_bytes(a, datatype) as bytes of their own."""
+    return wire_bytes(a, datatype).tobytes()
 
 
 def decode(data: bytes, datatype: str, shape: Sequence[int]) -> Array:

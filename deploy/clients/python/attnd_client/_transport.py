@@ -26,7 +26,7 @@ import ssl
 import threading
 import weakref
 import zlib
-from typing import Dict, Iterable, Iterator, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Iterator, Mapping, Optional, Tuple, Union
 
 from ._errors import AttndConnectionError
 
@@ -96,6 +96,25 @@ def inflate(data: bytes, coding: Optional[str]) -> bytes:
         except zlib.error:  # raw deflate, as some servers send
             return zlib.decompress(data, -zlib.MAX_WBITS)
     raise ValueError("unknown Content-Encoding %r" % coding)
+
+
+class Body:
+    """A request body as the buffers it is made of (a JSON header, then
+    tensors' bytes, often views of the caller's arrays), written one after
+    another with Content-Length their sum: the tensors are not joined into
+    one copy first."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: Iterable[Union[bytes, memoryview]]) -> None:
+        self.parts = [p if isinstance(p, memoryview) else memoryview(p) for p in parts]
+        self.size = sum(p.nbytes for p in self.parts)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def tobytes(self) -> bytes:
+        return b"".join(self.parts)
 
 
 def deflate(data: bytes, coding: str) -> bytes:
@@ -185,7 +204,7 @@ class Transport:
             return "%s %s on the Unix socket %s" % (method, path, self.unix_socket)
         return "%s %s://%s:%d%s" % (method, self.scheme, self.host, self.port, path)
 
-    def request(self, method: str, path: str, body: Optional[bytes],
+    def request(self, method: str, path: str, body: Union[bytes, Body, None],
                 headers: Mapping[str, str],
                 timeout: Optional[float] = None) -> Tuple[int, Mapping[str, str], bytes]:
         """(status, headers (lookups ignore case), body as sent); the body is
@@ -198,6 +217,12 @@ class Transport:
         what = self.describe(method, path)
         if timeout is None:
             timeout = self.timeout
+        payload: Union[bytes, Iterable[memoryview], None] = body
+        if isinstance(body, Body):
+            # http.client writes an iterable's items one by one, and with
+            # Content-Length given, as they are (no chunked coding)
+            headers = dict(headers, **{"Content-Length": str(len(body))})
+            payload = body.parts
         for attempt in (0, 1):
             conn, reused = self._connection()
             conn.timeout = timeout
@@ -213,7 +238,7 @@ class Transport:
                                            before_answer=not isinstance(e, ssl.SSLError)) from e
             try:
                 try:
-                    conn.request(method, path, body=body, headers=dict(headers))
+                    conn.request(method, path, body=payload, headers=dict(headers))
                 except (BrokenPipeError, ConnectionResetError):
                     # The server may have answered before it stopped reading
                     # (a 413 for a body over its limit): read that answer.
