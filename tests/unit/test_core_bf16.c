@@ -670,19 +670,26 @@ static void kernels_vs_float64(const char *name, attn__bf16_nt_fn *nt,
     free(a); free(b); free(c); free(c0); free(a2); free(pk);
   }
 }
+
+/* check on the AVX512-BF16 kernels and on the AMX ones, each where it
+ * can run here (else the test's skip line for it). */
+static void on_bf16_kernels(const char *test,
+                            void (*check)(const char *, attn__bf16_nt_fn *,
+                                          attn__bf16_nn_fn *)) {
+  if (!attn__use_avx512bf16())
+    support_skip(test, "avx512bf16: this CPU has no AVX512-BF16 (or "
+                 "valgrind hides it)");
+  else
+    check("avx512bf16", attn__bf16_nt_avx512, attn__bf16_nn_avx512);
+  if (amx_runs(test))
+    check("amx-bf16", attn__bf16_nt_amx, attn__bf16_nn_amx);
+}
 #endif
 
 /* The kernels alone against float64. */
 START_TEST(test_bf16_kernels_match_float64) {
 #if ATTN__HAVE_AVX2_FMA
-  if (!attn__use_avx512bf16())
-    support_skip("test_bf16_kernels_match_float64", "avx512bf16: this CPU "
-                 "has no AVX512-BF16 (or valgrind hides it)");
-  else
-    kernels_vs_float64("avx512bf16", attn__bf16_nt_avx512,
-                       attn__bf16_nn_avx512);
-  if (amx_runs("test_bf16_kernels_match_float64"))
-    kernels_vs_float64("amx-bf16", attn__bf16_nt_amx, attn__bf16_nn_amx);
+  on_bf16_kernels("test_bf16_kernels_match_float64", kernels_vs_float64);
 #else
   support_skip("test_bf16_kernels_match_float64", "not an x86-64 build");
 #endif
@@ -694,8 +701,10 @@ END_TEST
  * the kernel's own rounding of P is the contract's.  A holds ties
  * (halfway between two BF16 values, odd and even), subnormals, values
  * near 1 and negative ones. */
-static void nn_rounds_as_contract(const char *name, attn__bf16_nn_fn *nn) {
+static void nn_rounds_as_contract(const char *name, attn__bf16_nt_fn *nt,
+                                  attn__bf16_nn_fn *nn) {
   enum { M = 5, N = 40, K = 77 };
+  (void)nt;
   rng r = {7};
   float *a = rand_floats(&r, M * K, 2.0f), *ar = malloc(M * K * 4);
   float *b = rand_floats(&r, K * N, 2.0f), c0[M * N], c1[M * N];
@@ -721,13 +730,8 @@ static void nn_rounds_as_contract(const char *name, attn__bf16_nn_fn *nn) {
  * on VDPBF16PS the online path leaves that rounding to them (online.c). */
 START_TEST(test_bf16_nn_rounds_p_as_the_contract) {
 #if ATTN__HAVE_AVX2_FMA
-  if (!attn__use_avx512bf16())
-    support_skip("test_bf16_nn_rounds_p_as_the_contract", "avx512bf16: "
-                 "this CPU has no AVX512-BF16 (or valgrind hides it)");
-  else
-    nn_rounds_as_contract("avx512bf16", attn__bf16_nn_avx512);
-  if (amx_runs("test_bf16_nn_rounds_p_as_the_contract"))
-    nn_rounds_as_contract("amx-bf16", attn__bf16_nn_amx);
+  on_bf16_kernels("test_bf16_nn_rounds_p_as_the_contract",
+                  nn_rounds_as_contract);
 #else
   support_skip("test_bf16_nn_rounds_p_as_the_contract",
                "not an x86-64 build");
