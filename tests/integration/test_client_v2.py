@@ -30,6 +30,13 @@ def setUpModule():
 
 # ---- v2 ------------------------------------------------------------------------------
 
+def own_memory(a):
+    """The array whose memory a views: a itself, or its bases in turn."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
 class V2Test(Case):
     def test_v2_health_metadata_config_and_stats(self):
         meta = self.c.server_metadata()
@@ -118,6 +125,27 @@ class V2Test(Case):
                 res = self.c.infer("attention", {"query": q, "key": k, "value": v},
                                    outputs=["output"], binary=binary, datatypes={"value": dt})
                 self.assertEqual(res["output"].reshape(-1).tolist(), want, (dt, binary))
+
+    def test_binary_outputs_are_writable_and_the_largest_is_not_copied(self):
+        """The answer is read into a buffer of its own: the largest output
+        (the weights) is used where it lies, aligned; the others are copied
+        out, so that keeping one of them alone does not keep the weights."""
+        req = rand_request(37, B=1, H=2, Lq=5, Lk=7, D=8, Dv=4)
+        arrays = {n: np.asarray(req[n], np.float32) for n in ("query", "key", "value")}
+        want = self.c.infer("attention", arrays, binary=False)
+        for compression in (None, "gzip"):
+            got = self.c.infer("attention", arrays, response_compression=compression)
+            for n in ("output", "weights"):
+                a = got[n]
+                self.assertEqual(a.tolist(), want[n].tolist(), n)
+                self.assertTrue(a.flags.writeable and a.flags.aligned, n)
+            self.assertFalse(np.shares_memory(got["output"], got["weights"]))
+            # an array of its own has no buffer beneath it; uncompressed, the
+            # weights are a view of the answer's buffer
+            self.assertIsNone(own_memory(got["output"]).base)
+            self.assertEqual(own_memory(got["weights"]).base is None,
+                             compression is not None)
+            got["weights"][0, 0, 0, 0] = 7.0  # writable in place
 
     def test_numpy_arrays_with_an_empty_axis_refused_before_sending(self):
         """An empty axis of a numpy array is refused as one of nested

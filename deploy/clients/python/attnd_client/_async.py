@@ -36,7 +36,7 @@ from ._base import (DEFAULT_RETRIES, AttentionResult, ClientBase, TensorLike, _C
                     tensor_bytes)
 from ._errors import AttndConnectionError, AttndError
 from ._shm import ShmTensor
-from ._transport import IDEMPOTENT, UNIX_SNDBUF, Body, Headers
+from ._transport import IDEMPOTENT, UNIX_SNDBUF, Body, Headers, answer_buffer
 
 T = TypeVar("T")
 
@@ -133,7 +133,7 @@ class _Conn(asyncio.BufferedProtocol):
         self._status = 0
         self._hdrs: Dict[str, str] = {}
         self._keep = True
-        self._body: Optional[bytearray] = None
+        self._body: Optional[Union[bytearray, memoryview]] = None
         self._got = 0
         self._raw: Optional[bytearray] = None  # a body up to the close
         self._chunks: Optional[_Dechunker] = None
@@ -238,7 +238,7 @@ class _Conn(asyncio.BufferedProtocol):
             n = int(h["content-length"])
             if len(rest) > n:
                 self.stray = True
-            self._body = bytearray(n)
+            self._body = answer_buffer(n, h.get("inference-header-content-length"))
             self._got = min(len(rest), n)
             self._body[:self._got] = rest[:self._got]
             if self._got == n:

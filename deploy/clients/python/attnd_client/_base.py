@@ -154,44 +154,51 @@ def error_from(status: int, hdrs: Mapping[str, str], data: bytes) -> AttndError:
         if not isinstance(msg, str):
             raise TypeError
     except (ValueError, KeyError, TypeError):
-        msg = data[:300].decode("utf-8", "replace").strip() or \
+        msg = bytes(data[:300]).decode("utf-8", "replace").strip() or \
             "empty answer with status %d" % status
-    return AttndError(status, msg, _retry_after(hdrs.get("retry-after")), data)
+    return AttndError(status, msg, _retry_after(hdrs.get("retry-after")),
+                      data if isinstance(data, bytes) else bytes(data))
 
 
 def _v2_outputs(data: bytes, hdrs: Mapping[str, str],
                 places: Mapping[str, Optional[ShmTensor]]) -> Tuple[Dict[str, Any],
                                                                     Dict[str, Any]]:
-    """A v2 answer -> ({output name: array}, its JSON part)."""
+    """A v2 answer -> ({output name: array}, its JSON part).  The largest
+    binary output is used where it lies when the transport read the answer
+    into a buffer of its own (answer_buffer); the others are copied out of
+    it, so that keeping only a small output does not keep the whole answer."""
     hl = hdrs.get("inference-header-content-length")
     n = int(hl) if hl is not None else len(data)
-    res = json.loads(data[:n])  # a ValueError is ClientBase._parsed's
+    res = json.loads(bytes(data[:n]))  # a ValueError is ClientBase._parsed's
     off = n
     result: Dict[str, Any] = {}
     view = memoryview(data)
-    for out in res.get("outputs", []):
+    sizes = [(o.get("parameters") or {}).get("binary_data_size") or 0
+             for o in res.get("outputs", [])]
+    largest = sizes.index(max(sizes)) if sizes else -1
+    for i, out in enumerate(res.get("outputs", [])):
         name, dt, shape = out["name"], out["datatype"], out["shape"]
         size = (out.get("parameters") or {}).get("binary_data_size")
         if size is not None:
             chunk = view[off:off + size]
             if len(chunk) != size:
                 raise AttndError(200, "the answer ends inside binary output %r" % name,
-                                 body=data)
+                                 body=bytes(data))
             off += size
-            result[name] = _tensors.decode(chunk, dt, shape)
+            result[name] = _tensors.decode(chunk, dt, shape, in_place=i == largest)
         elif "data" in out:
             result[name] = _tensors.from_json(out["data"], dt, shape)
         else:
             place = places.get(name)
             if place is None:
-                raise AttndError(200, "output %r came without data" % name, body=data)
+                raise AttndError(200, "output %r came without data" % name, body=bytes(data))
             if place.memory is not None:
                 result[name] = place.memory.read(shape, dt, place.offset)
             else:
                 result[name] = filled(place, shape, dt)
     if off != len(data):
         raise AttndError(200, "%d unexpected bytes after the binary outputs"
-                         % (len(data) - off), body=data)
+                         % (len(data) - off), body=bytes(data))
     return result, res
 
 
@@ -299,7 +306,8 @@ class ClientBase(Generic[R]):
             raise
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             raise AttndError(status, "the answer is not attnd's (%s): %s" % (
-                e, data[:120].decode("utf-8", "replace").strip()), body=data) from e
+                e, bytes(data[:120]).decode("utf-8", "replace").strip()),
+                body=bytes(data)) from e
 
     @staticmethod
     def _inflated(status: int, hdrs: Mapping[str, str], data: bytes) -> bytes:
@@ -327,7 +335,7 @@ class ClientBase(Generic[R]):
                   ) -> "_Call[Tuple[int, Mapping[str, str], bytes]]":
         def parse(status: int, hdrs: Mapping[str, str],
                   data: bytes) -> Tuple[Tuple[int, Mapping[str, str], bytes], None]:
-            return (status, hdrs, data), None
+            return (status, hdrs, bytes(data)), None
         return _Call(method, path, body, self._headers(headers), False, parse)
 
     def _get_call(self, path: str, text: bool = False) -> "_Call[Any]":

@@ -413,9 +413,12 @@ def encode(a: Array, datatype: str) -> bytes:
     return wire_bytes(a, datatype).tobytes()
 
 
-def decode(data: bytes, datatype: str, shape: Sequence[int]) -> Array:
-    """A binary tensor -> a new, writable numpy array of the datatype's
-    result dtype (BF16 -> float32)."""
+def decode(data: Any, datatype: str, shape: Sequence[int],
+           in_place: bool = False) -> Array:
+    """A binary tensor (bytes, or a buffer) -> a new, writable numpy array of
+    the datatype's result dtype (BF16 -> float32).  in_place: where data is
+    a writable buffer nothing else uses, aligned for the dtype and already
+    of it, the array is data itself (no copy); else a copy."""
     if datatype not in WIRE_DTYPES:
         raise ValueError("datatype %r is not one of %s" % (datatype, ", ".join(WIRE_DTYPES)))
     if len(data) != ELEMENT_SIZE[datatype] * int(np.prod(shape, dtype=np.int64)):
@@ -424,8 +427,11 @@ def decode(data: bytes, datatype: str, shape: Sequence[int]) -> Array:
     if datatype == "BF16":
         high = np.frombuffer(data, "<u2").astype(np.uint32) << 16
         return high.view(np.float32).reshape(shape)
-    return np.frombuffer(data, WIRE_DTYPES[datatype]).astype(
-        RESULT_DTYPES[datatype]).reshape(shape)
+    a = np.frombuffer(data, WIRE_DTYPES[datatype])
+    if not (in_place and a.flags.writeable and a.flags.aligned and
+            a.dtype == RESULT_DTYPES[datatype]):
+        a = a.astype(RESULT_DTYPES[datatype])
+    return a.reshape(shape)
 
 
 def from_json(data: Any, datatype: str, shape: Sequence[int]) -> Array:

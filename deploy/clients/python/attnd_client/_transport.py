@@ -28,6 +28,8 @@ import weakref
 import zlib
 from typing import Dict, Iterable, Iterator, Mapping, Optional, Tuple, Union
 
+import numpy as np
+
 from ._errors import AttndConnectionError
 
 # The failures of a reused connection that the server closed: it never read
@@ -96,6 +98,39 @@ def inflate(data: bytes, coding: Optional[str]) -> bytes:
         except zlib.error:  # raw deflate, as some servers send
             return zlib.decompress(data, -zlib.MAX_WBITS)
     raise ValueError("unknown Content-Encoding %r" % coding)
+
+
+def answer_buffer(n: int, header_length: Optional[str]) -> Union[bytearray, memoryview]:
+    """A writable buffer of n bytes for an answer's body: a bytearray, or
+    for a v2 answer with binary outputs (header_length: its
+    Inference-Header-Content-Length) a memoryview whose bytes after the JSON
+    header start 64-byte aligned, so that an output can be used where it
+    lies (_tensors.decode)."""
+    try:
+        h = int(header_length) if header_length is not None else -1
+    except ValueError:
+        h = -1
+    if not 0 <= h <= n:
+        return bytearray(n)
+    raw = np.empty(n + 64, np.uint8)
+    pad = -(raw.ctypes.data + h) % 64
+    return memoryview(raw)[pad:pad + n]
+
+
+def _read_body(resp: http.client.HTTPResponse) -> Union[bytes, memoryview]:
+    """The answer's body: a v2 answer with binary outputs, of known length
+    and not compressed, into answer_buffer; any other as bytes."""
+    n, hl = resp.length, resp.getheader("Inference-Header-Content-Length")
+    if n is None or hl is None or resp.getheader("Content-Encoding") not in (None, "identity"):
+        return resp.read()
+    buf = answer_buffer(n, hl)
+    got = 0
+    while got < n:
+        k = resp.readinto(buf[got:])
+        if not k:
+            raise http.client.IncompleteRead(bytes(buf[:got]), n - got)
+        got += k
+    return buf
 
 
 class Body:
@@ -261,7 +296,7 @@ class Transport:
                 conn.close()
                 raise
             try:
-                data = resp.read()
+                data = _read_body(resp)
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 raise AttndConnectionError("%s: the answer broke off: %s" % (what, e)) from e
