@@ -305,10 +305,14 @@ class _Conn(asyncio.BufferedProtocol):
         if self.closed or t.is_closing():
             # closed between the pool's check and now: nothing was sent
             raise _Closed("the server closed the connection", sent=False)
-        t.write(head)  # type: ignore[attr-defined]
-        for part in body.parts if isinstance(body, Body) else (body,):
-            if part:
-                t.write(part)  # type: ignore[attr-defined]
+        # One write of the whole request: what goes out in one system call
+        # cannot meet halfway the reset of a server that answered before
+        # reading it (a 429 at accept, then its close): a second write
+        # would fail on that reset, and asyncio would close the connection
+        # with the answer unread.  writelines sends the buffers as they are
+        # where the transport can (sendmsg), else joined.
+        parts = body.parts if isinstance(body, Body) else [body] if body else []
+        t.writelines([head, *parts])  # type: ignore[attr-defined]
         if not self._writable.is_set():
             # the answer may come before the server has read everything
             # (a 413): wait for either
