@@ -238,8 +238,8 @@ static double max_value(const attn_problem *p, size_t nv) {
 }
 
 /* BF16 mode returns the probabilities rounded to BF16 (docs/api.md), each
- * within 2^-9 of itself: a row sums to 1 within 2^-9, and its entropy,
- * -sum w ln w, may pass ln k by up to about 2^-9 (ln k + 1). */
+ * within u = 2^-8 of itself relatively: a row sums to 1 within about u,
+ * and its entropy, -sum w ln w, may pass ln k by up to about u (ln k + 1). */
 static float bf16_slack(const attn_problem *p, int k) {
   if (p->precision != ATTN_PRECISION_BF16) return 0.0f;
   return 0x1p-8f * (logf((float)(k > 1 ? k : 1)) + 1.0f);
