@@ -12,7 +12,11 @@
  * word holds the pair k = 2p, 2p + 1), and B as [k / 2][columns] words,
  * each word the pair (B[2p][c], B[2p + 1][c]): NT packs 64 keys at a
  * time (a 16 x 16 transpose of words), NN a block of up to ATTN__KBLOCK
- * value rows (an interleave of two rows).  The tile then is gemm.c's:
+ * value rows (an interleave of two rows); the _kept kernels read a
+ * head's panels and value pairs packed once for all its tasks a thread
+ * runs, repacking one only when a block needs more of its keys.  NN's A
+ * is P, probabilities, converted without saturation (p_to_pairs).  The
+ * tile then is gemm.c's:
  * up to 6 rows by 64 columns or 12 by 32 in 24 accumulators; per pair
  * it loads up to four vectors of B, broadcasts one word of A per row and
  * issues one VDPBF16PS per accumulator (tile_avx512.h holds what the two
@@ -23,7 +27,8 @@
  * VDPBF16PS ignores the MXCSR: it treats BF16 subnormals as 0, flushes
  * subnormal results to 0 and rounds to nearest even; bf16.c's portable
  * rounding treats subnormals the same way.  No globals, no allocation:
- * the pair buffers live in the task's scratch (attn__scratch.b16a, b16b).
+ * the pair buffers live in the task's scratch (attn__scratch.b16a, b16b,
+ * and the kept operands at kpanels).
  */
 #include "attn_impl.h"
 
