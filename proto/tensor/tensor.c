@@ -391,17 +391,6 @@ static const char *skip_ws(const char *p, const char *end) {
   return p;
 }
 
-/* 1 when [p, q) is at most 15 digits and nothing else: a whole number
- * below 2^53, so its double is exactly it and needs no comparison. */
-static int plain_int(const char *p, const char *q) {
-  if (q - p > 15)
-    return 0;
-  for (; p < q; p++)
-    if (*p < '0' || *p > '9')
-      return 0;
-  return 1;
-}
-
 /* One element of a leaf into dst[pos], by kind, with the cJSON path's
  * checks on the double it would have read.  Returns the end of the token,
  * or NULL when the element is not accepted. */
@@ -425,13 +414,13 @@ static const char *leaf_elem(fill_ctx *f, const char *p, const char *end) {
   switch (f->kind) {
   case PROTO__KIND_LEN: /* whole in the decimal too, as put_len */
     if (x != floor(x) || x < 0 || x > (double)f->hi ||
-        (!plain_int(p, q) && proto__num_cmp(p, q, x) != 0))
+        proto__num_cmp(p, q, x) != 0)
       return NULL;
     ((int32_t *)f->dst)[f->pos++] = (int32_t)x;
     return q;
   case PROTO__KIND_BOOL:
     /* 0 and 1 as written, as put_bool */
-    if ((x != 0 && x != 1) || (!plain_int(p, q) && proto__num_cmp(p, q, x)))
+    if ((x != 0 && x != 1) || proto__num_cmp(p, q, x) != 0)
       return NULL;
     ((uint8_t *)f->dst)[f->pos++] = x == 1;
     return q;

@@ -129,13 +129,31 @@ static const char *token_shape(const char *p, const char *q, long long *e) {
   return first;
 }
 
+/* A token of at most 15 digits and nothing else (no sign, '.' or
+ * exponent) is a whole number below 2^53: its double is exactly it, so
+ * comparing doubles is exact.  1 and the value in *v, or 0. */
+static int plain_digits(const char *p, const char *q, double *v) {
+  uint64_t n = 0;
+  if (q - p > 15)
+    return 0;
+  for (; p < q; p++) {
+    if (*p < '0' || *p > '9')
+      return 0;
+    n = n * 10 + (uint64_t)(*p - '0');
+  }
+  *v = (double)n;
+  return 1;
+}
+
 int proto__num_cmp(const char *p, const char *q, double x) {
   char d[DIGITS];
   long long e, ex;
-  double a = fabs(x);
-  const char *s = token_shape(p, q, &e);
+  double a = fabs(x), v;
   if (!isfinite(a))
     return -1;
+  if (plain_digits(p, q, &v)) /* the common case: lengths, 0 and 1 */
+    return (v > a) - (v < a);
+  const char *s = token_shape(p, q, &e);
   if (!s || a == 0)
     return (s != NULL) - (a != 0);
   int nd = exact_digits(a, d, &ex), i = 0;
