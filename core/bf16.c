@@ -69,10 +69,15 @@ static void round_rows(const attn_problem *p, const void *src, size_t ld,
 }
 
 #if ATTN__HAVE_AVX2_FMA
-/* The VDPBF16PS kernels' kept operands: a head's K panels, then its V
- * pairs (attn__kept_bytes). */
+/* The VDPBF16PS kernels' kept operands (attn__kept_bytes): a head's K
+ * panels, then its V pairs; the ready counts in the same order. */
 static uint32_t *kept_k(char *scratch, const attn__scratch *lay) {
   return (uint32_t *)(scratch + lay->kpanels);
+}
+static uint32_t *kept_v(const attn_problem *p, char *scratch,
+                        const attn__scratch *lay) {
+  return kept_k(scratch, lay) +
+         (size_t)lay->kpanel_count * 64 * attn__bf16_pairs(p->D);
 }
 #endif
 
@@ -148,9 +153,7 @@ void attn__bf16_pv(const attn_problem *p, const attn__task *t, float *s,
                               at(p, p->v, p->v16, v0), p->dtype,
                               (size_t)p->Dv, j0, beta, o, p->Dv,
                               (uint32_t *)(scratch + lay->b16a),
-                              kept_k(scratch, lay) +
-                                  (size_t)lay->kpanel_count * 64 *
-                                      attn__bf16_pairs(p->D),
+                              kept_v(p, scratch, lay),
                               attn__kept_ready(p, t, scratch, lay) +
                                   lay->kpanel_count);
     return;
