@@ -366,19 +366,29 @@ START_TEST(test_online_path_skips_key_blocks_the_mask_forbids) {
 END_TEST
 
 /* Without weights the scratch does not grow with Lk past one key block
- * but for a head's kept K panels, which stop at ATTN__KPANEL_BYTES: no
- * (Lq, Lk) matrix exists anywhere. */
+ * but for a head's kept operands (K panels; on VDPBF16PS also V pairs),
+ * which stop at ATTN__KPANEL_BYTES: no (Lq, Lk) matrix exists anywhere.
+ * In float32 and in BF16 mode, whichever kernels this CPU picks for it. */
 START_TEST(test_online_scratch_does_not_grow_with_lk) {
   shape s = {1, 1, 1, 4096, 300, 64, 64};
   tcase c;
   make_unit_case(&c, &s, 0, 1);
+  c.p.precision = _i ? ATTN_PRECISION_BF16 : ATTN_PRECISION_FP32;
   size_t a = attn_scratch_bytes(&c.p, 0);
   c.p.Lk = 1 << 20;
   size_t b = attn_scratch_bytes(&c.p, 0);
   c.p.Lk = 1 << 22;
   ck_assert_uint_eq(attn_scratch_bytes(&c.p, 0), b);
-  c.p.Lk = 1 << 20;
   ck_assert_uint_le(a, b + ATTN__KPANEL_BYTES + 4096);
+  /* around the most keys a head keeps at D = 64 (4 MiB: 16384 x 64 x 4 B
+   * of K, or on VDPBF16PS 16384 x 64 x 2 B each of K and V) and past it */
+  for (int lk = 1024; lk <= 1 << 17; lk *= 2)
+    for (int d = -1; d <= 1; d++) {
+      c.p.Lk = lk + d;
+      ck_assert_uint_le(attn_scratch_bytes(&c.p, 0),
+                        b + ATTN__KPANEL_BYTES + 4096);
+    }
+  c.p.Lk = 1 << 20;
   ck_assert_uint_lt(b, (size_t)ATTN__QBLOCK * 1024 * 4 * 4);
   ck_assert_uint_gt(attn_scratch_bytes(&c.p, 1), (size_t)c.p.Lk * 4);
   c.p.Lk = 300;
@@ -566,7 +576,7 @@ static Suite *core_suite(void) {
   tcase_set_timeout(edge, 60);
   tcase_add_test(edge, test_online_path_never_reads_keys_beyond_valid_lens);
   tcase_add_test(edge, test_online_path_skips_key_blocks_the_mask_forbids);
-  tcase_add_test(edge, test_online_scratch_does_not_grow_with_lk);
+  tcase_add_loop_test(edge, test_online_scratch_does_not_grow_with_lk, 0, 2);
   suite_add_tcase(s, edge);
 
   TCase *api = tcase_create("diagnostics");
