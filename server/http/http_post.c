@@ -15,7 +15,8 @@
  * only the MHD thread touches r.  The watch thread may set the
  * job's cancel word at any time before that (an atomic).  A job run
  * here (batcher_run_here) is watched too, from before it starts until
- * it returns, while this thread is inside MHD's callback.  The
+ * it returns, while this thread is inside MHD's callback, unless it is
+ * brief (BATCHER_HERE_BRIEF), which is not watched at all.  The
  * suspend comes before the submit, and a suspended request cannot
  * complete, so r outlives its job (the states and why: the DESIGN
  * comment of http.c).  h->quiesced is an atomic the controlling thread
@@ -285,6 +286,7 @@ static int http_post_hold_bytes(struct http_req *r, char *msg, size_t cap) {
 enum MHD_Result http_post_end(struct http_req *r) {
   struct http *h = r->h;
   char err[PROTO_ERR_MAX], msg[384];
+  enum batcher_here here;
   uint64_t t0;
   int rc;
 
@@ -337,13 +339,18 @@ enum MHD_Result http_post_end(struct http_req *r) {
     r->job.finish = http_job_finish;
   if (r->job.req.n_shared)
     r->job.guarded = shm_http_guarded;
-  /* Watched from here, whether it runs on this thread or is queued. */
-  http_watch(r);
   /* h->posts counts this POST and every other one from its first byte to
    * its completion: 1 means none is being received, queued or computing
    * besides it (GETs, answered at once, do not count: a client's
    * /metrics answered just before would otherwise). */
-  if (batcher_run_here(h->b, &r->job, atomic_load(&h->posts) == 1)) {
+  here = batcher_take_here(h->b, &r->job, atomic_load(&h->posts) == 1);
+  /* Watched from here, whether it runs on this thread or is queued, but
+   * for a brief job: watching would cost it more than stopping it early
+   * could save (BATCHER_BRIEF_NS). */
+  if (here != BATCHER_HERE_BRIEF)
+    http_watch(r);
+  if (here != BATCHER_QUEUE) {
+    batcher_run_here(h->b, &r->job, here);
     watch_remove(h->watch, r->watch);  /* before MHD may close the fd */
     r->watch = 0;
     http_limits_job_done(r);

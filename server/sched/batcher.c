@@ -9,7 +9,7 @@
  * Threads and what they own:
  * - Producers (MHD threads) call batcher_reserve/batcher_submit.  They
  *   touch only the fields under b->mu, then call uv_async_send.  A
- *   producer may instead run a reserved job itself (batcher_run_here,
+ *   producer may instead run a reserved job itself (batcher_take_here,
  *   the inline path): a cheap one always, a costlier one only when it
  *   is the one request in flight, in a vacant worker place it holds.  It
  *   calls exec_job as a worker does, on its own thread and scratch,
@@ -86,6 +86,7 @@
  */
 #include "server/sched/batcher.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -764,25 +765,28 @@ static void batcher_job_reset(struct batcher_job *job) {
   job->started_ns = job->finished_ns = job->computed_ns = 0;
 }
 
-/* May a job expected to take ns nanoseconds (work_ns) run on the caller's
- * thread?  1 when
- * it is cheap; 2 when it took an idle worker's place, to be given back
- * with batcher_give_back; 0 when it must be queued.  On 1 and 2 the job
- * is no longer queued.  A place is borrowed only while this is the one
+/* A place is borrowed (BATCHER_HERE_IDLE) only while this is the one
  * request in flight (alone, and no other job reserved): with others being
  * received, queued or computing, batching them together on the workers
  * serves many connections better than holding an HTTP thread, whose
- * other connections would wait. */
-static int batcher_take_here(struct batcher *b, struct batcher_job *job,
-                             double ns, int alone) {
-  int took = 0;
+ * other connections would wait.  On any other answer than BATCHER_QUEUE
+ * the job is no longer queued. */
+enum batcher_here batcher_take_here(struct batcher *b, struct batcher_job *job,
+                                    int alone) {
+  enum batcher_here took = BATCHER_QUEUE;
+  double ns;
+  /* With a batching delay the operator asked for batches, and with
+   * inline_ns 0 for every request queued. */
+  if (b->cfg.max_delay_us > 0 || b->cfg.inline_ns == 0)
+    return BATCHER_QUEUE;
+  ns = work_ns(&job->req, job->cost_flops);
   pthread_mutex_lock(&b->mu);
   if (ns <= (double)b->cfg.inline_ns)
-    took = 1;
+    took = ns <= BATCHER_BRIEF_NS ? BATCHER_HERE_BRIEF : BATCHER_HERE_CHEAP;
   else if (alone && ns <= (double)b->cfg.inline_idle_ns &&
            b->outstanding == 1 && batcher_occupy(b))
-    took = 2;
-  if (took) {
+    took = BATCHER_HERE_IDLE;
+  if (took != BATCHER_QUEUE) {
     b->queued--;
     batcher_link(b, job);
   }
@@ -802,31 +806,24 @@ static void batcher_give_back(struct batcher *b) {
     uv_async_send(&b->async);
 }
 
-/* The inline path: the inline-or-queue decision is its first test; the
- * rest is what a worker does for a batch of one, around the same exec_job,
- * without the hand-offs. */
-int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone) {
-  int took, err;
-  /* With a batching delay the operator asked for batches, and with
-   * inline_ns 0 for every request queued. */
-  if (b->cfg.max_delay_us > 0 || b->cfg.inline_ns == 0)
-    return 0;
-  took = batcher_take_here(b, job, work_ns(&job->req, job->cost_flops),
-                           alone);
-  if (!took)
-    return 0;
+/* The inline path: what a worker does for a batch of one, around the
+ * same exec_job, without the hand-offs. */
+void batcher_run_here(struct batcher *b, struct batcher_job *job,
+                      enum batcher_here took) {
+  int err;
+  assert(took != BATCHER_QUEUE);
   batcher_job_reset(job);
   metrics_add_queue_depth(b->ex.m, -1);
   metrics_record_batch(b->ex.m, 1);
-  metrics_record_inline(b->ex.m, took == 2 ? METRICS_INLINE_IDLE
-                                           : METRICS_INLINE_CHEAP);
+  metrics_record_inline(b->ex.m, took == BATCHER_HERE_IDLE
+                                     ? METRICS_INLINE_IDLE
+                                     : METRICS_INLINE_CHEAP);
   err = exec_job(&b->ex, job, NULL, 1);
   batcher_unlist(b, job);
   batcher_settle(b, job, err, 0);
-  if (took == 2)
+  if (took == BATCHER_HERE_IDLE)
     batcher_give_back(b);
   batcher_done(b);
-  return 1;
 }
 
 void batcher_submit(struct batcher *b, struct batcher_job *job) {

@@ -175,21 +175,44 @@ size_t batcher_bytes_in_use(struct batcher *b);
 /* Queues a reserved job; see the top of this file. */
 void batcher_submit(struct batcher *b, struct batcher_job *job);
 
-/* Instead of batcher_submit, for a reserved job: runs it on the calling
- * thread, now, when that is cheaper than the hand-offs to the loop thread,
- * a worker and back (four wake-ups).  It does when its expected time
- * (work_ns, work.h) is below cfg.inline_ns; or below cfg.inline_idle_ns when `alone` (the
+/* Where a reserved job runs (batcher_take_here). */
+enum batcher_here {
+  BATCHER_QUEUE = 0,        /* on a worker: batcher_submit it */
+  BATCHER_HERE_BRIEF = 1,   /* here, cheap and expected within
+                               BATCHER_BRIEF_NS */
+  BATCHER_HERE_CHEAP = 2,   /* here, expected within cfg.inline_ns */
+  BATCHER_HERE_IDLE = 3     /* here, alone, in a vacant worker place */
+};
+
+/* What a job that runs here for BATCHER_HERE_BRIEF is expected to take at
+ * most: the default of --inline-us.  Such a job is over within about the
+ * time it takes to notice that its client left, so the HTTP layer does
+ * not watch it (http_post.c). */
+#define BATCHER_BRIEF_NS 100000.0
+
+/* Instead of batcher_submit, for a reserved job: may it run on the calling
+ * thread, now, because that is cheaper than the hand-offs to the loop
+ * thread, a worker and back (four wake-ups)?  It may when its expected
+ * time (work_ns, work.h) is below cfg.inline_ns (BATCHER_HERE_BRIEF or
+ * BATCHER_HERE_CHEAP); or below cfg.inline_idle_ns when `alone` (the
  * caller knows of no other request in progress: none being received,
  * queued or computing), no other reserved job is outstanding and a worker
- * place is vacant, which it holds while it runs (so that no more than
- * `workers` jobs compute at once).  Returns 0, doing nothing, otherwise
- * (and always when inline_ns is 0 or max_delay_us > 0): then
- * batcher_submit it.  Returns 1 when it ran: job->err and the response
- * fields are set as done() would see them, job->req is released and the
- * reservation given back but job->answer_bytes, which the caller gives
- * back as a done() would; done() is NOT called.  It counts as a batch of
- * one in the metrics. */
-int batcher_run_here(struct batcher *b, struct batcher_job *job, int alone);
+ * place is vacant, which it then holds until batcher_run_here returns (so
+ * that no more than `workers` jobs compute at once: BATCHER_HERE_IDLE).
+ * Otherwise (and always when inline_ns is 0 or max_delay_us > 0) it
+ * returns BATCHER_QUEUE, doing nothing: then batcher_submit it.  A job it
+ * took must go to batcher_run_here at once, with what it returned. */
+enum batcher_here batcher_take_here(struct batcher *b, struct batcher_job *job,
+                                    int alone);
+
+/* Runs a job batcher_take_here took (took, what it returned) on the
+ * calling thread.  Afterwards job->err and the response fields are set as
+ * done() would see them, job->req is released and the reservation given
+ * back but job->answer_bytes, which the caller gives back as a done()
+ * would; done() is NOT called.  It counts as a batch of one in the
+ * metrics. */
+void batcher_run_here(struct batcher *b, struct batcher_job *job,
+                      enum batcher_here took);
 
 /* Refuses every later reservation with ATTND_EDRAINING and flushes
  * waiting batches without their delay.  Queued jobs still run. */

@@ -173,12 +173,21 @@ static void finish(struct batcher *b, struct metrics *m, struct tjob *t, int n) 
     free(t[i].body);
 }
 
-/* Reserves t's job, checks that batcher_run_here leaves it to the queue,
+/* Reserves t's job, checks that batcher_take_here leaves it to the queue,
  * and submits it. */
 static void run_here_refused(struct batcher *b, struct tjob *t, int alone) {
   ck_assert_int_eq(batcher_reserve(b, t->job.hold_bytes), 0);
-  ck_assert_int_eq(batcher_run_here(b, &t->job, alone), 0);
+  ck_assert_int_eq(batcher_take_here(b, &t->job, alone), BATCHER_QUEUE);
   batcher_submit(b, &t->job);
+}
+
+/* Reserves t's job, checks that batcher_take_here gives it to the caller
+ * as want, and runs it here. */
+static void run_here_taken(struct batcher *b, struct tjob *t, int alone,
+                           enum batcher_here want) {
+  ck_assert_int_eq(batcher_reserve(b, t->job.hold_bytes), 0);
+  ck_assert_int_eq(batcher_take_here(b, &t->job, alone), want);
+  batcher_run_here(b, &t->job, want);
 }
 
 /* Waits for the n-th done() and checks t was answered with want. */
@@ -222,8 +231,7 @@ START_TEST(test_cheap_job_runs_on_the_calling_thread) {
   char *want = expected_body(SHAPE_A);
   b = start_cfg(&cfg, &m);
   decode(&t[0], SHAPE_A);
-  ck_assert_int_eq(batcher_reserve(b, t[0].job.hold_bytes), 0);
-  ck_assert_int_eq(batcher_run_here(b, &t[0].job, 0), 1);
+  run_here_taken(b, &t[0], 0, BATCHER_HERE_BRIEF);
   ck_assert_int_eq(t[0].job.err, 0);
   ck_assert_int_eq(t[0].job.batch_size, 1);
   ck_assert_str_eq(t[0].job.body, want);
@@ -243,6 +251,34 @@ START_TEST(test_cheap_job_runs_on_the_calling_thread) {
   decode(&t[1], SHAPE_A);
   run_here_refused(b, &t[1], 1);
   expect_answered(1, &t[1], want);
+  free(want);
+  finish(b, m, t, 2);
+}
+END_TEST
+
+/* Of the jobs that run here for being cheaper than inline_ns, those
+ * expected within BATCHER_BRIEF_NS are told apart as brief (the HTTP layer
+ * does not watch them); a dearer cheap one is not, and both answer as a
+ * worker would.  The estimate is the job's cost_flops, raised here past
+ * the brief bound on the same shape. */
+START_TEST(test_only_jobs_within_the_brief_bound_are_brief) {
+  struct metrics *m;
+  struct batcher_config cfg = {1, 4, 0, 64, 1 << 20, 1000000000};
+  struct batcher *b = start_cfg(&cfg, &m);
+  struct tjob t[2];
+  char *want = expected_body(SHAPE_A);
+  decode(&t[0], SHAPE_A);
+  decode(&t[1], SHAPE_A);
+  t[1].job.cost_flops = 2 * BATCHER_BRIEF_NS * WORK_FLOPS_PER_NS;
+  run_here_taken(b, &t[0], 0, BATCHER_HERE_BRIEF);
+  run_here_taken(b, &t[1], 0, BATCHER_HERE_CHEAP);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(t[i].job.err, 0);
+    ck_assert_str_eq(t[i].job.body, want);
+    t[i].body = t[i].job.body;
+    t[i].answer = t[i].job.answer_bytes;
+  }
+  ck_assert_int_eq(n_done, 0);
   free(want);
   finish(b, m, t, 2);
 }
@@ -269,8 +305,7 @@ START_TEST(test_dearer_job_runs_here_only_as_the_one_in_flight) {
   expect_answered(1, &t[0], want);
   for (i = 0; i < 10000 && batcher_outstanding(b) > 0; i++)
     usleep(1000);  /* t[0] leaves the count just after its done() */
-  ck_assert_int_eq(batcher_reserve(b, t[1].job.hold_bytes), 0);
-  ck_assert_int_eq(batcher_run_here(b, &t[1].job, 1), 1);
+  run_here_taken(b, &t[1], 1, BATCHER_HERE_IDLE);
   ck_assert_int_eq(t[1].job.err, 0);
   ck_assert_str_eq(t[1].job.body, want);
   t[1].body = t[1].job.body;
@@ -779,6 +814,7 @@ static Suite *batcher_suite(void) {
   tcase_add_test(tc, test_a_queued_job_gives_its_place_back_before_done);
   tcase_add_test(tc, test_a_computed_job_keeps_only_its_answer_held_at_done);
   tcase_add_test(tc, test_cheap_job_runs_on_the_calling_thread);
+  tcase_add_test(tc, test_only_jobs_within_the_brief_bound_are_brief);
   tcase_add_loop_test(tc, test_dearer_job_runs_here_only_as_the_one_in_flight, 0, 2);
   suite_add_tcase(s, tc);
   return s;
