@@ -467,6 +467,44 @@ class AsyncHealthTest(OnAsyncio, HealthTest):
         c.close()
 
 
+    def test_aclose_closes_the_connections_of_calls_still_running(self):
+        """A call in flight when aclose() runs ends normally, and its
+        connection is closed then, not put back in the pool."""
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(4)
+        self.addCleanup(lsock.close)
+        got, go, ended = threading.Event(), threading.Event(), threading.Event()
+
+        def serve():
+            conn, _ = lsock.accept()
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(4096)
+                got.set()
+                go.wait(30)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                try:
+                    while conn.recv(4096):
+                        pass
+                except OSError:
+                    pass
+            ended.set()
+        threading.Thread(target=serve, daemon=True).start()
+        ac = tc.attnd_client.AsyncAttndClient("127.0.0.1:%d" % lsock.getsockname()[1])
+
+        async def main():
+            task = asyncio.ensure_future(ac.ready())
+            while not got.is_set():
+                await asyncio.sleep(0.01)
+            await ac.aclose()
+            go.set()
+            self.assertTrue(await task)
+            self.assertEqual(ac._transport._idle, [])
+        self.loop.run_until_complete(asyncio.wait_for(main(), 60))
+        self.assertTrue(ended.wait(10), "the connection stayed open after aclose()")
+
     def test_large_tensors_are_encoded_and_decoded_off_the_loop(self):
         """Over OFFLOAD_BYTES, building the request and reading the answer
         run in the executor's threads; small ones on the loop's."""

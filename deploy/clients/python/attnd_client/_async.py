@@ -118,6 +118,7 @@ class _Conn(asyncio.BufferedProtocol):
         self.sock: Optional[socket.socket] = None  # the socket under transport
         self.closed = False
         self.stray = False
+        self.epoch = 0  # the pool's epoch it was opened in (AsyncTransport.close)
         # bytes a new connection got before its first request: an answer
         # the server sends at once (attnd's 429 over --max-conns-per-ip)
         self._early = bytearray()
@@ -384,6 +385,8 @@ class AsyncTransport:
         self.host_header = name if port == (443 if scheme == "https" else 80) else \
             "%s:%d" % (name, port)
         self._idle: List[_Conn] = []
+        # bumped by close: a connection opened before goes back to no pool
+        self._epoch = 0
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self.max_connections = max_connections
         # the connections in use, counted on self._loop
@@ -409,7 +412,7 @@ class AsyncTransport:
         return None
 
     def _give(self, c: _Conn) -> None:
-        if len(self._idle) < POOL_SIZE and c.reusable():
+        if c.epoch == self._epoch and len(self._idle) < POOL_SIZE and c.reusable():
             self._idle.append(c)
         else:
             c.abort()
@@ -442,6 +445,7 @@ class AsyncTransport:
                 s.close()
                 raise
         conn.sock = s
+        conn.epoch = self._epoch
         return conn
 
     async def _tcp_socket(self, loop: asyncio.AbstractEventLoop) -> socket.socket:
@@ -524,7 +528,9 @@ class AsyncTransport:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        """Aborts every idle connection."""
+        """Aborts every idle connection; those in use are closed when their
+        exchange ends, not pooled."""
+        self._epoch += 1
         idle, self._idle = self._idle, []
         for c in idle:
             c.abort()
@@ -573,7 +579,8 @@ class AsyncAttndClient(ClientBase["Awaitable[AttentionResult]"]):
         return "%s %s://%s:%d%s" % (method, self._scheme, self._host, self._port, path)
 
     async def aclose(self) -> None:
-        """Closes the client's idle connections (a later call opens new ones)."""
+        """Closes the client's connections: the idle ones now, those in use
+        when their calls end (a later call opens new ones)."""
         self._transport.close()
 
     async def __aenter__(self) -> "AsyncAttndClient":
