@@ -267,6 +267,25 @@ class RetryTest(Case):
             c.close()
             self.assertEqual(srv.stop(), 0)
 
+    def test_waits_are_spread_out_after_the_same_retry_after(self):
+        """Clients turned away with the same Retry-After (attnd sends 1)
+        wait no less than it and at most a quarter more, not all alike;
+        the backoff without one spreads over half to all of it.  (The
+        policy is the base class's, the same for both clients.)"""
+        c = tc.attnd_client.AttndClient(self.proxy.url, backoff=0.1, max_backoff=10)
+        call = c._probe_call("/readyz")
+        busy = tc.attnd_client.AttndError(503, "busy", 1.0)
+        waits = [c._retry_wait(call, busy, 1, 2, None) for _ in range(200)]
+        self.assertGreaterEqual(min(waits), 1.0)
+        self.assertLessEqual(max(waits), 1.25)
+        self.assertGreater(max(waits) - min(waits), 0.1)
+        gone = tc.attnd_client.AttndConnectionError("reset", before_answer=True)
+        waits = [c._retry_wait(call, gone, 2, 2, None) for _ in range(200)]
+        self.assertGreaterEqual(min(waits), 0.1)
+        self.assertLessEqual(max(waits), 0.2)
+        self.assertGreater(max(waits) - min(waits), 0.05)
+        c.close()
+
     def test_tries_run_out_and_the_error_says_how_many(self):
         self.proxy.reject = 100
         for retries, tries in ((2, 3), (0, 1), (4, 5)):

@@ -282,7 +282,9 @@ class ClientBase(Generic[R]):
         if not call.retry or tries > retries:
             return None
         if e.status in (429, 503) and e.retry_after is not None:
-            wait = max(e.retry_after, 0.0)
+            # no sooner than asked, and up to a quarter later: attnd asks
+            # every client it turns away for the same second
+            wait = max(e.retry_after, 0.0) * (1.0 + 0.25 * random.random())
         elif e.status in (429, 503) or \
                 (isinstance(e, AttndConnectionError) and e.before_answer):
             # exponential, with jitter so that many clients spread out
