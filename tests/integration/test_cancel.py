@@ -334,6 +334,35 @@ class InlineCancelTest(Cases, harness.ServerTestCase):
                                          10 * SLOW), "the request did not run inline")
 
 
+class CheapInlineDeadlineTest(harness.ServerTestCase):
+    """A request counted cheap by an --inline-us raised far above its
+    default, run on its HTTP thread, is watched however long it runs (only
+    requests expected within 100 us, BATCHER_BRIEF_NS, run unwatched): its
+    deadline passing mid-compute stops it with a 504 then, not after."""
+    server_args = ("--workers", "1", "--inline-us", "1000000", "--inline-idle-us", "0",
+                   "--max-request-gflop", "0", "--max-body-mb", "8")
+
+    def test_a_deadline_stops_a_long_cheap_request_run_inline(self):
+        # (1, 1, 24000, 1): estimated under a second, so cheap here, and
+        # hundreds of milliseconds of compute, past its 100 ms timeout
+        cheap = 'attnd_inline_requests_total{reason="cheap"}'
+        before = self.srv.metric(cheap)
+        late = cancelled(self.srv, "deadline")
+        s = socket.create_connection((self.srv.host, self.srv.port), timeout=60 * SLOW)
+        try:
+            s.sendall(long_request(24000, {"timeout": 100000}))
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, "closed without an answer")
+                answer += chunk
+        finally:
+            s.close()
+        self.assertTrue(answer.startswith(b"HTTP/1.1 504 "), answer[:200])
+        self.assertEqual(self.srv.metric(cheap), before + 1, "the request did not run inline")
+        self.assertEqual(cancelled(self.srv, "deadline"), late + 1)
+
+
 class DiagnosticsCancelTest(harness.ServerTestCase):
     """A request with diagnostics (the weights path, then the diagnostics,
     then the encoding) whose client leaves mid-compute stops.  Additive
