@@ -185,9 +185,9 @@ enum batcher_here {
 };
 
 /* What a job that runs here for BATCHER_HERE_BRIEF is expected to take at
- * most: the default of --inline-us.  Such a job is over within about the
- * time it takes to notice that its client left, so the HTTP layer does
- * not watch it (http_post.c). */
+ * most: the default of --inline-us.  Stopping such a job early would save
+ * less than watching it for a departed client costs, so the HTTP layer
+ * does not watch it (http_post.c). */
 #define BATCHER_BRIEF_NS 100000.0
 
 /* Instead of batcher_submit, for a reserved job: may it run on the calling
