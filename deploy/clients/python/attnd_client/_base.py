@@ -156,8 +156,7 @@ def error_from(status: int, hdrs: Mapping[str, str], data: bytes) -> AttndError:
     except (ValueError, KeyError, TypeError):
         msg = bytes(data[:300]).decode("utf-8", "replace").strip() or \
             "empty answer with status %d" % status
-    return AttndError(status, msg, _retry_after(hdrs.get("retry-after")),
-                      data if isinstance(data, bytes) else bytes(data))
+    return AttndError(status, msg, _retry_after(hdrs.get("retry-after")), data)
 
 
 def _v2_outputs(data: bytes, hdrs: Mapping[str, str],
@@ -183,7 +182,7 @@ def _v2_outputs(data: bytes, hdrs: Mapping[str, str],
             chunk = view[off:off + size]
             if len(chunk) != size:
                 raise AttndError(200, "the answer ends inside binary output %r" % name,
-                                 body=bytes(data))
+                                 body=data)
             off += size
             result[name] = _tensors.decode(chunk, dt, shape, in_place=i == largest)
         elif "data" in out:
@@ -191,14 +190,14 @@ def _v2_outputs(data: bytes, hdrs: Mapping[str, str],
         else:
             place = places.get(name)
             if place is None:
-                raise AttndError(200, "output %r came without data" % name, body=bytes(data))
+                raise AttndError(200, "output %r came without data" % name, body=data)
             if place.memory is not None:
                 result[name] = place.memory.read(shape, dt, place.offset)
             else:
                 result[name] = filled(place, shape, dt)
     if off != len(data):
         raise AttndError(200, "%d unexpected bytes after the binary outputs"
-                         % (len(data) - off), body=bytes(data))
+                         % (len(data) - off), body=data)
     return result, res
 
 
@@ -309,7 +308,7 @@ class ClientBase(Generic[R]):
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             raise AttndError(status, "the answer is not attnd's (%s): %s" % (
                 e, bytes(data[:120]).decode("utf-8", "replace").strip()),
-                body=bytes(data)) from e
+                body=data) from e
 
     @staticmethod
     def _inflated(status: int, hdrs: Mapping[str, str], data: bytes) -> bytes:

@@ -3,7 +3,7 @@ can fail with (an HTTP error status, no connection, input attnd would refuse).""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 
 class AttndError(Exception):
@@ -25,12 +25,15 @@ class AttndError(Exception):
     """
 
     def __init__(self, status: Optional[int], message: str,
-                 retry_after: Optional[float] = None, body: bytes = b"") -> None:
+                 retry_after: Optional[float] = None,
+                 body: Union[bytes, bytearray, memoryview] = b"") -> None:
         super().__init__(message if status is None else "HTTP %d: %s" % (status, message))
         self.status = status
         self.message = message
         self.retry_after = retry_after
-        self.body = body
+        # bytes of its own: the transports may read an answer into a buffer
+        # (answer_buffer) that the error must not keep or see change
+        self.body = body if isinstance(body, bytes) else bytes(body)
         self.tries = 1
 
     def _tried(self, tries: int) -> "AttndError":
