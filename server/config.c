@@ -58,8 +58,8 @@ static const struct config_opt config_opts[] = {
   {"max-queue", "ATTND_MAX_QUEUE", KIND_INT, OFF(max_queue), 1, 1000000,
    "1024", "queued requests beyond which attnd answers 503"},
   {"max-inflight-mb", "ATTND_MAX_INFLIGHT_MB", KIND_LONG, OFF(max_inflight_mb),
-   1, 1048576, "1024", "memory budget of requests, MiB: bodies from their "
-   "headers on, then tensors and answers"},
+   1, 1048576, "1024", "memory budget of requests, MiB: bodies as they "
+   "arrive, then tensors and answers"},
   {"max-body-mb", "ATTND_MAX_BODY_MB", KIND_LONG, OFF(max_body_mb), 1, 4096,
    "64", "request bodies above this get 413, MiB"},
   /* 200 GFLOP admits every shape in the docs and benchmarks, the

@@ -270,14 +270,15 @@ enum MHD_Result http_post_answer(struct http_req *r);
  * (r->answer_held), the body's deadline and the request's estimated
  * flops.  Messages name the flag to change. */
 
-/* First call: length is the Content-Length (0 when none).  0, or
- * ATTND_ETOOBIG (over --max-body-mb or the whole budget) or ATTND_EBUSY
- * (does not fit now) with the message in msg.  Starts the body's
- * deadline. */
+/* First call: length is the Content-Length (0 when none).  Holds its
+ * first step (http_limits.c).  0, or ATTND_ETOOBIG (over --max-body-mb
+ * or the whole budget) or ATTND_EBUSY (the whole length does not fit
+ * now) with the message in msg.  Starts the body's deadline. */
 int http_limits_begin(struct http_req *r, unsigned long long length,
                       char *msg, size_t cap);
 
-/* Holds the budget for need bytes of body in all: 0 or ATTND_EBUSY. */
+/* Holds the budget for need bytes of body in all, and a step ahead
+ * when it fits: 0 or ATTND_EBUSY. */
 int http_limits_grow(struct http_req *r, size_t need);
 
 /* 1 when the body's deadline has passed; else moves the connection's

@@ -1,5 +1,5 @@
 /* http_limits.c - what a POST may take before it runs: its body's share of
- * the in-flight memory budget from its headers on, the body's own
+ * the in-flight memory budget as it arrives, the body's own
  * deadline, and the request's estimated flops (http_impl.h).
  *
  * DESIGN
@@ -10,7 +10,7 @@
  * completed, before the connection is resumed.  The budget itself is the
  * batcher's (batcher_hold, batcher_unhold, batcher_reserve_held under
  * b->mu; the model is batcher.h's).  A request holds it in three stages:
- *   r->held         its body, from the headers on, and what the body's
+ *   r->held         its body, as it arrives, and what the body's
  *                   inflating and decode allocate; given back exactly
  *                   once: when the body turns into a reserved job
  *                   (http_post.c), when it is dropped, when the request
@@ -29,11 +29,19 @@
  *                   growing.  An error answer (a few hundred bytes) is
  *                   not counted.
  *
- * A body is held as it is known: its Content-Length when the headers
- * arrive (a body that does not fit is refused at once, 503, before it
- * is read), else what has arrived, in steps of HTTP_HOLD_STEP so that a
- * chunked upload does not take the lock for every piece; a compressed
- * body also holds what it inflates to, as it grows.  While the body is
+ * A body is held as it arrives, a step ahead of its bytes: at its
+ * headers the first HTTP_HOLD_FIRST bytes of its Content-Length (a
+ * Content-Length that does not fit in what is left is refused at once,
+ * 503, before the body is read), then, whenever its bytes pass what is
+ * held, twice that (up to its Content-Length, and at most HTTP_HOLD_STEP
+ * beyond the bytes), so that an upload takes the lock once a step, not
+ * for every piece.  What is held ahead of the
+ * bytes is never more than the bytes that came, so headers alone cannot
+ * reserve the budget: a client must send what it holds.  The buffer is
+ * sized from the Content-Length at once (the binary part's alignment
+ * needs it), but its pages become memory only as the bytes are written
+ * into them.  A compressed body also holds what it inflates to, as it
+ * grows.  While the body is
  * inflated and decoded, what that allocates is held first as well
  * (http_limits_decode_begin: mem_hold's holder is the request), into
  * r->held.  A body that stops fitting while it arrives is dropped (its
@@ -59,7 +67,12 @@
 #include "server/clock.h"
 #include "server/sched/work.h"
 
-/* A chunked or inflating body holds the budget this much at a time. */
+/* What a body holds at its headers: all of a small one, the first step
+ * of a larger one or of a chunked one (http_limits_grow doubles it). */
+#define HTTP_HOLD_FIRST ((size_t)64 << 10)
+
+/* The most a body holds beyond its bytes once it has grown: budget held
+ * ahead is budget others cannot have. */
 #define HTTP_HOLD_STEP ((size_t)1 << 20)
 
 /* A v2 JSON part longer than this is not parsed twice for the early
@@ -142,26 +155,44 @@ int http_limits_begin(struct http_req *r, unsigned long long length,
              length, cfg->max_inflight >> 20);
     return ATTND_ETOOBIG;
   }
-  if (length && batcher_hold(r->h->b, (size_t)length) != 0)
+  /* Refused now when it cannot fit, though only its first step is held:
+   * a client with a large body learns it before sending any of it. */
+  size_t first = length < HTTP_HOLD_FIRST ? (size_t)length : HTTP_HOLD_FIRST;
+  if (length > first) {
+    size_t used = batcher_bytes_in_use(r->h->b);
+    if (used > cfg->max_inflight || length > cfg->max_inflight - used)
+      return http_budget_full(r, (size_t)length, "request body", msg, cap);
+  }
+  if (first && batcher_hold(r->h->b, first) != 0)
     return http_budget_full(r, (size_t)length, "request body", msg, cap);
-  r->held = r->declared = (size_t)length;
+  r->held = first;
+  r->declared = (size_t)length;
   if (cfg->body_timeout_s)
     http_body_timeout(r, r->start_ns);
   return 0;
 }
 
 int http_limits_grow(struct http_req *r, size_t need) {
-  size_t step;
+  size_t ahead;
   if (need <= r->held)
     return 0;
-  /* A step ahead when it fits, else exactly what is needed. */
-  step = need - r->held < HTTP_HOLD_STEP ? HTTP_HOLD_STEP : need - r->held;
-  if (batcher_hold(r->h->b, step) != 0) {
-    step = need - r->held;
-    if (batcher_hold(r->h->b, step) != 0)
-      return ATTND_EBUSY;
+  /* Twice what is held (at least HTTP_HOLD_FIRST), at most
+   * HTTP_HOLD_STEP beyond the bytes and never past the Content-Length:
+   * since need > held, what is held beyond the bytes (at most 2 held -
+   * need) is less than the bytes themselves.  A step ahead when it fits,
+   * else exactly what is needed. */
+  ahead = r->held < HTTP_HOLD_FIRST / 2 ? HTTP_HOLD_FIRST : 2 * r->held;
+  if (ahead > need && ahead - need > HTTP_HOLD_STEP)
+    ahead = need + HTTP_HOLD_STEP;
+  if (r->declared >= need && ahead > r->declared)
+    ahead = r->declared;
+  if (ahead > need && batcher_hold(r->h->b, ahead - r->held) == 0) {
+    r->held = ahead;
+    return 0;
   }
-  r->held += step;
+  if (batcher_hold(r->h->b, need - r->held) != 0)
+    return ATTND_EBUSY;
+  r->held = need;
   return 0;
 }
 

@@ -149,10 +149,9 @@ struct batcher *batcher_start(const struct batcher_config *cfg,
  * hold_bytes. */
 int batcher_reserve(struct batcher *b, size_t hold_bytes);
 
-/* The memory of a request body still arriving, counted from its headers
- * on against the same budget as reserved jobs (cfg.max_bytes): its
- * Content-Length when the headers give one, else what has arrived (or
- * inflated) so far.  batcher_hold takes n more bytes: 0, or ATTND_EBUSY
+/* The memory of a request body still arriving, counted as it arrives
+ * against the same budget as reserved jobs (cfg.max_bytes): what has
+ * arrived (or inflated) so far and a step ahead of it (http_limits.c).  batcher_hold takes n more bytes: 0, or ATTND_EBUSY
  * (taking nothing) when they do not fit in what is left.  batcher_unhold
  * gives n back: a body's hold, or a completed job's answer_bytes.  Every
  * byte held is given back exactly once: by batcher_unhold, or by

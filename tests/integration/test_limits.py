@@ -7,7 +7,8 @@
     estimates are a histogram in /metrics.
   * Memory from the first byte: a Content-Length that does not fit in what
     is left of --max-inflight-mb gets 503 with Retry-After before the body
-    is sent; chunked uploads that stall count as they grow, and the one
+    is sent; a body holds a step ahead of its bytes, so clients that send
+    headers alone cannot reserve the budget; chunked uploads that stall count as they grow, and the one
     that would overflow is refused when it ends, while a small request is
     still answered; binary inputs read where they lie in the body (FP32,
     and BF16 in BF16 mode) are held with it and not again as tensors;
@@ -104,8 +105,8 @@ class CostTest(harness.ServerTestCase):
                       b"Content-Length: %d\r\nInference-Header-Content-Length: %d"
                       b"\r\n\r\n" % (len(body), len(header)))
             s.sendall(body[:len(header) + 4096])
-            # Its Content-Length was held from the headers on; refused by
-            # its shapes, it holds nothing while the rest is still to come.
+            # It held a step ahead of its bytes; refused by its shapes, it
+            # holds nothing while the rest is still to come.
             self.assertTrue(harness.wait_for(
                 lambda: self.srv.metric("attnd_inflight_bytes") == 0, 10 * SLOW))
             s.sendall(body[len(header) + 4096:])
@@ -138,6 +139,8 @@ class BudgetTest(harness.ServerTestCase):
     def test_a_content_length_that_does_not_fit_is_503_before_the_body(self):
         held = self.start_upload(6 * MiB)
         try:
+            # All of it but its last byte sent: held up to its Content-Length
+            held.sendall(b" " * (6 * MiB - 1))
             self.assertTrue(harness.wait_for(
                 lambda: self.srv.metric("attnd_inflight_bytes") >= 6 * MiB,
                 10 * SLOW))
@@ -154,6 +157,34 @@ class BudgetTest(harness.ServerTestCase):
             self.assertEqual(self.srv.post_json("/v1/attention", v1_body(8))[0], 200)
         finally:
             held.close()
+        self.assertTrue(harness.wait_for(
+            lambda: self.srv.metric("attnd_inflight_bytes") == 0, 10 * SLOW))
+
+    def test_headers_alone_cannot_reserve_the_budget(self):
+        # Each announces 6 MiB, which fits alone, and sends none of it: it
+        # holds its first 64 KiB, and more only as its bytes come.
+        socks = [self.start_upload(6 * MiB) for _ in range(16)]
+        try:
+            self.assertTrue(harness.wait_for(
+                lambda: self.srv.metric("attnd_inflight_bytes") == 16 << 16,
+                10 * SLOW))
+            # A 4 MiB request is served meanwhile.
+            L, D = 8192, 64
+            header = json.dumps({
+                "inputs": [{"name": n, "datatype": "FP32", "shape": [1, m, D],
+                            "parameters": {"binary_data_size": 4 * m * D}}
+                           for n, m in (("query", 1), ("key", L), ("value", L))],
+                "outputs": [{"name": "output",
+                             "parameters": {"binary_data": True}}]}).encode()
+            status, _, data = self.srv.request(
+                "POST", "/v2/models/attention/infer",
+                header + bytes(4 * D * (1 + 2 * L)),
+                {"Inference-Header-Content-Length": str(len(header)),
+                 "Content-Type": "application/octet-stream"})
+            self.assertEqual(status, 200, data[:300])
+        finally:
+            for s in socks:
+                s.close()
         self.assertTrue(harness.wait_for(
             lambda: self.srv.metric("attnd_inflight_bytes") == 0, 10 * SLOW))
 
