@@ -319,12 +319,8 @@ static int opt_precision(v1_ctx *c) {
     return 0;
   if (cJSON_IsString(j) && !strcmp(j->valuestring, "fp32"))
     return 0;
-  if (!cJSON_IsString(j) || strcmp(j->valuestring, "bf16")) {
-    char what[48];
-    proto__describe(j, what, sizeof what);
-    return ERR("precision: unknown value %s (allowed: \"fp32\", \"bf16\")",
-               what);
-  }
+  if (!cJSON_IsString(j) || strcmp(j->valuestring, "bf16"))
+    return bad_choice(c, j, "precision", "\"fp32\", \"bf16\"");
   if (c->p->scoring == ATTN_SCORING_ADDITIVE)
     return ERR("precision: \"bf16\" is for dot-product scoring; scoring "
                "\"additive\" runs in float32 only (leave precision out or "

@@ -227,6 +227,8 @@ class Bf16Test(harness.ServerTestCase):
             self.assertEqual(status, 400, resp)
             self.assertIn("precision", resp["error"])
             self.assertIn('"fp32", "bf16"', resp["error"])
+            if isinstance(bad, str):
+                self.assertIn('precision: unknown value "%s"' % bad, resp["error"])
         add = {"query": [[[1.0, 2.0]]], "key": [[[1.0, 0.5]]], "value": [[[1.0]]],
                "scoring": "additive", "w_q": [[1.0, 0.0]], "w_k": [[0.0, 1.0]],
                "w_v": [1.0], "precision": "bf16"}

@@ -640,6 +640,24 @@ END_TEST
 /* Window sides wider than max(Lq, Lk) are unbounded under either
  * alignment; they are clamped there, not at Lq, which would cut a
  * lower-right window. */
+/* "precision" echoes a value it does not know, as the other choices do:
+ * quoted, cut at 40 bytes, anything but printable ASCII as '?'. */
+START_TEST(precision_echoes_an_unknown_value) {
+  BAD("{" QKV4 ",\"precision\":\"fp16\"}",
+      "precision: unknown value \"fp16\" (allowed: \"fp32\", \"bf16\")");
+  BAD("{" QKV4 ",\"precision\":\"BF16\"}",
+      "precision: unknown value \"BF16\" (allowed:");
+  BAD("{" QKV4 ",\"precision\":\"b\\\"f\\u0001\"}",
+      "precision: unknown value \"b\"f?\" (allowed:");
+  BAD("{" QKV4 ",\"precision\":\"0123456789012345678901234567890123456789"
+      "0123456789\"}",
+      "precision: unknown value \"0123456789012345678901234567890123456789"
+      "...\" (allowed:");
+  BAD("{" QKV4 ",\"precision\":16}", "precision: unknown value 16 (allowed:");
+  BAD("{" QKV4 ",\"precision\":true}", "precision: unknown value true");
+}
+END_TEST
+
 START_TEST(window_sides_clamp_at_the_longer_length) {
   proto_request r;
   OK("{\"query\":[[[1,0]]],\"key\":[[[1,0],[0,1],[1,1],[2,2],[3,3]]],"
@@ -696,6 +714,7 @@ int main(void) {
     {"core", {round_trip_through_core_matches_float64_reference}},
     {"variants", {variant_fields_decode_into_the_problem,
                   variant_bad_values_are_named,
+                  precision_echoes_an_unknown_value,
                   window_sides_clamp_at_the_longer_length,
                   encode_lse_nested_and_flat_with_null_for_minus_inf}},
   };
