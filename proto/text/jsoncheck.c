@@ -6,11 +6,13 @@
  * grammar (numbers, strings and their escapes, literals, blanks) and
  * stops at the first byte that breaks it, saying where and what it
  * expected: "body is not valid JSON at byte 60000123: expected a value,
- * got '}'".  One rule beyond the grammar: no string holds the escape
+ * got '}'".  Two rules beyond the grammar: no string holds the escape
  * \u0000, since cJSON's strings end at a NUL, and a name, datatype, id
- * or key cut short there would pass for another.  NaN and infinity
- * tokens, and NUL bytes, keep the messages of jsonerr.c (the place in
- * the request, the NUL's offset).
+ * or key cut short there would pass for another; and a \u escape of a
+ * UTF-16 surrogate comes in a high-low pair, as RFC 8259 writes a
+ * character past U+FFFF (cJSON refuses a lone one without saying why).
+ * NaN and infinity tokens, NUL bytes and lone surrogates get the messages
+ * of jsonerr.c (the place in the request, the NUL's offset).
  *
  * The decoders run it lazily: the inside of an array holding no container
  * or string (a list of numbers, most of a large body) is scanned 16-64
@@ -125,6 +127,28 @@ static int is_hex(char ch) {
   return is_digit(ch) || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
 }
 
+/* The value of the four hex digits at p (is_hex checked). */
+static unsigned hex4(const char *p) {
+  unsigned v = 0;
+  for (int k = 0; k < 4; k++)
+    v = v * 16 + (unsigned)(is_digit(p[k]) ? p[k] - '0'
+                            : (p[k] | 0x20) - 'a' + 10);
+  return v;
+}
+
+/* 1 when the six bytes at t[i..n) are a \u escape of a low surrogate
+ * (\uDC00-\uDFFF). */
+static int low_surrogate_at(const char *t, size_t i, size_t n) {
+  unsigned v;
+  if (n - i < 6 || t[i] != '\\' || t[i + 1] != 'u')
+    return 0;
+  for (int k = 2; k < 6; k++)
+    if (!is_hex(t[i + k]))
+      return 0;
+  v = hex4(t + i + 2);
+  return v >= 0xDC00 && v <= 0xDFFF;
+}
+
 /* The string whose '"' is at i: the index after its closing quote, or 0
  * with the message; its length (escapes unresolved) added to *bytes. */
 static size_t string(const jc *c, size_t i, size_t *bytes) {
@@ -153,11 +177,23 @@ static size_t string(const jc *c, size_t i, size_t *bytes) {
       i += 2;
     } else if (i + 5 < n && t[i + 1] == 'u' && is_hex(t[i + 2]) &&
                is_hex(t[i + 3]) && is_hex(t[i + 4]) && is_hex(t[i + 5])) {
-      if (!memcmp(t + i + 2, "0000", 4)) {
+      unsigned u = hex4(t + i + 2);
+      if (!u) {
         /* names and ids are C strings after cJSON: one would end here */
         snprintf(c->err, PROTO_ERR_MAX, "body at byte %zu%s: \\u0000 in a "
                  "string; attnd takes no NUL character in a JSON string",
                  i, c->where);
+        return 0;
+      }
+      /* a surrogate pair is one character; half of one is none, and
+       * cJSON stops there with no word of why */
+      if (u >= 0xD800 && u <= 0xDBFF && low_surrogate_at(t, i + 6, n)) {
+        i += 12;
+        continue;
+      }
+      if (u >= 0xD800 && u <= 0xDFFF) {
+        proto__json_surrogate_err(t, n, s - 1, i, c->codec, c->where,
+                                  c->err);
         return 0;
       }
       i += 6;
@@ -415,10 +451,7 @@ static int name_is(const char *t, size_t i, size_t n, const char *name) {
   for (i++; i < n && t[i] != '"'; name++) {
     unsigned ch = (unsigned char)t[i++];
     if (ch == '\\' && t[i] == 'u') {
-      ch = 0;
-      for (int k = 1; k <= 4; k++)
-        ch = ch * 16 + (unsigned)(is_digit(t[i + k]) ? t[i + k] - '0'
-                                  : (t[i + k] | 0x20) - 'a' + 10);
+      ch = hex4(t + i + 1);
       i += 5;
     } else if (ch == '\\') {
       ch = (unsigned char)to[strchr(from, t[i++]) - from];

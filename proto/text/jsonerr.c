@@ -1,4 +1,4 @@
-/* jsonerr.c - what is wrong with a body that is not JSON, for two
+/* jsonerr.c - what is wrong with a body that is not JSON, for the few
  * mistakes that deserve a message of their own (jsoncheck.c calls it at
  * the byte it stopped at, the cJSON path where cJSON stopped).
  *
@@ -18,6 +18,10 @@
  *     skips and attnd's own reader refuses, in front of a body to compare
  *     the two readers' messages.)
  * Anything else keeps "body is not valid JSON (near byte N)".
+ *
+ * jsoncheck.c also has it word a lone surrogate escape ("\ud800"), which
+ * cJSON refuses without a word: the message names the string's place as
+ * for NaN (proto__json_surrogate_err).
  *
  * Runs on the error path only: a body that parsed never comes here. */
 #include <stdint.h>
@@ -121,9 +125,10 @@ static void path_from(const char *t, const walk *w, int from, char *s,
 }
 
 /* The value of member "name" of the object whose '{' is at start, when
- * it is a string, into s; "" otherwise. */
-static void input_name(const char *t, size_t len, size_t start, char *s,
-                       size_t cap) {
+ * it is a string, into s; "" otherwise.  Returns the offset of that
+ * string's '"', or SIZE_MAX. */
+static size_t input_name(const char *t, size_t len, size_t start, char *s,
+                         size_t cap) {
   int depth = 0, want_key = 1, name_at = 0;
   s[0] = '\0';
   for (size_t i = start; i < len;) {
@@ -135,7 +140,7 @@ static void input_name(const char *t, size_t len, size_t start, char *s,
         name_at = n == 4 && !memcmp(t + i + 1, "name", 4);
       } else if (depth == 1 && name_at) {
         name_of(t + i + 1, n, s, cap);
-        return;
+        return i;
       }
       i = e;
       continue;
@@ -144,7 +149,7 @@ static void input_name(const char *t, size_t len, size_t start, char *s,
       depth++;
     } else if (ch == '}' || ch == ']') {
       if (--depth == 0)
-        return;
+        return SIZE_MAX;
     } else if (ch == ',' && depth == 1) {
       want_key = 1;
       name_at = 0;
@@ -153,6 +158,7 @@ static void input_name(const char *t, size_t len, size_t start, char *s,
     }
     i++;
   }
+  return SIZE_MAX;
 }
 
 /* The length of a NaN or infinity token at p (sign, then the word), or
@@ -186,12 +192,37 @@ static size_t first_nul(const char *t, size_t len, size_t to) {
   return SIZE_MAX;
 }
 
+/* The place in the request of the value at offset at, into path
+ * ("query[0][1][2]", "query.data[5]", "parameters.scale", "" for the
+ * body itself); -1 when it has none: nested too deep to name, or a
+ * member name. */
+static int place_of(const char *text, size_t len, size_t at, int codec,
+                    char *path, size_t cap) {
+  walk w;
+  path[0] = '\0';
+  follow(text, at, &w);
+  if (w.depth < 0 ||
+      (w.depth && w.f[w.depth - 1].type == '{' && w.f[w.depth - 1].want_key))
+    return -1;
+  if (codec == PROTO_CODEC_V2 && w.depth >= 3 && w.f[0].type == '{' &&
+      w.f[0].key_len == 6 && !memcmp(text + w.f[0].key, "inputs", 6) &&
+      w.f[1].type == '[' && w.f[2].type == '{' &&
+      input_name(text, len, w.f[2].start, path, cap) == at)
+    path[0] = '\0'; /* the input's name itself: "inputs[0].name" */
+  if (path[0])
+    path_from(text, &w, 2, path, cap); /* "query.data[5]" */
+  else if (w.depth && w.f[0].type == '[')
+    path_from(text, &w, 0, strcpy(path, "body"), cap);
+  else
+    path_from(text, &w, 0, path, cap);
+  return 0;
+}
+
 int proto__json_syntax_err(const char *text, size_t len, size_t at,
                            int codec, const char *where,
                            char err[PROTO_ERR_MAX]) {
   size_t bad = first_nul(text, len, at), n;
-  walk w;
-  char path[PROTO_ERR_MAX / 2] = "";
+  char path[PROTO_ERR_MAX / 2];
   if (bad != SIZE_MAX) {
     snprintf(err, PROTO_ERR_MAX, "body is not valid JSON: byte %zu%s is a "
              "NUL (0x00); JSON allows only spaces, tabs and line breaks "
@@ -200,20 +231,8 @@ int proto__json_syntax_err(const char *text, size_t len, size_t at,
   }
   if (at >= len || !(n = proto__json_non_finite_len(text + at, text + len)))
     goto generic;
-  follow(text, at, &w);
-  if (w.depth < 0 ||
-      (w.depth && w.f[w.depth - 1].type == '{' && w.f[w.depth - 1].want_key))
+  if (place_of(text, len, at, codec, path, sizeof path))
     goto unplaced; /* too deep to name, or where a member name belongs */
-  if (codec == PROTO_CODEC_V2 && w.depth >= 3 && w.f[0].type == '{' &&
-      w.f[0].key_len == 6 && !memcmp(text + w.f[0].key, "inputs", 6) &&
-      w.f[1].type == '[' && w.f[2].type == '{')
-    input_name(text, len, w.f[2].start, path, sizeof path);
-  if (path[0])
-    path_from(text, &w, 2, path, sizeof path); /* "query.data[5]" */
-  else if (w.depth && w.f[0].type == '[')
-    path_from(text, &w, 0, strcpy(path, "body"), sizeof path);
-  else
-    path_from(text, &w, 0, path, sizeof path);
   snprintf(err, PROTO_ERR_MAX, "%s: %.*s is not a JSON number; attnd needs "
            "finite values", path[0] ? path : "body", (int)n, text + at);
   return ATTND_EINVAL;
@@ -225,5 +244,21 @@ unplaced:
 generic:
   snprintf(err, PROTO_ERR_MAX, "body is not valid JSON (near byte %zu%s)",
            at, where);
+  return ATTND_EINVAL;
+}
+
+int proto__json_surrogate_err(const char *text, size_t len, size_t str,
+                              size_t at, int codec, const char *where,
+                              char err[PROTO_ERR_MAX]) {
+  static const char why[] = "is a lone UTF-16 surrogate (a \\uD800-\\uDBFF "
+                            "escape must be followed by a \\uDC00-\\uDFFF "
+                            "one)";
+  char path[PROTO_ERR_MAX / 2];
+  if (place_of(text, len, str, codec, path, sizeof path) || !path[0])
+    snprintf(err, PROTO_ERR_MAX, "body is not valid JSON: %.6s at byte "
+             "%zu%s %s", text + at, at, where, why);
+  else
+    snprintf(err, PROTO_ERR_MAX, "%s: %.6s at byte %zu%s %s", path,
+             text + at, at, where, why);
   return ATTND_EINVAL;
 }

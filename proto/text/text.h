@@ -293,8 +293,8 @@ double proto__num_toward(const char *p, const char *q, double x);
  * a nesting deeper than PROTO_JSON_MAX_DEPTH ("body is nested 1001
  * levels deep at byte N; the limit is 1000 levels"), a string holding
  * the escape \u0000 ("body at byte N: \u0000 in a string; ..."; cJSON
- * would end the string there), or jsonerr.c's messages for a NUL byte and
- * for NaN and infinity.  Linear in len, no allocation.  st counts what a cJSON tree
+ * would end the string there), or jsonerr.c's messages for a NUL byte,
+ * for NaN and infinity, and for a lone surrogate escape.  Linear in len, no allocation.  st counts what a cJSON tree
  * of the text holds, for proto__json_tree_bytes (with lazy, an upper
  * bound).
  *
@@ -385,6 +385,17 @@ size_t proto__json_non_finite_len(const char *p, const char *end);
 int proto__json_syntax_err(const char *text, size_t len, size_t at,
                            int codec, const char *where,
                            char err[PROTO_ERR_MAX]);
+
+/* Writes the message for the lone UTF-16 surrogate escape at offset at
+ * (a \uD800-\uDBFF one not followed by a \uDC00-\uDFFF one, or a
+ * \uDC00-\uDFFF one not after a \uD800-\uDBFF one) in the string whose
+ * '"' is at str, and returns ATTND_EINVAL: "<place>: \ud800 at byte
+ * N<where> is a lone UTF-16 surrogate (...)", the place as above; "body
+ * is not valid JSON: \ud800 at byte N..." for a member name or a string
+ * with no place. */
+int proto__json_surrogate_err(const char *text, size_t len, size_t str,
+                              size_t at, int codec, const char *where,
+                              char err[PROTO_ERR_MAX]);
 
 /* ---- names a client got wrong (suggest.c) ---------------------------------
  *

@@ -87,6 +87,17 @@ def cases():
         "body at byte %d: \\u0000 " % (len(base_text) + 8), nul)
     add("NUL escape in an id", with_(id="ab\0cd"), "\\u0000 " + nul)
     add("NUL escape in scoring", with_(scoring="dot\0x"), "\\u0000 " + nul)
+    # half a surrogate pair, which cJSON refuses without a word
+    lone = ("is a lone UTF-16 surrogate (a \\uD800-\\uDBFF escape must be "
+            "followed by a \\uDC00-\\uDFFF one)")
+    add("lone high surrogate in an id", with_(id="\ud800"),
+        "id: \\ud800 at byte %d " % (len(json.dumps(BASE)) + 8) + lone)
+    add("lone low surrogate in an id", with_(id="ab\udc00"), "id: \\udc00 at byte", lone)
+    add("lone surrogate in causal", with_(causal="\udbff"), "causal: \\udbff at byte", lone)
+    add("lone surrogate in precision", with_(precision="bf\udfff"),
+        "precision: \\udfff at byte", lone)
+    add("lone surrogate in a field name", with_(**{"\ud800": 1}),
+        "body is not valid JSON: \\ud800 at byte", lone)
     # what Python's json.dumps writes for floats that are not finite (a
     # numpy array with a NaN, through tolist())
     nan, inf = float("nan"), float("inf")

@@ -262,6 +262,9 @@ class Registration(ShmCase):
             ("x", {"key": r.key + "\0zzz", "byte_size": 16},
              "failed to parse the request JSON buffer: body at byte %d: \\u0000 in a "
              "string" % (9 + len(r.key))),
+            ("x", {"key": r.key + "\udc00", "byte_size": 16},
+             "failed to parse the request JSON buffer: key: \\udc00 at byte %d is a lone "
+             "UTF-16 surrogate" % (9 + len(r.key))),
         ]
         # bytes after the object are refused alike, NUL bytes too
         good = json.dumps({"key": r.key, "byte_size": 16}).encode()

@@ -309,6 +309,45 @@ START_TEST(nul_bytes_are_pointed_at) {
 }
 END_TEST
 
+/* A \u escape of half a surrogate pair (cJSON stops there, silent) is
+ * named with its place and why, wherever it is: a value of any field, an
+ * element, a member name; a whole pair is one character, taken. */
+#define LONE " is a lone UTF-16 surrogate (a \\uD800-\\uDBFF escape must " \
+             "be followed by a \\uDC00-\\uDFFF one)"
+START_TEST(lone_surrogate_escapes_are_named) {
+  proto_request r;
+  char err[PROTO_ERR_MAX];
+  static const struct { const char *json, *want; } cases[] = {
+    {"{\"id\":\"\\ud800\"," QKV3 "}", "id: \\ud800 at byte 7" LONE},
+    {"{\"id\":\"\\udc00\"," QKV3 "}", "id: \\udc00 at byte 7" LONE},
+    {"{\"id\":\"ab\\uD800\"," QKV3 "}", "id: \\uD800 at byte 9" LONE},
+    {"{\"id\":\"\\ud800x\"," QKV3 "}", "id: \\ud800 at byte 7" LONE},
+    {"{\"id\":\"\\ud800\\ud800\\udc00\"," QKV3 "}",
+     "id: \\ud800 at byte 7" LONE},
+    {"{\"id\":\"\\ud800\\n\\udc00\"," QKV3 "}", "id: \\ud800 at byte 7" LONE},
+    {"{\"id\":\"\\ud83d\\ude00\\ude00\"," QKV3 "}",
+     "id: \\ude00 at byte 19" LONE},
+    {"{" QKV3 ",\"causal\":\"\\udbff\"}",
+     "causal: \\udbff at byte 135" LONE},
+    {"{" QKV3 ",\"precision\":\"bf\\udfff\"}",
+     "precision: \\udfff at byte 140" LONE},
+    {"{\"query\":{\"shape\":[1,1,1],\"data\":[\"\\ud800\"]}}",
+     "query.data[0]: \\ud800 at byte 35" LONE},
+    {"{\"\\ud800\":1}", "body is not valid JSON: \\ud800 at byte 2" LONE},
+    {"\"\\udc00\"", "body is not valid JSON: \\udc00 at byte 1" LONE},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *j = cases[i].json;
+    ck_assert_int_eq(proto_v1_decode(j, strlen(j), &r, 0, err), ATTND_EINVAL);
+    ck_assert_str_eq(err, cases[i].want);
+  }
+  /* U+1F600 and U+10FFFF, each a pair */
+  OK("{\"id\":\"\\ud83d\\ude00\\uDBFF\\uDFFF\"," QKV3 "}", &r);
+  proto_request_free(&r);
+}
+END_TEST
+#undef LONE
+
 /* ---- numbers and shapes ---------------------------------------------------- */
 /* ---- numbers and shapes ---------------------------------------------------- */
 
@@ -437,6 +476,7 @@ int main(void) {
                    body_is_read_by_length_not_nul,
                    non_finite_literals_name_their_place,
                    nul_bytes_are_pointed_at,
+                   lone_surrogate_escapes_are_named,
                    syntax_errors_name_the_byte_and_the_reason,
                    nesting_deeper_than_the_limit_names_it,
                    decoding_holds_what_it_allocates,

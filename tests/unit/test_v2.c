@@ -662,6 +662,32 @@ START_TEST(non_finite_literals_name_the_input_and_index) {
 }
 END_TEST
 
+/* A lone surrogate escape names its place as NaN does: a parameter, an
+ * input by its name (or by its index when it is the name), the id. */
+START_TEST(lone_surrogate_escapes_name_their_place) {
+  static const struct { const char *json, *want; } cases[] = {
+    {"{\"parameters\":{\"causal\":\"\\ud800\"},\"inputs\":[" IN_Q "," IN_K
+     "," IN_V "]}", "parameters.causal: \\ud800 at byte 25"},
+    {"{\"id\":\"x\\udc00\",\"inputs\":[" IN_Q "," IN_K "," IN_V "]}",
+     "id: \\udc00 at byte 8"},
+    {"{\"inputs\":[{\"name\":\"\\udbff\",\"datatype\":\"FP32\",\"shape\":"
+     "[1,2,2],\"data\":[1,0,0,2]}," IN_K "," IN_V "]}",
+     "inputs[0].name: \\udbff at byte 20"},
+    {"{\"inputs\":[{\"datatype\":\"FP\\uDFFF\",\"name\":\"query\",\"shape\":"
+     "[1,2,2],\"data\":[1,0,0,2]}," IN_K "," IN_V "]}",
+     "query.datatype: \\uDFFF at byte 26"},
+  };
+  body b;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    body_json(&b, cases[i].json);
+    BAD(&b, NULL, cases[i].want, " is a lone UTF-16 surrogate (a "
+        "\\uD800-\\uDBFF escape must be followed by a \\uDC00-\\uDFFF one)");
+    BAD(&b, b.hlen, cases[i].want, " of the inference header is a lone "
+        "UTF-16 surrogate");
+  }
+}
+END_TEST
+
 /* A body of NUL bytes is not an empty body (strchr finds the NUL of its
  * own string), and NULs after the JSON part are not blanks. */
 START_TEST(nul_bytes_are_pointed_at) {
@@ -799,6 +825,7 @@ int main(void) {
               what_triton_clients_send_is_accepted,
               non_finite_literals_name_the_input_and_index,
               nul_bytes_are_pointed_at,
+              lone_surrogate_escapes_name_their_place,
               shm_regions_unknown_without_a_registry,
               additive_model_needs_its_weights,
               budget_applies_to_v2}},
