@@ -320,7 +320,8 @@ int proto_v2_shm_outputs(proto_request *req,
  * (0).  name is the region's, for messages.  Returns 0, ATTND_EINVAL with
  * Triton's message in err (no key or byte_size, a key made of '/' alone
  * or with Triton's reserved prefix, numbers that are not unsigned
- * integers, not JSON), or ATTND_ENOMEM. */
+ * integers, not JSON) or attnd's (a member other than the three, with the
+ * nearest of them), or ATTND_ENOMEM. */
 typedef struct proto_shm_register {
   char key[PROTO_SHM_NAME_MAX + 1]; /* as sent, leading '/' included */
   uint64_t offset, byte_size;

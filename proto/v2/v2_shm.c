@@ -308,20 +308,30 @@ static int bad_member(const char *field, int string, char *err) {
              string ? "string" : "unsigned-integer");
 }
 
-/* The members attnd reads, each at most once. */
+/* The members attnd reads, each at most once, and no other: Triton's
+ * clients send these three, and a misspelt one ("byte_sise") would
+ * otherwise pass for one left out. */
 static int register_members(const cJSON *root, const cJSON *m[3],
                             char *err) {
   static const char *const names[3] = {"key", "offset", "byte_size"};
   memset(m, 0, 3 * sizeof *m);
-  for (const cJSON *c = root->child; c; c = c->next)
-    for (int i = 0; i < 3; i++) {
-      if (strcmp(c->string, names[i]))
-        continue;
-      if (m[i])
-        return ERR("Shared memory register request: duplicate field '%s'",
-                   names[i]);
-      m[i] = c;
+  for (const cJSON *c = root->child; c; c = c->next) {
+    int i = 0;
+    while (i < 3 && strcmp(c->string, names[i]))
+      i++;
+    if (i == 3) {
+      char name[48], hint[96]; /* the hint of three short names */
+      proto__quote_name(c->string, name, sizeof name);
+      proto__hint(hint, sizeof hint, c->string, names, 3, "fields", names,
+                  3);
+      return ERR("Shared memory register request: unknown field '%s' (%s)",
+                 name, hint);
     }
+    if (m[i])
+      return ERR("Shared memory register request: duplicate field '%s'",
+                 names[i]);
+    m[i] = c;
+  }
   return 0;
 }
 

@@ -242,6 +242,15 @@ class Registration(ShmCase):
             ("x", {"byte_size": 16}, "Shared memory register request has no 'key' field"),
             ("x", {"key": r.key}, "Shared memory register request has no 'byte_size' field"),
             ("x", {"key": 7, "byte_size": 16}, "attempt to access JSON non-string as string"),
+            # only what Triton's clients send: key, offset, byte_size
+            ("x", {"key": r.key, "byte_size": 16, "foo": 1},
+             "Shared memory register request: unknown field 'foo' (fields: key, offset, "
+             "byte_size)"),
+            ("x", {"key": r.key, "byte_sise": 16},
+             "Shared memory register request: unknown field 'byte_sise' (did you mean "
+             "'byte_size'? fields: key, offset, byte_size)"),
+            ("x", {"key": r.key, "Offset": 0, "byte_size": 16},
+             "unknown field 'Offset' (did you mean 'offset'?"),
             ("x", {"key": r.key, "byte_size": -1},
              "attempt to access JSON non-unsigned-integer as unsigned-integer"),
             ("x", {"key": r.key, "byte_size": 1.5}, "non-unsigned-integer"),
