@@ -3,10 +3,11 @@
 Runs the real build/attnd.  A v2 binary request of q, k, v shaped
 (1, 1, N, 1), output only, keeps attnd's workers busy for seconds.  Its
 client closes the connection mid-compute, over TCP, TLS and the Unix
-socket, and with its tensors in shared memory, or its deadline (the v2 "timeout" parameter) passes mid-compute:
+socket, and with its tensors in shared memory, or half-closes it, or its deadline (the v2 "timeout" parameter) passes mid-compute:
 attnd's CPU time, read from /proc, must fall to idle within a second, the
-client that waited must get 504 for a deadline, the access log must say
-499 for a client that left, and attnd_cancelled_total must count each.  A
+client that waited must get 504 for a deadline, one that half-closed and
+still reads 499, the access log must say 499 for a client that left, and
+attnd_cancelled_total must count each.  A
 request queued behind a busy worker whose client leaves is never computed,
 and gives its queue place and budget back at once: a full queue whose
 clients left admits the next request.  A request taken in a batch behind
@@ -156,6 +157,25 @@ class TcpCancelTest(Cases, harness.ServerTestCase):
         finally:
             s.close()
         self.assertEqual(cancelled(self.srv, "deadline"), before + 1)
+        self.assert_small_answered()
+
+    def test_a_half_close_counts_as_leaving_and_a_reader_hears_499(self):
+        # shutdown(SHUT_WR) is a FIN like close(): the work stops, and a
+        # client still reading gets nginx's 499 with the message, then EOF
+        before = cancelled(self.srv, "disconnect")
+        s = self.connect()
+        try:
+            s.sendall(long_request())
+            self.assert_stops(self.srv.proc.pid, lambda: s.shutdown(socket.SHUT_WR))
+            status, hdrs, body = read_answer(s)
+            self.assertEqual(status, 499, body)
+            self.assertEqual(hdrs.get("connection"), "close")
+            self.assertEqual(json.loads(body),
+                             {"error": "stopped: the client closed the connection"})
+            self.assertEqual(s.recv(1), b"")
+        finally:
+            s.close()
+        self.assertEqual(cancelled(self.srv, "disconnect"), before + 1)
         self.assert_small_answered()
 
     def test_a_reset_counts_as_leaving(self):
