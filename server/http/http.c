@@ -104,20 +104,78 @@ static int http_has_body(struct MHD_Connection *c) {
                                      MHD_HTTP_HEADER_TRANSFER_ENCODING);
 }
 
+/* The longest client text a framing message quotes, in bytes. */
+#define HTTP_QUOTE_MAX 40
+
 /* What http_framing_error gathers from the headers. */
 struct http_framing {
   const char *length;       /* the first Content-Length */
-  int lengths_differ, chunked;
+  int lengths_differ;
+  int te_lines;             /* Transfer-Encoding header lines */
+  int te_exact;             /* the first of them is just "chunked" */
+  int codings, chunked;     /* transfer codings listed; how many chunked */
+  int last_chunked;         /* the last one listed is chunked */
+  char other[HTTP_QUOTE_MAX + 4];  /* the first other coding's name */
+  char te[HTTP_QUOTE_MAX + 4];     /* every line's value, ", "-joined */
+  size_t te_len;
 };
+
+/* Appends n bytes of client text at s to dst (cap HTTP_QUOTE_MAX + 4,
+ * *len bytes so far): printable ASCII only, others as '?', and "..."
+ * once past HTTP_QUOTE_MAX. */
+static void http_quote_add(char *dst, size_t *len, const char *s,
+                           size_t n) {
+  for (size_t i = 0; i < n && *len <= HTTP_QUOTE_MAX; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (*len == HTTP_QUOTE_MAX) {
+      memcpy(dst + *len, "...", 3);
+      *len += 3;
+      break;
+    }
+    dst[(*len)++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
+  }
+  dst[*len] = '\0';
+}
+
+/* Counts the transfer codings of one Transfer-Encoding line (RFC 9110
+ * section 5.6.1: a comma-separated list, blanks around elements, empty
+ * elements ignored; a coding's name is what comes before its ';'). */
+static void http_framing_codings(struct http_framing *f, const char *v) {
+  while (*v) {
+    size_t n = strcspn(v, ","), name;
+    const char *e = v;
+    while (e < v + n && (*e == ' ' || *e == '\t'))
+      e++;
+    name = strcspn(e, ";,");
+    while (name && (e[name - 1] == ' ' || e[name - 1] == '\t'))
+      name--;
+    if (e < v + n) {  /* not an empty element */
+      int ch = name == 7 && !strncasecmp(e, "chunked", 7);
+      size_t olen = 0;
+      f->codings++;
+      f->chunked += ch;
+      f->last_chunked = ch;
+      if (!ch && !f->other[0])
+        http_quote_add(f->other, &olen, e, name);
+    }
+    v += n + (v[n] == ',');
+  }
+}
 
 static enum MHD_Result http_framing_header(void *cls, enum MHD_ValueKind kind,
                                            const char *key,
                                            const char *value) {
   struct http_framing *f = cls;
   (void)kind;
-  if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
-    f->chunked = 1;
-  else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) && value) {
+  if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+    value = value ? value : "";
+    if (!f->te_lines++)
+      f->te_exact = !strcasecmp(value, "chunked");
+    else
+      http_quote_add(f->te, &f->te_len, ", ", 2);
+    http_quote_add(f->te, &f->te_len, value, strlen(value));
+    http_framing_codings(f, value);
+  } else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) && value) {
     if (f->length && strcmp(f->length, value))
       f->lengths_differ = 1;
     if (!f->length)
@@ -130,20 +188,43 @@ static enum MHD_Result http_framing_header(void *cls, enum MHD_ValueKind kind,
  * Content-Length, or with Content-Lengths that disagree, has no one
  * framing.  libmicrohttpd 0.9.75 picks one; a proxy in front may have
  * picked the other and sent what we would read as its body as the next
- * request (request smuggling).  Returns 1 with the reason in msg. */
+ * request (request smuggling).
+ * Its transfer codings, every Transfer-Encoding line's list in order
+ * (RFC 9110 section 5.3), must be chunked alone, the one libmicrohttpd
+ * decodes.  It frames by the first line's value only, and one that is
+ * not just "chunked" (0.9.75) as a body that lasts until the connection
+ * closes: so a list that does not end in chunked has no length (RFC 9112
+ * section 6.3: 400), and codings before chunked are ones attnd does not
+ * decode (section 6.1: 501).  Returns 0, or the error (ATTND_EINVAL for
+ * 400, ATTND_EDISABLED for 501) with the reason in msg. */
 static int http_framing_error(struct MHD_Connection *c, char *msg,
                               size_t cap) {
-  struct http_framing f = {NULL, 0, 0};
+  struct http_framing f;
+  memset(&f, 0, sizeof f);
   MHD_get_connection_values(c, MHD_HEADER_KIND, http_framing_header, &f);
-  if (f.chunked && f.length)
+  if (f.te_lines && f.length)
     snprintf(msg, cap, "request has both Transfer-Encoding and "
              "Content-Length; send one of them");
   else if (f.lengths_differ)
     snprintf(msg, cap, "request has Content-Length headers that "
              "disagree; send one");
-  else
+  else if (!f.te_lines || (f.te_exact && f.codings == 1 && f.chunked))
     return 0;
-  return 1;
+  else if (!f.last_chunked)
+    snprintf(msg, cap, "Transfer-Encoding '%s' does not end in chunked, so "
+             "the body has no length; send 'Transfer-Encoding: chunked'",
+             f.te);
+  else if (f.chunked > 1)
+    snprintf(msg, cap, "Transfer-Encoding '%s' has chunked more than once; "
+             "send 'Transfer-Encoding: chunked'", f.te);
+  else if (f.codings > 1) {
+    snprintf(msg, cap, "Transfer-Encoding '%s' is not supported: send the "
+             "body chunked, with Content-Encoding for compression", f.other);
+    return ATTND_EDISABLED;
+  } else
+    snprintf(msg, cap, "Transfer-Encoding '%s' is not plain chunked; send "
+             "'Transfer-Encoding: chunked'", f.te);
+  return ATTND_EINVAL;
 }
 
 /* An answer queued from the first call of a request with a body: MHD
@@ -181,7 +262,8 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
                                   void **con_cls) {
   struct http_req *r = mem_calloc(1, sizeof *r);
   int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-  char msg[96];
+  char msg[256];
+  int rc;
 
   if (!r) {
     *con_cls = &http_oom_ctx;
@@ -203,9 +285,9 @@ static enum MHD_Result http_begin(struct http *h, struct MHD_Connection *c,
   r->route = METRICS_ROUTE_OTHER;
   /* Answered from this first call, with Connection: close: not one byte
    * after the headers is read, as a body or as a request. */
-  if (http_framing_error(c, msg, sizeof msg)) {
+  if ((rc = http_framing_error(c, msg, sizeof msg)) != 0) {
     r->close = 1;
-    return http_linger_if_early(r, http_fail(r, ATTND_EINVAL, msg, NULL));
+    return http_linger_if_early(r, http_fail(r, rc, msg, NULL));
   }
   /* MHD 0.9.75 closes the connection after an answer queued from this
    * first call, even for a GET without a body: that would drop
