@@ -27,6 +27,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #include "server/clock.h"
 #include "server/conn/watch.h"
@@ -128,12 +130,50 @@ static void http_watch(struct http_req *r) {
                          batcher_wake_cancelled, r->h->b);
 }
 
+/* The Content-Encoding lines of a request, joined (http_post_coding).
+ * Two lines or more make a list with a comma, which proto_inflate
+ * refuses quoting its first 40 bytes: a longer list is cut past that. */
+struct http_coding {
+  const char *first;  /* the first line's value */
+  int lines;
+  size_t len;
+  char joined[128];   /* every line's value, ", "-joined, cut */
+};
+
+static enum MHD_Result http_coding_line(void *cls, enum MHD_ValueKind kind,
+                                        const char *key, const char *value) {
+  struct http_coding *c = cls;
+  size_t room = sizeof c->joined - 1 - c->len;
+  (void)kind;
+  if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_ENCODING))
+    return MHD_YES;
+  value = value ? value : "";
+  if (!c->lines++)
+    c->first = value;
+  c->len += (size_t)snprintf(c->joined + c->len, room + 1, "%s%s",
+                             c->lines > 1 ? ", " : "", value);
+  if (c->len > sizeof c->joined - 1)
+    c->len = sizeof c->joined - 1;
+  return MHD_YES;
+}
+
+/* The request's content codings as one list (RFC 9110 section 5.3):
+ * its one Content-Encoding line, or every line's value in order, joined
+ * as if sent in one line, so both forms get the same answer.  NULL when
+ * it has none. */
+static const char *http_post_coding(struct http_req *r,
+                                    struct http_coding *c) {
+  memset(c, 0, sizeof *c);
+  MHD_get_connection_values(r->conn, MHD_HEADER_KIND, http_coding_line, c);
+  return c->lines > 1 ? c->joined : c->first;
+}
+
 /* The body as sent, or inflated per Content-Encoding into *plain (which
  * the caller frees).  0 or ATTND_E* with a message in err. */
 static int http_post_plain(struct http_req *r, char **plain, const char **b,
                            size_t *n, char err[PROTO_ERR_MAX]) {
-  const char *coding = MHD_lookup_connection_value(
-      r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+  struct http_coding lines;
+  const char *coding = http_post_coding(r, &lines);
   size_t room;
   int rc;
   *plain = NULL;

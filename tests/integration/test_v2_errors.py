@@ -6,6 +6,7 @@ responses on /v1 and /v2, and a gzip bomb refused without ballooning.
 
 import gzip
 import json
+import socket
 import struct
 import zlib
 
@@ -337,6 +338,41 @@ class CompressionTest(V2Case):
         self.assert_error(status, hdrs, data, 400, "truncated")
         status, hdrs, data = self.raw("/v1/attention", b"{}", {"Content-Encoding": "br"})
         self.assert_error(status, hdrs, data, 400, "Content-Encoding: 'br'")
+
+    def lines(self, path, body, lines):
+        """POSTs body with the header lines (name, value) as given, a name
+        repeated as often as it comes, over a raw socket: (status, headers
+        with lower-case names, body)."""
+        head = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in lines)
+        with socket.create_connection((self.srv.host, self.srv.port), timeout=60) as s:
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      b"Content-Length: %d\r\n%s\r\n" % (path.encode(), len(body), head) + body)
+            got = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        head, _, data = got.partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+        hdrs = dict((k.strip().lower(), v.strip()) for k, _, v in
+                    (line.decode("latin-1").partition(":") for line in head.split(b"\r\n")[1:]))
+        return status, hdrs, data
+
+    def test_content_encoding_lines_are_one_list(self):
+        # RFC 9110 section 5.3: two lines are one comma-joined list, so they
+        # get the answer the one line gets (not the first line's coding).
+        q, k, v = rand_inputs(19)
+        body = gzip.compress(json.dumps({"query": q, "key": k, "value": v}).encode())
+        for codings in (("gzip", "gzip"), ("identity", "gzip"), ("gzip", "identity"),
+                        ("x" * 30, "y" * 30)):
+            joined = ", ".join(codings)
+            one = self.lines("/v1/attention", body, [("Content-Encoding", joined)])
+            two = self.lines("/v1/attention", body, [("Content-Encoding", c) for c in codings])
+            self.assertEqual((two[0], two[2]), (one[0], one[2]), codings)
+            self.assert_error(*one, 400, "Content-Encoding: '%s" % joined[:40])
+        status, _, data = self.lines("/v1/attention", body, [("Content-Encoding", "gzip")])
+        self.assertEqual(status, 200, data[:200])
 
 
 def gzip_bomb(size):
