@@ -120,9 +120,10 @@ int proto__v2_shm_view(const proto_shm *shm, const proto__shm_use *u,
                        char err[PROTO_ERR_MAX]);
 
 /* An Inference-Header-Content-Length value as sent: decimal digits, with
- * blanks (space, tab) around them.  Returns 0 with the count in *v
- * (ULLONG_MAX past its range), or -1 (v2_decode.c, which also says why
- * in its message). */
+ * blanks (space, tab) around them.  Returns 0 with the count in *v, 1
+ * when the digits are past ULLONG_MAX (*v is ULLONG_MAX), or -1 when
+ * they are not digits (v2_decode.c, which also says why in its
+ * message). */
 int proto__v2_header_count(const char *h, unsigned long long *v);
 
 #endif /* PROTO_V2_H */

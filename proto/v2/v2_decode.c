@@ -21,6 +21,7 @@
  *      its words where they lie, checked on arrival (body.c): v2_fill.c.
  * Every message starts with the input, parameter or header concerned.
  * The decoder's state, shared with v2_fill.c: v2_decode_impl.h. */
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -68,26 +69,35 @@ int proto__v2_header_count(const char *h, unsigned long long *v) {
   char *end;
   while (*h == ' ' || *h == '\t')
     h++;
+  errno = 0;
   *v = strtoull(h, &end, 10);
   while (*end == ' ' || *end == '\t')
     end++;
-  return *h < '0' || *h > '9' || *end ? -1 : 0;
+  if (*h < '0' || *h > '9' || *end)
+    return -1;
+  return errno == ERANGE;
 }
 
 static int header_len(v2_ctx *c, const char *h) {
   unsigned long long v;
+  char got[48];
+  int rc;
   if (!h) {
     c->hlen = c->len;
     return 0;
   }
   while (*h == ' ' || *h == '\t')
     h++;
-  if (proto__v2_header_count(h, &v)) {
-    char got[48];
+  rc = proto__v2_header_count(h, &v);
+  if (rc)
     proto__quote_name(h, got, sizeof got);
+  if (rc < 0)
     return ERR("Inference-Header-Content-Length: '%s' is not a byte count",
                got);
-  }
+  /* the value as sent: ULLONG_MAX would pass for a count it was not */
+  if (rc > 0)
+    return ERR("Inference-Header-Content-Length: '%s' is too large to be a "
+               "byte count (the body is %zu bytes)", got, c->len);
   if (v > c->len)
     return ERR("Inference-Header-Content-Length: %llu exceeds the body "
                "length %zu", v, c->len);

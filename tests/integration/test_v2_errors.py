@@ -89,6 +89,11 @@ class ErrorTest(V2Case):
         body, jl = build_request(self.qkv())
         for value, phrase in ((str(len(body) + 1), "exceeds the body length %d" % len(body)),
                               ("abc", "'abc' is not a byte count"),
+                              # 2^64, and a long run of digits, echoed as sent
+                              ("18446744073709551616", "Inference-Header-Content-Length: "
+                               "'18446744073709551616' is too large to be a byte count "
+                               "(the body is %d bytes)" % len(body)),
+                              ("9" * 60, "'%s...' is too large" % ("9" * 40)),
                               ("0", "raw binary body"),
                               (str(jl - 3), "not valid JSON"),
                               (str(jl + 3), "unexpected data after the JSON object")):

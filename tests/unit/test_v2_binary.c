@@ -104,6 +104,8 @@ START_TEST(binary_layout_errors) {
   BAD(&b, "12x", "Inference-Header-Content-Length: '12x' is not a byte "
                  "count");
   BAD(&b, "-5", "is not a byte count");
+  BAD(&b, "18446744073709551616", "Inference-Header-Content-Length: "
+      "'18446744073709551616' is too large to be a byte count");
   BAD(&b, "0", "raw binary body");
   /* a header shorter than the JSON: not JSON any more */
   snprintf(big, sizeof big, "%zu", strlen(BIN_JSON("4")) - 1);
