@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/un.h>
+#include <time.h>
 
 #include "core/attnd_err.h"
+#include "server/obs/reqid.h"
 
 void handoff_daemon_options(size_t max_conns, struct MHD_OptionItem o[2]) {
   size_t room = max_conns < UINT_MAX / 2 ? 2 * max_conns : UINT_MAX;
@@ -27,20 +29,52 @@ int handoff_add(struct MHD_Daemon *d, int fd, const struct sockaddr *sa,
   return MHD_add_connection(d, fd, sa, len) == MHD_YES ? 0 : -1;
 }
 
+/* Writes now as an IMF-fixdate (RFC 9110 section 5.6.7), "Sun, 06 Nov
+ * 1994 08:49:37 GMT", into date (29 bytes and the NUL; the rest is
+ * room the compiler cannot rule out).  The calendar is worked out
+ * here (days to civil date, H. Hinnant's algorithm) rather than with
+ * gmtime_r and strftime: no locale, time zone file or lock. */
+static void handoff_date(char date[64]) {
+  static const char days[] = "ThuFriSatSunMonTueWed"; /* from 1970-01-01 */
+  static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+  struct timespec ts;
+  long long t, z, era;
+  unsigned doe, yoe, doy, mp, sec;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  t = ts.tv_sec > 0 ? (long long)ts.tv_sec : 0;
+  z = t / 86400;
+  sec = (unsigned)(t % 86400);
+  era = (z + 719468) / 146097;
+  doe = (unsigned)(z + 719468 - era * 146097);
+  yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  mp = (5 * doy + 2) / 153;
+  snprintf(date, 64, "%.3s, %02u %.3s %04lld %02u:%02u:%02u GMT",
+           days + 3 * (z % 7), doy - (153 * mp + 2) / 5 + 1,
+           months + 3 * (mp < 10 ? mp + 2 : mp - 10),
+           era * 400 + yoe + (mp >= 10), sec / 3600, sec / 60 % 60,
+           sec % 60);
+}
+
 /* Writes a whole answer of status (with its reason phrase) and the JSON
- * {"error": msg} at once, without reading the request; the body's
- * length, or 0 when the socket would not take it all. */
+ * {"error": msg} at once, without reading the request: Date and a fresh
+ * X-Request-ID as every answer of attnd's carries.  The body's length,
+ * or 0 when the socket would not take it all. */
 static size_t handoff_answer(int fd, const char *status, const char *msg) {
-  char answer[640];
+  char answer[768], date[64], rid[REQID_LEN + 1];
   int body = (int)strlen(msg) + 13; /* {"error": "", msg} */
-  int n = snprintf(answer, sizeof answer,
-                   "HTTP/1.1 %s\r\n"
-                   "Connection: close\r\n"
-                   "Content-Type: application/json\r\n"
-                   "Retry-After: 1\r\n"
-                   "Content-Length: %d\r\n\r\n"
-                   "{\"error\": \"%s\"}",
-                   status, body, msg);
+  int n;
+  handoff_date(date);
+  n = snprintf(answer, sizeof answer,
+               "HTTP/1.1 %s\r\n"
+               "Date: %s\r\n"
+               "Connection: close\r\n"
+               "Content-Type: application/json\r\n"
+               "Retry-After: 1\r\n"
+               REQID_HEADER ": %s\r\n"
+               "Content-Length: %d\r\n\r\n"
+               "{\"error\": \"%s\"}",
+               status, date, reqid_pick(NULL, rid), body, msg);
   if (n <= 0 || (size_t)n >= sizeof answer ||
       send(fd, answer, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n)
     return 0;

@@ -54,8 +54,9 @@ int handoff_add(struct MHD_Daemon *d, int fd, const struct sockaddr *sa,
                 socklen_t len);
 
 /* Answers a connection the server will not serve (draining, and no room
- * for it) with a 503: {"error": ...}, Retry-After and Connection: close,
- * written at once without reading the request.  The caller then closes
+ * for it) with a 503: {"error": ...}, Retry-After, Connection: close,
+ * Date and a fresh X-Request-ID (reqid.h), written at once without
+ * reading the request; no allocation, no blocking call.  The caller then closes
  * it, best with a lingering close (linger.h).  Returns the body bytes
  * written, or 0 when the socket would not take the whole answer. */
 size_t handoff_refuse(int fd);

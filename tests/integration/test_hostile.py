@@ -18,6 +18,7 @@ Bounded counts and generous time limits (a loaded 2-core machine).
 
 import ctypes
 import ctypes.util
+import email.utils
 import http.client
 import json
 import os
@@ -377,6 +378,38 @@ class SlowlorisTest(Checks, harness.ServerTestCase):
             self.assertLessEqual(fd_count(self.srv), idle + 100 + 2)
         finally:
             slow.close()
+        self.assert_settled(idle)
+
+    def test_over_the_per_address_limit_is_429_with_a_request_id_and_date(self):
+        # Written by the accept thread before any HTTP parsing, the 429
+        # still carries what every answer of attnd's does.
+        idle = self.idle_fds()
+        held = Slowloris(self.srv, 100, "127.0.0.7")
+        ids = []
+        try:
+            self.assertEqual(held.refused, 0)
+            for _ in range(2):
+                s = connect(self.srv, "127.0.0.7")
+                try:
+                    got = read_all(s)
+                finally:
+                    s.close()
+                self.assertTrue(got.startswith(b"HTTP/1.1 429 "), got[:300])
+                head, body = got.split(b"\r\n\r\n", 1)
+                hdrs = dict((k.strip().lower(), v.strip()) for k, _, v in
+                            (line.partition(":") for line in head.decode().split("\r\n")[1:]))
+                self.assertIn("--max-conns-per-ip is 100", json.loads(body)["error"])
+                self.assertRegex(hdrs.get("x-request-id", ""), r"^[0-9a-f]{32}$")
+                ids.append(hdrs["x-request-id"])
+                date = hdrs.get("date", "")
+                self.assertRegex(date, r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|"
+                                 r"Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT$")
+                sent = email.utils.parsedate_to_datetime(date).timestamp()
+                self.assertLess(abs(sent - time.time()), 5, date)
+                self.assertEqual(date, email.utils.formatdate(sent, usegmt=True))
+            self.assertNotEqual(ids[0], ids[1])
+        finally:
+            held.close()
         self.assert_settled(idle)
 
     def test_slowloris_from_many_addresses_leaves_room(self):
