@@ -30,30 +30,22 @@ int handoff_add(struct MHD_Daemon *d, int fd, const struct sockaddr *sa,
 }
 
 /* Writes now as an IMF-fixdate (RFC 9110 section 5.6.7), "Sun, 06 Nov
- * 1994 08:49:37 GMT", into date (29 bytes and the NUL; the rest is
- * room the compiler cannot rule out).  The calendar is worked out
- * here (days to civil date, H. Hinnant's algorithm) rather than with
- * gmtime_r and strftime: no locale, time zone file or lock. */
+ * 1994 08:49:37 GMT", into date (29 bytes and the NUL; the rest is room
+ * the compiler cannot rule out).  The names come from tables here, not
+ * from strftime, whose are the locale's. */
 static void handoff_date(char date[64]) {
-  static const char days[] = "ThuFriSatSunMonTueWed"; /* from 1970-01-01 */
+  static const char days[] = "SunMonTueWedThuFriSat";
   static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-  struct timespec ts;
-  long long t, z, era;
-  unsigned doe, yoe, doy, mp, sec;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  t = ts.tv_sec > 0 ? (long long)ts.tv_sec : 0;
-  z = t / 86400;
-  sec = (unsigned)(t % 86400);
-  era = (z + 719468) / 146097;
-  doe = (unsigned)(z + 719468 - era * 146097);
-  yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-  doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-  mp = (5 * doy + 2) / 153;
-  snprintf(date, 64, "%.3s, %02u %.3s %04lld %02u:%02u:%02u GMT",
-           days + 3 * (z % 7), doy - (153 * mp + 2) / 5 + 1,
-           months + 3 * (mp < 10 ? mp + 2 : mp - 10),
-           era * 400 + yoe + (mp >= 10), sec / 3600, sec / 60 % 60,
-           sec % 60);
+  time_t t = time(NULL);
+  struct tm tm;
+  if (!gmtime_r(&t, &tm) || tm.tm_wday < 0 || tm.tm_wday > 6 ||
+      tm.tm_mon < 0 || tm.tm_mon > 11) {
+    snprintf(date, 64, "Thu, 01 Jan 1970 00:00:00 GMT");
+    return;
+  }
+  snprintf(date, 64, "%.3s, %02d %.3s %04d %02d:%02d:%02d GMT",
+           days + 3 * tm.tm_wday, tm.tm_mday, months + 3 * tm.tm_mon,
+           tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 /* Writes a whole answer of status (with its reason phrase) and the JSON
