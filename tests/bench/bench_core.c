@@ -47,11 +47,12 @@
  *   attnd-bench peak                         the float32 core against
  *                                            the FMA peak
  *   attnd-bench split                        one worker against two
+ *   attnd-bench estimate                     the cost estimate's rate
  *   attnd-bench peers B H L D QKV OUT        the core's side of make
  *                                            bench-peers (bench_peers)
  *
- * The modes peak, split and peers are in bench_modes.c; what the two
- * files share (the worker pool, problems, timings) in bench_core.h.
+ * The modes peak, split, peers and estimate are in bench_modes.c; what
+ * the two files share (the worker pool, problems, timings) in bench_core.h.
  *
  *   {"kind":"precision", ...} (mode "precision") one shape, one thread,
  *                             no weights: best CPU seconds per call in
@@ -70,6 +71,11 @@
  *                             one worker and split over two as the
  *                             server splits it: best wall times, their
  *                             ratio, each worker's CPU seconds and tasks
+ *   {"kind":"estimate_rate", ...} (mode "estimate") one problem, one
+ *                             thread, with weights or not: attn_cost_flops
+ *                             in GFLOP, the best CPU seconds of a call and
+ *                             their ratio, against the band docs/api.md
+ *                             promises ("Cost limit")
  */
 #include <cblas.h>
 #include <math.h>
@@ -113,7 +119,7 @@ void *xalloc(size_t bytes) {
   return x;
 }
 
-static float *rand_buf(size_t n, uint64_t *seed) {
+float *rand_buf(size_t n, uint64_t *seed) {
   float *x = xalloc(n * sizeof *x);
   uint64_t s = *seed;
   for (size_t i = 0; i < n; i++) {
@@ -680,6 +686,8 @@ int main(int argc, char **argv) {
     return bench_split(quick);
   if (argc >= 2 && !strcmp(argv[1], "peers"))
     return bench_peers(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "estimate"))
+    return bench_estimate(quick);
 
   ceiling cl;
   ceiling_init(&cl, &seed);

@@ -11,7 +11,8 @@
  * values for shape s; problem_free frees them.  time_calls returns the best
  * wall seconds per call (best CPU seconds in *cpu) over at least min_reps
  * calls and min_s seconds; precision_cpu the best CPU seconds of rounds
- * calls.  xalloc aborts the benchmark when memory runs out. */
+ * calls.  xalloc aborts the benchmark when memory runs out; rand_buf
+ * returns n floats in [-0.5, 0.5) from *seed, which it advances. */
 #ifndef ATTND_BENCH_CORE_H
 #define ATTND_BENCH_CORE_H
 
@@ -67,6 +68,7 @@ int bench_amx_start(void);
 double now_s(void);
 double cpu_s(void);
 void *xalloc(size_t bytes);
+float *rand_buf(size_t n, uint64_t *seed);
 void pool_init(pool *pl, int n);
 void pool_free(pool *pl);
 void pool_reserve(pool *pl, size_t bytes);
@@ -82,9 +84,11 @@ double time_calls(pool *pl, problem *pb, float *w, int min_reps,
 double precision_cpu(pool *pl, problem *pb, int rounds);
 
 /* The modes of bench_modes.c: the float32 core against the FMA peak, one
- * worker against two, and the core's side of make bench-peers. */
+ * worker against two, the core's side of make bench-peers, and the cost
+ * estimate's rate against CPU time. */
 int bench_peak(int quick);
 int bench_split(int quick);
 int bench_peers(int argc, char **argv);
+int bench_estimate(int quick);
 
 #endif

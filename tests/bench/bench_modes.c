@@ -1,7 +1,8 @@
-/* bench_modes.c - three modes of build/attnd-bench (bench_core.c has the
+/* bench_modes.c - four modes of build/attnd-bench (bench_core.c has the
  * rest and the output's description): "peak", the float32 core against the
  * FMA peak; "split", one worker against two as the server splits; "peers",
- * the core's side of make bench-peers. */
+ * the core's side of make bench-peers; "estimate", the cost estimate's
+ * rate against CPU time. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -340,4 +341,92 @@ int bench_peers(int argc, char **argv) {
   free(qkv); free(q16); free(k16); free(v16); free(outs);
   problem_free(&pb);
   return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* The cost estimate against the time it stands for: attn_cost_flops of a
+ * problem over the best CPU seconds of a call on one thread, in estimated
+ * GFLOP per CPU-second.  docs/api.md ("Cost limit") promises 40-140 on
+ * one AVX-512 core; the grid is additive scoring's (Hd from 16 to 4096, D
+ * 1 and 64, L 128 and 1024, with and without weights, packed sequences
+ * short and long), with two dot-product problems beside it.  A problem
+ * is called until 3 calls and half a second, or once when that call
+ * takes over a second. */
+
+typedef struct rate_case {
+  int H, L, D, Hd;  /* Hd 0: dot-product scoring */
+  int seqs;         /* 1-256: packed into this many sequences of L / seqs;
+                       0: not packed */
+} rate_case;
+
+static const rate_case rate_cases[] = {
+  {8, 128, 1, 16, 0},    {8, 128, 64, 16, 0},   {8, 1024, 1, 16, 0},
+  {8, 1024, 64, 16, 0},  {8, 128, 1, 64, 0},    {8, 128, 64, 64, 0},
+  {8, 1024, 1, 64, 0},   {8, 1024, 64, 64, 0},  {8, 128, 1, 512, 0},
+  {8, 128, 64, 512, 0},  {1, 1024, 1, 512, 0},  {1, 1024, 64, 512, 0},
+  {8, 128, 1, 4096, 0},  {8, 128, 64, 4096, 0}, {1, 1024, 1, 4096, 0},
+  {1, 1024, 64, 4096, 0}, {8, 1024, 64, 512, 8}, {2, 2048, 64, 64, 128},
+  {8, 1024, 1, 0, 0},    {8, 1024, 64, 0, 0},
+};
+
+/* Best CPU seconds of a call. */
+static double rate_cpu(pool *pl, problem *pb, float *w) {
+  double best = 1e30, spent = 0.0, c;
+  pool_reserve(pl, attn_scratch_bytes(&pb->p, w != NULL));
+  for (int r = 0; r < 3 || spent < 0.5; r++) {
+    if (pool_run(pl, &pb->p, pb->out, w, &c) != 0) {
+      fprintf(stderr, "attnd-bench: attn_run_tasks failed\n");
+      exit(1);
+    }
+    best = c < best ? c : best;
+    spent += c;
+    if (c > 1.0) break;
+  }
+  return best;
+}
+
+int bench_estimate(int quick) {
+  enum { N = sizeof rate_cases / sizeof rate_cases[0] };
+  uint64_t seed = 19;
+  pool pl;
+  pool_init(&pl, 1);
+  for (int i = 0; i < N; i++) {
+    const rate_case *c = &rate_cases[i];
+    if (quick && (double)c->H * c->L * c->L * c->Hd > 1e9) continue;
+    shape s = {"estimate", 1, c->H, c->L, c->D, 0, 1, 1, 0.0};
+    problem pb;
+    float *wq = NULL, *wk = NULL, *wv = NULL;
+    int32_t cu[257];
+    problem_init(&pb, &s, 1, ATTN_GEMM_AUTO, &seed);
+    pb.p.valid_lens = NULL;
+    if (c->Hd > 0) {
+      wq = rand_buf((size_t)c->Hd * c->D, &seed);
+      wk = rand_buf((size_t)c->Hd * c->D, &seed);
+      wv = rand_buf((size_t)c->Hd, &seed);
+      pb.p.scoring = ATTN_SCORING_ADDITIVE;
+      pb.p.Hd = c->Hd;
+      pb.p.w_q = wq; pb.p.w_k = wk; pb.p.w_v = wv;
+    }
+    if (c->seqs > 0) {
+      for (int n = 0; n <= c->seqs; n++) cu[n] = n * (c->L / c->seqs);
+      pb.p.cu_seqlens_q = pb.p.cu_seqlens_k = cu;
+      pb.p.n_seqs = c->seqs;
+    }
+    for (int with_w = 0; with_w <= 1; with_w++) {
+      double cpu = rate_cpu(&pl, &pb, with_w ? pb.w : NULL);
+      double est = attn_cost_flops(&pb.p, with_w, 0) * 1e-9;
+      printf("{\"kind\":\"estimate_rate\",\"scoring\":\"%s\",\"B\":1,"
+             "\"H\":%d,\"Lq\":%d,\"Lk\":%d,\"D\":%d,\"Hd\":%d,"
+             "\"seqs\":%d,\"weights\":%d,\"threads\":1,"
+             "\"est_gflop\":%.6g,\"cpu_sec\":%.9g,"
+             "\"gflop_per_cpu_sec\":%.4g,\"band\":[40,140]}\n",
+             c->Hd > 0 ? "additive" : "dot", c->H, c->L, c->L, c->D,
+             c->Hd, c->seqs, with_w, est, cpu, est / cpu);
+      fflush(stdout);
+    }
+    free(wq); free(wk); free(wv);
+    problem_free(&pb);
+  }
+  pool_free(&pl);
+  return 0;
 }

@@ -18,6 +18,9 @@ Targets (design figures for the core):
 And for the Python client (tests/bench/client_bench.py): attention() with
 numpy inputs at most 1.3x infer() with binary tensors, wall time, for
 (32,8,64,64,64) without weights and (1,8,2048,2048,64) with weights.
+And the cost estimate (attnd-bench estimate): 40-140 estimated GFLOP per
+CPU-second on one core for every problem it times (docs/api.md, "Cost
+limit").
 Needs no numpy.
 """
 import json
@@ -245,6 +248,36 @@ def split_lines(rows, out):
     return checks
 
 
+def estimate_lines(rows, out):
+    """The cost estimate (attn_cost_flops) against the CPU time it stands
+    for, one thread: estimated GFLOP per CPU-second, against the band
+    docs/api.md promises ("Cost limit")."""
+    checks = []
+    if not rows:
+        return checks
+    out.append("")
+    out.append("cost estimate against CPU time, one thread (attnd-bench "
+               "estimate): estimated GFLOP per CPU-second")
+    out.append("")
+    out.append("| scoring | (B,H,Lq,Lk,D) | Hd | packed | weights | estimate |"
+               " CPU | GFLOP per CPU-s | band |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        lo, hi = r["band"]
+        ok = lo <= r["gflop_per_cpu_sec"] <= hi
+        checks.append(ok)
+        out.append("| %s | (%d,%d,%d,%d,%d) | %s | %s | %s | %.3g GFLOP | "
+                   "%.3g s | %.1f | %d-%d: %s |" % (
+                       r["scoring"], r["B"], r["H"], r["Lq"], r["Lk"], r["D"],
+                       r["Hd"] or "-",
+                       "%d x %d" % (r["seqs"], r["Lq"] // r["seqs"])
+                       if r["seqs"] else "-",
+                       "yes" if r["weights"] else "no", r["est_gflop"],
+                       r["cpu_sec"], r["gflop_per_cpu_sec"], lo, hi,
+                       "ok" if ok else "OUTSIDE THE BAND"))
+    return checks
+
+
 def client_table(rows, out):
     """attention() and infer(), binary and JSON, per problem; the ratios
     against infer() with binary tensors on the same problem."""
@@ -335,6 +368,7 @@ def main():
     checks += precision_lines(by_kind.get("precision", []), out)
     checks += peak_lines(by_kind.get("of_peak", []), out)
     checks += split_lines(by_kind.get("split", []), out)
+    checks += estimate_lines(by_kind.get("estimate_rate", []), out)
     for r in by_kind.get("checks", []):
         out.append("cost estimate before running, %s (%d,%d,%d,%d,%d): %.0f ns a "
                    "request, %.3f %% of its %.1f us compute on one thread"
@@ -344,7 +378,8 @@ def main():
         out.append("")
         checks += client_table(by_kind["client"], out)
     known = {"env", "numpy_env", "ceiling", "gemm", "core", "numpy", "mem",
-             "variant", "checks", "client", "precision", "of_peak", "split"}
+             "variant", "checks", "client", "precision", "of_peak", "split",
+             "estimate_rate"}
     for kind in sorted(set(by_kind) - known):
         out.append("(%d %s lines not tabulated)" % (len(by_kind[kind]), kind))
     out.append("")

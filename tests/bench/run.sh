@@ -82,10 +82,13 @@ core_memory
 # thread, no weights, rounds alternating the cases so that noise hurts
 # each alike.  Then one large request on one worker and split over two,
 # as the server splits it: wall times, each worker's CPU time and tasks.
+# Then the cost estimate against the CPU time it stands for, additive
+# scoring's grid and two dot-product problems, one thread.
 core_mode variants "attention variants, one thread"
 core_mode precision "BF16 mode against float32, one thread"
 core_mode peak "float32 core against the FMA peak, one thread"
 core_mode split "one large request on one worker and on two"
+core_mode estimate "the cost estimate against CPU time, one thread"
 numpy_peer
 client_bench
 python3 tests/bench/report.py "$dir"/*.jsonl | tee "$dir/report.txt"
