@@ -26,14 +26,25 @@
  * AVX-512 path of one core, where the products run at about 100 GFLOP/s
  * (docs/api.md, "Cost limit"): the softmax of a computed score (maximum,
  * exp, sum, scale),
- * writing one weight (zero or not), one score's dropout decision, the
- * diagnostics' pass over one weight (a log in double), and one hidden
- * unit of additive scoring (a tanh and a multiply-add). */
+ * writing one weight (zero or not), one score's dropout decision, and
+ * the diagnostics' pass over one weight (a log in double). */
 #define COST_SOFTMAX 80.0
 #define COST_WEIGHT 60.0
 #define COST_DROPOUT 560.0
 #define COST_DIAG 1100.0
-#define COST_TANH 40.0
+
+/* Flop-equivalents per hidden unit per score of additive scoring: the
+ * unit's step of the tanh sum (score.c, additive_row), a tanh computed
+ * both ways (odd polynomial, and an exp and a division) and picked by a
+ * mask, the add of the projections before it and the multiply-add by
+ * w_v after it: about 90 vector instructions for 8 units (the loop's
+ * AVX2 clone, 8 lanes, also on AVX-512 cores).  It is what additive
+ * scoring spends its time on (the projections are products, a few per
+ * cent at D = 64): about 1.7 ns a unit on one AVX-512 core whatever Hd,
+ * D, the path or the packing, so that at 120 the estimate runs at
+ * about 70 GFLOP/s there, the middle of the band docs/api.md promises
+ * (attnd-bench estimate measures it). */
+#define COST_TANH 120.0
 
 /* The work of one (b, h), counted the way the paths do it: for each
  * task (query block, within its packed sequence), each group of `rows` of

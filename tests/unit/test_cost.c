@@ -2,8 +2,9 @@
  * the work the core really does: every call of attn__scores is counted
  * (the binary is linked with --wrap=attn__scores), its scores rows x n,
  * and for additive scoring its projected rows and keys, on both paths,
- * in causal, windowed, packed and additive packed problems; and the
- * diagnostics' walk over the tasks stops when asked. */
+ * in causal, windowed, packed and additive packed problems; what a
+ * hidden unit of additive scoring is charged against the time it takes;
+ * and the diagnostics' walk over the tasks stops when asked. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -175,6 +176,32 @@ START_TEST(test_additive_packed_flops_include_the_key_projections) {
 }
 END_TEST
 
+/* A hidden unit of additive scoring (its tanh, computed both ways and
+ * picked, and the multiply-add by w_v) takes about 1.7 ns on one AVX-512
+ * core whatever the shapes (attnd-bench estimate): with Hd large the
+ * projections, softmax and P V are a rounding error, and what the
+ * estimate charges per score per hidden unit over 1.7 ns must be the
+ * 40-140 GFLOP/s docs/api.md promises.  At 40 flop-equivalents a unit
+ * it was 24, a 200 GFLOP request about 7 CPU-seconds. */
+START_TEST(test_additive_units_are_charged_at_the_promised_rate) {
+  tcase c;
+  attn__cost_work w;
+  make(&c, 1, 1024, 0, 1);
+  c.p.Hd = 4096;  /* weighed, not run */
+  c.p.D = c.p.Dk = c.p.Dv = 1;
+  for (int with_weights = 0; with_weights < 2; with_weights++) {
+    attn__cost_count(&c.p, with_weights, &w);
+    double per_unit = attn_cost_flops(&c.p, with_weights, 0) /
+                      (w.scores * c.p.Hd);
+    double rate = per_unit / 1.7;  /* GFLOP/s at 1.7 ns a unit */
+    ck_assert_msg(rate >= 40.0 && rate <= 140.0,
+                  "%.1f flop-equivalents a unit, %.1f GFLOP/s", per_unit,
+                  rate);
+  }
+  drop(&c);
+}
+END_TEST
+
 /* The estimate of a problem of many packed sequences grows linearly. */
 START_TEST(test_many_sequences_are_weighed_linearly) {
   int L = 400000;
@@ -259,6 +286,7 @@ int main(void) {
   tcase_add_test(tc, test_packed_counts_what_the_core_computes);
   tcase_add_test(tc, test_additive_packed_counts_the_projections);
   tcase_add_test(tc, test_additive_packed_flops_include_the_key_projections);
+  tcase_add_test(tc, test_additive_units_are_charged_at_the_promised_rate);
   tcase_add_test(tc, test_many_sequences_are_weighed_linearly);
   tcase_add_test(tc, test_diagnostics_stop_when_asked);
   tcase_add_test(tc, test_diagnostics_read_and_are_charged_by_sequence);
