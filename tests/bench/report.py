@@ -18,7 +18,7 @@ Targets (design figures for the core):
 And for the Python client (tests/bench/client_bench.py): attention() with
 numpy inputs at most 1.3x infer() with binary tensors, wall time, for
 (32,8,64,64,64) without weights and (1,8,2048,2048,64) with weights.
-And the cost estimate (attnd-bench estimate): 40-140 estimated GFLOP per
+And the cost estimate (attnd-bench estimate): 40-150 estimated GFLOP per
 CPU-second on one core for every problem it times (docs/api.md, "Cost
 limit").
 Needs no numpy.

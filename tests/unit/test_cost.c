@@ -181,7 +181,7 @@ END_TEST
  * core whatever the shapes (attnd-bench estimate): with Hd large the
  * projections, softmax and P V are a rounding error, and what the
  * estimate charges per score per hidden unit over 1.7 ns must be the
- * 40-140 GFLOP/s docs/api.md promises.  At 40 flop-equivalents a unit
+ * 40-150 GFLOP/s docs/api.md promises.  At 40 flop-equivalents a unit
  * it was 24, a 200 GFLOP request about 7 CPU-seconds. */
 START_TEST(test_additive_units_are_charged_at_the_promised_rate) {
   tcase c;
@@ -194,7 +194,7 @@ START_TEST(test_additive_units_are_charged_at_the_promised_rate) {
     double per_unit = attn_cost_flops(&c.p, with_weights, 0) /
                       (w.scores * c.p.Hd);
     double rate = per_unit / 1.7;  /* GFLOP/s at 1.7 ns a unit */
-    ck_assert_msg(rate >= 40.0 && rate <= 140.0,
+    ck_assert_msg(rate >= 40.0 && rate <= 150.0,
                   "%.1f flop-equivalents a unit, %.1f GFLOP/s", per_unit,
                   rate);
   }
