@@ -155,6 +155,12 @@ class BudgetTest(harness.ServerTestCase):
             self.assertIn("--max-inflight-mb", json.loads(body)["error"])
             # A small request still fits.
             self.assertEqual(self.srv.post_json("/v1/attention", v1_body(8))[0], 200)
+            # Its last byte ends it (blanks are not JSON: 400), and its hold
+            # goes.  Not a close: libmicrohttpd 0.9.75 can miss a close that
+            # comes right behind the bytes it is still reading, and then
+            # the hold stays until --body-timeout-s.
+            held.sendall(b" ")
+            self.assertEqual(read_answer(held)[0], 400)
         finally:
             held.close()
         self.assertTrue(harness.wait_for(
