@@ -13,7 +13,8 @@ unsigned int status_from_err(int err) {
   case ATTND_ETOOBIG:   return 413;
   /* A feature the operator left off (client shared memory without
    * --allow-client-shm) or that attnd lacks (a transfer coding other than
-   * chunked): Triton's UNSUPPORTED, RFC 9110's 501 Not Implemented. */
+   * chunked): the status Triton gives such a request, RFC 9110's 501
+   * Not Implemented. */
   case ATTND_EDISABLED:  return 501;
   case ATTND_EINTERNAL: return 500;
   /* Out of memory is reported as overload: the client may retry once the
